@@ -1,0 +1,142 @@
+// Package absorb turns released flights into span refs: one immutable
+// metastore row per stream per pass, then one batch marker per pass, then
+// the epoch checkpoint by CAS. The live leader feeds it from its flight
+// index and a chain settlement feeds it from a walk of slot footers, through
+// the same Absorber, so the two paths cannot diverge. Metadata only: it
+// never touches object storage.
+package absorb
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// Slot is one released (or walked) slot: its number and its footer's
+// extents, in footer order.
+type Slot struct {
+	Slot    uint64
+	Extents []format.Extent
+}
+
+// Ripening decides when a pass's batch marker ripens (DESIGN §10).
+type Ripening struct {
+	Trigger uint64        // un-settled bytes per stream that make a crossing (8 MiB)
+	Linger  time.Duration // a crossing ripens at birth + Linger + jitter
+	AgeCap  time.Duration // otherwise at birth + AgeCap
+}
+
+// Jitter is a stream's deterministic share of up to half the linger, so
+// cohorts of streams born in one minute do not ripen at one instant.
+func (r Ripening) Jitter(streamID string) time.Duration {
+	half := r.Linger / 2
+	if half <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(streamID))
+	return time.Duration(h.Sum64() % uint64(half))
+}
+
+// Crossed reports whether a stream's cumulative bytes crossed a multiple of
+// the trigger in this pass: the chained byte totals of its rows alone decide
+// it, so a re-run decides the same.
+func (r Ripening) Crossed(prevCum, cum uint64) bool {
+	if r.Trigger == 0 {
+		return false
+	}
+	return prevCum/r.Trigger < cum/r.Trigger
+}
+
+// StreamTotals are the chained fields a stream's next ref continues from.
+type StreamTotals struct {
+	CumBytes     uint64
+	FencingToken string
+	TrimPoint    uint64
+}
+
+// RefWrite is one span ref a pass writes.
+type RefWrite struct {
+	StreamID string
+	Ref      meta.Ref
+}
+
+// PassPlan is everything one pass writes, computed without I/O.
+type PassPlan struct {
+	Epoch   uint64
+	From    uint64 // first slot of the pass
+	End     uint64 // one past its last slot
+	Refs    []RefWrite
+	Marker  meta.Marker
+	Totals  map[string]StreamTotals // each stream's totals after the pass
+	Streams []string                // streams in first-seen order
+}
+
+// Plan groups the pass's slots into one span ref per stream, continuing
+// each stream's chained totals from prev, and computes the pass's marker.
+// Slots must be consecutive and of one epoch; extents of a stream must be
+// contiguous in seq order across the pass (the flusher guarantees it).
+func Plan(star string, class meta.Class, epoch uint64, slots []Slot, prev map[string]StreamTotals, rip Ripening, birth time.Time) (PassPlan, error) {
+	if len(slots) == 0 {
+		return PassPlan{}, fmt.Errorf("absorb: empty pass")
+	}
+	p := PassPlan{Epoch: epoch, From: slots[0].Slot, End: slots[len(slots)-1].Slot + 1, Totals: map[string]StreamTotals{}}
+	refs := map[string]*meta.Ref{}
+	for i, s := range slots {
+		if s.Slot != p.From+uint64(i) {
+			return PassPlan{}, fmt.Errorf("absorb: pass slots not consecutive: %d after %d", s.Slot, p.From+uint64(i)-1)
+		}
+		for _, x := range s.Extents {
+			r, ok := refs[x.StreamID]
+			if !ok {
+				t := prev[x.StreamID]
+				r = &meta.Ref{
+					FirstSeq: x.FirstSeq, EndSeq: x.FirstSeq,
+					CumBytes: t.CumBytes, FencingToken: t.FencingToken, TrimPoint: t.TrimPoint,
+					MinTimestamp: x.MinTimestamp, MaxTimestamp: x.MaxTimestamp,
+					Span: &meta.Span{Class: class, Star: star, Epoch: epoch},
+				}
+				refs[x.StreamID] = r
+				p.Streams = append(p.Streams, x.StreamID)
+			}
+			if x.FirstSeq != r.EndSeq {
+				return PassPlan{}, fmt.Errorf("absorb: stream %s: extent at seq %d in slot %d does not continue %d", x.StreamID, x.FirstSeq, s.Slot, r.EndSeq)
+			}
+			sl := r.Span.Slots
+			if n := len(sl); n > 0 && sl[n-1].Slot == s.Slot && sl[n-1].Offset+sl[n-1].Length == x.Offset {
+				sl[n-1].Count += uint64(x.Count)
+				sl[n-1].Length += uint64(x.Length)
+			} else {
+				r.Span.Slots = append(sl, meta.SlotRef{Slot: s.Slot, FirstSeq: x.FirstSeq, Count: uint64(x.Count), Offset: x.Offset, Length: uint64(x.Length)})
+			}
+			r.EndSeq = x.EndSeq()
+			r.CumBytes += uint64(x.Length)
+			r.MinTimestamp = min(r.MinTimestamp, x.MinTimestamp)
+			r.MaxTimestamp = max(r.MaxTimestamp, x.MaxTimestamp)
+			r.FencingToken = x.FencingToken
+		}
+	}
+	ripen := birth.Add(rip.AgeCap)
+	cause := "cap"
+	for _, id := range p.Streams {
+		r := refs[id]
+		p.Refs = append(p.Refs, RefWrite{StreamID: id, Ref: *r})
+		p.Totals[id] = StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
+		if rip.Crossed(prev[id].CumBytes, r.CumBytes) {
+			if at := birth.Add(rip.Linger + rip.Jitter(id)); cause == "cap" || at.Before(ripen) {
+				ripen, cause = at, "linger"
+			}
+		}
+	}
+	streams := slices.Clone(p.Streams)
+	slices.Sort(streams)
+	p.Marker = meta.Marker{
+		Epoch: epoch, FromSlot: p.From, EndSlot: p.End,
+		Birth: birth.UnixMilli(), Ripen: ripen.UnixMilli(), Cause: cause, Streams: streams,
+	}
+	return p, nil
+}

@@ -1,0 +1,213 @@
+package meta
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// The row schema (DESIGN §5). Every number inside a key is zero-padded to
+// 20 digits so that string order is numeric order. Values are JSON: rows are
+// written off the ack path, rarely, and legibility beats a few bytes.
+
+// Class is a stream's storage class, and so the chain its records ride.
+type Class string
+
+const (
+	Standard Class = "standard"
+	Express  Class = "express"
+)
+
+// Valid reports whether c is a known class.
+func (c Class) Valid() bool { return c == Standard || c == Express }
+
+func pad(n uint64) string { return fmt.Sprintf("%020d", n) }
+
+// BasinKey is the basin config row.
+func BasinKey(basin string) Key { return Key{PK: "basin#" + basin, SK: "cfg"} }
+
+// StreamNameKey maps a stream name to its id and config.
+func StreamNameKey(basin, name string) Key { return Key{PK: "basin#" + basin, SK: "s#" + name} }
+
+// LeaseKey is a stream's leadership lease.
+func LeaseKey(streamID string) Key { return Key{PK: "stream#" + streamID, SK: "lease"} }
+
+// RefPrefix is the sort-key prefix of a stream's span refs and catalog rows.
+const RefPrefix = "r#"
+
+// RefKey is the span ref or catalog row keyed by the first seq it covers.
+func RefKey(streamID string, firstSeq uint64) Key {
+	return Key{PK: "stream#" + streamID, SK: RefPrefix + pad(firstSeq)}
+}
+
+// FloorQuery finds the row covering seq: the greatest ref key ≤ seq.
+func FloorQuery(streamID string, seq uint64) Query {
+	return Query{PK: "stream#" + streamID, From: RefPrefix, To: RefPrefix + pad(seq), Backward: true, Limit: 1}
+}
+
+// RegistryKey is a star's registry row.
+func RegistryKey(star string) Key { return Key{PK: "star#" + star, SK: "reg"} }
+
+// ChainPK is the partition of one chain's head, epochs and markers.
+func ChainPK(star string, class Class) string { return "chain#" + star + "/" + string(class) }
+
+// HeadKey is a chain's mint head.
+func HeadKey(star string, class Class) Key { return Key{PK: ChainPK(star, class), SK: "head"} }
+
+// EpochKey is one epoch's record.
+func EpochKey(star string, class Class, epoch uint64) Key {
+	return Key{PK: ChainPK(star, class), SK: "e#" + pad(epoch)}
+}
+
+// MarkerPrefix is the sort-key prefix of a chain's batch markers.
+const MarkerPrefix = "m#"
+
+// MarkerKey is the batch marker of the absorb pass that starts at slot.
+func MarkerKey(star string, class Class, epoch, slot uint64) Key {
+	return Key{PK: ChainPK(star, class), SK: MarkerPrefix + pad(epoch) + "/" + pad(slot)}
+}
+
+// ChainDirKey lists a chain in the chain directory.
+func ChainDirKey(star string, class Class) Key {
+	return Key{PK: "chains", SK: star + "/" + string(class)}
+}
+
+// HeadState is the state of a chain's current epoch.
+type HeadState string
+
+const (
+	HeadOpen    HeadState = "open"    // Owner writes the epoch
+	HeadFencing HeadState = "fencing" // Fencer is fencing it; Cut once recorded
+	HeadSettled HeadState = "settled" // fenced, walked, absorbed, probed
+)
+
+// Head is the mint head of a chain: the current epoch and who may write it.
+// The epoch's parameters are minted here first (the CAS that decides the
+// mint) and copied to its epoch record.
+type Head struct {
+	Epoch  uint64      `json:"epoch"`
+	State  HeadState   `json:"state"`
+	Owner  string      `json:"owner"`            // incarnation that minted Epoch
+	Fencer string      `json:"fencer,omitempty"` // incarnation fencing Epoch
+	Cut    *uint64     `json:"cut,omitempty"`
+	Params EpochParams `json:"params"`
+}
+
+// EpochParams are fixed when an epoch is minted.
+type EpochParams struct {
+	Buckets []string `json:"buckets"` // the bucket set, K = len(Buckets)
+	W       int      `json:"w"`
+	Window  int      `json:"window"` // slots assignable ahead of release
+	Nonce   string   `json:"nonce"`  // hex of the writer's 128-bit nonce
+}
+
+// K is the size of the bucket set.
+func (p EpochParams) K() int { return len(p.Buckets) }
+
+// Validate checks 1 ≤ W ≤ K and a positive window.
+func (p EpochParams) Validate() error {
+	if p.K() == 0 || p.W < 1 || p.W > p.K() {
+		return fmt.Errorf("meta: epoch params: need 1 ≤ W ≤ K, have W=%d K=%d", p.W, p.K())
+	}
+	if p.Window < 1 {
+		return fmt.Errorf("meta: epoch params: window %d < 1", p.Window)
+	}
+	return nil
+}
+
+// Epoch is one epoch's record. Every cursor only moves forward.
+type Epoch struct {
+	Epoch      uint64      `json:"epoch"`
+	Owner      string      `json:"owner"`
+	Params     EpochParams `json:"params"`
+	Checkpoint uint64      `json:"checkpoint"`    // every slot below is absorbed
+	Cut        *uint64     `json:"cut,omitempty"` // first dead slot, once fenced
+	Settled    bool        `json:"settled,omitempty"`
+	Rewritten  uint64      `json:"rewritten"` // slots below have no live marker
+	Trimmed    uint64      `json:"trimmed"`   // slots below are deleted
+	Frontier   string      `json:"frontier,omitempty"`
+}
+
+// SlotRef locates one stream's records in one slot.
+type SlotRef struct {
+	Slot     uint64 `json:"slot"`
+	FirstSeq uint64 `json:"first"`
+	Count    uint64 `json:"n"`
+	Offset   uint64 `json:"off"` // object-absolute byte offset of the stream's blocks
+	Length   uint64 `json:"len"`
+}
+
+// Ref is the floor-lookup target of a stream at its first seq: a span ref
+// (Span set: records in an epoch's transit bundles, written by the absorb)
+// or a catalog row (Settled set: records in one settled object, swapped in
+// by the settle's visibility CAS). Either way the row is its own seal: it
+// carries the extent and cumulative fields every later guard reads.
+type Ref struct {
+	FirstSeq     uint64 `json:"first"`
+	EndSeq       uint64 `json:"end"`
+	CumBytes     uint64 `json:"cum_bytes"` // the stream's metered bytes below EndSeq
+	MinTimestamp uint64 `json:"min_ts"`
+	MaxTimestamp uint64 `json:"max_ts"`
+	FencingToken string `json:"token,omitempty"` // the stream's token as of EndSeq
+	TrimPoint    uint64 `json:"trim,omitempty"`  // the stream's trim point as of EndSeq
+
+	Span    *Span    `json:"span,omitempty"`
+	Settled *Settled `json:"settled,omitempty"`
+}
+
+// Span locates a ref's records in one epoch of one chain.
+type Span struct {
+	Class Class     `json:"class"`
+	Star  string    `json:"star"`
+	Epoch uint64    `json:"epoch"`
+	Slots []SlotRef `json:"slots"`
+}
+
+// Settled names the settled object holding a catalog row's window; its key
+// is derivable (streams/<basin>/<streamID>/<epoch>/<firstSeq>[~<revision>]).
+type Settled struct {
+	Epoch    uint64 `json:"epoch"`
+	FirstSeq uint64 `json:"first"`
+	Revision uint64 `json:"rev,omitempty"`
+	Bytes    uint64 `json:"bytes"`
+}
+
+// Marker is the batch marker of one absorb pass of a chain.
+type Marker struct {
+	Epoch    uint64   `json:"epoch"`
+	FromSlot uint64   `json:"from"`
+	EndSlot  uint64   `json:"end"`
+	Birth    int64    `json:"birth"` // unix ms
+	Ripen    int64    `json:"ripen"` // unix ms
+	Cause    string   `json:"cause"` // "linger" or "cap"
+	Streams  []string `json:"streams"`
+}
+
+// Encode marshals a row value.
+func Encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil { // only unsupported types fail, and rows have none
+		panic(fmt.Sprintf("meta: encode %T: %v", v, err))
+	}
+	return b
+}
+
+// Decode unmarshals a row value, naming the row in the error.
+func Decode(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("meta: decode %T: %w", v, err)
+	}
+	return nil
+}
+
+// From returns the part of the span from seq on, when seq is the first seq
+// of one of its slot refs.
+func (s *Span) From(seq uint64) (*Span, bool) {
+	for i, sl := range s.Slots {
+		if sl.FirstSeq == seq {
+			out := *s
+			out.Slots = append([]SlotRef(nil), s.Slots[i:]...)
+			return &out, true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,148 @@
+// Package settle holds the auditor's job logic: chain settlement (fence,
+// walk, absorb, probe, mark settled), and later group settle, catalog
+// commit, trim-check and the janitor. Every job is a function of the
+// stores, idempotent and safe to run twice at once.
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// walkPass is how many walked slots one absorb pass takes.
+const walkPass = 64
+
+// Chain restores "refs cover every acknowledged byte" for every unsettled
+// epoch of a chain whose writer is gone: fence each epoch to its cut (or
+// adopt the recorded one), walk the committed slots above its checkpoint
+// through the same absorb consumer the live leader uses, make the garbage
+// window above the cut dead, and mark the epoch settled; finally mark the
+// head settled. Every step is idempotent and CAS-guarded.
+func Chain(ctx context.Context, c *chain.Chain, abs *absorb.Absorber) error {
+	h, _, ok, err := c.Head(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	epochs, err := listEpochs(ctx, c)
+	if err != nil {
+		return err
+	}
+	headListed := false
+	for _, e := range epochs {
+		headListed = headListed || e.Epoch == h.Epoch
+		if e.Settled || e.Epoch > h.Epoch {
+			continue
+		}
+		if err := settleEpoch(ctx, c, abs, e.Epoch); err != nil {
+			return err
+		}
+	}
+	if !headListed { // its minter crashed before writing the record
+		if err := settleEpoch(ctx, c, abs, h.Epoch); err != nil {
+			return err
+		}
+	}
+	return markHeadSettled(ctx, c, h.Epoch)
+}
+
+func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoch uint64) error {
+	cut, err := c.Fence(ctx, epoch, false)
+	if err != nil {
+		return fmt.Errorf("settle %s/%s epoch %d: fence: %w", c.Star, c.Class, epoch, err)
+	}
+	rec, _, err := c.Epoch(ctx, epoch)
+	if err != nil {
+		return err
+	}
+	var pending []absorb.Slot
+	flush := func(all bool) error {
+		for len(pending) > 0 && (all || len(pending) >= walkPass) {
+			n, err := abs.Pass(ctx, epoch, pending)
+			if errors.Is(err, absorb.ErrNeedMore) && !all {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("settle %s/%s epoch %d: absorb from slot %d: %w", c.Star, c.Class, epoch, pending[0].Slot, err)
+			}
+			pending = pending[n:]
+		}
+		return nil
+	}
+	err = c.Walk(ctx, rec, rec.Checkpoint, cut, func(sf chain.SlotFooter) error {
+		pending = append(pending, absorb.Slot{Slot: sf.Slot, Extents: sf.Footer.Extents})
+		return flush(false)
+	})
+	if err != nil {
+		return fmt.Errorf("settle %s/%s epoch %d: walk: %w", c.Star, c.Class, epoch, err)
+	}
+	if err := flush(true); err != nil {
+		return err
+	}
+	if err := c.ProbeGarbage(ctx, rec, cut); err != nil {
+		return fmt.Errorf("settle %s/%s epoch %d: garbage probe: %w", c.Star, c.Class, epoch, err)
+	}
+	_, err = c.UpdateEpoch(ctx, epoch, func(e *meta.Epoch) bool {
+		if e.Settled {
+			return false
+		}
+		e.Settled = true
+		return true
+	})
+	return err
+}
+
+func markHeadSettled(ctx context.Context, c *chain.Chain, epoch uint64) error {
+	for {
+		h, ver, _, err := c.Head(ctx)
+		if err != nil {
+			return err
+		}
+		if h.Epoch != epoch || h.State == meta.HeadSettled {
+			return nil
+		}
+		if h.Cut == nil {
+			return fmt.Errorf("settle %s/%s: head epoch %d has no cut after settlement", c.Star, c.Class, epoch)
+		}
+		h.State = meta.HeadSettled
+		k := meta.HeadKey(c.Star, c.Class)
+		_, err = c.Meta.Put(ctx, k.PK, k.SK, meta.Encode(h), meta.IfVer(ver))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, meta.ErrConditionFailed) {
+			return fmt.Errorf("settle %s/%s: mark head settled: %w", c.Star, c.Class, err)
+		}
+	}
+}
+
+// listEpochs reads every epoch record of the chain in ascending order.
+func listEpochs(ctx context.Context, c *chain.Chain) ([]meta.Epoch, error) {
+	q := meta.Query{PK: meta.ChainPK(c.Star, c.Class), From: "e#", To: "e#~"}
+	var out []meta.Epoch
+	for {
+		pg, err := c.Meta.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("settle %s/%s: list epochs: %w", c.Star, c.Class, err)
+		}
+		for _, it := range pg.Items {
+			if !strings.HasPrefix(it.SK, "e#") {
+				continue
+			}
+			var e meta.Epoch
+			if err := meta.Decode(it.Val, &e); err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+		}
+		if pg.Next == "" {
+			return out, nil
+		}
+		q.PageToken = pg.Next
+	}
+}

@@ -1,0 +1,96 @@
+package loglet
+
+import "sync"
+
+// Stall causes, as the stall counter and the log name them.
+const (
+	CauseAbsorbLagging = "absorb_lagging"
+	CauseMetastoreSlow = "metastore_slow"
+	CauseEpochSettling = "epoch_settling"
+)
+
+// backlog is the budget of claimed-but-unabsorbed flights, in flights and
+// bytes. Tokens are taken when a flight is cut and returned when the absorb
+// checkpoints past it.
+type backlog struct {
+	mu         sync.Mutex
+	maxFlights int
+	maxBytes   int64
+	flights    int
+	bytes      int64
+	metaErrs   bool // the last absorb pass failed on the metastore
+	recovering bool
+	ch         chan struct{}
+}
+
+func newBacklog(maxFlights int, maxBytes int64) *backlog {
+	return &backlog{maxFlights: maxFlights, maxBytes: maxBytes, ch: make(chan struct{}, 1)}
+}
+
+// tryAcquire takes one flight token if the budget allows.
+func (b *backlog) tryAcquire() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.flights >= b.maxFlights || b.bytes >= b.maxBytes {
+		return false
+	}
+	b.flights++
+	return true
+}
+
+func (b *backlog) addBytes(n int64) {
+	b.mu.Lock()
+	b.bytes += n
+	b.mu.Unlock()
+}
+
+func (b *backlog) release(flights int, bytes int64) {
+	b.mu.Lock()
+	b.flights -= flights
+	b.bytes -= bytes
+	b.mu.Unlock()
+	select {
+	case b.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (b *backlog) freed() <-chan struct{} { return b.ch }
+
+func (b *backlog) setMetaErrs(v bool) {
+	b.mu.Lock()
+	b.metaErrs = v
+	b.mu.Unlock()
+}
+
+func (b *backlog) setRecovering(v bool) {
+	b.mu.Lock()
+	b.recovering = v
+	b.mu.Unlock()
+}
+
+// cause diagnoses why the budget is exhausted.
+func (b *backlog) cause() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.recovering:
+		return CauseEpochSettling
+	case b.metaErrs:
+		return CauseMetastoreSlow
+	default:
+		return CauseAbsorbLagging
+	}
+}
+
+func (b *backlog) flightsNow() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.flights
+}
+
+func (b *backlog) bytesNow() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.bytes
+}

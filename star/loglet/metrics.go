@@ -1,0 +1,77 @@
+package loglet
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are one loglet's Prometheus instruments; the class is a constant
+// label so the star's two loglets share one registry.
+type Metrics struct {
+	ackLatency     prometheus.Observer
+	commitLatency  prometheus.Observer
+	poolWait       prometheus.Observer
+	admitWait      prometheus.Observer
+	flightBytes    prometheus.Observer
+	putLatency     *prometheus.HistogramVec
+	putErrors      *prometheus.CounterVec
+	inflight       prometheus.Gauge
+	backlogFlights prometheus.Gauge
+	backlogAge     prometheus.Gauge
+	stalls         *prometheus.CounterVec
+	absorbPass     prometheus.Observer
+	absorbErrors   prometheus.Counter
+	halts          prometheus.Counter
+}
+
+// NewMetrics registers a loglet's instruments with reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
+	cl := prometheus.Labels{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		cl[labels[i]] = labels[i+1]
+	}
+	f := func(c prometheus.Collector) {
+		if reg != nil {
+			reg.MustRegister(c)
+		}
+	}
+	lat := prometheus.ExponentialBuckets(0.0005, 2, 18) // 0.5 ms … 65 s
+	h := func(name, help string, buckets []float64) prometheus.Histogram {
+		x := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "starlog", Name: name, Help: help, ConstLabels: cl, Buckets: buckets})
+		f(x)
+		return x
+	}
+	g := func(name, help string) prometheus.Gauge {
+		x := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "starlog", Name: name, Help: help, ConstLabels: cl})
+		f(x)
+		return x
+	}
+	m := &Metrics{
+		ackLatency:     h("ack_latency_seconds", "From cut to release of a flight: the append's durable ack latency below the pool.", lat),
+		commitLatency:  h("commit_latency_seconds", "From cut to W confirms of a slot.", lat),
+		poolWait:       h("pool_wait_seconds", "Time a batch waited in the pool before its flight was cut.", lat),
+		admitWait:      h("admit_wait_seconds", "Time an append waited for pool budget.", lat),
+		flightBytes:    h("flight_bytes", "Size of rendered flights.", prometheus.ExponentialBuckets(1024, 2, 16)),
+		inflight:       g("slots_in_flight", "Slots claimed and not yet released."),
+		backlogFlights: g("backlog_flights", "Released flights not yet absorbed."),
+		backlogAge:     g("backlog_age_seconds", "Age of the oldest released flight not yet absorbed."),
+		absorbPass:     h("absorb_pass_seconds", "Duration of an absorb pass.", lat),
+	}
+	m.putLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Name: "put_latency_seconds", Help: "Slot PUT latency per bucket.", ConstLabels: cl, Buckets: lat}, []string{"bucket"})
+	m.putErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "put_errors_total", Help: "Slot PUTs that did not create the copy, per bucket.", ConstLabels: cl}, []string{"bucket"})
+	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "backlog_stalls_total", Help: "Times publishing blocked at the backlog budget, by diagnosed cause.", ConstLabels: cl}, []string{"cause"})
+	m.absorbErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_errors_total", Help: "Absorb passes that failed and were retried.", ConstLabels: cl})
+	m.halts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_halts_total", Help: "Epochs halted (foreign occupant or flight deadline).", ConstLabels: cl})
+	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.absorbErrors, m.halts} {
+		f(c)
+	}
+	return m
+}
+
+func (m *Metrics) observePut(bucket string, took time.Duration, err error) {
+	m.putLatency.WithLabelValues(bucket).Observe(took.Seconds())
+	if err != nil {
+		m.putErrors.WithLabelValues(bucket).Inc()
+	}
+}

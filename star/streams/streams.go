@@ -1,0 +1,145 @@
+// Package streams joins a stream's facade to its class's loglet: it opens
+// the streams this star leads at their durable tail, sequences appends under
+// the stream's lock, hands them to the loglet and waits for their release.
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/facade"
+	"github.com/starlog/starlog/star/loglet"
+)
+
+// ErrAckUnknown is returned when the caller stopped waiting for an ack of a
+// batch already sequenced: it may or may not become durable (indefinite).
+var ErrAckUnknown = errors.New("streams: stopped waiting for the ack; the append may or may not be durable")
+
+// recordOverhead is charged per record on top of its metered size, for the
+// block framing and bookkeeping the pool holds.
+const recordOverhead = 48
+
+// Stream is one stream this star leads.
+type Stream struct {
+	ID     string
+	Class  meta.Class
+	loglet *loglet.Loglet
+
+	mu  sync.Mutex
+	fac *facade.Stream
+	now func() time.Time
+}
+
+// Open opens a stream at its durable tail, read from its greatest row, and
+// seeds the loglet's absorber with the stream's chained totals.
+func Open(ctx context.Context, ms meta.Store, l *loglet.Loglet, id string, class meta.Class, cfg facade.Config) (*Stream, error) {
+	pg, err := ms.Query(ctx, meta.Query{PK: "stream#" + id, From: meta.RefPrefix, To: meta.RefPrefix + "~", Backward: true, Limit: 1})
+	if err != nil {
+		return nil, fmt.Errorf("streams: open %s: greatest row: %w", id, err)
+	}
+	var st facade.State
+	var totals absorb.StreamTotals
+	if len(pg.Items) == 1 {
+		var r meta.Ref
+		if err := meta.Decode(pg.Items[0].Val, &r); err != nil {
+			return nil, err
+		}
+		st = facade.State{NextSeq: r.EndSeq, LastTimestamp: r.MaxTimestamp, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
+		totals = absorb.StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
+	}
+	l.Absorber().Seed(id, totals)
+	return &Stream{ID: id, Class: class, loglet: l, fac: facade.New(cfg, st), now: time.Now}, nil
+}
+
+// Ack is the outcome of an append.
+type Ack struct {
+	Start, End facade.Position
+	Tail       facade.Position
+}
+
+// Ticket waits for one submitted batch.
+type Ticket struct {
+	s    *Stream
+	seq  facade.Sequenced
+	done chan error
+}
+
+// Submit sequences req and hands it to the loglet without waiting for its
+// ack, so a session can pipeline: batches submitted one after another are
+// acknowledged in that order. It blocks only for pool budget.
+func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error) {
+	size := int64(0)
+	for _, in := range req.Records {
+		r := facadeRecord(in)
+		size += int64(r.MeteredSize()) + recordOverhead
+	}
+	res, err := s.loglet.Reserve(ctx, size)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	seq, err := s.fac.Sequence(req, uint64(s.now().UnixMilli()))
+	if err != nil {
+		s.mu.Unlock()
+		res.Cancel()
+		return nil, err
+	}
+	t := &Ticket{s: s, seq: seq, done: make(chan error, 1)}
+	s.loglet.Push(res, &loglet.Batch{StreamID: s.ID, Seq: seq, Done: t.complete})
+	s.mu.Unlock()
+	return t, nil
+}
+
+func (t *Ticket) complete(err error) {
+	if err == nil {
+		t.s.mu.Lock()
+		t.s.fac.Acked(t.seq.End)
+		t.s.mu.Unlock()
+	}
+	t.done <- err
+}
+
+// Sequenced is what the facade assigned to the batch.
+func (t *Ticket) Sequenced() facade.Sequenced { return t.seq }
+
+// Wait blocks until the batch is released (durable at W and every earlier
+// slot released) or failed. A caller that gives up gets ErrAckUnknown.
+func (t *Ticket) Wait(ctx context.Context) (Ack, error) {
+	select {
+	case err := <-t.done:
+		if err != nil {
+			return Ack{}, err
+		}
+		return Ack{Start: t.seq.Start, End: t.seq.End, Tail: t.s.Tail()}, nil
+	case <-ctx.Done():
+		return Ack{}, fmt.Errorf("%w: %v", ErrAckUnknown, ctx.Err())
+	}
+}
+
+// Append submits req and waits for its ack.
+func (s *Stream) Append(ctx context.Context, req facade.Request) (Ack, error) {
+	t, err := s.Submit(ctx, req)
+	if err != nil {
+		return Ack{}, err
+	}
+	return t.Wait(ctx)
+}
+
+// Tail is the durable (acknowledged) tail.
+func (s *Stream) Tail() facade.Position {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fac.Tail()
+}
+
+// Reconfigure changes the stream's timestamping.
+func (s *Stream) Reconfigure(cfg facade.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fac.Reconfigure(cfg)
+}
