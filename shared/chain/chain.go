@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
@@ -24,6 +25,10 @@ var ErrNotFenced = errors.New("chain: head epoch is open; fence it first")
 func SlotKey(star string, class meta.Class, epoch, slot uint64) string {
 	return fmt.Sprintf("chains/%s/%s/%020d/%020d", star, class, epoch, slot)
 }
+
+// Incarnation names one run of a star process: "<star>:<n>". Only an
+// incarnation of a chain's star may mint on it.
+func Incarnation(star string, n uint64) string { return fmt.Sprintf("%s:%d", star, n) }
 
 // Chain is one star's per-class write log as seen by one actor: the writer
 // (an incarnation of the chain's star) or a successor that fences, walks,
@@ -180,6 +185,9 @@ func (c *Chain) ensureEpochRecord(ctx context.Context, h meta.Head) (meta.Epoch,
 func (c *Chain) Mint(ctx context.Context, p meta.EpochParams) (meta.Epoch, error) {
 	if err := p.Validate(); err != nil {
 		return meta.Epoch{}, err
+	}
+	if !strings.HasPrefix(c.Me, c.Star+":") {
+		return meta.Epoch{}, fmt.Errorf("chain %s/%s: %s is not an incarnation of star %s and may not mint", c.Star, c.Class, c.Me, c.Star)
 	}
 	p.Nonce = hex.EncodeToString(func() []byte { n := NewNonce(); return n[:] }())
 	for {
