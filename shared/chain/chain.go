@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
@@ -39,6 +40,9 @@ type Chain struct {
 	Me    string // this actor's incarnation id
 	Meta  meta.Store
 	Store objstore.Store
+	// AttemptTimeout bounds one request to one bucket, so a black-holed
+	// bucket is retried when it comes back (default 10 s).
+	AttemptTimeout time.Duration
 
 	fenceNonce format.Nonce // written into this actor's poison
 }
@@ -68,6 +72,15 @@ func ParseNonce(s string) (format.Nonce, error) {
 	}
 	copy(n[:], b)
 	return n, nil
+}
+
+// attempt bounds one bucket request.
+func (c *Chain) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.AttemptTimeout
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 func (c *Chain) slotKey(epoch, slot uint64) string { return SlotKey(c.Star, c.Class, epoch, slot) }

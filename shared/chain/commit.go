@@ -190,7 +190,9 @@ func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, bo
 	r := newRetrier()
 	for {
 		start := time.Now()
-		_, err := b.PutIfAbsent(ctx, key, body)
+		actx, cancel := w.c.attempt(ctx)
+		_, err := b.PutIfAbsent(actx, key, body)
+		cancel()
 		if w.observe != nil {
 			w.observe(b.Name(), time.Since(start), err)
 		}
@@ -216,7 +218,9 @@ func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, bo
 // copy of (epoch, slot) by the writer holding nonce, Poison for any other
 // occupant, Unknown when the key is absent or unreadable now.
 func (c *Chain) probe(ctx context.Context, b objstore.Bucket, key string, epoch, slot uint64, nonce format.Nonce) (Occupant, error) {
-	head, err := b.Get(ctx, key, 0, format.EnvelopeSize)
+	actx, cancel := c.attempt(ctx)
+	defer cancel()
+	head, err := b.Get(actx, key, 0, format.EnvelopeSize)
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) {
 			return Unknown, nil

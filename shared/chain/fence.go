@@ -222,7 +222,9 @@ func (c *Chain) fenceSlot(ctx context.Context, bs []objstore.Bucket, rec meta.Ep
 func (c *Chain) poisonCopy(ctx context.Context, b objstore.Bucket, key string, epoch, slot uint64, nonce format.Nonce, poison []byte) (Occupant, error) {
 	r := newRetrier()
 	for {
-		_, err := b.PutIfAbsent(ctx, key, poison)
+		actx, cancel := c.attempt(ctx)
+		_, err := b.PutIfAbsent(actx, key, poison)
+		cancel()
 		switch {
 		case err == nil:
 			return Poison, nil
@@ -303,7 +305,9 @@ func (c *Chain) ReadFooter(ctx context.Context, bs []objstore.Bucket, epoch, slo
 	for attempt := 0; ; attempt++ {
 		for j := range bs {
 			b := bs[(int(slot)+attempt+j)%len(bs)] // spread reads over the set
-			head, err := b.Get(ctx, key, 0, format.EnvelopeSize)
+			actx, cancel := c.attempt(ctx)
+			head, err := b.Get(actx, key, 0, format.EnvelopeSize)
+			cancel()
 			if err != nil {
 				lastErr = err
 				continue
@@ -312,7 +316,9 @@ func (c *Chain) ReadFooter(ctx context.Context, bs []objstore.Bucket, epoch, slo
 			if err != nil || env.Kind != format.KindFlight || env.Epoch != epoch || env.Slot != slot || env.Nonce != nonce {
 				continue // poison or a stranger: try another bucket
 			}
-			raw, err := b.Get(ctx, key, int64(env.FooterOffset), int64(env.FooterLen))
+			actx, cancel = c.attempt(ctx)
+			raw, err := b.Get(actx, key, int64(env.FooterOffset), int64(env.FooterLen))
+			cancel()
 			if err != nil {
 				lastErr = err
 				continue
@@ -346,6 +352,7 @@ func (c *Chain) ProbeGarbage(ctx context.Context, rec meta.Epoch, cut uint64) er
 		poison := format.EncodePoison(rec.Epoch, s, c.fenceNonce)
 		for _, b := range bs {
 			wg.Go(func() {
+				r := newRetrier()
 				for {
 					occ, err := c.poisonCopy(ctx, b, key, rec.Epoch, s, nonce, poison)
 					if err != nil {
@@ -355,7 +362,10 @@ func (c *Chain) ProbeGarbage(ctx context.Context, rec meta.Epoch, cut uint64) er
 					if occ == Poison {
 						return
 					}
-					if err := b.Delete(ctx, key); err != nil {
+					actx, cancel := c.attempt(ctx)
+					err = b.Delete(actx, key)
+					cancel()
+					if err != nil && !r.wait(ctx) {
 						errs <- fmt.Errorf("chain: reap %s/%s: %w", b.Name(), key, err)
 						return
 					}

@@ -1,0 +1,217 @@
+package absorb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/testsvc"
+)
+
+// crashAt makes the k-th call to the store fail (counting from 1), before
+// or after applying it: a process that dies at that step.
+type crashAt struct {
+	meta.Store
+	k, n  atomic.Int64
+	after bool
+}
+
+var errCrash = errors.New("crash")
+
+func (c *crashAt) step(apply func() error) error {
+	if c.n.Add(1) != c.k.Load() {
+		return apply()
+	}
+	if c.after {
+		_ = apply()
+	}
+	return errCrash
+}
+
+func (c *crashAt) Get(ctx context.Context, pk, sk string) (it meta.Item, err error) {
+	err = c.step(func() error { it, err = c.Store.Get(ctx, pk, sk); return err })
+	return it, err
+}
+func (c *crashAt) Put(ctx context.Context, pk, sk string, val []byte, cond meta.Cond) (v int64, err error) {
+	err = c.step(func() error { v, err = c.Store.Put(ctx, pk, sk, val, cond); return err })
+	return v, err
+}
+func (c *crashAt) Query(ctx context.Context, q meta.Query) (p meta.Page, err error) {
+	err = c.step(func() error { p, err = c.Store.Query(ctx, q); return err })
+	return p, err
+}
+
+func slots() []absorb.Slot {
+	var out []absorb.Slot
+	seq := map[string]uint64{}
+	for s := range uint64(6) {
+		var xs []format.Extent
+		off := uint64(format.EnvelopeSize)
+		for _, id := range []string{"a", "b", "c"} {
+			if (s+uint64(len(id)))%3 == 0 && id == "c" {
+				continue // c skips some slots
+			}
+			n := uint32(2 + s%3)
+			xs = append(xs, format.Extent{StreamID: id, FirstSeq: seq[id], Count: n, Offset: off, Length: 100 * n, MinTimestamp: 10 * s, MaxTimestamp: 10*s + 5})
+			seq[id] += uint64(n)
+			off += uint64(100 * n)
+		}
+		out = append(out, absorb.Slot{Slot: s, Extents: xs})
+	}
+	return out
+}
+
+type world struct {
+	meta  meta.Store
+	chain *chain.Chain
+	epoch uint64
+}
+
+func newWorld(t *testing.T) world {
+	ms := testsvc.SQLite(t)
+	os, _ := mem.New("b")
+	c := chain.New("star", meta.Standard, "star:1", ms, os)
+	e, err := c.Mint(context.Background(), meta.EpochParams{Buckets: []string{"b"}, W: 1, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return world{meta: ms, chain: c, epoch: e.Epoch}
+}
+
+func (w world) absorber(ms meta.Store) *absorb.Absorber {
+	return &absorb.Absorber{
+		Star: "star", Class: meta.Standard, Meta: ms,
+		Rip:         absorb.Ripening{Trigger: 1000, Linger: time.Second, AgeCap: time.Minute},
+		Concurrency: 1, // a deterministic order of steps, so "crash at step k" names one step
+		Now:         func() time.Time { return time.UnixMilli(1_700_000_000_000) },
+		UpdateEpoch: chain.New("star", meta.Standard, "star:1", ms, nil).UpdateEpoch,
+	}
+}
+
+// run absorbs the slots in passes of two, as a leader would.
+func run(ctx context.Context, a *absorb.Absorber, epoch uint64, ss []absorb.Slot) error {
+	for len(ss) > 0 {
+		n, err := a.Pass(ctx, epoch, ss[:min(2, len(ss))])
+		if err != nil {
+			return err
+		}
+		ss = ss[n:]
+	}
+	return nil
+}
+
+// dump reads every row the absorb writes.
+func dump(t *testing.T, ms meta.Store, epoch uint64) map[string]string {
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, pk := range []string{"stream#a", "stream#b", "stream#c", meta.ChainPK("star", meta.Standard)} {
+		pg, err := ms.Query(ctx, meta.Query{PK: pk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range pg.Items {
+			if it.SK == "head" {
+				continue
+			}
+			v := string(it.Val)
+			if it.SK[:2] == "e#" { // the epoch record's version moves; its content must match
+				var e meta.Epoch
+				meta.Decode(it.Val, &e)
+				v = fmt.Sprintf("checkpoint=%d", e.Checkpoint)
+			}
+			out[pk+"/"+it.SK] = v
+		}
+	}
+	return out
+}
+
+// A crash at every step of the absorb (before or after the step applies),
+// followed by a re-run from the checkpoint by a fresh absorber, converges to
+// exactly the rows of a run that never crashed.
+func TestCrashAtEveryStepConverges(t *testing.T) {
+	ctx := context.Background()
+	ref := newWorld(t)
+	counting := &crashAt{Store: ref.meta}
+	if err := run(ctx, ref.absorber(counting), ref.epoch, slots()); err != nil {
+		t.Fatal(err)
+	}
+	want := dump(t, ref.meta, ref.epoch)
+	steps := counting.n.Load()
+	if steps < 10 || len(want) < 10 {
+		t.Fatalf("reference run made %d steps, %d rows", steps, len(want))
+	}
+	for k := int64(1); k <= steps; k++ {
+		for _, after := range []bool{false, true} {
+			w := newWorld(t)
+			c := &crashAt{Store: w.meta, after: after}
+			c.k.Store(k)
+			if err := run(ctx, w.absorber(c), w.epoch, slots()); !errors.Is(err, errCrash) {
+				t.Fatalf("step %d: crash not hit: %v", k, err)
+			}
+			// Restart: a fresh absorber resumes from the durable checkpoint.
+			rec, _, err := w.chain.Epoch(ctx, w.epoch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := run(ctx, w.absorber(w.meta), w.epoch, slots()[rec.Checkpoint:]); err != nil {
+				t.Fatalf("step %d (after=%v): re-run: %v", k, after, err)
+			}
+			if got := dump(t, w.meta, w.epoch); !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d (after=%v): rows diverge\n got %v\nwant %v", k, after, got, want)
+			}
+		}
+	}
+}
+
+// A re-run with other pass boundaries (a walk after a crash takes larger
+// passes) still covers every seq exactly once.
+func TestRerunWithOtherBoundariesCovers(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	a := w.absorber(w.meta)
+	ss := slots()
+	// First run: one pass of slots 0-2 wrote its refs but crashed before its
+	// marker (simulate by writing refs via a pass on a throwaway epoch row…
+	// simpler: run the pass, then delete its marker and roll the checkpoint back).
+	if _, err := a.Pass(ctx, w.epoch, ss[:3]); err != nil {
+		t.Fatal(err)
+	}
+	mk := meta.MarkerKey("star", meta.Standard, w.epoch, 0)
+	if err := w.meta.Delete(ctx, mk.PK, mk.SK, meta.Always()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.chain.UpdateEpoch(ctx, w.epoch, func(e *meta.Epoch) bool { e.Checkpoint = 0; return true }); err != nil {
+		t.Fatal(err)
+	}
+	// Re-run as one big pass by a fresh absorber.
+	if _, err := w.absorber(w.meta).Pass(ctx, w.epoch, ss); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		pg, err := w.meta.Query(ctx, meta.Query{PK: "stream#" + id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := uint64(0)
+		for _, it := range pg.Items {
+			var r meta.Ref
+			meta.Decode(it.Val, &r)
+			if r.FirstSeq != next {
+				t.Fatalf("stream %s: row at %d after %d", id, r.FirstSeq, next)
+			}
+			next = r.EndSeq
+		}
+		if next == 0 {
+			t.Fatalf("stream %s: no rows", id)
+		}
+	}
+}
