@@ -39,7 +39,9 @@ func (l *Loglet) absorbLoop(ctx context.Context) {
 				break
 			}
 			start := time.Now()
+			l.backlog.passRunning(start)
 			n, err := l.abs.Pass(ctx, epoch, slots)
+			l.backlog.passRunning(time.Time{})
 			last = time.Now()
 			if errors.Is(err, absorb.ErrNeedMore) {
 				break // more releases will come and nudge us
@@ -48,7 +50,7 @@ func (l *Loglet) absorbLoop(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				l.backlog.setMetaErrs(true)
+				l.backlog.setMetaSlow(true)
 				l.metrics.absorbErrors.Inc()
 				l.log.Warn("absorb pass failed; retrying", "epoch", epoch, "from", slots[0].Slot, "err", err, "in", backoff)
 				if !sleep(ctx, backoff) {
@@ -58,8 +60,13 @@ func (l *Loglet) absorbLoop(ctx context.Context) {
 				continue
 			}
 			backoff = 10 * time.Millisecond
-			l.backlog.setMetaErrs(false)
-			l.metrics.absorbPass.Observe(last.Sub(start).Seconds())
+			// A pass is a handful of metastore round trips (the floor reads
+			// of new streams, the refs in parallel waves, the marker, the
+			// checkpoint): a slow one names the metastore as the cause.
+			took := last.Sub(start)
+			waves := 3 + (streamsIn(slots[:n])+l.abs.Concurrency-1)/max(l.abs.Concurrency, 1)
+			l.backlog.setMetaSlow(took/time.Duration(waves) > l.cfg.SlowMetaOp)
+			l.metrics.absorbPass.Observe(took.Seconds())
 			bytes := l.index.Absorbed(n)
 			l.backlog.release(n, bytes)
 		}
@@ -75,4 +82,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+func streamsIn(slots []absorb.Slot) int {
+	seen := map[string]bool{}
+	for _, s := range slots {
+		for _, x := range s.Extents {
+			seen[x.StreamID] = true
+		}
+	}
+	return len(seen)
 }

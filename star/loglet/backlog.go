@@ -1,6 +1,9 @@
 package loglet
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Stall causes, as the stall counter and the log name them.
 const (
@@ -18,13 +21,15 @@ type backlog struct {
 	maxBytes   int64
 	flights    int
 	bytes      int64
-	metaErrs   bool // the last absorb pass failed on the metastore
+	metaSlow   bool // the last absorb pass failed or crawled on the metastore
 	recovering bool
+	passStart  time.Time     // when the running absorb pass began (zero: none)
+	slowPass   time.Duration // a pass running longer blames the metastore
 	ch         chan struct{}
 }
 
-func newBacklog(maxFlights int, maxBytes int64) *backlog {
-	return &backlog{maxFlights: maxFlights, maxBytes: maxBytes, ch: make(chan struct{}, 1)}
+func newBacklog(maxFlights int, maxBytes int64, slowPass time.Duration) *backlog {
+	return &backlog{maxFlights: maxFlights, maxBytes: maxBytes, slowPass: slowPass, ch: make(chan struct{}, 1)}
 }
 
 // tryAcquire takes one flight token if the budget allows.
@@ -57,9 +62,9 @@ func (b *backlog) release(flights int, bytes int64) {
 
 func (b *backlog) freed() <-chan struct{} { return b.ch }
 
-func (b *backlog) setMetaErrs(v bool) {
+func (b *backlog) setMetaSlow(v bool) {
 	b.mu.Lock()
-	b.metaErrs = v
+	b.metaSlow = v
 	b.mu.Unlock()
 }
 
@@ -76,7 +81,7 @@ func (b *backlog) cause() string {
 	switch {
 	case b.recovering:
 		return CauseEpochSettling
-	case b.metaErrs:
+	case b.metaSlow, !b.passStart.IsZero() && time.Since(b.passStart) > b.slowPass:
 		return CauseMetastoreSlow
 	default:
 		return CauseAbsorbLagging
@@ -93,4 +98,10 @@ func (b *backlog) bytesNow() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.bytes
+}
+
+func (b *backlog) passRunning(start time.Time) {
+	b.mu.Lock()
+	b.passStart = start
+	b.mu.Unlock()
 }

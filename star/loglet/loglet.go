@@ -61,6 +61,9 @@ type Config struct {
 	Ripening absorb.Ripening
 	// MetaConcurrency bounds the metastore writes of one pass.
 	MetaConcurrency int
+	// SlowMetaOp is the mean metastore round trip of an absorb pass above
+	// which a backlog stall is blamed on the metastore (default 50 ms).
+	SlowMetaOp time.Duration
 }
 
 func (c *Config) defaults() {
@@ -84,6 +87,12 @@ func (c *Config) defaults() {
 	}
 	if c.FlightDeadline <= 0 {
 		c.FlightDeadline = 10 * time.Second
+	}
+	if c.SlowMetaOp <= 0 {
+		c.SlowMetaOp = 50 * time.Millisecond
+	}
+	if c.MetaConcurrency <= 0 {
+		c.MetaConcurrency = 16
 	}
 	if c.AbsorbMaxSlots <= 0 {
 		c.AbsorbMaxSlots = 256
@@ -114,14 +123,15 @@ type Loglet struct {
 	done    chan struct{}
 
 	// owned by run
-	epoch      meta.Epoch
-	writer     *chain.Writer
-	epochCtx   context.Context
-	epochStop  context.CancelFunc
-	nextSlot   uint64
-	releaseAt  uint64
-	inflight   map[uint64]*flight
-	deposedErr error
+	epoch        meta.Epoch
+	writer       *chain.Writer
+	epochCtx     context.Context
+	epochStop    context.CancelFunc
+	nextSlot     uint64
+	releaseAt    uint64
+	inflight     map[uint64]*flight
+	deposedErr   error
+	stalledSince time.Time
 
 	index   *Index
 	backlog *backlog
@@ -173,7 +183,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 		results:     make(chan uploadResult, 4*cfg.Window),
 		inflight:    map[uint64]*flight{},
 		index:       NewIndex(),
-		backlog:     newBacklog(cfg.BacklogFlights, cfg.BacklogBytes),
+		backlog:     newBacklog(cfg.BacklogFlights, cfg.BacklogBytes, 4*cfg.SlowMetaOp),
 		absorbNudge: make(chan struct{}, 1),
 		absorbDone:  make(chan struct{}),
 		done:        make(chan struct{}),

@@ -61,10 +61,18 @@ func (l *Loglet) tryCut() time.Duration {
 			return 0 // an upload result frees a slot
 		}
 		if !l.backlog.tryAcquire() {
-			l.metrics.stalls.WithLabelValues(l.backlog.cause()).Inc()
-			l.log.Warn("backlog budget stall: publishing blocks", "cause", l.backlog.cause(),
-				"flights", l.backlog.flightsNow(), "bytes", l.backlog.bytesNow())
+			if l.stalledSince.IsZero() { // one count and one log line per stall
+				l.stalledSince = time.Now()
+				cause := l.backlog.cause()
+				l.metrics.stalls.WithLabelValues(cause).Inc()
+				l.log.Warn("backlog budget stall: publishing blocks", "cause", cause,
+					"flights", l.backlog.flightsNow(), "bytes", l.backlog.bytesNow())
+			}
 			return 0 // the absorb frees tokens
+		}
+		if !l.stalledSince.IsZero() {
+			l.log.Info("backlog budget stall over", "took", time.Since(l.stalledSince))
+			l.stalledSince = time.Time{}
 		}
 		l.cut()
 	}

@@ -1,0 +1,48 @@
+package api
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Name limits.
+const (
+	MinBasinNameLen  = 8
+	MaxBasinNameLen  = 48
+	MaxStreamNameLen = 512
+)
+
+// ValidateBasinName checks ^[a-z0-9][a-z0-9-]{6,46}[a-z0-9]$: 8–48 bytes of
+// lower-case letters, digits and hyphens, not starting or ending with a
+// hyphen. It fails with 422 invalid.
+func ValidateBasinName(name string) *Error {
+	if len(name) < MinBasinNameLen || len(name) > MaxBasinNameLen {
+		return Invalid("basin name must be %d to %d bytes, got %d", MinBasinNameLen, MaxBasinNameLen, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i != 0 && i != len(name)-1:
+		default:
+			return Invalid("basin name %q: only a-z, 0-9 and inner hyphens are allowed", name)
+		}
+	}
+	return nil
+}
+
+// ValidateStreamName checks a stream name: 1–512 bytes of UTF-8 without
+// NUL. (API.md only bounds the length; names travel in JSON and in
+// metastore keys, so they must be text.) It fails with 422 invalid.
+func ValidateStreamName(name string) *Error {
+	if len(name) == 0 || len(name) > MaxStreamNameLen {
+		return Invalid("stream name must be 1 to %d bytes, got %d", MaxStreamNameLen, len(name))
+	}
+	if !utf8.ValidString(name) {
+		return Invalid("stream name must be valid UTF-8")
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return Invalid("stream name must not contain NUL")
+	}
+	return nil
+}

@@ -1,0 +1,333 @@
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// jsonHeader is a header on the JSON wire: a [name, value] pair of strings
+// in the request's format.
+type jsonHeader struct{ name, value string }
+
+func (h *jsonHeader) UnmarshalJSON(b []byte) error {
+	var pair []*string
+	if err := json.Unmarshal(b, &pair); err != nil {
+		return err
+	}
+	if len(pair) != 2 || pair[0] == nil || pair[1] == nil {
+		return errors.New("a header must be a [name, value] pair of strings")
+	}
+	h.name, h.value = *pair[0], *pair[1]
+	return nil
+}
+
+func (h jsonHeader) MarshalJSON() ([]byte, error) {
+	return json.Marshal([2]string{h.name, h.value})
+}
+
+type appendRecordJSON struct {
+	Timestamp *uint64      `json:"timestamp,omitempty"`
+	Headers   []jsonHeader `json:"headers,omitempty"`
+	Body      string       `json:"body,omitempty"`
+}
+
+type appendInputJSON struct {
+	Records      []appendRecordJSON `json:"records"`
+	MatchSeqNum  *uint64            `json:"match_seq_num,omitempty"`
+	FencingToken *string            `json:"fencing_token,omitempty"`
+}
+
+type sequencedRecordJSON struct {
+	SeqNum    *uint64      `json:"seq_num"`
+	Timestamp *uint64      `json:"timestamp"`
+	Headers   []jsonHeader `json:"headers"`
+	Body      string       `json:"body"`
+}
+
+type readBatchJSON struct {
+	Records []sequencedRecordJSON `json:"records"`
+	Tail    *StreamPosition       `json:"tail"`
+}
+
+// jsonMessage renders a decoding error without Go type names.
+func jsonMessage(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("malformed JSON at offset %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return fmt.Sprintf("field %q: unexpected JSON %s", typ.Field, typ.Value)
+		}
+		return fmt.Sprintf("unexpected JSON %s", typ.Value)
+	}
+	return err.Error()
+}
+
+// decodeBytes turns a JSON string in format f into bytes.
+func decodeBytes(s string, f Format) ([]byte, error) {
+	if f == FormatBase64 {
+		return base64.StdEncoding.DecodeString(s)
+	}
+	return []byte(s), nil
+}
+
+// encodeText turns bytes into a JSON string value in format f; raw requires
+// valid UTF-8 (the append side must not lose bytes).
+func encodeText(b []byte, f Format) (string, error) {
+	if f == FormatBase64 {
+		return base64.StdEncoding.EncodeToString(b), nil
+	}
+	if !utf8.Valid(b) {
+		return "", errors.New("bytes are not valid UTF-8: use the base64 format")
+	}
+	return string(b), nil
+}
+
+// DecodeAppendJSON decodes and validates a JSON append body
+// {"records":[…],"match_seq_num"?,"fencing_token"?} in format f. Malformed
+// JSON is 400 bad_json; bad base64 and every ValidateAppendInput failure are
+// 422 invalid.
+func DecodeAppendJSON(body []byte, f Format) (*AppendInput, *Error) {
+	var w appendInputJSON
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, BadJSON("append: %s", jsonMessage(err))
+	}
+	if len(w.Records) > MaxBatchRecords {
+		return nil, Invalid("an append batch holds at most %d records, got %d", MaxBatchRecords, len(w.Records))
+	}
+	in := &AppendInput{
+		Records:      make([]Record, len(w.Records)),
+		MatchSeqNum:  w.MatchSeqNum,
+		FencingToken: w.FencingToken,
+	}
+	for i := range w.Records {
+		wr := &w.Records[i]
+		r := &in.Records[i]
+		r.Timestamp = wr.Timestamp
+		var err error
+		if r.Body, err = decodeBytes(wr.Body, f); err != nil {
+			return nil, Invalid("record %d: body: %v", i, err)
+		}
+		if len(wr.Headers) > 0 {
+			r.Headers = make([]Header, len(wr.Headers))
+		}
+		for j, h := range wr.Headers {
+			if r.Headers[j].Name, err = decodeBytes(h.name, f); err != nil {
+				return nil, Invalid("record %d: header %d name: %v", i, j, err)
+			}
+			if r.Headers[j].Value, err = decodeBytes(h.value, f); err != nil {
+				return nil, Invalid("record %d: header %d value: %v", i, j, err)
+			}
+		}
+	}
+	if err := ValidateAppendInput(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// EncodeAppendJSON encodes an append body in format f (for clients). Raw
+// format fails on bytes that are not valid UTF-8.
+func EncodeAppendJSON(in *AppendInput, f Format) ([]byte, error) {
+	w := appendInputJSON{
+		Records:      make([]appendRecordJSON, len(in.Records)),
+		MatchSeqNum:  in.MatchSeqNum,
+		FencingToken: in.FencingToken,
+	}
+	for i := range in.Records {
+		r := &in.Records[i]
+		wr := &w.Records[i]
+		wr.Timestamp = r.Timestamp
+		var err error
+		if wr.Body, err = encodeText(r.Body, f); err != nil {
+			return nil, fmt.Errorf("record %d body: %w", i, err)
+		}
+		if len(r.Headers) > 0 {
+			wr.Headers = make([]jsonHeader, len(r.Headers))
+		}
+		for j, h := range r.Headers {
+			if wr.Headers[j].name, err = encodeText(h.Name, f); err != nil {
+				return nil, fmt.Errorf("record %d header %d name: %w", i, j, err)
+			}
+			if wr.Headers[j].value, err = encodeText(h.Value, f); err != nil {
+				return nil, fmt.Errorf("record %d header %d value: %w", i, j, err)
+			}
+		}
+	}
+	return json.Marshal(w)
+}
+
+// appendBytesJSON appends b as a JSON string in format f; raw is lossy.
+func appendBytesJSON(dst, b []byte, f Format) []byte {
+	if f == FormatBase64 {
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, b)
+		return append(dst, '"')
+	}
+	return appendJSONString(dst, b)
+}
+
+func appendPositionJSON(dst []byte, p StreamPosition) []byte {
+	dst = append(dst, `{"seq_num":`...)
+	dst = strconv.AppendUint(dst, p.SeqNum, 10)
+	dst = append(dst, `,"timestamp":`...)
+	dst = strconv.AppendUint(dst, p.Timestamp, 10)
+	return append(dst, '}')
+}
+
+// AppendReadBatchJSON appends the JSON of a read batch in format f:
+// {"records":[{"seq_num","timestamp","headers"?,"body"?}…],"tail"?}. Empty
+// headers and bodies are omitted; raw format replaces invalid UTF-8 with
+// U+FFFD. It is hand-written because reads are the hot path.
+func AppendReadBatchJSON(dst []byte, b *ReadBatch, f Format) []byte {
+	dst = append(dst, `{"records":[`...)
+	for i := range b.Records {
+		r := &b.Records[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"seq_num":`...)
+		dst = strconv.AppendUint(dst, r.SeqNum, 10)
+		dst = append(dst, `,"timestamp":`...)
+		dst = strconv.AppendUint(dst, r.ts(), 10)
+		if len(r.Headers) > 0 {
+			dst = append(dst, `,"headers":[`...)
+			for j, h := range r.Headers {
+				if j > 0 {
+					dst = append(dst, ',')
+				}
+				dst = append(dst, '[')
+				dst = appendBytesJSON(dst, h.Name, f)
+				dst = append(dst, ',')
+				dst = appendBytesJSON(dst, h.Value, f)
+				dst = append(dst, ']')
+			}
+			dst = append(dst, ']')
+		}
+		if len(r.Body) > 0 {
+			dst = append(dst, `,"body":`...)
+			dst = appendBytesJSON(dst, r.Body, f)
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, ']')
+	if b.Tail != nil {
+		dst = append(dst, `,"tail":`...)
+		dst = appendPositionJSON(dst, *b.Tail)
+	}
+	return append(dst, '}')
+}
+
+// EncodeReadBatchJSON is AppendReadBatchJSON into a new slice.
+func EncodeReadBatchJSON(b *ReadBatch, f Format) []byte {
+	return AppendReadBatchJSON(make([]byte, 0, 64+int(MeteredBytes(b.Records))*2), b, f)
+}
+
+// DecodeReadBatchJSON decodes a JSON read batch in format f (for clients).
+// Every record must carry seq_num and timestamp; missing headers and body
+// are empty.
+func DecodeReadBatchJSON(body []byte, f Format) (*ReadBatch, *Error) {
+	var w readBatchJSON
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, BadJSON("read batch: %s", jsonMessage(err))
+	}
+	if w.Records == nil {
+		return nil, BadJSON("read batch: missing records")
+	}
+	b := &ReadBatch{Records: make([]Record, len(w.Records)), Tail: w.Tail}
+	for i := range w.Records {
+		wr := &w.Records[i]
+		if wr.SeqNum == nil || wr.Timestamp == nil {
+			return nil, BadJSON("read batch: record %d lacks seq_num or timestamp", i)
+		}
+		r := &b.Records[i]
+		r.SeqNum = *wr.SeqNum
+		r.Timestamp = wr.Timestamp
+		var err error
+		if r.Body, err = decodeBytes(wr.Body, f); err != nil {
+			return nil, Invalid("read batch: record %d body: %v", i, err)
+		}
+		if len(wr.Headers) > 0 {
+			r.Headers = make([]Header, len(wr.Headers))
+		}
+		for j, h := range wr.Headers {
+			if r.Headers[j].Name, err = decodeBytes(h.name, f); err != nil {
+				return nil, Invalid("read batch: record %d header %d name: %v", i, j, err)
+			}
+			if r.Headers[j].Value, err = decodeBytes(h.value, f); err != nil {
+				return nil, Invalid("read batch: record %d header %d value: %v", i, j, err)
+			}
+		}
+	}
+	return b, nil
+}
+
+type positionJSON struct {
+	SeqNum    *uint64 `json:"seq_num"`
+	Timestamp *uint64 `json:"timestamp"`
+}
+
+func (p *positionJSON) get(field string) (StreamPosition, *Error) {
+	if p == nil || p.SeqNum == nil || p.Timestamp == nil {
+		return StreamPosition{}, BadJSON("%s: a position needs seq_num and timestamp", field)
+	}
+	return StreamPosition{SeqNum: *p.SeqNum, Timestamp: *p.Timestamp}, nil
+}
+
+// EncodeAppendAckJSON encodes {"start","end","tail"}.
+func EncodeAppendAckJSON(a AppendAck) []byte {
+	dst := append(make([]byte, 0, 160), `{"start":`...)
+	dst = appendPositionJSON(dst, a.Start)
+	dst = append(dst, `,"end":`...)
+	dst = appendPositionJSON(dst, a.End)
+	dst = append(dst, `,"tail":`...)
+	dst = appendPositionJSON(dst, a.Tail)
+	return append(dst, '}')
+}
+
+// DecodeAppendAckJSON decodes an append ack (for clients); all three
+// positions must be complete.
+func DecodeAppendAckJSON(body []byte) (AppendAck, *Error) {
+	var w struct {
+		Start *positionJSON `json:"start"`
+		End   *positionJSON `json:"end"`
+		Tail  *positionJSON `json:"tail"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return AppendAck{}, BadJSON("append ack: %s", jsonMessage(err))
+	}
+	var a AppendAck
+	var err *Error
+	if a.Start, err = w.Start.get("start"); err != nil {
+		return AppendAck{}, err
+	}
+	if a.End, err = w.End.get("end"); err != nil {
+		return AppendAck{}, err
+	}
+	if a.Tail, err = w.Tail.get("tail"); err != nil {
+		return AppendAck{}, err
+	}
+	return a, nil
+}
+
+// EncodeTailJSON encodes the check-tail body {"tail":{…}}.
+func EncodeTailJSON(tail StreamPosition) []byte {
+	return append(appendPositionJSON(append(make([]byte, 0, 64), `{"tail":`...), tail), '}')
+}
+
+// DecodeTailJSON decodes a check-tail (or 416) body (for clients).
+func DecodeTailJSON(body []byte) (StreamPosition, *Error) {
+	var w struct {
+		Tail *positionJSON `json:"tail"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return StreamPosition{}, BadJSON("tail: %s", jsonMessage(err))
+	}
+	return w.Tail.get("tail")
+}

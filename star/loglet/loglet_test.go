@@ -1,0 +1,360 @@
+package loglet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/meta"
+	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/facade"
+	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/streams"
+)
+
+var zones = []string{"az1", "az2", "az3"}
+
+type harness struct {
+	t      *testing.T
+	meta   *mfaults.Store
+	reg    *prometheus.Registry
+	store  *faults.Store
+	cfg    loglet.Config
+	chain  *chain.Chain
+	loglet *loglet.Loglet
+}
+
+func quietLog() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func newHarness(t *testing.T, tweak func(*loglet.Config)) *harness {
+	t.Helper()
+	inner, err := mem.New(zones...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, meta: mfaults.New(testsvc.SQLite(t), 1), reg: prometheus.NewRegistry(), store: faults.Wrap(inner, faults.WithSeed(1))}
+	h.cfg = loglet.Config{
+		Star: "star1", Incarnation: chain.Incarnation("star1", 1), Class: meta.Express,
+		Buckets: zones, W: 2, Window: 8,
+		FlushInterval: time.Millisecond, TargetFlight: 16 << 10, PoolBudget: 8 << 20,
+		FlightDeadline: 2 * time.Second,
+		Ripening:       absorb.Ripening{Trigger: 8 << 20, Linger: 10 * time.Second, AgeCap: 2 * time.Minute},
+	}
+	if tweak != nil {
+		tweak(&h.cfg)
+	}
+	h.open()
+	return h
+}
+
+func (h *harness) open() {
+	h.t.Helper()
+	h.chain = chain.New(h.cfg.Star, h.cfg.Class, h.cfg.Incarnation, h.meta, h.store)
+	h.chain.AttemptTimeout = 200 * time.Millisecond
+	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: h.chain.UpdateEpoch}
+	l, err := loglet.Open(context.Background(), h.cfg, h.chain, func(ctx context.Context) error { return settle.Chain(ctx, h.chain, abs) }, loglet.NewMetrics(h.reg), quietLog())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.loglet = l
+	h.t.Cleanup(l.Close)
+}
+
+func (h *harness) stream(id string) *streams.Stream {
+	h.t.Helper()
+	s, err := streams.Open(context.Background(), h.meta, h.loglet, id, h.cfg.Class, facade.Config{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+func batch(stream string, i, n int) facade.Request {
+	req := facade.Request{}
+	for j := range n {
+		req.Records = append(req.Records, facade.Input{Body: fmt.Appendf(nil, "%s/%d/%d", stream, i, j)})
+	}
+	return req
+}
+
+// checkRows settles the chain as a successor would (fence, walk, absorb)
+// and checks every stream's rows: contiguous from 0, no overlap, ending at
+// want[stream] (the acknowledged count): no ack disowned, no seq twice.
+func (h *harness) checkRows(want map[string]uint64) {
+	h.t.Helper()
+	ctx := context.Background()
+	h.loglet.Close()
+	succ := chain.New(h.cfg.Star, h.cfg.Class, chain.Incarnation(h.cfg.Star, 99), h.meta, h.store)
+	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: succ.UpdateEpoch}
+	if err := settle.Chain(ctx, succ, abs); err != nil {
+		h.t.Fatalf("settle: %v", err)
+	}
+	for id, n := range want {
+		pg, err := h.meta.Query(ctx, meta.Query{PK: "stream#" + id, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		next := uint64(0)
+		for _, it := range pg.Items {
+			var r meta.Ref
+			if err := meta.Decode(it.Val, &r); err != nil {
+				h.t.Fatal(err)
+			}
+			if r.FirstSeq != next {
+				h.t.Fatalf("stream %s: row at %d after end %d (gap or overlap)", id, r.FirstSeq, next)
+			}
+			next = r.EndSeq
+		}
+		if next != n {
+			h.t.Fatalf("stream %s: rows end at %d, acknowledged %d", id, next, n)
+		}
+	}
+}
+
+// Randomised PUT completion order: every append acks, a stream's acks come
+// in seq order with dense seq nums, and after a successor settles the chain
+// the rows cover exactly what was acknowledged.
+func TestAcksInOrderUnderRandomLatency(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, z := range zones {
+		h.store.SetLatency(z, faults.Uniform(0, 3*time.Millisecond))
+	}
+	const nStreams, nBatches, perBatch = 16, 40, 5
+	want := map[string]uint64{}
+	var wg sync.WaitGroup
+	errs := make(chan error, nStreams)
+	for i := range nStreams {
+		id := fmt.Sprintf("s%02d", i)
+		want[id] = nBatches * perBatch
+		s := h.stream(id)
+		wg.Go(func() {
+			ctx := context.Background()
+			var tickets []*streams.Ticket
+			for b := range nBatches {
+				tk, err := s.Submit(ctx, batch(id, b, perBatch))
+				if err != nil {
+					errs <- err
+					return
+				}
+				tickets = append(tickets, tk)
+			}
+			for b, tk := range tickets {
+				ack, err := tk.Wait(ctx)
+				if err != nil {
+					errs <- fmt.Errorf("%s batch %d: %w", id, b, err)
+					return
+				}
+				if ack.Start.SeqNum != uint64(b*perBatch) || ack.End.SeqNum != uint64((b+1)*perBatch) {
+					errs <- fmt.Errorf("%s batch %d acked [%d,%d)", id, b, ack.Start.SeqNum, ack.End.SeqNum)
+					return
+				}
+				if ack.Tail.SeqNum < ack.End.SeqNum {
+					errs <- fmt.Errorf("%s batch %d: tail %d behind end %d", id, b, ack.Tail.SeqNum, ack.End.SeqNum)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	h.checkRows(want)
+}
+
+// Express K=3/W=2 with one zone black-holed: appends keep acking.
+func TestOneZoneDownKeepsAcking(t *testing.T) {
+	h := newHarness(t, nil)
+	h.store.SetDown("az3", faults.Down{Hang: true})
+	s := h.stream("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 50 {
+		if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
+			t.Fatalf("append %d with one zone down: %v", i, err)
+		}
+	}
+	if e := h.loglet.Epoch(); e != 1 {
+		t.Fatalf("epoch %d: one zone down must not halt", e)
+	}
+	h.store.SetUp("az3")
+	h.checkRows(map[string]uint64{"a": 100})
+}
+
+// Two zones down: nothing is released, the epoch halts at the flight
+// deadline; when the zones return, recovery fences, mints the next epoch
+// and every pending append acks with its original seq nums.
+func TestTwoZonesDownHaltThenRecover(t *testing.T) {
+	h := newHarness(t, func(c *loglet.Config) { c.FlightDeadline = 150 * time.Millisecond })
+	s := h.stream("a")
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.store.SetDown("az2", faults.Down{Hang: true})
+	h.store.SetDown("az3", faults.Down{Hang: true})
+	var tickets []*streams.Ticket
+	for i := 5; i < 25; i++ {
+		tk, err := s.Submit(ctx, batch("a", i, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if tail := s.Tail(); tail.SeqNum != 10 {
+		t.Fatalf("tail moved to %d with two zones down", tail.SeqNum)
+	}
+	h.store.SetUp("az2")
+	h.store.SetUp("az3")
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for i, tk := range tickets {
+		ack, err := tk.Wait(wctx)
+		if err != nil {
+			t.Fatalf("pending append %d after recovery: %v", i, err)
+		}
+		if want := uint64(10 + 2*i); ack.Start.SeqNum != want {
+			t.Fatalf("pending append %d acked at %d, want its original %d", i, ack.Start.SeqNum, want)
+		}
+	}
+	if e := h.loglet.Epoch(); e < 2 {
+		t.Fatalf("epoch %d: recovery must mint a new epoch", e)
+	}
+	if _, err := s.Append(ctx, batch("a", 99, 1)); err != nil {
+		t.Fatal(err)
+	}
+	h.checkRows(map[string]uint64{"a": 51})
+}
+
+// Indefinite PUT outcomes (write done, reply lost; not done) resolve by
+// probing: every append acks, and nothing is written twice.
+func TestIndefinitePutsResolveByProbe(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, z := range zones {
+		h.store.FailRate(z, 0.3, faults.LostReply, objstore.OpPut)
+	}
+	h.store.FailRate("az2", 0.2, faults.NotDone, objstore.OpPut)
+	s := h.stream("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 40 {
+		if _, err := s.Append(ctx, batch("a", i, 3)); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	if e := h.loglet.Epoch(); e != 1 {
+		t.Fatalf("indefinite outcomes halted the epoch (now %d)", e)
+	}
+	for _, z := range zones {
+		h.store.ClearFaults(z)
+	}
+	h.checkRows(map[string]uint64{"a": 120})
+}
+
+// A foreign fencer deposes the loglet: pending appends fail with the
+// indefinite ErrDeposed, and later appends are refused.
+func TestForeignFenceDeposes(t *testing.T) {
+	h := newHarness(t, nil)
+	s := h.stream("a")
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := s.Append(ctx, batch("a", i, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fencer := chain.New(h.cfg.Star, h.cfg.Class, "star2:1", h.meta, h.store)
+	if _, err := fencer.Fence(ctx, h.loglet.Epoch(), false); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := s.Append(wctx, batch("a", 3, 1))
+	if !errors.Is(err, loglet.ErrDeposed) {
+		t.Fatalf("append after a foreign fence: %v", err)
+	}
+	if _, err := s.Append(wctx, batch("a", 4, 1)); !errors.Is(err, loglet.ErrDeposed) {
+		t.Fatalf("append on a deposed loglet: %v", err)
+	}
+}
+
+// A slow metastore: the absorb falls behind, publishing blocks at the
+// backlog bound and the stall counter names the metastore; once it is fast
+// again everything acks and nothing is lost.
+func TestSlowMetastoreStallsAtBacklogBound(t *testing.T) {
+	h := newHarness(t, func(c *loglet.Config) {
+		c.BacklogFlights = 2
+		c.TargetFlight = 1 << 10
+	})
+	h.meta.SetLatency(mfaults.Constant(150*time.Millisecond), mfaults.OpPut, mfaults.OpGet, mfaults.OpQuery)
+	s := h.stream("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var tickets []*streams.Ticket
+	for i := range 30 {
+		tk, err := s.Submit(ctx, batch("a", i, 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for stalls(h, loglet.CauseMetastoreSlow) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no metastore_slow stall; absorb_lagging=%v", stalls(h, loglet.CauseAbsorbLagging))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if tail := s.Tail().SeqNum; tail >= 120 {
+		t.Fatalf("everything acked (tail %d) although the backlog bound is 2 flights", tail)
+	}
+	h.meta.SetLatency(mfaults.Latency{}, mfaults.OpPut, mfaults.OpGet, mfaults.OpQuery)
+	for i, tk := range tickets {
+		if _, err := tk.Wait(ctx); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	h.checkRows(map[string]uint64{"a": 120})
+}
+
+func stalls(h *harness, cause string) float64 {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "starlog_backlog_stalls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cause" && l.GetValue() == cause {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
