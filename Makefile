@@ -48,5 +48,16 @@ BENCHTIME ?= 1s
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
 
+## proto: regenerate shared/api/s2pb from shared/api/s2/v1/s2.proto (needs protoc on PATH:
+## apt-get install protobuf-compiler). The generated file is checked in; CI never runs this.
+PROTOC_GEN_GO_VERSION := v1.36.12
+.PHONY: proto
+proto: $(TOOLS)/bin/protoc-gen-go
+	protoc --plugin=protoc-gen-go=$(TOOLS)/bin/protoc-gen-go -I shared/api \
+	  --go_out=. --go_opt=module=github.com/starlog/starlog shared/api/s2/v1/s2.proto
+
+$(TOOLS)/bin/protoc-gen-go:
+	GOBIN=$(TOOLS)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
 clean:
 	rm -rf bin build

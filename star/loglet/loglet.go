@@ -88,6 +88,12 @@ func (c *Config) defaults() {
 	if c.FlightDeadline <= 0 {
 		c.FlightDeadline = 10 * time.Second
 	}
+	if c.AbsorbInterval <= 0 {
+		// A pass per 100 ms at most: the metastore sees (streams + 2) writes
+		// per pass whatever the bytes, and a released flight waits at most
+		// this long for its refs.
+		c.AbsorbInterval = 100 * time.Millisecond
+	}
 	if c.SlowMetaOp <= 0 {
 		c.SlowMetaOp = 50 * time.Millisecond
 	}
