@@ -218,6 +218,12 @@ func (c *Chain) Mint(ctx context.Context, p meta.EpochParams) (meta.Epoch, error
 					return meta.Epoch{}, err
 				}
 			case h.State == meta.HeadSettled && h.Owner != c.Me:
+			case h.State == meta.HeadOpen && h.Owner == c.Me:
+				// Our own earlier mint whose reply was lost (the metastore
+				// reported an unknown outcome): adopt it. An actor mints only
+				// at start or after fencing, so an open epoch of ours that we
+				// did not get back was never written.
+				return c.ensureEpochRecord(ctx, h)
 			case h.State == meta.HeadOpen, h.State == meta.HeadFencing && h.Fencer == c.Me:
 				return meta.Epoch{}, fmt.Errorf("chain %s/%s epoch %d (%s by %s): %w", c.Star, c.Class, h.Epoch, h.State, h.Owner, ErrNotFenced)
 			default:
