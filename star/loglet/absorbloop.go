@@ -67,8 +67,9 @@ func (l *Loglet) absorbLoop(ctx context.Context) {
 			waves := 3 + (streamsIn(slots[:n])+l.abs.Concurrency-1)/max(l.abs.Concurrency, 1)
 			l.backlog.setMetaSlow(took/time.Duration(waves) > l.cfg.SlowMetaOp)
 			l.metrics.absorbPass.Observe(took.Seconds())
-			bytes := l.index.Absorbed(n)
-			l.backlog.release(n, bytes)
+			bundleBytes, poolBytes := l.index.Absorbed(n)
+			l.backlog.release(n, bundleBytes)
+			l.pool.Release(poolBytes)
 		}
 	}
 }

@@ -63,12 +63,13 @@ func (x *Index) Pending(max int) (uint64, []absorb.Slot) {
 }
 
 // Absorbed drops the n oldest flights (now covered by span refs) and
-// returns the bytes their bodies held.
-func (x *Index) Absorbed(n int) (bytes int64) {
+// returns the bundle bytes they stood for and the pool bytes they held.
+func (x *Index) Absorbed(n int) (bundleBytes, poolBytes int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, f := range x.flights[:n] {
-		bytes += int64(len(f.body))
+		bundleBytes += f.bodyLen
+		poolBytes += f.bytes
 		for _, b := range f.batches {
 			q := x.byStream[b.StreamID]
 			if len(q) > 0 && q[0] == b {
@@ -80,10 +81,9 @@ func (x *Index) Absorbed(n int) (bytes int64) {
 				x.byStream[b.StreamID] = q
 			}
 		}
-		f.body = nil
 	}
 	x.flights = append(x.flights[:0:0], x.flights[n:]...)
-	return bytes
+	return bundleBytes, poolBytes
 }
 
 // Read returns up to max records of a stream with seq ≥ from held in the

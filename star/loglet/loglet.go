@@ -153,8 +153,9 @@ type flight struct {
 	epoch     uint64
 	slot      uint64
 	batches   []*Batch
-	bytes     int64 // pool bytes charged
-	body      []byte
+	bytes     int64  // pool bytes charged
+	body      []byte // the rendered bundle, until the slot is released
+	bodyLen   int64  // its size, charged to the backlog until absorbed
 	extents   []format.Extent
 	committed bool
 	reported  bool

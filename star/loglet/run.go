@@ -106,7 +106,8 @@ func (l *Loglet) cut() {
 		l.backlog.release(1, 0)
 		return
 	}
-	l.backlog.addBytes(int64(len(f.body)))
+	f.bodyLen = int64(len(f.body))
+	l.backlog.addBytes(f.bodyLen)
 	l.nextSlot++
 	l.inflight[f.slot] = f
 	l.metrics.inflight.Set(float64(len(l.inflight)))
@@ -178,7 +179,11 @@ func (l *Loglet) release(f *flight) {
 		b.Done(nil)
 	}
 	l.metrics.ackLatency.Observe(now.Sub(f.started).Seconds())
-	l.pool.Release(f.bytes)
+	// The bundle's copies are durable; straggling uploads hold their own
+	// reference. The batches stay in the flight index, and their pool bytes
+	// stay charged, until the absorb covers them: the pool budget bounds
+	// everything the class holds in memory.
+	f.body = nil
 	select {
 	case l.absorbNudge <- struct{}{}:
 	default:
