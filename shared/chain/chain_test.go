@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/stores"
 )
 
 var buckets = []string{"az1", "az2", "az3"}
@@ -305,6 +307,25 @@ func fenceRace(e env, run int, rng *rand.Rand) error {
 		}
 	}
 	return nil
+}
+
+var sharedDynamo testsvc.SharedDynamo
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sharedDynamo.Stop()
+	os.Exit(code)
+}
+
+// The fence race on the production adapters: the s3 backend on versitygw
+// and the dynamo backend on DynamoDB Local.
+func TestFenceRaceOnS3AndDynamo(t *testing.T) {
+	e := env{meta: stores.Dynamo(t, &sharedDynamo), store: stores.S3(t, buckets...)}
+	for run := range 10 {
+		if err := fenceRace(e, run, rand.New(rand.NewPCG(uint64(run), 11))); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
 }
 
 // nopT lets helpers run off the test goroutine; they never fail here.

@@ -18,9 +18,11 @@ import (
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/stores"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
@@ -45,13 +47,53 @@ func quietLog() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+var sharedDynamo testsvc.SharedDynamo
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sharedDynamo.Stop()
+	os.Exit(code)
+}
+
+// backend names the stores a harness runs on: "mem" (mem + SQLite), "fs"
+// (directory store + SQLite) or "aws" (the s3 adapter on versitygw and the
+// dynamo adapter on DynamoDB Local: the production code paths).
+type backend string
+
+var backends = []backend{"mem", "fs", "aws"}
+
 func newHarness(t *testing.T, tweak func(*loglet.Config)) *harness {
+	return newHarnessOn(t, "mem", tweak)
+}
+
+func newHarnessOn(t *testing.T, b backend, tweak func(*loglet.Config)) *harness {
 	t.Helper()
-	inner, err := mem.New(zones...)
-	if err != nil {
-		t.Fatal(err)
+	var inner objstore.Store
+	var ms meta.Store
+	switch b {
+	case "mem":
+		m, err := mem.New(zones...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, ms = m, testsvc.SQLite(t)
+	case "fs":
+		f, err := fs.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, z := range zones {
+			if err := f.CreateBucket(z); err != nil {
+				t.Fatal(err)
+			}
+		}
+		inner, ms = f, testsvc.SQLite(t)
+	case "aws":
+		inner, ms = stores.S3(t, zones...), stores.Dynamo(t, &sharedDynamo)
+	default:
+		t.Fatalf("unknown backend %q", b)
 	}
-	h := &harness{t: t, meta: mfaults.New(testsvc.SQLite(t), 1), reg: prometheus.NewRegistry(), store: faults.Wrap(inner, faults.WithSeed(1))}
+	h := &harness{t: t, meta: mfaults.New(ms, 1), reg: prometheus.NewRegistry(), store: faults.Wrap(inner, faults.WithSeed(1))}
 	h.cfg = loglet.Config{
 		Star: "star1", Incarnation: chain.Incarnation("star1", 1), Class: meta.Express,
 		Buckets: zones, W: 2, Window: 8,
@@ -134,169 +176,189 @@ func (h *harness) checkRows(want map[string]uint64) {
 // in seq order with dense seq nums, and after a successor settles the chain
 // the rows cover exactly what was acknowledged.
 func TestAcksInOrderUnderRandomLatency(t *testing.T) {
-	h := newHarness(t, nil)
-	for _, z := range zones {
-		h.store.SetLatency(z, faults.Uniform(0, 3*time.Millisecond))
-	}
-	const nStreams, nBatches, perBatch = 16, 40, 5
-	want := map[string]uint64{}
-	var wg sync.WaitGroup
-	errs := make(chan error, nStreams)
-	for i := range nStreams {
-		id := fmt.Sprintf("s%02d", i)
-		want[id] = nBatches * perBatch
-		s := h.stream(id)
-		wg.Go(func() {
-			ctx := context.Background()
-			var tickets []*streams.Ticket
-			for b := range nBatches {
-				tk, err := s.Submit(ctx, batch(id, b, perBatch))
-				if err != nil {
-					errs <- err
-					return
-				}
-				tickets = append(tickets, tk)
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			h := newHarnessOn(t, b, nil)
+			for _, z := range zones {
+				h.store.SetLatency(z, faults.Uniform(0, 3*time.Millisecond))
 			}
-			for b, tk := range tickets {
-				ack, err := tk.Wait(ctx)
-				if err != nil {
-					errs <- fmt.Errorf("%s batch %d: %w", id, b, err)
-					return
-				}
-				if ack.Start.SeqNum != uint64(b*perBatch) || ack.End.SeqNum != uint64((b+1)*perBatch) {
-					errs <- fmt.Errorf("%s batch %d acked [%d,%d)", id, b, ack.Start.SeqNum, ack.End.SeqNum)
-					return
-				}
-				if ack.Tail.SeqNum < ack.End.SeqNum {
-					errs <- fmt.Errorf("%s batch %d: tail %d behind end %d", id, b, ack.Tail.SeqNum, ack.End.SeqNum)
-					return
-				}
+			const nStreams, nBatches, perBatch = 16, 40, 5
+			want := map[string]uint64{}
+			var wg sync.WaitGroup
+			errs := make(chan error, nStreams)
+			for i := range nStreams {
+				id := fmt.Sprintf("s%02d", i)
+				want[id] = nBatches * perBatch
+				s := h.stream(id)
+				wg.Go(func() {
+					ctx := context.Background()
+					var tickets []*streams.Ticket
+					for b := range nBatches {
+						tk, err := s.Submit(ctx, batch(id, b, perBatch))
+						if err != nil {
+							errs <- err
+							return
+						}
+						tickets = append(tickets, tk)
+					}
+					for b, tk := range tickets {
+						ack, err := tk.Wait(ctx)
+						if err != nil {
+							errs <- fmt.Errorf("%s batch %d: %w", id, b, err)
+							return
+						}
+						if ack.Start.SeqNum != uint64(b*perBatch) || ack.End.SeqNum != uint64((b+1)*perBatch) {
+							errs <- fmt.Errorf("%s batch %d acked [%d,%d)", id, b, ack.Start.SeqNum, ack.End.SeqNum)
+							return
+						}
+						if ack.Tail.SeqNum < ack.End.SeqNum {
+							errs <- fmt.Errorf("%s batch %d: tail %d behind end %d", id, b, ack.Tail.SeqNum, ack.End.SeqNum)
+							return
+						}
+					}
+				})
 			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			h.checkRows(want)
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	h.checkRows(want)
 }
 
 // Express K=3/W=2 with one zone black-holed: appends keep acking.
 func TestOneZoneDownKeepsAcking(t *testing.T) {
-	h := newHarness(t, nil)
-	h.store.SetDown("az3", faults.Down{Hang: true})
-	s := h.stream("a")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for i := range 50 {
-		if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
-			t.Fatalf("append %d with one zone down: %v", i, err)
-		}
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			h := newHarnessOn(t, b, nil)
+			h.store.SetDown("az3", faults.Down{Hang: true})
+			s := h.stream("a")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for i := range 50 {
+				if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
+					t.Fatalf("append %d with one zone down: %v", i, err)
+				}
+			}
+			if e := h.loglet.Epoch(); e != 1 {
+				t.Fatalf("epoch %d: one zone down must not halt", e)
+			}
+			h.store.SetUp("az3")
+			h.checkRows(map[string]uint64{"a": 100})
+		})
 	}
-	if e := h.loglet.Epoch(); e != 1 {
-		t.Fatalf("epoch %d: one zone down must not halt", e)
-	}
-	h.store.SetUp("az3")
-	h.checkRows(map[string]uint64{"a": 100})
 }
 
 // Two zones down: nothing is released, the epoch halts at the flight
 // deadline; when the zones return, recovery fences, mints the next epoch
 // and every pending append acks with its original seq nums.
 func TestTwoZonesDownHaltThenRecover(t *testing.T) {
-	h := newHarness(t, func(c *loglet.Config) { c.FlightDeadline = 150 * time.Millisecond })
-	s := h.stream("a")
-	ctx := context.Background()
-	for i := range 5 {
-		if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
-			t.Fatal(err)
-		}
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			h := newHarnessOn(t, b, func(c *loglet.Config) { c.FlightDeadline = 150 * time.Millisecond })
+			s := h.stream("a")
+			ctx := context.Background()
+			for i := range 5 {
+				if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.store.SetDown("az2", faults.Down{Hang: true})
+			h.store.SetDown("az3", faults.Down{Hang: true})
+			var tickets []*streams.Ticket
+			for i := 5; i < 25; i++ {
+				tk, err := s.Submit(ctx, batch("a", i, 2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				tickets = append(tickets, tk)
+			}
+			time.Sleep(600 * time.Millisecond)
+			if tail := s.Tail(); tail.SeqNum != 10 {
+				t.Fatalf("tail moved to %d with two zones down", tail.SeqNum)
+			}
+			h.store.SetUp("az2")
+			h.store.SetUp("az3")
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			for i, tk := range tickets {
+				ack, err := tk.Wait(wctx)
+				if err != nil {
+					t.Fatalf("pending append %d after recovery: %v", i, err)
+				}
+				if want := uint64(10 + 2*i); ack.Start.SeqNum != want {
+					t.Fatalf("pending append %d acked at %d, want its original %d", i, ack.Start.SeqNum, want)
+				}
+			}
+			if e := h.loglet.Epoch(); e < 2 {
+				t.Fatalf("epoch %d: recovery must mint a new epoch", e)
+			}
+			if _, err := s.Append(ctx, batch("a", 99, 1)); err != nil {
+				t.Fatal(err)
+			}
+			h.checkRows(map[string]uint64{"a": 51})
+		})
 	}
-	h.store.SetDown("az2", faults.Down{Hang: true})
-	h.store.SetDown("az3", faults.Down{Hang: true})
-	var tickets []*streams.Ticket
-	for i := 5; i < 25; i++ {
-		tk, err := s.Submit(ctx, batch("a", i, 2))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tickets = append(tickets, tk)
-	}
-	time.Sleep(600 * time.Millisecond)
-	if tail := s.Tail(); tail.SeqNum != 10 {
-		t.Fatalf("tail moved to %d with two zones down", tail.SeqNum)
-	}
-	h.store.SetUp("az2")
-	h.store.SetUp("az3")
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for i, tk := range tickets {
-		ack, err := tk.Wait(wctx)
-		if err != nil {
-			t.Fatalf("pending append %d after recovery: %v", i, err)
-		}
-		if want := uint64(10 + 2*i); ack.Start.SeqNum != want {
-			t.Fatalf("pending append %d acked at %d, want its original %d", i, ack.Start.SeqNum, want)
-		}
-	}
-	if e := h.loglet.Epoch(); e < 2 {
-		t.Fatalf("epoch %d: recovery must mint a new epoch", e)
-	}
-	if _, err := s.Append(ctx, batch("a", 99, 1)); err != nil {
-		t.Fatal(err)
-	}
-	h.checkRows(map[string]uint64{"a": 51})
 }
 
 // Indefinite PUT outcomes (write done, reply lost; not done) resolve by
 // probing: every append acks, and nothing is written twice.
 func TestIndefinitePutsResolveByProbe(t *testing.T) {
-	h := newHarness(t, nil)
-	for _, z := range zones {
-		h.store.FailRate(z, 0.3, faults.LostReply, objstore.OpPut)
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			h := newHarnessOn(t, b, nil)
+			for _, z := range zones {
+				h.store.FailRate(z, 0.3, faults.LostReply, objstore.OpPut)
+			}
+			h.store.FailRate("az2", 0.2, faults.NotDone, objstore.OpPut)
+			s := h.stream("a")
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i := range 40 {
+				if _, err := s.Append(ctx, batch("a", i, 3)); err != nil {
+					t.Fatalf("append %d: %v", i, err)
+				}
+			}
+			if e := h.loglet.Epoch(); e != 1 {
+				t.Fatalf("indefinite outcomes halted the epoch (now %d)", e)
+			}
+			for _, z := range zones {
+				h.store.ClearFaults(z)
+			}
+			h.checkRows(map[string]uint64{"a": 120})
+		})
 	}
-	h.store.FailRate("az2", 0.2, faults.NotDone, objstore.OpPut)
-	s := h.stream("a")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for i := range 40 {
-		if _, err := s.Append(ctx, batch("a", i, 3)); err != nil {
-			t.Fatalf("append %d: %v", i, err)
-		}
-	}
-	if e := h.loglet.Epoch(); e != 1 {
-		t.Fatalf("indefinite outcomes halted the epoch (now %d)", e)
-	}
-	for _, z := range zones {
-		h.store.ClearFaults(z)
-	}
-	h.checkRows(map[string]uint64{"a": 120})
 }
 
 // A foreign fencer deposes the loglet: pending appends fail with the
 // indefinite ErrDeposed, and later appends are refused.
 func TestForeignFenceDeposes(t *testing.T) {
-	h := newHarness(t, nil)
-	s := h.stream("a")
-	ctx := context.Background()
-	for i := range 3 {
-		if _, err := s.Append(ctx, batch("a", i, 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fencer := chain.New(h.cfg.Star, h.cfg.Class, "star2:1", h.meta, h.store)
-	if _, err := fencer.Fence(ctx, h.loglet.Epoch(), false); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := s.Append(wctx, batch("a", 3, 1))
-	if !errors.Is(err, loglet.ErrDeposed) {
-		t.Fatalf("append after a foreign fence: %v", err)
-	}
-	if _, err := s.Append(wctx, batch("a", 4, 1)); !errors.Is(err, loglet.ErrDeposed) {
-		t.Fatalf("append on a deposed loglet: %v", err)
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			h := newHarnessOn(t, b, nil)
+			s := h.stream("a")
+			ctx := context.Background()
+			for i := range 3 {
+				if _, err := s.Append(ctx, batch("a", i, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fencer := chain.New(h.cfg.Star, h.cfg.Class, "star2:1", h.meta, h.store)
+			if _, err := fencer.Fence(ctx, h.loglet.Epoch(), false); err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := s.Append(wctx, batch("a", 3, 1))
+			if !errors.Is(err, loglet.ErrDeposed) {
+				t.Fatalf("append after a foreign fence: %v", err)
+			}
+			if _, err := s.Append(wctx, batch("a", 4, 1)); !errors.Is(err, loglet.ErrDeposed) {
+				t.Fatalf("append on a deposed loglet: %v", err)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,39 @@
+// Package stores opens the production adapters (objstore/s3, meta/dynamo)
+// against the real protocol servers testsvc starts, for tests that run the
+// write path on the same code a production star runs.
+package stores
+
+import (
+	"context"
+	"testing"
+
+	"github.com/starlog/starlog/shared/meta/dynamo"
+	"github.com/starlog/starlog/shared/objstore/s3"
+	"github.com/starlog/starlog/shared/testsvc"
+)
+
+// S3 starts versitygw with the given buckets and returns the s3 backend
+// talking to it.
+func S3(tb testing.TB, buckets ...string) *s3.Store {
+	tb.Helper()
+	v := testsvc.StartVersity(tb, buckets...)
+	c, err := s3.NewClient(context.Background(), s3.Config{Endpoint: v.Endpoint, Region: v.Region, AccessKey: v.AccessKey, SecretKey: v.SecretKey, PathStyle: true})
+	if err != nil {
+		tb.Fatalf("stores: s3 client: %v", err)
+	}
+	return s3.New(c)
+}
+
+// Dynamo returns the dynamo backend on a fresh table of the DynamoDB Local
+// server shared by the test package (started on first use; call
+// shared.Stop in TestMain).
+func Dynamo(tb testing.TB, shared *testsvc.SharedDynamo) *dynamo.Store {
+	tb.Helper()
+	srv := shared.Get(tb)
+	c := testsvc.DynamoClient(srv.Endpoint)
+	table := srv.TableName(tb)
+	if err := dynamo.CreateTable(context.Background(), c, table); err != nil {
+		tb.Fatalf("stores: create table %s: %v", table, err)
+	}
+	return dynamo.New(c, table)
+}
