@@ -54,10 +54,15 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/meta/internal/keyplan"
 )
 
 // DefaultLimit is the page size of a Query without a Limit.
 const DefaultLimit = 1000
+
+// rules check keys before any call, as the sqlite backend does, and tag
+// this backend's page tokens 'd'.
+var rules = keyplan.Rules{Backend: "meta/dynamo", TokenTag: 'd', DefaultLimit: DefaultLimit}
 
 // batchSize is BatchWriteItem's per-call item limit.
 const batchSize = 25
@@ -201,7 +206,7 @@ func namesFor(keys ...string) map[string]string {
 
 // Get returns the item or meta.ErrNotFound.
 func (s *Store) Get(ctx context.Context, pk, sk string) (meta.Item, error) {
-	if err := checkKey(pk, sk); err != nil {
+	if err := rules.CheckKey(pk, sk); err != nil {
 		return meta.Item{}, err
 	}
 	it, found, err := s.get(ctx, pk, sk)
@@ -232,7 +237,7 @@ func (s *Store) get(ctx context.Context, pk, sk string) (meta.Item, bool, error)
 
 // Put writes val if cond holds and returns the new version.
 func (s *Store) Put(ctx context.Context, pk, sk string, val []byte, cond meta.Cond) (int64, error) {
-	if err := checkItem(pk, sk, val); err != nil {
+	if err := rules.CheckItem(pk, sk, val); err != nil {
 		return 0, err
 	}
 	ver, err := s.put(ctx, pk, sk, val, cond)
@@ -287,7 +292,7 @@ func (s *Store) put(ctx context.Context, pk, sk string, val []byte, cond meta.Co
 
 // Delete removes the item if cond holds.
 func (s *Store) Delete(ctx context.Context, pk, sk string, cond meta.Cond) error {
-	if err := checkKey(pk, sk); err != nil {
+	if err := rules.CheckKey(pk, sk); err != nil {
 		return err
 	}
 	if cond.IsIfAbsent() {
@@ -344,31 +349,31 @@ func (s *Store) settle(ctx context.Context, pk, sk string, w condWrite, attempts
 
 // Query returns one page of a range query.
 func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
-	p, err := planQuery(q)
+	p, err := rules.PlanQuery(q)
 	if err != nil {
 		return meta.Page{}, fmt.Errorf("meta/dynamo: query %s: %w", q.PK, err)
 	}
-	if p.empty {
+	if p.Empty {
 		return meta.Page{}, nil
 	}
 	cond := "#pk = :pk"
 	vals := map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: q.PK}}
 	nm := namesFor("#pk")
 	switch {
-	case p.from != "" && p.to != "":
+	case p.From != "" && p.To != "":
 		cond += " AND #sk BETWEEN :from AND :to"
-	case p.from != "":
+	case p.From != "":
 		cond += " AND #sk >= :from"
-	case p.to != "":
+	case p.To != "":
 		cond += " AND #sk <= :to"
 	}
-	if p.from != "" {
-		vals[":from"] = &types.AttributeValueMemberS{Value: p.from}
+	if p.From != "" {
+		vals[":from"] = &types.AttributeValueMemberS{Value: p.From}
 	}
-	if p.to != "" {
-		vals[":to"] = &types.AttributeValueMemberS{Value: p.to}
+	if p.To != "" {
+		vals[":to"] = &types.AttributeValueMemberS{Value: p.To}
 	}
-	if p.from != "" || p.to != "" {
+	if p.From != "" || p.To != "" {
 		nm["#sk"] = attrSK
 	}
 	in := &dynamodb.QueryInput{
@@ -380,16 +385,16 @@ func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
 		ConsistentRead:            aws.Bool(true),
 		// One more than asked tells whether a next page exists, so Next is
 		// empty exactly on the last page, as in the sqlite backend.
-		Limit: aws.Int32(int32(p.limit + 1)),
+		Limit: aws.Int32(int32(p.Limit + 1)),
 	}
-	if p.after != "" {
-		in.ExclusiveStartKey = keyOf(q.PK, p.after)
+	if p.After != "" {
+		in.ExclusiveStartKey = keyOf(q.PK, p.After)
 	}
 	out, err := s.client.Query(ctx, in)
 	if err != nil {
 		return meta.Page{}, fmt.Errorf("meta/dynamo: query %s: %w", q.PK, err)
 	}
-	page := meta.Page{Items: make([]meta.Item, 0, min(len(out.Items), p.limit))}
+	page := meta.Page{Items: make([]meta.Item, 0, min(len(out.Items), p.Limit))}
 	for _, av := range out.Items {
 		it, err := itemFrom(av)
 		if err != nil {
@@ -398,16 +403,16 @@ func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
 		page.Items = append(page.Items, it)
 	}
 	switch {
-	case len(page.Items) > p.limit:
-		page.Items = page.Items[:p.limit]
-		page.Next = encodeToken(page.Items[p.limit-1].SK)
+	case len(page.Items) > p.Limit:
+		page.Items = page.Items[:p.Limit]
+		page.Next = rules.EncodeToken(page.Items[p.Limit-1].SK)
 	case out.LastEvaluatedKey != nil:
 		// DynamoDB stopped early at its 1 MB page cap: more may follow.
 		sk, ok := out.LastEvaluatedKey[attrSK].(*types.AttributeValueMemberS)
 		if !ok {
 			return meta.Page{}, fmt.Errorf("meta/dynamo: query %s: LastEvaluatedKey without a string sk", q.PK)
 		}
-		page.Next = encodeToken(sk.Value)
+		page.Next = rules.EncodeToken(sk.Value)
 	}
 	return page, nil
 }
@@ -416,7 +421,7 @@ func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
 // keeps its last value.
 func (s *Store) BatchPut(ctx context.Context, items []meta.Item) error {
 	for _, it := range items {
-		if err := checkItem(it.PK, it.SK, it.Val); err != nil {
+		if err := rules.CheckItem(it.PK, it.SK, it.Val); err != nil {
 			return err
 		}
 	}
@@ -445,7 +450,7 @@ func (s *Store) BatchPut(ctx context.Context, items []meta.Item) error {
 // BatchDelete removes every key unconditionally.
 func (s *Store) BatchDelete(ctx context.Context, keys []meta.Key) error {
 	for _, k := range keys {
-		if err := checkKey(k.PK, k.SK); err != nil {
+		if err := rules.CheckKey(k.PK, k.SK); err != nil {
 			return err
 		}
 	}

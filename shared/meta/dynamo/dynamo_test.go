@@ -437,7 +437,14 @@ func TestJudge(t *testing.T) {
 
 func TestTokensAreBackendSpecific(t *testing.T) {
 	// An sqlite token ('s' tag) must not be taken for a dynamo one.
-	if _, err := decodeToken("c2xlYXNl"); err == nil { // base64url("slease")
+	if _, err := rules.DecodeToken("c2xlYXNl"); err == nil { // base64url("slease")
 		t.Fatal("accepted another backend's page token")
+	}
+	if sk, err := rules.DecodeToken("ZGxlYXNl"); err != nil || sk != "lease" { // base64url("dlease")
+		t.Errorf("own page token: %q, %v", sk, err)
+	}
+	// Key errors name this backend.
+	if err := rules.CheckItem("p", "", nil); err == nil || !strings.HasPrefix(err.Error(), "meta/dynamo: ") {
+		t.Errorf("CheckItem error %v does not name meta/dynamo", err)
 	}
 }

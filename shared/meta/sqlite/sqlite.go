@@ -28,10 +28,15 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/meta/internal/keyplan"
 )
 
 // DefaultLimit is the page size of a Query without a Limit.
 const DefaultLimit = 1000
+
+// rules enforce DynamoDB's key and item limits here too, so that whatever
+// works on the embedded store also works on DynamoDB; page tokens carry 's'.
+var rules = keyplan.Rules{Backend: "meta/sqlite", TokenTag: 's', DefaultLimit: DefaultLimit}
 
 // batchChunk is how many items one BatchPut/BatchDelete transaction writes:
 // large enough to amortise the commit's fsync, small enough not to hold the
@@ -128,7 +133,7 @@ func (s *Store) Close() error {
 
 // Get returns the item or meta.ErrNotFound.
 func (s *Store) Get(ctx context.Context, pk, sk string) (meta.Item, error) {
-	if err := checkKey(pk, sk); err != nil {
+	if err := rules.CheckKey(pk, sk); err != nil {
 		return meta.Item{}, err
 	}
 	it := meta.Item{PK: pk, SK: sk}
@@ -147,7 +152,7 @@ func (s *Store) Get(ctx context.Context, pk, sk string) (meta.Item, error) {
 
 // Put writes val if cond holds and returns the new version.
 func (s *Store) Put(ctx context.Context, pk, sk string, val []byte, cond meta.Cond) (int64, error) {
-	if err := checkItem(pk, sk, val); err != nil {
+	if err := rules.CheckItem(pk, sk, val); err != nil {
 		return 0, err
 	}
 	if val == nil {
@@ -194,7 +199,7 @@ func (s *Store) Put(ctx context.Context, pk, sk string, val []byte, cond meta.Co
 
 // Delete removes the item if cond holds.
 func (s *Store) Delete(ctx context.Context, pk, sk string, cond meta.Cond) error {
-	if err := checkKey(pk, sk); err != nil {
+	if err := rules.CheckKey(pk, sk); err != nil {
 		return err
 	}
 	if cond.IsIfAbsent() {
@@ -223,29 +228,29 @@ func (s *Store) Delete(ctx context.Context, pk, sk string, cond meta.Cond) error
 
 // Query returns one page of a range query.
 func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
-	p, err := planQuery(q)
+	p, err := rules.PlanQuery(q)
 	if err != nil {
 		return meta.Page{}, fmt.Errorf("meta/sqlite: query %s: %w", q.PK, err)
 	}
-	if p.empty {
+	if p.Empty {
 		return meta.Page{}, nil
 	}
 	var (
 		where = []string{"pk = ?"}
 		args  = []any{q.PK}
 	)
-	if p.from != "" {
-		where, args = append(where, "sk >= ?"), append(args, p.from)
+	if p.From != "" {
+		where, args = append(where, "sk >= ?"), append(args, p.From)
 	}
-	if p.to != "" {
-		where, args = append(where, "sk <= ?"), append(args, p.to)
+	if p.To != "" {
+		where, args = append(where, "sk <= ?"), append(args, p.To)
 	}
-	if p.after != "" {
+	if p.After != "" {
 		op := "sk > ?"
 		if q.Backward {
 			op = "sk < ?"
 		}
-		where, args = append(where, op), append(args, p.after)
+		where, args = append(where, op), append(args, p.After)
 	}
 	order := "ASC"
 	if q.Backward {
@@ -253,7 +258,7 @@ func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
 	}
 	stmt := `SELECT sk, ver, val FROM items WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY sk ` + order + ` LIMIT ?`
-	args = append(args, p.limit+1) // one more than asked tells whether a next page exists
+	args = append(args, p.Limit+1) // one more than asked tells whether a next page exists
 
 	var items []meta.Item
 	err = s.retry(ctx, func() error {
@@ -276,9 +281,9 @@ func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
 		return meta.Page{}, fmt.Errorf("meta/sqlite: query %s: %w", q.PK, err)
 	}
 	var page meta.Page
-	if len(items) > p.limit {
-		items = items[:p.limit]
-		page.Next = encodeToken(items[len(items)-1].SK)
+	if len(items) > p.Limit {
+		items = items[:p.Limit]
+		page.Next = rules.EncodeToken(items[len(items)-1].SK)
 	}
 	page.Items = items
 	return page, nil
@@ -288,7 +293,7 @@ func (s *Store) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
 // doc). A key given twice keeps its last value.
 func (s *Store) BatchPut(ctx context.Context, items []meta.Item) error {
 	for _, it := range items {
-		if err := checkItem(it.PK, it.SK, it.Val); err != nil {
+		if err := rules.CheckItem(it.PK, it.SK, it.Val); err != nil {
 			return err
 		}
 	}
@@ -323,7 +328,7 @@ func (s *Store) BatchPut(ctx context.Context, items []meta.Item) error {
 // BatchDelete removes every key unconditionally.
 func (s *Store) BatchDelete(ctx context.Context, keys []meta.Key) error {
 	for _, k := range keys {
-		if err := checkKey(k.PK, k.SK); err != nil {
+		if err := rules.CheckKey(k.PK, k.SK); err != nil {
 			return err
 		}
 	}

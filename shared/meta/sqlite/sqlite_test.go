@@ -433,3 +433,17 @@ func TestBusyIsRetried(t *testing.T) {
 		t.Fatalf("Put with an expiring context behind a held lock = %v; want a context error", err)
 	}
 }
+
+func TestRulesAreThisBackends(t *testing.T) {
+	// Errors name this backend, its tokens carry the 's' tag, and a dynamo
+	// token ('d' tag) is not taken for an sqlite one.
+	if err := rules.CheckKey("", "s"); err == nil || !strings.HasPrefix(err.Error(), "meta/sqlite: ") {
+		t.Errorf("CheckKey error %v does not name meta/sqlite", err)
+	}
+	if sk, err := rules.DecodeToken("c2xlYXNl"); err != nil || sk != "lease" { // base64url("slease")
+		t.Errorf("own page token: %q, %v", sk, err)
+	}
+	if _, err := rules.DecodeToken("ZGxlYXNl"); err == nil { // base64url("dlease")
+		t.Error("accepted another backend's page token")
+	}
+}
