@@ -203,8 +203,6 @@ func (l *Loglet) fail(f *flight, err error) {
 // or the mint CAS means a successor exists: shed everything.
 func (l *Loglet) recover(ctx context.Context, r uploadResult) {
 	epoch := l.epoch.Epoch
-	var halt *chain.HaltError
-	errors.As(r.err, &halt)
 	l.log.Warn("epoch halted; recovering", "epoch", epoch, "slot", r.slot, "err", r.err)
 	l.metrics.halts.Inc()
 	l.backlog.setRecovering(true)
@@ -248,6 +246,7 @@ func (l *Loglet) recover(ctx context.Context, r uploadResult) {
 		}
 		f.committed = true
 	}
+	late := cut - l.releaseAt
 	l.releaseReady() // ack late: everything below the cut
 	rest := make([]*flight, 0, len(l.inflight))
 	for _, f := range l.inflight {
@@ -263,7 +262,7 @@ func (l *Loglet) recover(ctx context.Context, r uploadResult) {
 		l.depose(err)
 		return
 	}
-	l.log.Info("epoch recovered", "halted", epoch, "cut", cut, "acked_late", cut-min(cut, r.slot), "republished", len(rest), "epoch", l.epoch.Epoch)
+	l.log.Info("epoch recovered", "halted", epoch, "cut", cut, "acked_late", late, "republished", len(rest), "epoch", l.epoch.Epoch)
 	for _, f := range rest {
 		f.epoch, f.slot = l.epoch.Epoch, l.nextSlot
 		f.committed, f.reported, f.started = false, false, time.Now()
