@@ -1,0 +1,223 @@
+package config
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// base is a minimal valid context, as cdk.json would give it.
+func base() map[string]any {
+	return map[string]any{
+		"account":             "123456789012",
+		"region":              "us-east-1",
+		"availabilityZones":   []any{"us-east-1a", "us-east-1b", "us-east-1c"},
+		"availabilityZoneIds": []any{"use1-az1", "use1-az2", "use1-az4"},
+	}
+}
+
+func lookupOf(m map[string]any) Lookup {
+	return func(k string) (any, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse(lookupOf(base()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StackName != "Starlog" || c.InstanceType != "m7g.large" || c.StarCount != 3 || c.StarPort != 8080 {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if c.StarMaxCount != 4 {
+		t.Errorf("StarMaxCount = %d, want starCount+1 = 4", c.StarMaxCount)
+	}
+	if got := strings.Join(c.ClientCIDRs, ","); got != "10.40.0.0/16" {
+		t.Errorf("internal NLB clients = %q, want the VPC CIDR", got)
+	}
+	if c.ExpressBucketBase != "starlog-123456789012" {
+		t.Errorf("ExpressBucketBase = %q", c.ExpressBucketBase)
+	}
+	want := []string{
+		"starlog-123456789012--use1-az1--x-s3",
+		"starlog-123456789012--use1-az2--x-s3",
+		"starlog-123456789012--use1-az4--x-s3",
+	}
+	if got := c.DirectoryBucketNames(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("DirectoryBucketNames = %v, want %v", got, want)
+	}
+	if !c.TableDeletionProtection || !c.RetainData {
+		t.Error("data protection must default on")
+	}
+	if c.AvailabilityZonesContextKey() != "availability-zones:account=123456789012:region=us-east-1" {
+		t.Errorf("context key %q", c.AvailabilityZonesContextKey())
+	}
+}
+
+func TestParseStringForms(t *testing.T) {
+	// `cdk -c key=value` gives every value as a string.
+	m := map[string]any{
+		"account":                 "123456789012",
+		"region":                  "eu-west-1",
+		"availabilityZones":       "eu-west-1a, eu-west-1b,eu-west-1c",
+		"availabilityZoneIds":     `["euw1-az1","euw1-az2","euw1-az3"]`,
+		"starCount":               "5",
+		"internetFacing":          "true",
+		"starFlags":               `{"s3-memory-buffer-mib":"512","s3-chain-backlog-flights":2048}`,
+		"functions":               `{"settle":{"memoryMiB":4096}}`,
+		"tableDeletionProtection": "false",
+	}
+	c, err := Parse(lookupOf(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StarCount != 5 || c.StarMaxCount != 6 {
+		t.Errorf("counts %d/%d", c.StarCount, c.StarMaxCount)
+	}
+	if !c.InternetFacing || strings.Join(c.ClientCIDRs, ",") != "0.0.0.0/0" {
+		t.Errorf("internet-facing default clients = %v", c.ClientCIDRs)
+	}
+	if c.AvailabilityZones[1] != "eu-west-1b" || c.AvailabilityZoneIDs[2] != "euw1-az3" {
+		t.Errorf("zones %v %v", c.AvailabilityZones, c.AvailabilityZoneIDs)
+	}
+	if c.StarFlags["s3-memory-buffer-mib"] != "512" || c.StarFlags["s3-chain-backlog-flights"] != "2048" {
+		t.Errorf("flags %v", c.StarFlags)
+	}
+	s := c.Functions[JobSettle]
+	if s.MemoryMiB != 4096 || s.EphemeralMiB != 10240 || s.TimeoutSeconds != 900 {
+		t.Errorf("settle override must merge field by field, got %+v", s)
+	}
+	if c.TableDeletionProtection {
+		t.Error("tableDeletionProtection=false ignored")
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		set  map[string]any
+		want string
+	}{
+		{"no account", map[string]any{"account": nil}, "account"},
+		{"short account", map[string]any{"account": "1234"}, "account"},
+		{"two zones", map[string]any{"availabilityZones": []any{"us-east-1a", "us-east-1b"}}, "want 3 zone names"},
+		{"zone in other region", map[string]any{"availabilityZones": []any{"us-east-1a", "us-east-1b", "us-west-2c"}}, "not in region"},
+		{"zone names as ids", map[string]any{"availabilityZoneIds": []any{"us-east-1a", "us-east-1b", "us-east-1c"}}, "AZ ID"},
+		{"duplicate ids", map[string]any{"availabilityZoneIds": []any{"use1-az1", "use1-az1", "use1-az4"}}, "repeat"},
+		{"x86 instance", map[string]any{"instanceType": "m7i.large"}, "Graviton"},
+		{"zero stars", map[string]any{"starCount": 0.0}, "starCount"},
+		{"fractional", map[string]any{"starCount": 2.5}, "integer"},
+		{"bad bool", map[string]any{"retainData": "perhaps"}, "true or false"},
+		{"reserved flag", map[string]any{"starFlags": map[string]any{"dynamo-table": "x"}}, "set by the stack"},
+		{"unsafe flag value", map[string]any{"starFlags": map[string]any{"foo": "a b"}}, "unsafe"},
+		{"specifier in flag", map[string]any{"starFlags": map[string]any{"foo": "50%"}}, "unsafe"},
+		{"dashed flag name", map[string]any{"starFlags": map[string]any{"--foo": "1"}}, "flag name"},
+		{"unknown job", map[string]any{"functions": map[string]any{"compact": map[string]any{"memoryMiB": 256.0}}}, "unknown job"},
+		{"unknown function field", map[string]any{"functions": map[string]any{"settle": map[string]any{"memory": 256.0}}}, "unknown field"},
+		{"too much scratch", map[string]any{"functions": map[string]any{"settle": map[string]any{"ephemeralMiB": 20000.0}}}, "ephemeralMiB"},
+		{"bad batch", map[string]any{"functions": map[string]any{"trim": map[string]any{"batchSize": 0.0}}}, "batchSize"},
+		{"bad cert", map[string]any{"certificateArn": "arn:aws:iam::123456789012:server-certificate/x"}, "ACM"},
+		{"bad retention", map[string]any{"logRetentionDays": 31.0}, "logRetentionDays"},
+		{"long bucket base", map[string]any{"expressBucketBase": strings.Repeat("a", 50)}, "longer than 63"},
+		{"double dash base", map[string]any{"expressBucketBase": "a--b"}, "expressBucketBase"},
+		{"bad cidr", map[string]any{"clientCidrs": []any{"10.0.0.0/33"}}, "clientCidrs"},
+		{"tiny vpc", map[string]any{"vpcCidr": "10.0.0.0/28"}, "vpcCidr"},
+		{"wrong type", map[string]any{"starFlags": []any{"a"}}, "want an object"},
+		{"max below count", map[string]any{"starCount": 3.0, "starMaxCount": 3.0}, "starMaxCount"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := base()
+			for k, v := range tc.set {
+				if v == nil {
+					delete(m, k)
+				} else {
+					m[k] = v
+				}
+			}
+			_, err := Parse(lookupOf(m))
+			if err == nil {
+				t.Fatalf("Parse accepted %v", tc.set)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCheckKeys(t *testing.T) {
+	if err := CheckKeys([]string{"starlog:account", "starlog:functions", "@aws-cdk/core:foo", "availability-zones:account=1:region=x"}); err != nil {
+		t.Errorf("known keys rejected: %v", err)
+	}
+	err := CheckKeys([]string{"starlog:instancetype", "starlog:account"})
+	if err == nil || !strings.Contains(err.Error(), "starlog:instancetype") {
+		t.Errorf("misspelt key not reported: %v", err)
+	}
+}
+
+func TestKeysAreAllRead(t *testing.T) {
+	// Every key in Keys must change the parse result when set to something
+	// odd: a key listed but never read would pass CheckKeys silently.
+	for _, k := range Keys {
+		seen := false
+		look := func(key string) (any, bool) {
+			if key == k {
+				seen = true
+			}
+			return base()[key], base()[key] != nil
+		}
+		_, _ = Parse(look)
+		if !seen {
+			t.Errorf("key %q is listed but Parse never reads it", k)
+		}
+	}
+}
+
+func TestWithRoot(t *testing.T) {
+	c := Defaults()
+	c = c.WithRoot("/repo")
+	if c.StarBinary != filepath.FromSlash("/repo/build/star-linux-arm64/star") {
+		t.Errorf("StarBinary %q", c.StarBinary)
+	}
+	if c.LambdaBootstrap(JobChainSettle) != filepath.FromSlash("/repo/build/lambda/chain-settle/bootstrap") {
+		t.Errorf("bootstrap %q", c.LambdaBootstrap(JobChainSettle))
+	}
+	c.StarBinary = "/abs/star"
+	if c.WithRoot("/other").StarBinary != "/abs/star" {
+		t.Error("absolute path rewritten")
+	}
+}
+
+func TestVisibilityTimeout(t *testing.T) {
+	for _, job := range QueueJobs {
+		f := DefaultFunctions()[job]
+		if VisibilityTimeoutSeconds(f) < 6*f.TimeoutSeconds {
+			t.Errorf("%s: visibility %d below 6× timeout", job, VisibilityTimeoutSeconds(f))
+		}
+	}
+}
+
+// FuzzParse feeds arbitrary JSON objects as context: Parse must return a
+// config or an error, never panic, and a config it returns must validate.
+func FuzzParse(f *testing.F) {
+	seed, _ := json.Marshal(base())
+	f.Add(seed)
+	f.Add([]byte(`{"account":"123456789012","region":"us-east-1","availabilityZones":"us-east-1a,us-east-1b,us-east-1c","availabilityZoneIds":"use1-az1,use1-az2,use1-az4","starFlags":"{\"a\":1}"}`))
+	f.Add([]byte(`{"functions":{"settle":{"memoryMiB":1e300}},"starCount":-1}`))
+	f.Add([]byte(`{"functions":"not json","drainArgs":[1,2],"starPort":"0x10"}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m map[string]any
+		if json.Unmarshal(data, &m) != nil {
+			return
+		}
+		c, err := Parse(lookupOf(m))
+		if err != nil {
+			return
+		}
+		if verr := c.Validate(); verr != nil {
+			t.Fatalf("Parse returned a config that does not validate: %v", verr)
+		}
+	})
+}
