@@ -589,3 +589,42 @@ func TestReadAbsorbPlanCompat(t *testing.T) {
 	res := f.read(f.reader(Config{}), "p", AtSeq(1), Limits{}, nil)
 	f.want("p", res.Records, 1, 6)
 }
+
+// hookMeta runs fn once, right after the first query matching match
+// returns: the absorb writing a row between two lookups of one read.
+type hookMeta struct {
+	meta.Store
+	match func(meta.Query) bool
+	once  sync.Once
+	fn    func()
+}
+
+func (h *hookMeta) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
+	p, err := h.Store.Query(ctx, q)
+	if h.match(q) {
+		h.once.Do(h.fn)
+	}
+	return p, err
+}
+
+// The floor lookup finds the row ending exactly at the start seq, then the
+// absorb writes the next row before the forward page: the start is covered
+// by that row, not a gap.
+func TestReadRowWrittenBetweenFloorAndForward(t *testing.T) {
+	f := newFixture(t)
+	spans(f)                                                                 // s1: rows over [0, 35)
+	s5 := f.flight(meta.Standard, 1, []string{stdBucket}, f.batch("s1", 10)) // 35..44, not yet absorbed
+	floor := meta.FloorQuery("s1", 35)
+	hook := &hookMeta{Store: f.meta,
+		match: func(q meta.Query) bool { return q.Backward && q.To == floor.To },
+		fn:    func() { f.absorb(meta.Standard, 1, s5) }}
+	r, err := New(Config{Meta: hook, Objects: f.objs, SettledBucket: settledBkt, Registerer: noReg()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Read(context.Background(), Stream{ID: "s1", Basin: "b"}, AtSeq(35), Limits{}, nil)
+	if err != nil {
+		t.Fatalf("read at the row boundary while the absorb writes: %v", err)
+	}
+	f.want("s1", res.Records, 35, 45)
+}

@@ -175,6 +175,12 @@ func (c *cursor) locate(ctx context.Context, seq uint64) (loc, error) {
 		}
 	}
 	if len(c.ahead) > 0 {
+		if c.ahead[0].FirstSeq <= seq {
+			// The absorb wrote the row covering seq between the floor
+			// lookup (which found its predecessor, ending at seq) and the
+			// forward page: it is covered, not a gap.
+			return loc{kind: covered, row: c.ahead[0], below: true}, nil
+		}
 		return loc{kind: later, row: c.ahead[0], below: below}, nil
 	}
 	return loc{kind: none, below: below}, nil
