@@ -86,6 +86,7 @@ func Plan(star string, class meta.Class, epoch uint64, slots []Slot, prev map[st
 	}
 	p := PassPlan{Epoch: epoch, From: slots[0].Slot, End: slots[len(slots)-1].Slot + 1, Totals: map[string]StreamTotals{}}
 	refs := map[string]*meta.Ref{}
+	var bytes uint64 // of the pass, for the marker
 	for i, s := range slots {
 		if s.Slot != p.From+uint64(i) {
 			return PassPlan{}, fmt.Errorf("absorb: pass slots not consecutive: %d after %d", s.Slot, p.From+uint64(i)-1)
@@ -115,6 +116,7 @@ func Plan(star string, class meta.Class, epoch uint64, slots []Slot, prev map[st
 			}
 			r.EndSeq = x.EndSeq()
 			r.CumBytes += uint64(x.Length)
+			bytes += uint64(x.Length)
 			r.MinTimestamp = min(r.MinTimestamp, x.MinTimestamp)
 			r.MaxTimestamp = max(r.MaxTimestamp, x.MaxTimestamp)
 			r.FencingToken = x.FencingToken
@@ -136,7 +138,7 @@ func Plan(star string, class meta.Class, epoch uint64, slots []Slot, prev map[st
 	slices.Sort(streams)
 	p.Marker = meta.Marker{
 		Epoch: epoch, FromSlot: p.From, EndSlot: p.End,
-		Birth: birth.UnixMilli(), Ripen: ripen.UnixMilli(), Cause: cause, Streams: streams,
+		Birth: birth.UnixMilli(), Ripen: ripen.UnixMilli(), Cause: cause, Streams: streams, Bytes: bytes,
 	}
 	return p, nil
 }

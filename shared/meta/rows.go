@@ -28,6 +28,21 @@ func BasinKey(basin string) Key { return Key{PK: "basin#" + basin, SK: "cfg"} }
 // StreamNameKey maps a stream name to its id and config.
 func StreamNameKey(basin, name string) Key { return Key{PK: "basin#" + basin, SK: "s#" + name} }
 
+// StreamMetaKey is a stream id's identity row, written once (IfAbsent) when
+// the stream is created, before its first append. Span refs carry only the
+// stream id, but settled-object keys name the basin: the auditor reads the
+// basin here with one point read per stream per settle job, never a scan.
+func StreamMetaKey(streamID string) Key { return Key{PK: "stream#" + streamID, SK: "meta"} }
+
+// StreamMeta is the value of stream#<id>/meta. It never changes: a deleted
+// stream keeps it (its tombstone says it is deleted), and a re-created name
+// gets a new id and a new row.
+type StreamMeta struct {
+	Basin string `json:"basin"`
+	Name  string `json:"name"`
+	Class Class  `json:"class"`
+}
+
 // LeaseKey is a stream's leadership lease.
 func LeaseKey(streamID string) Key { return Key{PK: "stream#" + streamID, SK: "lease"} }
 
@@ -125,6 +140,16 @@ type Epoch struct {
 	Rewritten  uint64      `json:"rewritten"` // slots below have no live marker
 	Trimmed    uint64      `json:"trimmed"`   // slots below are deleted
 	Frontier   string      `json:"frontier,omitempty"`
+	// Rewrites are the rewritten cursor's advances not yet trimmed, with
+	// when the trim-check saw them: a slot is deleted only once the read
+	// grace has passed since its marker was seen resolved.
+	Rewrites []Rewrite `json:"rewrites,omitempty"`
+}
+
+// Rewrite records that the rewritten cursor reached Upto at unix ms At.
+type Rewrite struct {
+	Upto uint64 `json:"upto"`
+	At   int64  `json:"at"`
 }
 
 // SlotRef locates one stream's records in one slot.
@@ -180,6 +205,9 @@ type Marker struct {
 	Ripen    int64    `json:"ripen"` // unix ms
 	Cause    string   `json:"cause"` // "linger" or "cap"
 	Streams  []string `json:"streams"`
+	// Bytes are the block bytes of the pass (0 on markers written before
+	// the field existed): the auditor's unsettled-bytes gauge sums them.
+	Bytes uint64 `json:"bytes,omitempty"`
 }
 
 // Encode marshals a row value.

@@ -1,17 +1,9 @@
 package reader
 
-import "fmt"
+import "github.com/starlog/starlog/shared/format"
 
-// SettledKey is the derivable key of a settled object in the standard
-// bucket (DESIGN §4.2): streams/<basin>/<streamID>/<epoch>/<firstSeq>, with
-// "~<revision>" appended for rewrites (revision > 0). Numbers are zero-padded
-// to 20 digits like every other key, so a listing sorts numerically. The
-// settle job that writes the object and every reader must agree on it, so
-// they all call this function.
+// SettledKey is the derivable key of a settled object (format.SettledKey):
+// the settle job that writes the object and every reader derive it there.
 func SettledKey(basin, streamID string, epoch, firstSeq, revision uint64) string {
-	k := fmt.Sprintf("streams/%s/%s/%020d/%020d", basin, streamID, epoch, firstSeq)
-	if revision > 0 {
-		k += fmt.Sprintf("~%020d", revision)
-	}
-	return k
+	return format.SettledKey(basin, streamID, epoch, firstSeq, revision)
 }

@@ -1,0 +1,270 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
+)
+
+// source is where a piece's bytes are: a warm slot (read from scratch,
+// copied from its bucket), an object in storage, or bytes in memory.
+type source struct {
+	bucket, key string
+	off         int64 // of the piece in the source object
+	warm        *warmSlot
+	data        []byte
+}
+
+// publish assembles p's object by one multipart upload and publishes it
+// create-once. When the key is already there (a concurrent settler, or an
+// earlier run that crashed before its commit), the standing object's
+// footer is read back and describes the durable bytes instead: they are
+// never replaced.
+func publish(ctx context.Context, st *Stores, cache *fetchCache, w *streamWork, p objPlan) (f format.SettledFooter, size uint64, adopted bool, err error) {
+	key := format.SettledKey(w.basin, w.id, p.epoch, p.first, p.rev)
+	var blocks []format.BlockInfo
+	var pieces []piece
+	var srcs []source
+	if t := p.tail; t != nil {
+		for _, e := range t.footer.Entries {
+			blocks = append(blocks, e.BlockInfo())
+		}
+		pieces = append(pieces, piece{n: int64(t.footer.BlocksLen()), copyable: true})
+		srcs = append(srcs, source{bucket: st.SettledBucket, key: t.key})
+	}
+	for _, it := range p.items {
+		id := slotID{it.span.Star, it.span.Class, it.span.Epoch, it.sl.Slot}
+		ws, err := cache.get(ctx, id)
+		if err != nil {
+			return f, 0, false, err
+		}
+		xs, err := ws.blocks(w.id, it.sl)
+		if err != nil {
+			return f, 0, false, err
+		}
+		for _, x := range xs {
+			blocks = append(blocks, x.BlockInfo())
+		}
+		pieces = append(pieces, piece{n: int64(it.sl.Length), copyable: true})
+		srcs = append(srcs, source{bucket: ws.bucket, key: id.key(), off: int64(it.sl.Offset), warm: ws})
+	}
+	f, err = format.NewSettledFooter(w.id, blocks)
+	if err != nil {
+		return f, 0, false, fmt.Errorf("settle: footer of %s: %w", key, err)
+	}
+	fb, err := format.AppendSettledFooter(nil, f)
+	if err != nil {
+		return f, 0, false, fmt.Errorf("settle: footer of %s: %w", key, err)
+	}
+	pieces = append(pieces, piece{n: int64(len(fb))})
+	srcs = append(srcs, source{data: fb})
+	size = uint64(f.BlocksLen()) + uint64(len(fb))
+
+	b := st.Objects.Bucket(st.SettledBucket)
+	mp, err := b.NewMultipart(ctx, key)
+	if err != nil {
+		return f, 0, false, fmt.Errorf("settle: start upload of %s: %w", key, err)
+	}
+	var copied, staged int64
+	for i, pt := range planParts(pieces, objstore.MinPartSize) {
+		if pt.copy {
+			s, sg := srcs[pt.segs[0].piece], pt.segs[0]
+			err = mp.AddCopyPart(ctx, s.bucket, s.key, s.off+sg.off, sg.n)
+			copied += sg.n
+		} else {
+			var body []byte
+			if body, err = partBody(ctx, st, srcs, pt); err == nil {
+				err = mp.AddPart(ctx, body)
+				staged += int64(len(body))
+			}
+		}
+		if err != nil {
+			return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: part %d of %s: %w", i+1, key, err))
+		}
+	}
+	_, err = mp.Complete(ctx)
+	switch {
+	case err == nil:
+		w.copied += copied
+		w.staged += staged
+		return f, size, false, nil
+	case errors.Is(err, objstore.ErrExists):
+	case objstore.IsIndefinite(err):
+		// Published or not: the footer read below decides.
+	default:
+		return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: publish %s: %w", key, err))
+	}
+	got, gotSize, ferr := settledFooter(ctx, b, key, 0)
+	if ferr != nil {
+		return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: publish %s: %w; reading the standing object: %w", key, err, ferr))
+	}
+	if got.StreamID != w.id || got.FirstSeq != p.first {
+		return f, 0, false, fmt.Errorf("%w: %s holds [%d,%d) of %s", ErrRows, key, got.FirstSeq, got.EndSeq, got.StreamID)
+	}
+	if t := p.tail; t != nil && (len(got.Entries) < len(t.footer.Entries) || !slices.Equal(got.Entries[:len(t.footer.Entries)], t.footer.Entries)) {
+		return f, 0, false, fmt.Errorf("%w: %s does not begin with the blocks of the tail object %s", ErrRows, key, t.key)
+	}
+	w.adopted++
+	return got, gotSize, true, nil
+}
+
+// abort discards an upload after a failure, keeping the failure.
+func abort(ctx context.Context, mp objstore.Multipart, cause error) error {
+	if err := mp.Abort(ctx); err != nil {
+		return errors.Join(cause, fmt.Errorf("settle: abort upload: %w", err))
+	}
+	return cause
+}
+
+// partBody gathers an uploaded part's bytes: from the fetch cache, from
+// memory, or (a small tail object's blocks) by a ranged GET.
+func partBody(ctx context.Context, st *Stores, srcs []source, pt part) ([]byte, error) {
+	body := make([]byte, 0, pt.size())
+	for _, sg := range pt.segs {
+		s := srcs[sg.piece]
+		switch {
+		case s.data != nil:
+			body = append(body, s.data[sg.off:sg.off+sg.n]...)
+		case s.warm != nil:
+			b, err := s.warm.readAt(s.off+sg.off, sg.n)
+			if err != nil {
+				return nil, err
+			}
+			body = append(body, b...)
+		default:
+			b, err := st.Objects.Bucket(s.bucket).Get(ctx, s.key, s.off+sg.off, sg.n)
+			if err != nil {
+				return nil, fmt.Errorf("settle: read %s/%s [%d,+%d): %w", s.bucket, s.key, s.off+sg.off, sg.n, err)
+			}
+			if int64(len(b)) != sg.n {
+				return nil, fmt.Errorf("settle: read %s/%s [%d,+%d): %w: got %d bytes", s.bucket, s.key, s.off+sg.off, sg.n, format.ErrCorrupt, len(b))
+			}
+			body = append(body, b...)
+		}
+	}
+	return body, nil
+}
+
+// commitObject makes a published object visible and retires what it
+// covers, in an order that keeps every floor lookup landing on a row that
+// covers its seq: (1) CAS the pivot (the tail's catalog row, or the span
+// ref at the new object's first seq) into the catalog row of [first, end);
+// (2) if the object ends inside a span ref, put that ref's remainder at
+// end; (3) delete the covered span refs in ascending order. A lookup
+// between steps meets a surviving span ref (its slots outlive it) or the
+// catalog row. A lost CAS is errRaced.
+func commitObject(ctx context.Context, st *Stores, cache *fetchCache, w *streamWork, p objPlan, f format.SettledFooter, size uint64, adopted bool) error {
+	end := f.EndSeq
+	standing := w.view.standing
+	k := 0
+	for k < len(standing) && standing[k].Ref.EndSeq <= end {
+		k++
+	}
+	covered := standing[:k]
+	var straddle *refRow
+	if k < len(standing) && standing[k].Ref.FirstSeq < end {
+		straddle = &standing[k]
+	}
+	switch {
+	case straddle == nil && (k == 0 || covered[k-1].Ref.EndSeq != end):
+		return fmt.Errorf("%w: object ends at %d, past the stream's rows", ErrRows, end)
+	case p.tail == nil && k == 0:
+		return fmt.Errorf("%w: object [%d,%d) would split its first span ref [%d,%d)", ErrRows, f.FirstSeq, end, standing[0].Ref.FirstSeq, standing[0].Ref.EndSeq)
+	}
+	cat := meta.Ref{
+		FirstSeq: p.pivot.Ref.FirstSeq, EndSeq: end,
+		MinTimestamp: f.Entries[0].MinTimestamp, MaxTimestamp: f.Entries[len(f.Entries)-1].MaxTimestamp,
+		Settled: &meta.Settled{Epoch: p.epoch, FirstSeq: f.FirstSeq, Revision: p.rev, Bytes: size},
+	}
+	var rem *meta.Ref
+	if straddle == nil {
+		last := covered[k-1].Ref
+		cat.CumBytes, cat.FencingToken, cat.TrimPoint = last.CumBytes, last.FencingToken, last.TrimPoint
+	} else {
+		r := straddle.Ref
+		prev := p.pivot.Ref
+		if k > 0 {
+			prev = covered[k-1].Ref
+		}
+		tok, err := tokenAt(ctx, cache, w.id, r.Span, end)
+		if err != nil {
+			return err
+		}
+		cat.CumBytes, cat.FencingToken, cat.TrimPoint = cumAt(r, end), tok, prev.TrimPoint
+		x, err := remainderOf(r, end, cat.MaxTimestamp)
+		if err != nil {
+			return err
+		}
+		rem = &x
+	}
+
+	pk := meta.RefKey(w.id, cat.FirstSeq)
+	ver, err := st.Meta.Put(ctx, pk.PK, pk.SK, meta.Encode(cat), meta.IfVer(p.pivot.Ver))
+	if errors.Is(err, meta.ErrConditionFailed) {
+		return errRaced
+	}
+	if err != nil {
+		return fmt.Errorf("settle: commit catalog row %s/%s: %w", pk.PK, pk.SK, err)
+	}
+	w.objects++
+	outcome := "published"
+	if adopted {
+		outcome = "adopted"
+	}
+	st.metrics().objects.WithLabelValues(cache.class, outcome).Inc()
+
+	// The rows now: the catalog row at the pivot, covered span refs (and
+	// the straddler) to delete, the remainder to put first.
+	var leftovers []refRow
+	for _, r := range covered {
+		if r.Ref.FirstSeq != cat.FirstSeq {
+			leftovers = append(leftovers, r)
+		}
+	}
+	var next []refRow
+	if straddle != nil {
+		leftovers = append(leftovers, *straddle)
+		next = append(next, refRow{Ref: *rem})
+		k++
+	}
+	next = append(next, standing[k:]...)
+	w.view = view{base: &refRow{Ver: ver, Ref: cat}, leftovers: leftovers, remainder: rem, standing: next}
+	return finishLeftovers(ctx, st, w)
+}
+
+// cumAt is a span ref's cumulative bytes as of seq at, the first seq of
+// one of its slot refs. Pure.
+func cumAt(r meta.Ref, at uint64) uint64 {
+	c := r.CumBytes
+	for _, sl := range r.Span.Slots {
+		if sl.FirstSeq >= at {
+			c -= sl.Length
+		}
+	}
+	return c
+}
+
+// tokenAt is the stream's fencing token after seq at−1, from the bundle
+// footer of the slot holding it.
+func tokenAt(ctx context.Context, cache *fetchCache, id string, sp *meta.Span, at uint64) (string, error) {
+	for _, sl := range sp.Slots {
+		if sl.FirstSeq+sl.Count != at {
+			continue
+		}
+		ws, err := cache.get(ctx, slotID{sp.Star, sp.Class, sp.Epoch, sl.Slot})
+		if err != nil {
+			return "", err
+		}
+		xs, err := ws.blocks(id, sl)
+		if err != nil {
+			return "", err
+		}
+		return xs[len(xs)-1].FencingToken, nil
+	}
+	return "", fmt.Errorf("%w: no slot ref of the span ref at %d ends at %d", ErrRows, sp.Slots[0].FirstSeq, at)
+}

@@ -1,0 +1,548 @@
+package settle
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// Report is what one settle job did.
+type Report struct {
+	Markers     int // ripe markers of the era the job judged
+	Resolved    int // markers resolved (deleted)
+	Rescheduled int // linger markers left with residue, moved to their age cap
+	Streams     int // streams the markers name
+	Deleted     int // of which deleted: resolved without a byte staged
+	Settled     int // live streams whose window this job settled
+	Left        int // live streams left standing (below the trigger, or owned by an earlier era)
+	Failed      int // streams whose settle failed (their markers are left alone)
+	Objects     int // settled objects committed
+	Adopted     int // of which published earlier by a concurrent or crashed settler
+	Bundles     int // bundles warmed into the fetch cache
+	BundleBytes int64
+	Copied      int64 // object bytes copied server-side
+	Staged      int64 // object bytes uploaded as parts (footers included)
+	RefsDeleted int   // covered span refs deleted
+	Splits      int   // span refs split where an object ended inside them
+}
+
+// errRaced means a conditional write found a row other than the one the
+// view was built from: another settler moved the stream's rows. The
+// stream's rows are read again and the settle continues from them.
+var errRaced = errors.New("settle: rows changed under the settle")
+
+// maxRounds bounds one stream's settle loop (one object per round, plus a
+// round per race lost); a window of 256 slots makes at most a few objects.
+const maxRounds = 64
+
+// streamWork is one stream's part of a settle job.
+type streamWork struct {
+	id        string
+	judged    bool // false if the job ended before it got to the stream
+	alive     bool
+	basin     string
+	view      view
+	qualifies bool
+	err       error
+
+	objects, adopted int
+	copied, staged   int64
+	refsDeleted      int
+	splits           int
+}
+
+// Settle runs one group-settle job (DESIGN §10, seeds/settlement.md): it
+// judges the era's ripe markers (a marker whose streams are all deleted
+// resolves with nothing staged), warms exactly the bundles the qualifying
+// streams' windows need into a scratch fetch cache (each bundle read once,
+// verified), assembles each qualifying stream's settled objects through a
+// bounded worker pool, commits them (the CAS of the row at the object's
+// first seq is the visibility commit; covered span refs are deleted
+// ascending after it), resolves the markers left without residue,
+// re-schedules linger markers with residue to their age cap, and advances
+// the epoch's settle frontier.
+//
+// Every step is idempotent and each stream converges on its own: a re-run
+// after a crash at any step, or a concurrent run of the same job, ends in
+// the same objects and rows.
+func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
+	if err := st.check(); err != nil {
+		return rep, err
+	}
+	if job.Kind != KindSettle {
+		return rep, fmt.Errorf("settle: %s is not a settle job", job)
+	}
+	if err := job.Validate(); err != nil {
+		return rep, err
+	}
+	cfg, m, log := st.cfg(), st.metrics(), st.log()
+	class := string(job.Chain.Class)
+	t0 := time.Now()
+	defer func() {
+		m.jobSeconds.WithLabelValues(class, string(KindSettle)).Observe(time.Since(t0).Seconds())
+		if err != nil {
+			m.jobErrors.WithLabelValues(class, string(KindSettle)).Inc()
+			return
+		}
+		m.erasSettled.WithLabelValues(class).Inc()
+	}()
+	now := st.now()
+	rec, err := readEpoch(ctx, st.Meta, job.Chain, job.Epoch)
+	if err != nil {
+		return rep, err
+	}
+	era := &eraSet{ch: job.Chain, epoch: job.Epoch, checkpoints: map[epochRef]uint64{{job.Chain, job.Epoch}: rec.Checkpoint}}
+	all, err := markersIn(ctx, st.Meta, job.Chain, job.Epoch, job.From, job.End)
+	if err != nil {
+		return rep, err
+	}
+	for _, lm := range all {
+		if Ripe(lm.M, rec.Checkpoint, now) && lm.M.EndSlot <= job.End {
+			era.markers = append(era.markers, lm)
+		}
+	}
+	rep.Markers = len(era.markers)
+	if len(era.markers) == 0 {
+		return rep, advanceFrontier(ctx, st, job.Chain, job.Epoch)
+	}
+	var ids []string
+	for _, lm := range era.markers {
+		ids = append(ids, lm.M.Streams...)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	works := make([]*streamWork, len(ids))
+	for i, id := range ids {
+		works[i] = &streamWork{id: id}
+	}
+	rep.Streams = len(works)
+	timers := cfg.Timers(job.Chain.Class)
+
+	// Judge: deleted or alive, then read the live streams' rows.
+	forEach(ctx, len(works), cfg.Workers, func(ctx context.Context, i int) {
+		w := works[i]
+		w.err = judge(ctx, st, era, w, cfg.Trigger, timers.AgeCap, now)
+	})
+	cache, err := newFetchCache(st, job.Chain.Class)
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		if cerr := cache.close(); cerr != nil {
+			log.Warn("settle: removing the fetch cache", "dir", cache.dir, "err", cerr)
+		}
+	}()
+
+	// Warm exactly the bundles the qualifying windows need.
+	var need []slotID
+	seen := map[slotID]bool{}
+	for _, w := range works {
+		if w.err != nil || !w.qualifies {
+			continue
+		}
+		for _, r := range era.window(w.view.standing) {
+			for _, sl := range r.Ref.Span.Slots {
+				id := slotID{r.Ref.Span.Star, r.Ref.Span.Class, r.Ref.Span.Epoch, sl.Slot}
+				if !seen[id] {
+					seen[id] = true
+					need = append(need, id)
+				}
+			}
+		}
+	}
+	slices.SortFunc(need, func(a, b slotID) int { return cmp.Compare(a.slot, b.slot) })
+	forEach(ctx, len(need), cfg.Workers, func(ctx context.Context, i int) {
+		// A failure is not fatal here: the stream that needs the slot tries
+		// once more and fails alone.
+		if _, err := cache.get(ctx, need[i]); err != nil {
+			log.Warn("settle: warming a bundle", "job", job.String(), "slot", need[i].slot, "err", err)
+		}
+	})
+
+	// Assemble and commit each qualifying stream's objects.
+	forEach(ctx, len(works), cfg.Workers, func(ctx context.Context, i int) {
+		w := works[i]
+		switch {
+		case w.err != nil || !w.alive:
+		case w.qualifies:
+			w.err = settleStream(ctx, st, cache, era, w)
+		default:
+			// Not settling now, but a commit a crash left half done is
+			// finished: its leftovers would otherwise outlive their slots.
+			w.err = finishLeftovers(ctx, st, w)
+		}
+	})
+
+	var errs []error
+	for _, w := range works {
+		if !w.judged && w.err == nil {
+			w.err = errors.New("settle: job ended before the stream was judged")
+		}
+		switch {
+		case w.err != nil:
+			rep.Failed++
+			if len(errs) < 8 {
+				errs = append(errs, fmt.Errorf("stream %s: %w", w.id, w.err))
+			}
+		case !w.alive:
+			rep.Deleted++
+		case w.qualifies:
+			rep.Settled++
+		default:
+			rep.Left++
+		}
+		rep.Objects += w.objects
+		rep.Adopted += w.adopted
+		rep.Copied += w.copied
+		rep.Staged += w.staged
+		rep.RefsDeleted += w.refsDeleted
+		rep.Splits += w.splits
+	}
+	rep.Bundles, rep.BundleBytes = cache.bundles, cache.bytes
+	m.settledBytes.WithLabelValues(class, "copied").Add(float64(rep.Copied))
+	m.settledBytes.WithLabelValues(class, "staged").Add(float64(rep.Staged))
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	if err := resolveMarkers(ctx, st, era, works, timers.AgeCap, now, &rep); err != nil {
+		errs = append(errs, err)
+	}
+	if err := advanceFrontier(ctx, st, job.Chain, job.Epoch); err != nil {
+		errs = append(errs, err)
+	}
+	log.Info("settle: era settled", "job", job.String(), "markers", rep.Markers, "resolved", rep.Resolved,
+		"rescheduled", rep.Rescheduled, "streams", rep.Streams, "settled", rep.Settled, "deleted", rep.Deleted,
+		"left", rep.Left, "failed", rep.Failed, "objects", rep.Objects, "copied", rep.Copied, "staged", rep.Staged)
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("settle: %s: %d of %d streams failed: %w", job, rep.Failed, rep.Streams, errors.Join(errs...))
+	}
+	return rep, nil
+}
+
+// judge decides a stream's part in the job: deleted streams stage nothing;
+// a live stream's rows are read and its window sized against the policy.
+func judge(ctx context.Context, st *Stores, era *eraSet, w *streamWork, trigger uint64, ageCap time.Duration, now time.Time) error {
+	alive, basin, err := st.Streams.StreamState(ctx, w.id)
+	if err != nil {
+		return err
+	}
+	w.judged, w.alive, w.basin = true, alive, basin
+	if !alive {
+		return nil
+	}
+	if err := reread(ctx, st, era, w); err != nil {
+		return err
+	}
+	w.qualifies = era.qualifies(era.window(w.view.standing), trigger, ageCap, now)
+	return nil
+}
+
+// reread reads the stream's rows, rebuilds its view, and learns the
+// checkpoints of the epochs its standing refs ride.
+func reread(ctx context.Context, st *Stores, era *eraSet, w *streamWork) error {
+	rows, err := readRows(ctx, st.Meta, w.id)
+	if err != nil {
+		return err
+	}
+	v, err := analyze(rows)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", w.id, err)
+	}
+	w.view = v
+	return era.learn(ctx, st.Meta, v.standing)
+}
+
+// readRows reads a stream's ref rows from the greatest down to the
+// greatest catalog row (or all when there is none), ascending.
+func readRows(ctx context.Context, ms meta.Store, id string) ([]refRow, error) {
+	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Backward: true, Limit: 256}
+	var rows []refRow
+	for {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("settle: rows of stream %s: %w", id, err)
+		}
+		done := pg.Next == ""
+		for _, it := range pg.Items {
+			var r meta.Ref
+			if err := meta.Decode(it.Val, &r); err != nil {
+				return nil, fmt.Errorf("settle: row %s/%s: %w", it.PK, it.SK, err)
+			}
+			if k := meta.RefKey(id, r.FirstSeq); k.SK != it.SK || r.EndSeq <= r.FirstSeq || (r.Span == nil) == (r.Settled == nil) {
+				return nil, fmt.Errorf("%w: row %s/%s is malformed (extent [%d,%d))", ErrRows, it.PK, it.SK, r.FirstSeq, r.EndSeq)
+			}
+			rows = append(rows, refRow{Ver: it.Ver, Ref: r})
+			if r.Settled != nil {
+				done = true
+				break
+			}
+		}
+		if done {
+			slices.Reverse(rows)
+			return rows, nil
+		}
+		q.PageToken = pg.Next
+	}
+}
+
+// settleStream settles a qualifying stream's window, one object per round.
+func settleStream(ctx context.Context, st *Stores, cache *fetchCache, era *eraSet, w *streamWork) error {
+	for range maxRounds {
+		done, err := settleRound(ctx, st, cache, era, w)
+		if errors.Is(err, errRaced) {
+			if err := reread(ctx, st, era, w); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil || done {
+			return err
+		}
+	}
+	return fmt.Errorf("settle: stream %s did not converge in %d rounds", w.id, maxRounds)
+}
+
+// settleRound finishes any half-done commit, then assembles and commits
+// the next object of the stream's window; done when the window is empty.
+func settleRound(ctx context.Context, st *Stores, cache *fetchCache, era *eraSet, w *streamWork) (done bool, err error) {
+	if err := finishLeftovers(ctx, st, w); err != nil {
+		return false, err
+	}
+	window := era.window(w.view.standing)
+	if len(window) == 0 {
+		return true, nil
+	}
+	outputCap := st.cfg().OutputCap
+	tail, err := loadTail(ctx, st, w, outputCap)
+	if err != nil {
+		return false, err
+	}
+	p := planObject(tail, window, outputCap)
+	f, size, adopted, err := publish(ctx, st, cache, w, p)
+	if err != nil {
+		return false, err
+	}
+	return false, commitObject(ctx, st, cache, w, p, f, size, adopted)
+}
+
+// finishLeftovers completes a commit a crash (or a racing settler) left
+// half done: the remainder of a split ref is put at the catalog row's end,
+// then the covered span refs are deleted in ascending order.
+func finishLeftovers(ctx context.Context, st *Stores, w *streamWork) error {
+	v := &w.view
+	if v.remainder != nil {
+		ver, err := putRemainder(ctx, st.Meta, w.id, *v.remainder)
+		if err != nil {
+			return err
+		}
+		v.standing[0].Ver = ver
+		v.remainder = nil
+		w.splits++
+	}
+	for len(v.leftovers) > 0 {
+		if err := deleteRef(ctx, st.Meta, w.id, v.leftovers[0]); err != nil {
+			return err
+		}
+		w.refsDeleted++
+		v.leftovers = v.leftovers[1:]
+	}
+	return nil
+}
+
+// putRemainder puts the remainder of a split span ref, once.
+func putRemainder(ctx context.Context, ms meta.Store, id string, r meta.Ref) (int64, error) {
+	k := meta.RefKey(id, r.FirstSeq)
+	ver, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(r), meta.IfAbsent())
+	if err == nil {
+		return ver, nil
+	}
+	if !errors.Is(err, meta.ErrConditionFailed) {
+		return 0, fmt.Errorf("settle: put remainder %s/%s: %w", k.PK, k.SK, err)
+	}
+	it, err := ms.Get(ctx, k.PK, k.SK)
+	if err != nil {
+		return 0, fmt.Errorf("settle: read remainder %s/%s: %w", k.PK, k.SK, err)
+	}
+	var have meta.Ref
+	if err := meta.Decode(it.Val, &have); err != nil {
+		return 0, err
+	}
+	if have.Span == nil || have.EndSeq != r.EndSeq {
+		return 0, errRaced
+	}
+	return it.Ver, nil
+}
+
+// deleteRef deletes a covered span ref if it is still the row read.
+func deleteRef(ctx context.Context, ms meta.Store, id string, r refRow) error {
+	k := meta.RefKey(id, r.Ref.FirstSeq)
+	err := ms.Delete(ctx, k.PK, k.SK, meta.IfVer(r.Ver))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("settle: delete covered ref %s/%s: %w", k.PK, k.SK, err)
+	}
+	if _, err := ms.Get(ctx, k.PK, k.SK); errors.Is(err, meta.ErrNotFound) {
+		return nil // a concurrent settler deleted it
+	} else if err != nil {
+		return fmt.Errorf("settle: read covered ref %s/%s: %w", k.PK, k.SK, err)
+	}
+	return errRaced
+}
+
+// loadTail returns the stream's tail object when the next object should
+// extend it: the greatest catalog row, whose object is below the output
+// cap and starts at the row.
+func loadTail(ctx context.Context, st *Stores, w *streamWork, outputCap uint64) (*tailObj, error) {
+	b := w.view.base
+	if b == nil || b.Ref.Settled.Bytes >= outputCap || b.Ref.Settled.FirstSeq != b.Ref.FirstSeq {
+		return nil, nil
+	}
+	s := b.Ref.Settled
+	key := format.SettledKey(w.basin, w.id, s.Epoch, s.FirstSeq, s.Revision)
+	f, size, err := settledFooter(ctx, st.Objects.Bucket(st.SettledBucket), key, s.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	if f.StreamID != w.id || f.FirstSeq != b.Ref.FirstSeq || f.EndSeq != b.Ref.EndSeq {
+		return nil, fmt.Errorf("%w: catalog row [%d,%d) names %s, which holds [%d,%d) of %s",
+			ErrRows, b.Ref.FirstSeq, b.Ref.EndSeq, key, f.FirstSeq, f.EndSeq, f.StreamID)
+	}
+	return &tailObj{row: *b, key: key, footer: f, size: size}, nil
+}
+
+// forEach runs fn(i) for i in [0, n) on at most workers goroutines, and
+// starts no more once ctx ends.
+func forEach(ctx context.Context, n, workers int, fn func(ctx context.Context, i int)) {
+	sem := make(chan struct{}, max(workers, 1))
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(ctx, i)
+		})
+	}
+	wg.Wait()
+}
+
+// readEpoch reads one epoch record.
+func readEpoch(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (meta.Epoch, error) {
+	k := meta.EpochKey(ch.Star, ch.Class, epoch)
+	it, err := ms.Get(ctx, k.PK, k.SK)
+	if err != nil {
+		return meta.Epoch{}, fmt.Errorf("settle: epoch %d of %s: %w", epoch, ch, err)
+	}
+	var e meta.Epoch
+	if err := meta.Decode(it.Val, &e); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// markersIn reads the epoch's markers whose passes start in [from, end).
+func markersIn(ctx context.Context, ms meta.Store, ch ChainRef, epoch, from, end uint64) ([]liveMarker, error) {
+	e := meta.Epoch{Epoch: epoch, Rewritten: from, Checkpoint: end}
+	return liveMarkers(ctx, ms, ch, e, 0)
+}
+
+// resolveMarkers judges each marker of the era after the streams settled:
+// no live stream left standing in its slots, it is resolved (deleted);
+// otherwise a linger marker is moved to its age cap (a cap marker stays
+// ripe, and the next plan retries it). A marker naming a stream whose
+// settle failed is left alone. Conditional writes lost to a concurrent
+// settler are fine: it judged the same rows.
+func resolveMarkers(ctx context.Context, st *Stores, era *eraSet, works []*streamWork, ageCap time.Duration, now time.Time, rep *Report) error {
+	n := len(era.markers)
+	residue, blocked := make([]bool, n), make([]bool, n)
+	failed := map[string]bool{}
+	for _, w := range works {
+		switch {
+		case w.err != nil:
+			failed[w.id] = true
+		case w.alive:
+			era.residue(w.view.standing, residue)
+		}
+	}
+	for i, lm := range era.markers {
+		for _, id := range lm.M.Streams {
+			blocked[i] = blocked[i] || failed[id]
+		}
+	}
+	m := st.metrics()
+	class := string(era.ch.Class)
+	var errs []error
+	for i, lm := range era.markers {
+		k := meta.MarkerKey(era.ch.Star, era.ch.Class, era.epoch, lm.M.FromSlot)
+		switch {
+		case blocked[i]:
+		case !residue[i]:
+			err := st.Meta.Delete(ctx, k.PK, k.SK, meta.IfVer(lm.Ver))
+			if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+				errs = append(errs, fmt.Errorf("settle: resolve marker %s: %w", k.SK, err))
+				continue
+			}
+			rep.Resolved++
+			m.markers.WithLabelValues(class, "resolved").Inc()
+		case !era.capRipe(i, ageCap, now):
+			mk := lm.M
+			mk.Ripen, mk.Cause = mk.Birth+ageCap.Milliseconds(), "cap"
+			_, err := st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(mk), meta.IfVer(lm.Ver))
+			if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+				errs = append(errs, fmt.Errorf("settle: reschedule marker %s: %w", k.SK, err))
+				continue
+			}
+			rep.Rescheduled++
+			m.markers.WithLabelValues(class, "rescheduled").Inc()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// advanceFrontier moves the epoch's settle frontier up to its first live
+// marker (or to the checkpoint when none is left). The checkpoint is read
+// before the markers: a marker is written before the checkpoint passes its
+// pass, so none below the checkpoint read can be missed.
+func advanceFrontier(ctx context.Context, st *Stores, ch ChainRef, epoch uint64) error {
+	e, err := readEpoch(ctx, st.Meta, ch, epoch)
+	if err != nil {
+		return err
+	}
+	first, err := liveMarkers(ctx, st.Meta, ch, e, 1)
+	if err != nil {
+		return err
+	}
+	f := meta.MarkerKey(ch.Star, ch.Class, epoch, e.Checkpoint).SK
+	if len(first) > 0 {
+		f = meta.MarkerKey(ch.Star, ch.Class, epoch, first[0].M.FromSlot).SK
+	}
+	c := chain.New(ch.Star, ch.Class, auditorID, st.Meta, st.Objects)
+	_, err = c.UpdateEpoch(ctx, epoch, func(e *meta.Epoch) bool {
+		if e.Frontier >= f {
+			return false
+		}
+		e.Frontier = f
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("settle: advance frontier of %s epoch %d: %w", ch, epoch, err)
+	}
+	return nil
+}
+
+// auditorID names the auditor in chain handles; it never mints or fences.
+const auditorID = "auditor"

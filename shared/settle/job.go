@@ -1,0 +1,123 @@
+package settle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// ChainRef names one chain: a star's per-class write log.
+type ChainRef struct {
+	Star  string     `json:"star"`
+	Class meta.Class `json:"class"`
+}
+
+func (c ChainRef) String() string { return c.Star + "/" + string(c.Class) }
+
+func (c ChainRef) validate() error {
+	if c.Star == "" || !c.Class.Valid() {
+		return fmt.Errorf("settle: bad chain %q/%q", c.Star, c.Class)
+	}
+	return nil
+}
+
+// Kind is what a job does.
+type Kind string
+
+const (
+	// KindSettle is a group settle of one era.
+	KindSettle Kind = "settle"
+	// KindTrim is a trim-check of one chain.
+	KindTrim Kind = "trim"
+)
+
+// Job is one unit of auditor work: small, JSON-serialisable (it travels
+// through a queue), and naming only coordinates, so a job run late or twice
+// re-reads everything it acts on.
+type Job struct {
+	Kind  Kind     `json:"kind"`
+	Chain ChainRef `json:"chain"`
+	// Epoch, From and End bound a settle job's era: the ripe markers of
+	// the epoch whose passes start in slots [From, End).
+	Epoch uint64 `json:"epoch,omitempty"`
+	From  uint64 `json:"from,omitempty"`
+	End   uint64 `json:"end,omitempty"`
+}
+
+func (j Job) String() string {
+	if j.Kind == KindSettle {
+		return fmt.Sprintf("settle %s epoch %d slots [%d,%d)", j.Chain, j.Epoch, j.From, j.End)
+	}
+	return fmt.Sprintf("%s %s", j.Kind, j.Chain)
+}
+
+// Validate checks a job's fields.
+func (j Job) Validate() error {
+	if err := j.Chain.validate(); err != nil {
+		return err
+	}
+	switch j.Kind {
+	case KindSettle:
+		if j.Epoch == 0 || j.End <= j.From {
+			return fmt.Errorf("settle: bad settle job: epoch %d slots [%d,%d)", j.Epoch, j.From, j.End)
+		}
+	case KindTrim:
+		if j.Epoch != 0 || j.From != 0 || j.End != 0 {
+			return errors.New("settle: a trim job names a chain only")
+		}
+	default:
+		return fmt.Errorf("settle: unknown job kind %q", j.Kind)
+	}
+	return nil
+}
+
+// maxJobBytes bounds an encoded job (SQS allows 256 KiB; a job is ~150 B).
+const maxJobBytes = 4 << 10
+
+// Marshal encodes a job for a queue.
+func (j Job) Marshal() []byte { return meta.Encode(j) }
+
+// ParseJob decodes and validates a job from a queue message. Unknown
+// fields are refused, so a job written by a newer planner is never run
+// half-understood.
+func ParseJob(b []byte) (Job, error) {
+	if len(b) > maxJobBytes {
+		return Job{}, fmt.Errorf("settle: job of %d bytes (max %d)", len(b), maxJobBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var j Job
+	if err := dec.Decode(&j); err != nil {
+		return Job{}, fmt.Errorf("settle: decode job: %w", err)
+	}
+	if err := dec.Decode(new(json.RawMessage)); err != io.EOF {
+		return Job{}, errors.New("settle: trailing data after job")
+	}
+	if err := j.Validate(); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// Do runs one job: the whole of a queue consumer's work, so the Lambda
+// adapters and the in-process runner stay thin.
+func Do(ctx context.Context, st *Stores, j Job) error {
+	switch j.Kind {
+	case KindSettle:
+		_, err := Settle(ctx, st, j)
+		return err
+	case KindTrim:
+		_, err := TrimCheck(ctx, st, j.Chain, st.now())
+		return err
+	}
+	return j.Validate()
+}
+
+// millis is t in unix milliseconds, the unit of marker times.
+func millis(t time.Time) int64 { return t.UnixMilli() }

@@ -1,0 +1,65 @@
+package settle
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the auditor's Prometheus instruments (DESIGN §14). Gauges
+// are set by Plan, which sees every chain; counters by the jobs.
+type Metrics struct {
+	// settleLag is how long the oldest ripe, unresolved marker has been
+	// ripe, per class: the auditor's backlog in time.
+	settleLag *prometheus.GaugeVec
+	// unsettled sums the bytes of the passes whose markers are unresolved,
+	// per class: the transit-resident bytes the express bill is about.
+	unsettled *prometheus.GaugeVec
+	// trimLag is how long the oldest rewritten-but-untrimmed slot range
+	// has waited, per class (at least the read grace once slots wait).
+	trimLag     *prometheus.GaugeVec
+	erasPlanned *prometheus.CounterVec
+	erasSettled *prometheus.CounterVec
+	jobErrors   *prometheus.CounterVec
+	jobSeconds  *prometheus.HistogramVec
+	// settledBytes counts settled-object bytes by how they got there:
+	// "copied" server-side (UploadPartCopy) or "staged" (uploaded parts).
+	settledBytes *prometheus.CounterVec
+	objects      *prometheus.CounterVec
+	bundles      *prometheus.CounterVec
+	bundleBytes  *prometheus.CounterVec
+	markers      *prometheus.CounterVec
+	slotsTrimmed *prometheus.CounterVec
+}
+
+// nopMetrics records into unregistered instruments.
+var nopMetrics = NewMetrics(nil)
+
+// NewMetrics registers the auditor's instruments with reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "starlog", Subsystem: "settle", Name: name, Help: help}, []string{"class"})
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: name, Help: help}, append([]string{"class"}, labels...))
+	}
+	m := &Metrics{
+		settleLag:    gauge("lag_seconds", "Time the oldest ripe, unresolved batch marker has been ripe."),
+		unsettled:    gauge("unsettled_bytes", "Block bytes of absorb passes whose batch markers are unresolved."),
+		trimLag:      gauge("trim_lag_seconds", "Time the oldest rewritten but untrimmed slot range has waited."),
+		erasPlanned:  counter("eras_planned_total", "Settle jobs planned."),
+		erasSettled:  counter("eras_settled_total", "Settle jobs completed."),
+		jobErrors:    counter("job_errors_total", "Jobs that returned an error.", "kind"),
+		settledBytes: counter("object_bytes_total", "Settled-object bytes written, by how: copied server-side or staged.", "how"),
+		objects:      counter("objects_total", "Settled objects committed, by outcome: published or adopted from a concurrent settler.", "outcome"),
+		bundles:      counter("bundles_warmed_total", "Transit bundles read into the fetch cache."),
+		bundleBytes:  counter("bundle_bytes_total", "Bytes of transit bundles read into the fetch cache."),
+		markers:      counter("markers_total", "Batch markers judged, by outcome: resolved or rescheduled.", "outcome"),
+		slotsTrimmed: counter("slots_trimmed_total", "Chain slots deleted by the trim-check."),
+		jobSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "settle", Name: "job_seconds",
+			Help: "Duration of auditor jobs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"class", "kind"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobSeconds,
+			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed)
+	}
+	return m
+}

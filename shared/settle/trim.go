@@ -1,0 +1,125 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// TrimReport is what one trim-check did.
+type TrimReport struct {
+	Epochs  int    // epochs whose cursors moved
+	Trimmed uint64 // slots deleted from every bucket of their set
+}
+
+// TrimCheck retires a chain's slots (DESIGN §7, §10). Per epoch, as pure
+// cursor arithmetic, never probing a slot: it advances the rewritten cursor
+// to the first live marker (or the checkpoint when none is left below it)
+// and records when it saw that; then it deletes [trimmed, r) from every
+// bucket of the epoch's set, where r is the furthest rewritten position
+// recorded at least the read grace ago, so a reader holding a span ref it
+// fetched moments before the settle is never cut off. The auditor is the
+// only deleter of slots.
+func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep TrimReport, err error) {
+	if err := st.check(); err != nil {
+		return rep, err
+	}
+	if err := ch.validate(); err != nil {
+		return rep, err
+	}
+	cfg, m := st.cfg(), st.metrics()
+	class := string(ch.Class)
+	t0 := time.Now()
+	defer func() {
+		m.jobSeconds.WithLabelValues(class, string(KindTrim)).Observe(time.Since(t0).Seconds())
+		if err != nil {
+			m.jobErrors.WithLabelValues(class, string(KindTrim)).Inc()
+		}
+	}()
+	epochs, err := listEpochRecords(ctx, st.Meta, ch)
+	if err != nil {
+		return rep, err
+	}
+	c := chain.New(ch.Star, ch.Class, auditorID, st.Meta, st.Objects)
+	var errs []error
+	for _, e := range epochs {
+		n, err := trimEpoch(ctx, st, c, ch, e, now, cfg.ReadGrace)
+		if n > 0 {
+			rep.Epochs++
+			rep.Trimmed += n
+			m.slotsTrimmed.WithLabelValues(class).Add(float64(n))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// trimEpoch runs the trim-check on one epoch record (read before its
+// markers, so no marker below its checkpoint is missed) and returns how
+// many slots it deleted.
+func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e meta.Epoch, now time.Time, grace time.Duration) (uint64, error) {
+	if e.Rewritten < e.Checkpoint {
+		first, err := liveMarkers(ctx, st.Meta, ch, e, 1)
+		if err != nil {
+			return 0, err
+		}
+		r := e.Checkpoint
+		if len(first) > 0 {
+			r = min(r, first[0].M.FromSlot)
+		}
+		if r > e.Rewritten {
+			frontier := meta.MarkerKey(ch.Star, ch.Class, e.Epoch, r).SK
+			e, err = c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
+				if x.Rewritten >= r {
+					return false
+				}
+				x.Rewritten = r
+				x.Rewrites = append(x.Rewrites, meta.Rewrite{Upto: r, At: millis(now)})
+				x.Frontier = max(x.Frontier, frontier)
+				return true
+			})
+			if err != nil {
+				return 0, fmt.Errorf("settle: advance rewritten of %s epoch %d to %d: %w", ch, e.Epoch, r, err)
+			}
+		}
+	}
+	var trimmed uint64
+	if upto, ok := dueTrim(e, now, grace); ok && upto > e.Trimmed {
+		from := e.Trimmed
+		if err := c.Trim(ctx, e, upto); err != nil {
+			return 0, fmt.Errorf("settle: trim %s epoch %d [%d,%d): %w", ch, e.Epoch, from, upto, err)
+		}
+		e.Trimmed, trimmed = upto, upto-from
+	}
+	if !staleRewrites(e) {
+		return trimmed, nil
+	}
+	_, err := c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
+		if !staleRewrites(*x) {
+			return false
+		}
+		x.Rewrites = slices.DeleteFunc(x.Rewrites, func(rw meta.Rewrite) bool { return rw.Upto <= x.Trimmed })
+		return true
+	})
+	if err != nil {
+		return trimmed, fmt.Errorf("settle: drop trimmed rewrites of %s epoch %d: %w", ch, e.Epoch, err)
+	}
+	return trimmed, nil
+}
+
+// staleRewrites reports recorded rewrites the trim has passed. Pure.
+func staleRewrites(e meta.Epoch) bool {
+	for _, rw := range e.Rewrites {
+		if rw.Upto <= e.Trimmed {
+			return true
+		}
+	}
+	return false
+}
