@@ -269,6 +269,10 @@ func (l *Loglet) Push(r *pool.Reservation[*Batch], b *Batch) {
 	r.Commit(b)
 }
 
+// Err is nil while the loglet takes batches, else why it stopped:
+// ErrClosed, or ErrDeposed with its cause.
+func (l *Loglet) Err() error { return l.closedErr() }
+
 func (l *Loglet) closedErr() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -1,0 +1,155 @@
+package clientcmd
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The integration test runs the client commands against a real `star dev`
+// (built from this module). It is skipped with -short.
+
+// binDir holds the built star binary; TestMain removes it.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var buildStar = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "starlog-clientcmd-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "star")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+var devEndpointRE = regexp.MustCompile(`serving the S2 API on (http://\S+)`)
+
+// startStarDev starts `star dev` on a fresh data folder and returns its
+// endpoint and default basin; the test's cleanup stops it.
+func startStarDev(t *testing.T) (string, string) {
+	t.Helper()
+	bin, err := buildStar()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const basin = "clientcmd-dev"
+	cmd := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--basin", basin,
+		"--s3-flush-interval", "2ms", "--s3-express-flush-interval", "2ms", "--shutdown-timeout", "5s",
+		"--session-heartbeat-min", "100ms", "--session-heartbeat-max", "200ms", "--log-level", "warn")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := devEndpointRE.FindStringSubmatch(sc.Text()); m != nil {
+				urls <- m[1]
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	select {
+	case u := <-urls:
+		return u, basin
+	case err := <-exited:
+		t.Fatalf("star dev exited: %v\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("star dev did not start\n%s", stderr.String())
+	}
+	return "", ""
+}
+
+// TestAgainstStarDev drives every client command against a real star.
+func TestAgainstStarDev(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs star dev")
+	}
+	url, basin := startStarDev(t)
+	env := map[string]string{EnvEndpoint: url, EnvBasin: basin}
+
+	mustRun(t, env, "", "streams", "create", "cli", "--storage-class", "express")
+	if out := mustRun(t, env, "", "streams", "list"); !strings.Contains(out, "cli") {
+		t.Fatalf("streams list: %q", out)
+	}
+	out, errOut, err := run(t, env, "one\ntwo\nthree\n", "append", "cli")
+	if err != nil || out != "[0, 3) tail=3\n" {
+		t.Fatalf("append: %q %q %v", out, errOut, err)
+	}
+	if out := mustRun(t, env, "", "read", "cli"); out != "one\ntwo\nthree\n" {
+		t.Fatalf("read: %q", out)
+	}
+	if out := mustRun(t, env, "", "check-tail", "cli"); !strings.HasPrefix(out, "3\t") {
+		t.Fatalf("check-tail: %q", out)
+	}
+	if _, _, err := run(t, env, "four\n", "append", "cli", "--match-seq-num", "1"); err == nil || !strings.Contains(err.Error(), "next seq num is 3") {
+		t.Fatalf("stale match: %v", err)
+	}
+	tailed := make(chan string, 1)
+	go func() {
+		out, _, err := run(t, env, "", "tail", "cli", "--for", "3s")
+		if err != nil {
+			out = "error: " + err.Error()
+		}
+		tailed <- out
+	}()
+	time.Sleep(500 * time.Millisecond)
+	mustRun(t, env, "four\nfive\n", "append", "cli", "--match-seq-num", "3")
+	if out := <-tailed; out != "four\nfive\n" {
+		t.Fatalf("tail: %q", out)
+	}
+
+	out = mustRun(t, env, "", "bench", "--streams", "2", "--producers", "2", "--readers", "1",
+		"--record-size", "512", "--duration", "2s", "--storage-class", "express", "--json")
+	var res benchResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if res.Append.Records == 0 || res.Read.Records != res.Append.Records || res.Read.Missing != 0 {
+		t.Fatalf("bench: appended %d, read %d, missing %d", res.Append.Records, res.Read.Records, res.Read.Missing)
+	}
+	t.Logf("star dev bench (express, 2 producers, 512 B): %.2f MiB/s, %.0f rec/s, ack p50 %.2f ms p99 %.2f ms, e2e p50 %.2f ms p99 %.2f ms",
+		res.Append.MiBPerSec, res.Append.RecordsPerSec, res.AckLatency.P50MS, res.AckLatency.P99MS, res.E2ELatency.P50MS, res.E2ELatency.P99MS)
+
+	mustRun(t, env, "", "streams", "delete", "cli")
+}

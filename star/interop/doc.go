@@ -1,0 +1,10 @@
+// Package interop checks a star against the official S2 TypeScript SDK
+// (@s2-dev/streamstore, pinned in .ci/tools). Its test builds the star
+// binary, runs `star dev` on a free loopback port and runs
+// testdata/conformance.mjs under Node: the conformance scenarios of the API
+// design (API.md §5), each session scenario over both SDK transports (fetch:
+// HTTP/1.1 with SSE; the Node default: S2S frames over cleartext HTTP/2).
+//
+// The package has no code of its own; it exists so `go test ./...` runs the
+// interop suite.
+package interop

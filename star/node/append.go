@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"errors"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/facade"
+	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/streams"
+)
+
+// Appender appends to one stream this star leads: a unary append or an
+// append session.
+type Appender struct {
+	n *Node
+	l *ledStream
+}
+
+// OpenAppend resolves a stream for appending, creating it when the basin
+// creates streams on append (with create as its config, from the
+// s2-stream-config header), and leads it.
+func (n *Node) OpenAppend(ctx context.Context, basin, name string, create *api.StreamConfig) (*Appender, error) {
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: true, config: create})
+	if err != nil {
+		return nil, err
+	}
+	l, err := n.lead(ctx, b, e)
+	if err != nil {
+		return nil, err
+	}
+	return &Appender{n: n, l: l}, nil
+}
+
+// PendingAppend is a sequenced batch waiting for its ack.
+type PendingAppend struct {
+	a *Appender
+	t *streams.Ticket
+}
+
+// Submit validates and sequences in and hands it to the loglet without
+// waiting for the ack: batches submitted one after another are acked in
+// that order (pipelining). ctx bounds only the wait for pool budget.
+// Every error is definite: nothing was sequenced.
+func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingAppend, error) {
+	if err := api.ValidateAppendInput(in); err != nil {
+		return nil, err
+	}
+	if err := a.l.gone(); err != nil {
+		return nil, err
+	}
+	t, err := a.l.s.Submit(ctx, facadeRequest(in))
+	if err != nil {
+		return nil, a.n.appendErr(a.l.class, err, false)
+	}
+	return &PendingAppend{a: a, t: t}, nil
+}
+
+// Sequenced is the batch's assigned range [start, end).
+func (p *PendingAppend) Sequenced() (start, end uint64) {
+	s := p.t.Sequenced()
+	return s.Start.SeqNum, s.End.SeqNum
+}
+
+// Wait blocks until the batch is durable and released, or failed. A
+// failure here is indefinite (503 unavailable): the batch may yet be
+// durable.
+func (p *PendingAppend) Wait(ctx context.Context) (api.AppendAck, error) {
+	ack, err := p.t.Wait(ctx)
+	if err != nil {
+		return api.AppendAck{}, p.a.n.appendErr(p.a.l.class, err, true)
+	}
+	return api.AppendAck{Start: position(ack.Start), End: position(ack.End), Tail: position(ack.Tail)}, nil
+}
+
+// Tail is the stream's durable tail.
+func (a *Appender) Tail() api.StreamPosition { return position(a.l.s.Tail()) }
+
+// Append appends one batch and waits for its ack (POST …/records). It
+// waits for pool budget at most Config.AdmitTimeout.
+func (n *Node) Append(ctx context.Context, basin, name string, in *api.AppendInput, create *api.StreamConfig) (api.AppendAck, error) {
+	a, err := n.OpenAppend(ctx, basin, name, create)
+	if err != nil {
+		return api.AppendAck{}, err
+	}
+	actx, cancel := context.WithTimeout(ctx, n.cfg.AdmitTimeout)
+	p, err := a.Submit(actx, in)
+	cancel()
+	if err != nil {
+		return api.AppendAck{}, err
+	}
+	return p.Wait(ctx)
+}
+
+// appendErr maps a failure of the write path to the API: the facade's
+// rejections to 412 and 422, the loglet's unavailability (deposed, closed,
+// no pool budget in time, an ack no longer awaited) to a retryable 503.
+// sequenced says the batch was already sequenced: its outcome is unknown.
+func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
+	var (
+		seq   facade.SeqNumMismatchError
+		fence facade.FencingTokenMismatchError
+		inv   facade.InvalidError
+	)
+	switch {
+	case errors.As(err, &seq):
+		return api.SeqNumMismatch(seq.Expected)
+	case errors.As(err, &fence):
+		return api.FencingTokenMismatch(fence.Current)
+	case errors.As(err, &inv):
+		return api.Invalid("%s", inv.Reason)
+	case errors.Is(err, loglet.ErrDeposed), errors.Is(err, loglet.ErrClosed):
+		if sequenced {
+			return api.Unavailable("the star stopped leading this stream before the append was acknowledged; it may or may not be durable")
+		}
+		return api.Unavailable("the star is not taking appends for this stream; retry")
+	case errors.Is(err, streams.ErrAckUnknown):
+		return api.Unavailable("stopped waiting for the acknowledgement; the append may or may not be durable")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		if sequenced {
+			return api.Unavailable("stopped waiting for the acknowledgement; the append may or may not be durable")
+		}
+		return api.Unavailable("no write buffer space within the admission timeout; retry")
+	}
+	n.log.Error("append failed", "class", class, "err", err)
+	return api.Other("append failed")
+}
+
+// facadeRequest converts an API batch to the facade's. Headers share one
+// backing array; names, values and bodies alias the input.
+func facadeRequest(in *api.AppendInput) facade.Request {
+	nh := 0
+	for i := range in.Records {
+		nh += len(in.Records[i].Headers)
+	}
+	hs := make([]format.Header, 0, nh)
+	recs := make([]facade.Input, len(in.Records))
+	for i := range in.Records {
+		r := &in.Records[i]
+		var rh []format.Header
+		if len(r.Headers) > 0 {
+			start := len(hs)
+			for _, h := range r.Headers {
+				hs = append(hs, format.Header(h))
+			}
+			rh = hs[start:len(hs):len(hs)]
+		}
+		recs[i] = facade.Input{Timestamp: r.Timestamp, Headers: rh, Body: r.Body}
+	}
+	return facade.Request{Records: recs, MatchSeqNum: in.MatchSeqNum, FencingToken: in.FencingToken}
+}
+
+func position(p facade.Position) api.StreamPosition {
+	return api.StreamPosition{SeqNum: p.SeqNum, Timestamp: p.Timestamp}
+}

@@ -1,0 +1,282 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// Config is everything a star process needs; the serve and dev commands map
+// their flags onto it. Zero values take the defaults of Defaults().
+type Config struct {
+	// StarID names this star in keys and rows (chains/<star>/…). Empty:
+	// derived from the hostname (see DefaultStarID).
+	StarID string
+	// Address is advertised in the registry row (where peers reach this
+	// star); informational until multi-star leases land.
+	Address string
+
+	Meta    MetaConfig
+	Objects ObjectsConfig
+
+	Standard ClassConfig
+	Express  ClassConfig
+
+	// BacklogFlights bounds released-but-unabsorbed flights per chain
+	// (--s3-chain-backlog-flights).
+	BacklogFlights int
+	// BacklogBytes bounds their bytes per chain.
+	BacklogBytes int64
+
+	// AdmitTimeout bounds how long a unary append waits for pool budget
+	// before failing with a retryable 503 (sessions wait as long as their
+	// client does).
+	AdmitTimeout time.Duration
+	// DeletionPending is how long a deleted stream or basin answers 409
+	// *_deletion_pending before it answers 404 (and stops being listed).
+	DeletionPending time.Duration
+	// HeartbeatEvery is the registry heartbeat period.
+	HeartbeatEvery time.Duration
+	// ReadCacheBytes bounds the read path's footer and extent caches.
+	ReadCacheBytes int64
+	// SettleTriggerBytes is the un-settled bytes per stream that make a
+	// batch marker ripen early (the auditor's size trigger).
+	SettleTriggerBytes uint64
+}
+
+// ClassConfig fixes one storage class's chain and loglet.
+type ClassConfig struct {
+	// Buckets is the bucket set (K = len); W of them must confirm a slot.
+	Buckets []string
+	W       int
+	// MemoryBufferBytes is the pool budget (--s3-memory-buffer-mib,
+	// --s3-express-memory-buffer-mib).
+	MemoryBufferBytes int64
+	// FlushInterval bounds the age of the oldest pooled byte before a cut
+	// (--s3-flush-interval, --s3-express-flush-interval).
+	FlushInterval time.Duration
+	// ParallelUploads is the pipeline window: slots claimed ahead of
+	// release (--s3-parallel-uploads, --s3-express-parallel-uploads).
+	ParallelUploads int
+	// TargetFlightBytes cuts a flight before its deadline once reached.
+	TargetFlightBytes int64
+	// FlightDeadline bounds how long a flight may take to reach W before
+	// the epoch halts and recovers.
+	FlightDeadline time.Duration
+	// Linger and AgeCap ripen the chain's batch markers (DESIGN §10).
+	Linger time.Duration
+	AgeCap time.Duration
+}
+
+// MetaConfig selects the metastore: SQLitePath, or a DynamoDB table.
+type MetaConfig struct {
+	SQLitePath string
+
+	DynamoTable    string
+	DynamoEndpoint string // empty: AWS's regional endpoint
+	DynamoRegion   string
+	// DynamoCreateTable creates the table if missing (local development
+	// against DynamoDB Local or dynalite; production tables come from CDK).
+	DynamoCreateTable bool
+	AccessKey         string
+	SecretKey         string
+}
+
+// ObjectsConfig selects the object store: a directory (FSRoot) or S3.
+type ObjectsConfig struct {
+	FSRoot string
+
+	S3Endpoint  string // empty: AWS
+	S3Region    string
+	S3PathStyle bool
+	AccessKey   string
+	SecretKey   string
+}
+
+// Defaults returns the built-in defaults (DESIGN §4.2, §6, §10 and the
+// seed's flag defaults). Standard: K=1 W=1; Express: K=3 W=2.
+func Defaults() Config {
+	return Config{
+		Standard: ClassConfig{
+			Buckets:           []string{"standard"},
+			W:                 1,
+			MemoryBufferBytes: 256 << 20,
+			FlushInterval:     50 * time.Millisecond,
+			ParallelUploads:   16,
+			TargetFlightBytes: 4 << 20,
+			FlightDeadline:    10 * time.Second,
+			Linger:            60 * time.Second,
+			AgeCap:            15 * time.Minute,
+		},
+		Express: ClassConfig{
+			Buckets:           []string{"express-a", "express-b", "express-c"},
+			W:                 2,
+			MemoryBufferBytes: 32 << 20,
+			FlushInterval:     5 * time.Millisecond,
+			ParallelUploads:   8,
+			TargetFlightBytes: 1 << 20,
+			FlightDeadline:    5 * time.Second,
+			Linger:            10 * time.Second,
+			AgeCap:            2 * time.Minute,
+		},
+		BacklogFlights:     1024,
+		BacklogBytes:       1 << 30,
+		AdmitTimeout:       5 * time.Second,
+		DeletionPending:    30 * time.Second,
+		HeartbeatEvery:     10 * time.Second,
+		ReadCacheBytes:     64 << 20,
+		SettleTriggerBytes: 8 << 20,
+	}
+}
+
+// withDefaults fills zero fields from Defaults().
+func (c Config) withDefaults() Config {
+	d := Defaults()
+	c.Standard = c.Standard.withDefaults(d.Standard)
+	c.Express = c.Express.withDefaults(d.Express)
+	if c.BacklogFlights <= 0 {
+		c.BacklogFlights = d.BacklogFlights
+	}
+	if c.BacklogBytes <= 0 {
+		c.BacklogBytes = d.BacklogBytes
+	}
+	if c.AdmitTimeout <= 0 {
+		c.AdmitTimeout = d.AdmitTimeout
+	}
+	if c.DeletionPending <= 0 {
+		c.DeletionPending = d.DeletionPending
+	}
+	if c.HeartbeatEvery <= 0 {
+		c.HeartbeatEvery = d.HeartbeatEvery
+	}
+	if c.ReadCacheBytes <= 0 {
+		c.ReadCacheBytes = d.ReadCacheBytes
+	}
+	if c.SettleTriggerBytes == 0 {
+		c.SettleTriggerBytes = d.SettleTriggerBytes
+	}
+	return c
+}
+
+func (c ClassConfig) withDefaults(d ClassConfig) ClassConfig {
+	if len(c.Buckets) == 0 {
+		c.Buckets = d.Buckets
+	}
+	if c.W <= 0 {
+		c.W = d.W
+	}
+	if c.MemoryBufferBytes <= 0 {
+		c.MemoryBufferBytes = d.MemoryBufferBytes
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = d.FlushInterval
+	}
+	if c.ParallelUploads <= 0 {
+		c.ParallelUploads = d.ParallelUploads
+	}
+	if c.TargetFlightBytes <= 0 {
+		c.TargetFlightBytes = d.TargetFlightBytes
+	}
+	if c.FlightDeadline <= 0 {
+		c.FlightDeadline = d.FlightDeadline
+	}
+	if c.Linger <= 0 {
+		c.Linger = d.Linger
+	}
+	if c.AgeCap <= 0 {
+		c.AgeCap = d.AgeCap
+	}
+	return c
+}
+
+// validate checks what Open cannot work without.
+func (c Config) validate() error {
+	var errs []error
+	if err := ValidateStarID(c.StarID); err != nil {
+		errs = append(errs, err)
+	}
+	for _, cl := range []struct {
+		name string
+		cc   ClassConfig
+	}{{"standard", c.Standard}, {"express", c.Express}} {
+		if k := len(cl.cc.Buckets); cl.cc.W < 1 || cl.cc.W > k {
+			errs = append(errs, fmt.Errorf("%s bucket set: need 1 ≤ W ≤ K, have W=%d K=%d", cl.name, cl.cc.W, k))
+		}
+		seen := map[string]bool{}
+		for _, b := range cl.cc.Buckets {
+			if seen[b] {
+				errs = append(errs, fmt.Errorf("%s bucket set names %q twice", cl.name, b))
+			}
+			seen[b] = true
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// class returns the class's config.
+func (c Config) class(cl meta.Class) ClassConfig {
+	if cl == meta.Express {
+		return c.Express
+	}
+	return c.Standard
+}
+
+func (cc ClassConfig) ripening(trigger uint64) absorb.Ripening {
+	return absorb.Ripening{Trigger: trigger, Linger: cc.Linger, AgeCap: cc.AgeCap}
+}
+
+// maxStarIDLen keeps slot keys and metastore keys short.
+const maxStarIDLen = 63
+
+// ValidateStarID checks a star id: 1–63 bytes of lower-case letters,
+// digits and inner hyphens. It appears in object keys and metastore keys,
+// where '/' and ':' are separators.
+func ValidateStarID(id string) error {
+	if id == "" || len(id) > maxStarIDLen {
+		return fmt.Errorf("star id %q: must be 1 to %d bytes", id, maxStarIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(id)-1
+		if !ok {
+			return fmt.Errorf("star id %q: only a-z, 0-9 and inner hyphens are allowed", id)
+		}
+	}
+	return nil
+}
+
+// DefaultStarID derives a star id from the hostname: lower-cased, every
+// other character replaced by '-', trimmed to the allowed length.
+func DefaultStarID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "star"
+	}
+	return SanitizeStarID(h)
+}
+
+// SanitizeStarID turns any string into a valid star id ("star" if nothing
+// usable is left).
+func SanitizeStarID(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	id := strings.Trim(b.String(), "-")
+	if len(id) > maxStarIDLen {
+		id = strings.Trim(id[:maxStarIDLen], "-")
+	}
+	if id == "" {
+		return "star"
+	}
+	return id
+}

@@ -1,0 +1,297 @@
+// Package node is the star process core, independent of HTTP: it
+// registers a new incarnation of the star, opens one loglet per storage
+// class (each first settles what the star's earlier incarnations left on
+// its chain), keeps basins and streams in the metastore, leads streams
+// (sequencing their appends through the facade and the loglet) and serves
+// reads through star/reader and the loglets' flight indexes.
+//
+// Every failure a client should see is an *api.Error with the API's exact
+// status and body; anything else is an internal failure the server answers
+// with 500.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
+	objmetrics "github.com/starlog/starlog/shared/objstore/metrics"
+	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/reader"
+)
+
+// Deps are what Open would otherwise build from Config; tests pass their
+// own. Stores passed in are not closed by Close.
+type Deps struct {
+	Meta    meta.Store
+	Objects objstore.Store
+	// Registry collects every metric of the star (nil: a new registry with
+	// the Go and process collectors).
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+	// Now is the clock of resource times and deletion timing (nil:
+	// time.Now). Timestamps of records always use the real clock.
+	Now func() time.Time
+}
+
+// Node is one running star.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	meta    meta.Store
+	objects objstore.Store
+	now     func() time.Time
+	reader  *reader.Reader
+	loglets map[meta.Class]*loglet.Loglet
+
+	ownMeta meta.Store // closed by Close when Open opened it
+	regn    Registration
+	regVer  int64
+
+	mu      sync.Mutex
+	basins  map[string]*basinEntry
+	streams map[streamKey]*streamEntry
+	led     map[string]*ledSlot // by stream id
+
+	stopBeat context.CancelFunc
+	beatDone chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+}
+
+// Open starts a star: it registers a new incarnation, settles and opens
+// both loglets, and is then ready to serve.
+func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
+	cfg = cfg.withDefaults()
+	if cfg.StarID == "" {
+		cfg.StarID = DefaultStarID()
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("node: config: %w", err)
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     deps.Logger,
+		reg:     deps.Registry,
+		now:     deps.Now,
+		loglets: map[meta.Class]*loglet.Loglet{},
+		basins:  map[string]*basinEntry{},
+		streams: map[streamKey]*streamEntry{},
+
+		led: map[string]*ledSlot{},
+	}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
+	n.log = n.log.With("star", cfg.StarID)
+	if n.now == nil {
+		n.now = time.Now
+	}
+	if n.reg == nil {
+		n.reg = prometheus.NewRegistry()
+		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	defer func() {
+		if err != nil {
+			n.abort()
+		}
+	}()
+
+	ms := deps.Meta
+	if ms == nil {
+		if ms, err = openMeta(ctx, cfg.Meta); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		n.ownMeta = ms
+	}
+	if n.meta, err = wrapMeta(ms, n.reg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	objs := deps.Objects
+	if objs == nil {
+		all := append(append([]string(nil), cfg.Standard.Buckets...), cfg.Express.Buckets...)
+		if objs, err = openObjects(ctx, cfg.Objects, all); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	if n.objects, err = objmetrics.Wrap(objs, n.reg); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+
+	n.regn, n.regVer, err = register(ctx, n.meta, cfg.StarID, cfg.Address, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	inc := chain.Incarnation(cfg.StarID, n.regn.Incarnation)
+	n.log = n.log.With("incarnation", n.regn.Incarnation)
+	n.log.Info("registered", "address", cfg.Address)
+
+	for _, class := range []meta.Class{meta.Standard, meta.Express} {
+		l, err := n.openLoglet(ctx, class, inc)
+		if err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+		n.loglets[class] = l
+	}
+
+	n.reader, err = reader.New(reader.Config{
+		Meta: n.meta, Objects: n.objects,
+		SettledBucket: cfg.Standard.Buckets[0],
+		CacheBytes:    cfg.ReadCacheBytes,
+		Registerer:    n.reg,
+		Logger:        n.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+
+	beatCtx, stop := context.WithCancel(context.Background())
+	n.stopBeat, n.beatDone = stop, make(chan struct{})
+	go n.heartbeat(beatCtx)
+	n.log.Info("star ready")
+	return n, nil
+}
+
+// openLoglet opens class's loglet as incarnation inc; loglet.Open first
+// settles every earlier epoch of the chain (a kill -9'd predecessor's open
+// epoch included), so the rows cover every acknowledged record before
+// this incarnation mints and serves.
+func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*loglet.Loglet, error) {
+	cc := n.cfg.class(class)
+	rip := cc.ripening(n.cfg.SettleTriggerBytes)
+	ch := chain.New(n.cfg.StarID, class, inc, n.meta, n.objects)
+	settleFn := func(ctx context.Context) error {
+		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: rip, UpdateEpoch: ch.UpdateEpoch}
+		return settle.Chain(ctx, ch, abs)
+	}
+	lcfg := loglet.Config{
+		Star:           n.cfg.StarID,
+		Incarnation:    inc,
+		Class:          class,
+		Buckets:        cc.Buckets,
+		W:              cc.W,
+		Window:         cc.ParallelUploads,
+		FlushInterval:  cc.FlushInterval,
+		TargetFlight:   cc.TargetFlightBytes,
+		PoolBudget:     cc.MemoryBufferBytes,
+		BacklogFlights: n.cfg.BacklogFlights,
+		BacklogBytes:   n.cfg.BacklogBytes,
+		FlightDeadline: cc.FlightDeadline,
+		Ripening:       rip,
+	}
+	l, err := loglet.Open(ctx, lcfg, ch, settleFn, loglet.NewMetrics(n.reg, "class", string(class)), n.log)
+	if err != nil {
+		return nil, fmt.Errorf("open %s loglet: %w", class, err)
+	}
+	return l, nil
+}
+
+// StarID is this star's id.
+func (n *Node) StarID() string { return n.cfg.StarID }
+
+// Incarnation is this process's incarnation number.
+func (n *Node) Incarnation() uint64 { return n.regn.Incarnation }
+
+// Registry is the star's metrics registry, for /metrics and for the
+// server's own collectors.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Logger is the star's logger.
+func (n *Node) Logger() *slog.Logger { return n.log }
+
+// Healthy reports whether the star serves: both loglets take appends.
+func (n *Node) Healthy() error {
+	n.closeMu.Lock()
+	closed := n.closed
+	n.closeMu.Unlock()
+	if closed {
+		return errors.New("star is closed")
+	}
+	for class, l := range n.loglets {
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("%s loglet: %w", class, err)
+		}
+	}
+	return nil
+}
+
+// heartbeat refreshes the registry row until stopped. A lost CAS means a
+// later incarnation of this star id registered: this process is a zombie,
+// and the chain mint has deposed (or will depose) its loglets.
+func (n *Node) heartbeat(ctx context.Context) {
+	defer close(n.beatDone)
+	t := time.NewTicker(n.cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		reg := n.regn
+		reg.Heartbeat = time.Now().UnixMilli()
+		v, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer)
+		switch {
+		case errors.Is(err, errSuperseded):
+			n.log.Error("registry: a later incarnation of this star id registered; this process is superseded")
+			return
+		case err != nil:
+			n.log.Warn("registry heartbeat failed", "err", err)
+		default:
+			n.regVer = v
+		}
+	}
+}
+
+// Close stops the star: the loglets stop (appends not yet released fail
+// indefinitely, which is why the server drains first), the registry row
+// says stopped, and a metastore Open opened is closed.
+func (n *Node) Close(ctx context.Context) error {
+	n.closeMu.Lock()
+	if n.closed {
+		n.closeMu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.closeMu.Unlock()
+	n.stopBeat()
+	<-n.beatDone
+	for _, l := range n.loglets {
+		l.Close()
+	}
+	reg := n.regn
+	reg.State, reg.Heartbeat = StateStopped, time.Now().UnixMilli()
+	var errs []error
+	if _, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil {
+		errs = append(errs, err)
+	}
+	if n.ownMeta != nil {
+		if err := n.ownMeta.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close metastore: %w", err))
+		}
+	}
+	n.log.Info("star stopped")
+	return errors.Join(errs...)
+}
+
+// abort releases what a failed Open acquired.
+func (n *Node) abort() {
+	for _, l := range n.loglets {
+		l.Close()
+	}
+	if n.ownMeta != nil {
+		n.ownMeta.Close()
+	}
+}

@@ -1,0 +1,386 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/star/reader"
+)
+
+// Heartbeat bounds of sessions: S2 sends one on entering live follow and
+// then every random 5–15 s while idle (the TypeScript SDK gives up after 20
+// s without a frame, 25 s without an SSE event).
+const (
+	DefaultHeartbeatMin = 5 * time.Second
+	DefaultHeartbeatMax = 15 * time.Second
+)
+
+// ReadOptions shape a read.
+type ReadOptions struct {
+	// Heartbeats makes the cursor report the tail on entering live follow
+	// and then every HeartbeatMin–HeartbeatMax while idle (sessions).
+	Heartbeats                 bool
+	HeartbeatMin, HeartbeatMax time.Duration
+	// Create is the config of a stream auto-created by this read (the
+	// s2-stream-config header), when the basin creates streams on read.
+	Create *api.StreamConfig
+}
+
+// CheckTail returns a stream's durable tail: one past its last
+// acknowledged record, with that record's timestamp (0, 0 when empty).
+func (n *Node) CheckTail(ctx context.Context, basin, name string, create *api.StreamConfig) (api.StreamPosition, error) {
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onRead: true, config: create})
+	if err != nil {
+		return api.StreamPosition{}, err
+	}
+	l, err := n.lead(ctx, b, e)
+	if err != nil {
+		return api.StreamPosition{}, err
+	}
+	return position(l.s.Tail()), nil
+}
+
+// Read serves a unary read (JSON or protobuf): one batch, after waiting up
+// to req.Wait for records when the read starts at the tail.
+func (n *Node) Read(ctx context.Context, basin, name string, req api.ReadRequest, create *api.StreamConfig) (api.ReadBatch, error) {
+	c, err := n.OpenRead(ctx, basin, name, req, ReadOptions{Create: create})
+	if err != nil {
+		return api.ReadBatch{}, err
+	}
+	ev, err := c.Next(ctx)
+	if err != nil {
+		return api.ReadBatch{}, err
+	}
+	if ev.Kind == EventBatch {
+		return ev.Batch, nil
+	}
+	return api.ReadBatch{}, nil
+}
+
+// OpenRead resolves the stream (auto-creating it when the basin creates
+// streams on read), leads it, and places the read's start by S2's rules
+// (API.md §1): past the tail is 416 unless clamped (then at the tail); at
+// the tail is 416 unless the read can follow; a tail offset saturates at 0.
+func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadRequest, opts ReadOptions) (*Cursor, error) {
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onRead: true, config: opts.Create})
+	if err != nil {
+		return nil, err
+	}
+	l, err := n.lead(ctx, b, e)
+	if err != nil {
+		return nil, err
+	}
+	start, aerr := ResolveStart(req, position(l.s.Tail()))
+	if aerr != nil {
+		return nil, aerr
+	}
+	wait, forever := req.EffectiveWait()
+	c := &Cursor{
+		n: n, l: l,
+		stream:    reader.Stream{ID: e.row.ID, Basin: basin},
+		start:     start,
+		count:     req.Count,
+		bytes:     req.Bytes,
+		until:     req.Until,
+		wait:      wait,
+		forever:   forever,
+		heartbeat: opts.Heartbeats,
+		hbMin:     opts.HeartbeatMin,
+		hbMax:     opts.HeartbeatMax,
+		idleSince: time.Now(),
+	}
+	if c.hbMin <= 0 {
+		c.hbMin = DefaultHeartbeatMin
+	}
+	if c.hbMax < c.hbMin {
+		c.hbMax = max(DefaultHeartbeatMax, c.hbMin)
+	}
+	return c, nil
+}
+
+// ResolveStart places a read's start against the stream's tail, or fails
+// with the 416 that carries the tail. A timestamp start at or below the
+// tail's timestamp stays a timestamp (the reader finds the first record at
+// or after it); every other start becomes a seq num.
+func ResolveStart(req api.ReadRequest, tail api.StreamPosition) (reader.Start, *api.Error) {
+	var seq uint64
+	switch req.From {
+	case api.FromSeqNum:
+		seq = req.Value
+		if seq > tail.SeqNum {
+			if !req.Clamp {
+				return reader.Start{}, api.RangeNotSatisfiable(tail)
+			}
+			seq = tail.SeqNum
+		}
+	case api.FromTailOffset:
+		seq = tail.SeqNum - min(req.Value, tail.SeqNum)
+	case api.FromTimestamp:
+		if tail.SeqNum > 0 && req.Value <= tail.Timestamp {
+			return reader.AtTimestamp(req.Value), nil
+		}
+		if req.Value > tail.Timestamp && !req.Clamp {
+			return reader.Start{}, api.RangeNotSatisfiable(tail)
+		}
+		seq = tail.SeqNum
+	default:
+		return reader.Start{}, api.Invalid("unknown read start")
+	}
+	if seq == tail.SeqNum && !req.CanFollow() {
+		return reader.Start{}, api.RangeNotSatisfiable(tail)
+	}
+	return reader.AtSeq(seq), nil
+}
+
+// EventKind tells what a cursor step produced.
+type EventKind uint8
+
+const (
+	// EventBatch carries records.
+	EventBatch EventKind = iota + 1
+	// EventHeartbeat reports the tail while following with nothing new.
+	EventHeartbeat
+	// EventEnd: a limit, until or the wait ended the read cleanly.
+	EventEnd
+)
+
+// Event is one step of a read.
+type Event struct {
+	Kind EventKind
+	// Batch holds the records of an EventBatch; its Tail is set when the
+	// records were served live (the cursor had caught up before).
+	Batch api.ReadBatch
+	// Tail is the stream's tail, for EventHeartbeat.
+	Tail api.StreamPosition
+}
+
+// Cursor is one read in progress: it reads catch-up batches through the
+// rows and then follows the tail window, woken by each release. Not safe
+// for concurrent use.
+type Cursor struct {
+	n      *Node
+	l      *ledStream
+	stream reader.Stream
+	start  reader.Start
+
+	count, bytes *uint64 // remaining; nil is unbounded
+	until        *uint64
+	wait         time.Duration // idle bound, unless forever
+	forever      bool
+
+	heartbeat    bool
+	hbMin, hbMax time.Duration
+	nextBeat     time.Time
+
+	following bool
+	idleSince time.Time
+	done      bool
+}
+
+// Next returns the next batch, heartbeat or the end of the read. Catch-up
+// batches come back as fast as the reader serves them; once caught up the
+// cursor waits for a release (or, without a wait, ends).
+func (c *Cursor) Next(ctx context.Context) (Event, error) {
+	for {
+		if c.done || isZero(c.count) || isZero(c.bytes) {
+			c.done = true
+			return Event{Kind: EventEnd}, nil
+		}
+		if err := c.l.gone(); err != nil {
+			return Event{}, err
+		}
+		// Take the wake channel before reading, so a release between the
+		// read and the wait is not missed.
+		idx := c.l.loglet.Index()
+		wake := idx.Released()
+		tail := c.l.s.Tail()
+		lim := reader.Limits{Count: limitInt(c.count), Bytes: limitInt(c.bytes), Until: c.until}
+		res, err := c.read(ctx, lim, &reader.Tail{Window: idx, End: tail.SeqNum})
+		if err != nil {
+			return Event{}, c.n.readErr(err)
+		}
+		c.start = reader.AtSeq(res.Next)
+		if len(res.Records) > 0 {
+			sub(c.count, uint64(len(res.Records)))
+			sub(c.bytes, uint64(res.Bytes))
+			switch res.Stop {
+			case reader.StopCount, reader.StopBytes, reader.StopUntil:
+				c.done = true
+			}
+			now := time.Now()
+			c.idleSince = now
+			c.scheduleBeat(now)
+			b := api.ReadBatch{Records: apiRecords(res.Records)}
+			if c.following {
+				t := c.liveTail(res.Records[len(res.Records)-1])
+				b.Tail = &t
+			}
+			return Event{Kind: EventBatch, Batch: b}, nil
+		}
+		switch res.Stop {
+		case reader.StopCount, reader.StopBytes, reader.StopUntil:
+			c.done = true
+			continue
+		case reader.StopFrontier:
+			// Only a star that does not lead the stream gets this; leading
+			// is checked above, so it is a bug, not a client error.
+			return Event{}, api.Other("read reached the ref-covered frontier without a tail window")
+		}
+		if !c.forever && c.wait <= 0 {
+			c.done = true
+			continue
+		}
+		now := time.Now()
+		if !c.following {
+			c.following = true
+			if c.heartbeat {
+				c.scheduleBeat(now)
+				return Event{Kind: EventHeartbeat, Tail: position(c.l.s.Tail())}, nil
+			}
+		}
+		if err := c.waitForRecords(ctx, wake, now); err != nil {
+			return Event{}, err
+		}
+		if c.beatDue() {
+			c.scheduleBeat(time.Now())
+			return Event{Kind: EventHeartbeat, Tail: position(c.l.s.Tail())}, nil
+		}
+	}
+}
+
+// gapRetries bounds how often a read that met a gap is retried.
+const gapRetries = 3
+
+// read runs one reader.Read. A gap is retried a few times: the absorb can
+// write the row a read is looking for between the read's floor lookup and
+// its forward page, which the reader reports as a gap; a moment later the
+// rows are whole. A gap that persists is real and fails the read.
+func (c *Cursor) read(ctx context.Context, lim reader.Limits, tail *reader.Tail) (reader.Result, error) {
+	for attempt := 0; ; attempt++ {
+		res, err := c.n.reader.Read(ctx, c.stream, c.start, lim, tail)
+		if err == nil || !errors.Is(err, reader.ErrGap) || attempt == gapRetries {
+			return res, err
+		}
+		c.n.log.Debug("read met a gap; retrying", "stream", c.stream.ID, "err", err)
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * time.Millisecond):
+		}
+	}
+}
+
+// waitForRecords blocks until a release, the heartbeat time, the end of the
+// idle bound (which ends the read) or ctx.
+func (c *Cursor) waitForRecords(ctx context.Context, wake <-chan struct{}, now time.Time) error {
+	var idle <-chan time.Time
+	if !c.forever {
+		d := c.idleSince.Add(c.wait).Sub(now)
+		if d <= 0 {
+			c.done = true
+			return nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		idle = t.C
+	}
+	var beat <-chan time.Time
+	if c.heartbeat {
+		t := time.NewTimer(max(c.nextBeat.Sub(now), 0))
+		defer t.Stop()
+		beat = t.C
+	}
+	select {
+	case <-wake:
+	case <-idle:
+		c.done = true
+	case <-beat:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (c *Cursor) beatDue() bool {
+	return c.heartbeat && !c.done && !time.Now().Before(c.nextBeat)
+}
+
+func (c *Cursor) scheduleBeat(now time.Time) {
+	if !c.heartbeat {
+		return
+	}
+	span := c.hbMax - c.hbMin
+	d := c.hbMin
+	if span > 0 {
+		d += rand.N(span)
+	}
+	c.nextBeat = now.Add(d)
+}
+
+// liveTail is the tail a live batch reports: the stream's durable tail, or
+// the batch's end when the tail has not caught up yet (a flight enters the
+// flight index just before its batches are acknowledged).
+func (c *Cursor) liveTail(last format.Record) api.StreamPosition {
+	t := position(c.l.s.Tail())
+	if t.SeqNum <= last.SeqNum {
+		t = api.StreamPosition{SeqNum: last.SeqNum + 1, Timestamp: last.Timestamp}
+	}
+	return t
+}
+
+// readErr maps a read path failure to the API: the client's cancellation
+// or the storage layer's failure (logged; the client sees 500 storage).
+func (n *Node) readErr(err error) error {
+	if e := contextError(err); e != nil {
+		return e
+	}
+	n.log.Error("read failed", "err", err)
+	return api.Storage("read failed")
+}
+
+func isZero(v *uint64) bool { return v != nil && *v == 0 }
+
+func sub(v *uint64, n uint64) {
+	if v != nil {
+		*v -= min(*v, n)
+	}
+}
+
+// limitInt turns a remaining bound into the reader's limit (0: none). The
+// reader caps every Read at a batch, so a huge bound is no bound.
+func limitInt(v *uint64) int {
+	if v == nil || *v > 1<<30 {
+		return 0
+	}
+	return int(*v)
+}
+
+// apiRecords converts read records to the API's, sharing names, values
+// and bodies; timestamps and headers each take one allocation per batch.
+func apiRecords(recs []format.Record) []api.Record {
+	out := make([]api.Record, len(recs))
+	ts := make([]uint64, len(recs))
+	nh := 0
+	for i := range recs {
+		nh += len(recs[i].Headers)
+	}
+	hs := make([]api.Header, 0, nh)
+	for i := range recs {
+		r := &recs[i]
+		ts[i] = r.Timestamp
+		var rh []api.Header
+		if len(r.Headers) > 0 {
+			start := len(hs)
+			for _, h := range r.Headers {
+				hs = append(hs, api.Header(h))
+			}
+			rh = hs[start:len(hs):len(hs)]
+		}
+		out[i] = api.Record{SeqNum: r.SeqNum, Timestamp: &ts[i], Headers: rh, Body: r.Body}
+	}
+	return out
+}

@@ -1,0 +1,92 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// Registry states (DESIGN §5: live, draining, dead). A star that shuts
+// down cleanly writes stopped, so the janitor need not wait for its
+// heartbeat to age.
+const (
+	StateLive     = "live"
+	StateDraining = "draining"
+	StateStopped  = "stopped"
+	StateDead     = "dead"
+)
+
+// Registration is the value of the registry row star#<id>/reg.
+//
+// TODO(lead): move this type into shared/meta/rows.go beside RegistryKey
+// once the janitor reads it.
+type Registration struct {
+	// Incarnation counts the star's process starts; each start CASes it up
+	// by one, so the row's history totally orders incarnations.
+	Incarnation uint64 `json:"incarnation"`
+	Address     string `json:"address,omitempty"`
+	State       string `json:"state"`
+	StartedAt   int64  `json:"started_at"` // unix ms
+	Heartbeat   int64  `json:"heartbeat"`  // unix ms
+}
+
+// register starts a new incarnation of star: it reads the registry row and
+// CASes the incarnation counter up by one, retrying on a lost race (two
+// processes started with one id get distinct incarnations; the older one is
+// then deposed by the chain mint).
+func register(ctx context.Context, ms meta.Store, star, addr string, now time.Time) (Registration, int64, error) {
+	k := meta.RegistryKey(star)
+	for {
+		var prev Registration
+		cond := meta.IfAbsent()
+		it, err := ms.Get(ctx, k.PK, k.SK)
+		switch {
+		case err == nil:
+			if err := meta.Decode(it.Val, &prev); err != nil {
+				return Registration{}, 0, fmt.Errorf("registry %s: %w", star, err)
+			}
+			cond = meta.IfVer(it.Ver)
+		case !errors.Is(err, meta.ErrNotFound):
+			return Registration{}, 0, fmt.Errorf("registry %s: read: %w", star, err)
+		}
+		reg := Registration{
+			Incarnation: prev.Incarnation + 1,
+			Address:     addr,
+			State:       StateLive,
+			StartedAt:   now.UnixMilli(),
+			Heartbeat:   now.UnixMilli(),
+		}
+		ver, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), cond)
+		if err == nil {
+			return reg, ver, nil
+		}
+		if !errors.Is(err, meta.ErrConditionFailed) {
+			return Registration{}, 0, fmt.Errorf("registry %s: register incarnation %d: %w", star, reg.Incarnation, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return Registration{}, 0, err
+		}
+	}
+}
+
+// errSuperseded means another process registered a later incarnation of
+// this star id.
+var errSuperseded = errors.New("registry: a later incarnation of this star registered")
+
+// beat rewrites the registry row at version ver (ours since we wrote it)
+// with a fresh heartbeat and state. It never overwrites another
+// incarnation's row: a lost CAS is errSuperseded.
+func beat(ctx context.Context, ms meta.Store, star string, reg Registration, ver int64) (int64, error) {
+	k := meta.RegistryKey(star)
+	v, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), meta.IfVer(ver))
+	if errors.Is(err, meta.ErrConditionFailed) {
+		return ver, errSuperseded
+	}
+	if err != nil {
+		return ver, fmt.Errorf("registry %s: heartbeat: %w", star, err)
+	}
+	return v, nil
+}

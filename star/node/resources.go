@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// Basins and streams live in the metastore (DESIGN §5): basin#<b>/cfg and
+// basin#<b>/s#<name>, plus the basin directory and stream tombstones of
+// rows.go. This star caches what it read or wrote; with one star that is
+// coherent. (Multi-star leases will make the stream row's version part of
+// the lease check.)
+//
+// Deletion: DELETE stamps deleted_at. For Config.DeletionPending after
+// that, the resource lists with deleted_at and every call on it answers 409
+// *_deletion_pending; afterwards it answers 404 and is no longer listed. A
+// deleted stream's name can be created again at once (a new stream id);
+// a deleted basin's name once its deletion is no longer pending.
+
+type basinEntry struct {
+	row BasinRow
+	ver int64
+}
+
+type streamKey struct{ basin, name string }
+
+// streamEntry is an immutable snapshot of a stream row; writes replace it.
+type streamEntry struct {
+	key streamKey
+	row StreamRow
+	ver int64
+}
+
+// newID draws a random 128-bit id in hex.
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("node: crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// storageErr wraps a metastore failure as the API's 500 storage; the
+// detail goes to the log, not to the client.
+func (n *Node) storageErr(what string, err error) error {
+	if ctxErr := contextError(err); ctxErr != nil {
+		return ctxErr
+	}
+	n.log.Error("metastore failure", "op", what, "err", err)
+	return api.Storage("metastore: %s failed", what)
+}
+
+// contextError maps a cancelled or timed-out context to an API error (the
+// client is usually gone; if not, it may retry).
+func contextError(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return api.Unavailable("request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return api.Unavailable("request timed out")
+	}
+	return nil
+}
+
+// scanRows lists the rows of partition pk whose sort key is skPrefix+name
+// (skEnd bounds the sort keys from above), in name order, from the list
+// request's prefix and start_after. keep decodes a row and says whether it
+// is listed. It returns at most req.Limit rows, and whether another would
+// have been listed.
+func scanRows[T any](ctx context.Context, n *Node, pk, skPrefix, skEnd string, req api.ListRequest, keep func(name string, it meta.Item) (T, bool, error)) ([]T, bool, error) {
+	from := req.Prefix
+	if req.StartAfter != "" && req.StartAfter >= from {
+		from = req.StartAfter
+	}
+	q := meta.Query{PK: pk, From: skPrefix + from, To: skEnd, Limit: min(req.Limit+1, 1000)}
+	var out []T
+	for {
+		pg, err := n.meta.Query(ctx, q)
+		if err != nil {
+			return nil, false, n.storageErr("list", err)
+		}
+		for _, it := range pg.Items {
+			name, ok := strings.CutPrefix(it.SK, skPrefix)
+			if !ok || req.StartAfter != "" && name <= req.StartAfter {
+				continue
+			}
+			if !strings.HasPrefix(name, req.Prefix) {
+				return out, false, nil // past the prefix: rows come in name order
+			}
+			v, ok, err := keep(name, it)
+			if err != nil {
+				return nil, false, n.storageErr("list", err)
+			}
+			if !ok {
+				continue
+			}
+			if len(out) == req.Limit {
+				return out, true, nil
+			}
+			out = append(out, v)
+		}
+		if pg.Next == "" {
+			return out, false, nil
+		}
+		q.PageToken = pg.Next
+	}
+}

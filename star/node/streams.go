@@ -1,0 +1,337 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// stream returns the cached or stored row of a stream of basin b; nil when
+// it does not exist in this incarnation of the basin.
+func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*streamEntry, error) {
+	key := streamKey{basin, name}
+	n.mu.Lock()
+	e := n.streams[key]
+	n.mu.Unlock()
+	if e == nil {
+		k := meta.StreamNameKey(basin, name)
+		it, err := n.meta.Get(ctx, k.PK, k.SK)
+		if errors.Is(err, meta.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, n.storageErr("read stream", err)
+		}
+		row, err := decodeStreamRow(it)
+		if err != nil {
+			return nil, n.storageErr("decode stream", err)
+		}
+		e = &streamEntry{key: key, row: row, ver: it.Ver}
+		n.cacheStream(e)
+	}
+	if e.row.BasinID != b.row.ID {
+		return nil, nil // a stream of an earlier basin of this name
+	}
+	return e, nil
+}
+
+// A row's version only grows (this package never deletes the row, and a
+// create drops the cache entry before it writes), so a racing reader's
+// older snapshot never replaces a newer one.
+func (n *Node) cacheStream(e *streamEntry) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cur := n.streams[e.key]; cur == nil || cur.ver <= e.ver {
+		n.streams[e.key] = e
+	}
+}
+
+func (n *Node) dropStream(key streamKey) {
+	n.mu.Lock()
+	delete(n.streams, key)
+	n.mu.Unlock()
+}
+
+// autoCreate says whether a missing stream is created, and how.
+type autoCreate struct {
+	onAppend, onRead bool
+	// config is the s2-stream-config header's config, if any.
+	config *api.StreamConfig
+}
+
+// liveStream returns a stream that exists and is not being deleted,
+// creating it when the basin's config asks for that on this kind of access.
+func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate) (*basinEntry, *streamEntry, error) {
+	if err := api.ValidateStreamName(name); err != nil {
+		return nil, nil, err
+	}
+	b, err := n.liveBasin(ctx, basin)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := n.stream(ctx, b, basin, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	state := gone
+	if e != nil {
+		state = lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now())
+	}
+	switch state {
+	case alive:
+		return b, e, nil
+	case deleting:
+		return nil, nil, api.StreamDeletionPending("stream %q is being deleted", name)
+	}
+	if ac.onAppend && b.row.Config.CreateStreamOnAppend || ac.onRead && b.row.Config.CreateStreamOnRead {
+		var cfg api.StreamConfig
+		if ac.config != nil {
+			cfg = *ac.config
+		}
+		e, _, err := n.createStream(ctx, b, basin, name, cfg, "", false)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, e, nil
+	}
+	return nil, nil, api.StreamNotFound("stream %q not found in basin %q", name, basin)
+}
+
+// createStream creates stream name in basin b, or returns the live stream
+// that holds the name (created false). A stream being deleted is replaced
+// at once by a new one (a new id) when replaceDeleting is set.
+func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string, replaceDeleting bool) (*streamEntry, bool, error) {
+	key := streamKey{basin, name}
+	for {
+		n.dropStream(key)
+		k := meta.StreamNameKey(basin, name)
+		cond := meta.IfAbsent()
+		it, err := n.meta.Get(ctx, k.PK, k.SK)
+		switch {
+		case err == nil:
+			row, err := decodeStreamRow(it)
+			if err != nil {
+				return nil, false, n.storageErr("decode stream", err)
+			}
+			if row.BasinID == b.row.ID {
+				switch lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, n.now()) {
+				case alive:
+					e := &streamEntry{key: key, row: row, ver: it.Ver}
+					n.cacheStream(e)
+					return e, false, nil
+				case deleting:
+					if !replaceDeleting {
+						return nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
+					}
+				}
+			}
+			cond = meta.IfVer(it.Ver)
+		case !errors.Is(err, meta.ErrNotFound):
+			return nil, false, n.storageErr("read stream", err)
+		}
+		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: cfg, CreatedAt: n.now().UTC(), RequestToken: token}
+		// The identity row goes first: once the name row exists the stream
+		// can take appends, and the auditor needs the basin of every stream
+		// id it meets in a chain. A lost race below orphans it (an id never
+		// used), which is harmless.
+		ik := meta.StreamMetaKey(row.ID)
+		ident := meta.StreamMeta{Basin: basin, Name: name, Class: meta.Class(cfg.Resolve(b.row.Config.DefaultStreamConfig).StorageClass)}
+		if _, err := n.meta.Put(ctx, ik.PK, ik.SK, meta.Encode(ident), meta.IfAbsent()); err != nil {
+			return nil, false, n.storageErr("write stream identity", err)
+		}
+		ver, err := n.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), cond)
+		if errors.Is(err, meta.ErrConditionFailed) {
+			if err := ctx.Err(); err != nil {
+				return nil, false, contextError(err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, false, n.storageErr("create stream", err)
+		}
+		e := &streamEntry{key: key, row: row, ver: ver}
+		n.cacheStream(e)
+		n.log.Info("stream created", "basin", basin, "stream", name, "id", row.ID)
+		return e, true, nil
+	}
+}
+
+func streamInfo(e *streamEntry) api.StreamInfo {
+	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt}
+}
+
+// CreateStream creates a stream (POST /streams).
+func (n *Node) CreateStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, error) {
+	if err := api.ValidateStreamName(req.Stream); err != nil {
+		return api.StreamInfo{}, err
+	}
+	var cfg api.StreamConfig
+	if req.Config != nil {
+		cfg = *req.Config
+		if err := cfg.Validate(); err != nil {
+			return api.StreamInfo{}, err
+		}
+	}
+	b, err := n.liveBasin(ctx, basin)
+	if err != nil {
+		return api.StreamInfo{}, err
+	}
+	e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token, true)
+	if err != nil {
+		return api.StreamInfo{}, err
+	}
+	if !created && (token == "" || e.row.RequestToken != token) {
+		return api.StreamInfo{}, api.ResourceAlreadyExists("stream %q already exists", req.Stream)
+	}
+	return streamInfo(e), nil
+}
+
+// StreamConfig returns a stream's fully resolved config (GET /streams/{s}).
+func (n *Node) StreamConfig(ctx context.Context, basin, name string) (api.StreamConfig, error) {
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+	if err != nil {
+		return api.StreamConfig{}, err
+	}
+	return e.row.Config.Resolve(b.row.Config.DefaultStreamConfig).StreamConfig(), nil
+}
+
+// EnsureStream creates the stream with cfg or sets the live stream's
+// config to cfg (PUT /streams/{s}); it returns the provision result.
+func (n *Node) EnsureStream(ctx context.Context, basin, name string, cfg api.StreamConfig) (api.StreamInfo, string, error) {
+	if err := api.ValidateStreamName(name); err != nil {
+		return api.StreamInfo{}, "", err
+	}
+	if err := cfg.Validate(); err != nil {
+		return api.StreamInfo{}, "", err
+	}
+	b, err := n.liveBasin(ctx, basin)
+	if err != nil {
+		return api.StreamInfo{}, "", err
+	}
+	for {
+		e, created, err := n.createStream(ctx, b, basin, name, cfg, "", true)
+		if err != nil {
+			return api.StreamInfo{}, "", err
+		}
+		if created {
+			return streamInfo(e), api.ProvisionCreated, nil
+		}
+		if bytes.Equal(meta.Encode(e.row.Config), meta.Encode(cfg)) {
+			return streamInfo(e), api.ProvisionNoop, nil
+		}
+		ne, err := n.updateStream(ctx, b, e, func(r *StreamRow) { r.Config = cfg })
+		if errors.Is(err, meta.ErrConditionFailed) {
+			continue
+		}
+		if err != nil {
+			return api.StreamInfo{}, "", err
+		}
+		return streamInfo(ne), api.ProvisionUpdated, nil
+	}
+}
+
+// updateStream writes a changed stream row over e's version and applies
+// the new timestamping to the led stream. ErrConditionFailed means the row
+// moved: re-read and retry.
+func (n *Node) updateStream(ctx context.Context, b *basinEntry, e *streamEntry, change func(*StreamRow)) (*streamEntry, error) {
+	row := e.row
+	change(&row)
+	k := meta.StreamNameKey(e.key.basin, e.key.name)
+	ver, err := n.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfVer(e.ver))
+	if errors.Is(err, meta.ErrConditionFailed) {
+		n.dropStream(e.key)
+		return nil, err
+	}
+	if err != nil {
+		return nil, n.storageErr("update stream", err)
+	}
+	ne := &streamEntry{key: e.key, row: row, ver: ver}
+	n.cacheStream(ne)
+	if l := n.ledIfOpen(row.ID); l != nil {
+		// The storage class of an open stream is pinned until it is next
+		// opened (see ledStream); timestamping applies at once.
+		l.s.Reconfigure(facadeConfig(row.Config.Resolve(b.row.Config.DefaultStreamConfig)))
+	}
+	return ne, nil
+}
+
+// ReconfigureStream patches a stream's config (PATCH /streams/{s}) and
+// returns the fully resolved result.
+func (n *Node) ReconfigureStream(ctx context.Context, basin, name string, r api.StreamReconfiguration) (api.StreamConfig, error) {
+	if err := r.Validate(); err != nil {
+		return api.StreamConfig{}, err
+	}
+	for {
+		b, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+		if err != nil {
+			return api.StreamConfig{}, err
+		}
+		cfg := e.row.Config.Reconfigure(r)
+		if err := cfg.Validate(); err != nil {
+			return api.StreamConfig{}, err
+		}
+		ne, err := n.updateStream(ctx, b, e, func(row *StreamRow) { row.Config = cfg })
+		if errors.Is(err, meta.ErrConditionFailed) {
+			continue
+		}
+		if err != nil {
+			return api.StreamConfig{}, err
+		}
+		return ne.row.Config.Resolve(b.row.Config.DefaultStreamConfig).StreamConfig(), nil
+	}
+}
+
+// DeleteStream starts deleting a stream (DELETE /streams/{s}, 202): the
+// name row gets deleted_at and the stream id a tombstone for the janitor.
+func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
+	for {
+		b, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+		if err != nil {
+			return err
+		}
+		now := n.now().UTC()
+		_, err = n.updateStream(ctx, b, e, func(r *StreamRow) { r.DeletedAt = &now })
+		if errors.Is(err, meta.ErrConditionFailed) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		tk := StreamTombstoneKey(e.row.ID)
+		ts := Tombstone{Basin: basin, Name: name, DeletedAt: now}
+		if _, err := n.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.Always()); err != nil {
+			return n.storageErr("write stream tombstone", err)
+		}
+		n.unlead(e.row.ID)
+		n.log.Info("stream deleted", "basin", basin, "stream", name, "id", e.row.ID)
+		return nil
+	}
+}
+
+// ListStreams lists a basin's streams by name (GET /streams).
+func (n *Node) ListStreams(ctx context.Context, basin string, req api.ListRequest) (api.ListStreamsResponse, error) {
+	b, err := n.liveBasin(ctx, basin)
+	if err != nil {
+		return api.ListStreamsResponse{}, err
+	}
+	now := n.now()
+	pk := meta.StreamNameKey(basin, "").PK
+	// "s$" sorts right after every "s#…" key and is never a key itself.
+	list, more, err := scanRows(ctx, n, pk, streamNamePrefix, "s$", req, func(name string, it meta.Item) (api.StreamInfo, bool, error) {
+		row, err := decodeStreamRow(it)
+		if err != nil {
+			return api.StreamInfo{}, false, err
+		}
+		if row.BasinID != b.row.ID || lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, now) == gone {
+			return api.StreamInfo{}, false, nil
+		}
+		return api.StreamInfo{Name: name, CreatedAt: row.CreatedAt, DeletedAt: row.DeletedAt}, true, nil
+	})
+	if err != nil {
+		return api.ListStreamsResponse{}, err
+	}
+	return api.ListStreamsResponse{Streams: list, HasMore: more}, nil
+}

@@ -1,0 +1,168 @@
+package servecmd
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/starlog/starlog/star/node"
+)
+
+// EnvPrefix prefixes every flag's environment fallback: --s3-region is
+// STARLOG_S3_REGION.
+const EnvPrefix = "STARLOG_"
+
+// EnvName is the environment variable that backs a flag.
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// annotateEnv appends the environment fallback to every flag's usage, so
+// --help shows it beside the default.
+func annotateEnv(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" {
+			return
+		}
+		f.Usage += " [env " + EnvName(f.Name) + "]"
+	})
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, if that is set. A value that does not parse is an
+// error naming the variable.
+func applyEnv(fs *pflag.FlagSet) error {
+	var errs []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || f.Name == "help" {
+			return
+		}
+		v, ok := os.LookupEnv(EnvName(f.Name))
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Sprintf("%s=%q: %v", EnvName(f.Name), v, err))
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("environment: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// common are the flags of both serve and dev.
+type common struct {
+	listen          string
+	starID          string
+	address         string
+	logLevel        string
+	logFormat       string
+	shutdownTimeout time.Duration
+
+	standardBuckets []string
+	standardW       int
+	expressBuckets  []string
+	expressW        int
+
+	memMiB, expMemMiB         int
+	flush, expFlush           time.Duration
+	uploads, expUploads       int
+	flightKiB, expFlightKiB   int
+	deadline, expDeadline     time.Duration
+	linger, expLinger         time.Duration
+	ageCap, expAgeCap         time.Duration
+	backlogFlights            int
+	settleTriggerMiB          int
+	admitTimeout, delPending  time.Duration
+	readCacheMiB              int
+	heartbeatMin, heartbeatMx time.Duration
+}
+
+func (c *common) register(fs *pflag.FlagSet, defListen string) {
+	d := node.Defaults()
+	fs.StringVar(&c.listen, "listen", defListen, "address to serve the API on (HTTP/1.1 and h2c on one port)")
+	fs.StringVar(&c.starID, "star-id", "", "this star's id in keys and rows (default: derived from the hostname)")
+	fs.StringVar(&c.address, "address", "", "address peers reach this star at, recorded in its registry row")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, how long pending acks may take before the star stops anyway")
+
+	fs.StringSliceVar(&c.standardBuckets, "standard-buckets", d.Standard.Buckets, "the Standard chain's bucket set (K = count); the first also holds settled objects")
+	fs.IntVar(&c.standardW, "standard-w", d.Standard.W, "Standard copies that must confirm a slot (W ≤ K)")
+	fs.StringSliceVar(&c.expressBuckets, "express-buckets", d.Express.Buckets, "the Express chain's bucket set, one directory bucket per zone (K = count)")
+	fs.IntVar(&c.expressW, "express-w", d.Express.W, "Express copies that must confirm a slot (W ≤ K)")
+
+	fs.IntVar(&c.memMiB, "s3-memory-buffer-mib", int(d.Standard.MemoryBufferBytes>>20), "Standard pool budget: admitted, unflushed bytes before appends block")
+	fs.IntVar(&c.expMemMiB, "s3-express-memory-buffer-mib", int(d.Express.MemoryBufferBytes>>20), "Express pool budget")
+	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: the oldest pooled byte waits at most this long for a flight")
+	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: the oldest pooled byte waits at most this long for a flight")
+	fs.IntVar(&c.uploads, "s3-parallel-uploads", d.Standard.ParallelUploads, "Standard pipeline window: slots uploading ahead of release")
+	fs.IntVar(&c.expUploads, "s3-express-parallel-uploads", d.Express.ParallelUploads, "Express pipeline window")
+	fs.IntVar(&c.flightKiB, "s3-target-flight-kib", int(d.Standard.TargetFlightBytes>>10), "Standard: cut a flight early once it reaches this size")
+	fs.IntVar(&c.expFlightKiB, "s3-express-target-flight-kib", int(d.Express.TargetFlightBytes>>10), "Express: cut a flight early once it reaches this size")
+	fs.DurationVar(&c.deadline, "s3-flight-deadline", d.Standard.FlightDeadline, "Standard: a flight not at W by then halts the epoch (it recovers into the next)")
+	fs.DurationVar(&c.expDeadline, "s3-express-flight-deadline", d.Express.FlightDeadline, "Express: flight deadline")
+	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "released flights a chain may hold unabsorbed before publishing blocks")
+	fs.DurationVar(&c.linger, "settle-linger", d.Standard.Linger, "Standard: a batch past the size trigger ripens this long after its birth (plus jitter)")
+	fs.DurationVar(&c.expLinger, "settle-express-linger", d.Express.Linger, "Express: settle linger")
+	fs.DurationVar(&c.ageCap, "settle-age-cap", d.Standard.AgeCap, "Standard: every batch ripens at most this long after its birth")
+	fs.DurationVar(&c.expAgeCap, "settle-express-age-cap", d.Express.AgeCap, "Express: settle age cap")
+	fs.IntVar(&c.settleTriggerMiB, "settle-trigger-mib", int(d.SettleTriggerBytes>>20), "un-settled bytes per stream that ripen its batches at the linger")
+	fs.DurationVar(&c.admitTimeout, "admit-timeout", d.AdmitTimeout, "how long a unary append waits for pool budget before a retryable 503")
+	fs.DurationVar(&c.delPending, "deletion-pending", d.DeletionPending, "how long a deleted stream or basin answers 409 before 404")
+	fs.IntVar(&c.readCacheMiB, "read-cache-mib", int(d.ReadCacheBytes>>20), "read path cache of footers and extents")
+	fs.DurationVar(&c.heartbeatMin, "session-heartbeat-min", 5*time.Second, "idle read sessions get a heartbeat every random min..max")
+	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
+}
+
+// nodeConfig maps the flags onto a node config.
+func (c *common) nodeConfig() node.Config {
+	cfg := node.Defaults()
+	cfg.StarID, cfg.Address = c.starID, c.address
+	cfg.Standard.Buckets, cfg.Standard.W = c.standardBuckets, c.standardW
+	cfg.Express.Buckets, cfg.Express.W = c.expressBuckets, c.expressW
+	cfg.Standard.MemoryBufferBytes = int64(c.memMiB) << 20
+	cfg.Express.MemoryBufferBytes = int64(c.expMemMiB) << 20
+	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = c.flush, c.expFlush
+	cfg.Standard.ParallelUploads, cfg.Express.ParallelUploads = c.uploads, c.expUploads
+	cfg.Standard.TargetFlightBytes = int64(c.flightKiB) << 10
+	cfg.Express.TargetFlightBytes = int64(c.expFlightKiB) << 10
+	cfg.Standard.FlightDeadline, cfg.Express.FlightDeadline = c.deadline, c.expDeadline
+	cfg.Standard.Linger, cfg.Express.Linger = c.linger, c.expLinger
+	cfg.Standard.AgeCap, cfg.Express.AgeCap = c.ageCap, c.expAgeCap
+	cfg.BacklogFlights = c.backlogFlights
+	cfg.SettleTriggerBytes = uint64(c.settleTriggerMiB) << 20
+	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
+	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
+	return cfg
+}
+
+// logger builds the process logger from --log-level and --log-format.
+func (c *common) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", c.logLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch c.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+}
+
+// withEnv wires the environment fallback into a command: usage strings
+// name the variables, and PreRunE applies them.
+func withEnv(cmd *cobra.Command) *cobra.Command {
+	annotateEnv(cmd.Flags())
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error { return applyEnv(cmd.Flags()) }
+	return cmd
+}

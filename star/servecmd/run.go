@@ -1,0 +1,93 @@
+// Package servecmd holds the star binary's server commands: `star serve`
+// (production: DynamoDB and S3, every flag with an environment fallback)
+// and `star dev` (one embedded star on a data folder).
+package servecmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/server"
+)
+
+// runOptions is one run of a star.
+type runOptions struct {
+	listen          string
+	cfg             node.Config
+	deps            node.Deps
+	srv             server.Options
+	shutdownTimeout time.Duration
+	log             *slog.Logger
+	// ready runs once the star serves, with its address (the dev banner,
+	// the default basin).
+	ready func(ctx context.Context, n *node.Node, addr net.Addr) error
+}
+
+// run serves until SIGINT or SIGTERM, then shuts down gracefully: stop
+// accepting, end sessions, let pending acks finish (bounded by the
+// shutdown timeout), close the loglets. A second signal exits at once.
+func run(o runOptions) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// Listen first: a busy port fails before any chain is settled.
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	o.deps.Logger = o.log
+	n, err := node.Open(ctx, o.cfg, o.deps)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv, err := server.New(n, o.srv)
+	if err != nil {
+		ln.Close()
+		n.Close(context.Background())
+		return err
+	}
+	hs := srv.HTTPServer(o.listen)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	o.log.Info("serving", "listen", ln.Addr().String())
+	var readyErr error
+	if o.ready != nil {
+		if readyErr = o.ready(ctx, n, ln.Addr()); readyErr != nil {
+			o.log.Error("startup failed; shutting down", "err", readyErr)
+			stop()
+		}
+	}
+
+	select {
+	case <-ctx.Done():
+		o.log.Info("shutting down: draining sessions and pending acks", "timeout", o.shutdownTimeout)
+	case err := <-serveErr:
+		o.log.Error("server stopped", "err", err)
+	}
+	stop() // a second signal now kills the process
+
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	srv.Drain()
+	if err := hs.Shutdown(sctx); err != nil {
+		o.log.Warn("shutdown: some requests did not finish in time", "err", err)
+		hs.Close()
+	}
+	if err := n.Close(sctx); err != nil {
+		return fmt.Errorf("close star: %w", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return readyErr
+}

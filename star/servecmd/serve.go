@@ -1,0 +1,71 @@
+package servecmd
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/starlog/starlog/star/server"
+)
+
+// Serve is `star serve`: a production star on DynamoDB and S3 (or, for a
+// local cluster, a shared SQLite file and object directory).
+func Serve() *cobra.Command {
+	var (
+		c    common
+		meta struct {
+			sqlite, table, endpoint, region string
+			create                          bool
+		}
+		objs struct {
+			fsRoot, endpoint, region string
+			pathStyle                bool
+		}
+		creds struct{ accessKey, secretKey string }
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a star against DynamoDB and S3",
+		Long: `Run a star: the S2-compatible API (HTTP/1.1 and h2c on one port), the write
+path onto the Standard and Express bucket sets, and the read path.
+
+The metastore is a DynamoDB table (--dynamo-table), or a SQLite file shared
+by the stars of one host (--sqlite). Objects go to S3 (--s3-region, and
+--s3-endpoint for an S3-compatible server), or to a directory (--fs-root).
+Credentials come from the AWS default chain unless given.
+
+Every flag can also be set by its environment variable, shown with it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			cfg := c.nodeConfig()
+			cfg.Meta.SQLitePath = meta.sqlite
+			cfg.Meta.DynamoTable, cfg.Meta.DynamoEndpoint, cfg.Meta.DynamoRegion = meta.table, meta.endpoint, meta.region
+			cfg.Meta.DynamoCreateTable = meta.create
+			cfg.Meta.AccessKey, cfg.Meta.SecretKey = creds.accessKey, creds.secretKey
+			cfg.Objects.FSRoot = objs.fsRoot
+			cfg.Objects.S3Endpoint, cfg.Objects.S3Region, cfg.Objects.S3PathStyle = objs.endpoint, objs.region, objs.pathStyle
+			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
+			return run(runOptions{
+				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
+				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	c.register(fs, "0.0.0.0:7480")
+	fs.StringVar(&meta.table, "dynamo-table", "", "metastore: DynamoDB table name")
+	fs.StringVar(&meta.endpoint, "dynamo-endpoint", "", "DynamoDB endpoint URL (empty: AWS; set for DynamoDB Local or dynalite)")
+	fs.StringVar(&meta.region, "dynamo-region", "", "DynamoDB region (empty: from the AWS config)")
+	fs.BoolVar(&meta.create, "dynamo-create-table", false, "create the table if it is missing (local development only)")
+	fs.StringVar(&meta.sqlite, "sqlite", "", "metastore: SQLite file instead of DynamoDB (stars of one host may share it)")
+	fs.StringVar(&objs.region, "s3-region", "", "object store: S3 region")
+	fs.StringVar(&objs.endpoint, "s3-endpoint", "", "S3 endpoint URL (empty: AWS; set for versitygw and other S3-compatible servers)")
+	fs.BoolVar(&objs.pathStyle, "s3-path-style", false, "address buckets as /bucket/key (S3-compatible servers)")
+	fs.StringVar(&objs.fsRoot, "fs-root", "", "object store: a directory of buckets instead of S3 (stars of one host may share it)")
+	fs.StringVar(&creds.accessKey, "aws-access-key-id", "", "static AWS access key (empty: the default credential chain)")
+	fs.StringVar(&creds.secretKey, "aws-secret-access-key", "", "static AWS secret key")
+	return withEnv(cmd)
+}

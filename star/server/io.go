@@ -1,0 +1,98 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+// writeError writes err's status and JSON body. An error that is not an
+// *api.Error is a server fault: logged, answered 500 other.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var e *api.Error
+	if !errors.As(err, &e) {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		e = api.Other("internal error")
+	} else if e.Status >= 500 {
+		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "code", e.Code, "msg", e.Message)
+	}
+	body := e.JSON()
+	h := w.Header()
+	h.Set("Content-Type", api.ContentTypeJSON)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(e.Status)
+	w.Write(body)
+}
+
+// writeJSON writes v as the JSON body of a response with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Only our own response types are passed; this cannot happen.
+		status, body = http.StatusInternalServerError, api.Other("unencodable response").JSON()
+	}
+	writeBody(w, status, api.ContentTypeJSON, body)
+}
+
+func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// writeEmpty answers a 2xx with no body (S2 SDKs need Content-Length: 0).
+func writeEmpty(w http.ResponseWriter, status int) {
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(status)
+}
+
+// readBody reads the whole request body, at most limit bytes. A larger
+// body is 422 invalid (it cannot hold a valid request); a body that ends
+// early (a client that declared more than it sent, or a stream reset) is
+// 400 with the code of what it should have been: nothing is applied from
+// a truncated request.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, truncated func(string, ...any) *api.Error) ([]byte, *api.Error) {
+	if r.ContentLength > limit {
+		return nil, api.Invalid("request body of %d bytes exceeds %d", r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, api.Invalid("request body exceeds %d bytes", limit)
+		}
+		return nil, truncated("request body cut off: %v", err)
+	}
+	return body, nil
+}
+
+// format reads the s2-format header (JSON bodies only).
+func format(r *http.Request) (api.Format, *api.Error) {
+	return api.ParseFormat(r.Header.Get(api.HeaderFormat))
+}
+
+// streamConfigHeader reads the s2-stream-config header: the config of a
+// stream an append or read creates.
+func streamConfigHeader(r *http.Request) (*api.StreamConfig, *api.Error) {
+	v := r.Header.Get(api.HeaderStreamConfig)
+	if v == "" {
+		return nil, nil
+	}
+	c, err := api.ParseStreamConfigHeader(v)
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// wantsProto reports whether the response should be protobuf: the first
+// media type of Accept decides, as in S2.
+func wantsProto(r *http.Request) bool {
+	return api.ParseMediaType(r.Header.Get("Accept")) == api.MediaProto
+}

@@ -1,0 +1,121 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+func (s *Server) checkTail(w http.ResponseWriter, r *http.Request, basin, name string) {
+	create, err := streamConfigHeader(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	tail, terr := s.n.CheckTail(r.Context(), basin, name, create)
+	if terr != nil {
+		s.writeError(w, r, terr)
+		return
+	}
+	writeBody(w, http.StatusOK, api.ContentTypeJSON, api.EncodeTailJSON(tail))
+}
+
+// append serves POST …/records: an S2S append session, or one batch in
+// protobuf or JSON (raw or base64 by s2-format).
+func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name string) {
+	create, err := streamConfigHeader(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var in *api.AppendInput
+	switch api.ParseMediaType(r.Header.Get("Content-Type")) {
+	case api.MediaS2S:
+		s.appendSession(w, r, basin, name, create)
+		return
+	case api.MediaProto:
+		body, err := readBody(w, r, api.MaxAppendProtoBodyBytes, api.BadProto)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if in, err = api.DecodeAppendProto(body); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	case api.MediaJSON, api.MediaNone:
+		f, err := format(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		body, err := readBody(w, r, api.MaxAppendJSONBodyBytes, api.BadJSON)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if in, err = api.DecodeAppendJSON(body, f); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	default:
+		s.writeError(w, r, api.BadHeader("unsupported content-type %q: want application/json, application/protobuf or s2s/proto",
+			truncate(r.Header.Get("Content-Type"), 64)))
+		return
+	}
+	ack, aerr := s.n.Append(r.Context(), basin, name, in, create)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	if wantsProto(r) {
+		writeBody(w, http.StatusOK, api.ContentTypeProto, api.EncodeAppendAckProto(ack))
+		return
+	}
+	writeBody(w, http.StatusOK, api.ContentTypeJSON, api.EncodeAppendAckJSON(ack))
+}
+
+// read serves GET …/records: an S2S read session (Content-Type s2s/proto),
+// an SSE session (Accept: text/event-stream), or one batch in protobuf or
+// JSON.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string) {
+	create, err := streamConfigHeader(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if api.ParseMediaType(r.Header.Get("Content-Type")) == api.MediaS2S {
+		s.readSession(w, r, basin, name, create)
+		return
+	}
+	if api.ParseMediaType(r.Header.Get("Accept")) == api.MediaSSE {
+		s.sseSession(w, r, basin, name, create)
+		return
+	}
+	proto := wantsProto(r)
+	f := api.FormatRaw
+	if !proto {
+		if f, err = format(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	req, err := api.ParseReadQuery(r.URL.Query(), api.ReadUnary)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// A long poll must not hold up shutdown: draining ends it.
+	ctx, cancel := s.sessionContext(r)
+	defer cancel()
+	b, rerr := s.n.Read(ctx, basin, name, req, create)
+	if rerr != nil {
+		s.writeError(w, r, rerr)
+		return
+	}
+	if proto {
+		writeBody(w, http.StatusOK, api.ContentTypeProto, api.EncodeReadBatchProto(&b))
+		return
+	}
+	writeBody(w, http.StatusOK, api.ContentTypeJSON, api.EncodeReadBatchJSON(&b, f))
+}

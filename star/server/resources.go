@@ -1,0 +1,201 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
+	req, err := api.ParseListQuery(r.URL.Query())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out, lerr := s.n.ListBasins(r.Context(), req)
+	if lerr != nil {
+		s.writeError(w, r, lerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createBasin(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := api.DecodeCreateBasinRequest(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	info, cerr := s.n.CreateBasin(r.Context(), req, r.Header.Get(api.HeaderRequestToken))
+	if cerr != nil {
+		s.writeError(w, r, cerr)
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (s *Server) getBasin(w http.ResponseWriter, r *http.Request, name string) {
+	cfg, err := s.n.BasinConfig(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, cfg)
+}
+
+func (s *Server) ensureBasin(w http.ResponseWriter, r *http.Request, name string) {
+	if err := api.ValidateBasinName(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := api.DecodeEnsureBasinRequest(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	info, result, eerr := s.n.EnsureBasin(r.Context(), name, req)
+	if eerr != nil {
+		s.writeError(w, r, eerr)
+		return
+	}
+	w.Header().Set(api.HeaderProvisionResult, result)
+	status := http.StatusOK
+	if result == api.ProvisionCreated {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, info)
+}
+
+func (s *Server) reconfigureBasin(w http.ResponseWriter, r *http.Request, name string) {
+	if err := api.ValidateBasinName(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rec, err := api.DecodeBasinReconfiguration(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cfg, rerr := s.n.ReconfigureBasin(r.Context(), name, rec)
+	if rerr != nil {
+		s.writeError(w, r, rerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, cfg)
+}
+
+func (s *Server) deleteBasin(w http.ResponseWriter, r *http.Request, name string) {
+	if err := s.n.DeleteBasin(r.Context(), name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeEmpty(w, http.StatusAccepted)
+}
+
+func (s *Server) listStreams(w http.ResponseWriter, r *http.Request, basin string) {
+	req, err := api.ParseListQuery(r.URL.Query())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out, lerr := s.n.ListStreams(r.Context(), basin, req)
+	if lerr != nil {
+		s.writeError(w, r, lerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createStream(w http.ResponseWriter, r *http.Request, basin string) {
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := api.DecodeCreateStreamRequest(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	info, cerr := s.n.CreateStream(r.Context(), basin, req, r.Header.Get(api.HeaderRequestToken))
+	if cerr != nil {
+		s.writeError(w, r, cerr)
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (s *Server) getStream(w http.ResponseWriter, r *http.Request, basin, name string) {
+	cfg, err := s.n.StreamConfig(r.Context(), basin, name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, cfg)
+}
+
+func (s *Server) ensureStream(w http.ResponseWriter, r *http.Request, basin, name string) {
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cfg, err := api.DecodeStreamConfig(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	info, result, eerr := s.n.EnsureStream(r.Context(), basin, name, cfg)
+	if eerr != nil {
+		s.writeError(w, r, eerr)
+		return
+	}
+	w.Header().Set(api.HeaderProvisionResult, result)
+	status := http.StatusOK
+	if result == api.ProvisionCreated {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, info)
+}
+
+func (s *Server) reconfigureStream(w http.ResponseWriter, r *http.Request, basin, name string) {
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rec, err := api.DecodeStreamReconfiguration(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cfg, rerr := s.n.ReconfigureStream(r.Context(), basin, name, rec)
+	if rerr != nil {
+		s.writeError(w, r, rerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, cfg)
+}
+
+func (s *Server) deleteStream(w http.ResponseWriter, r *http.Request, basin, name string) {
+	if err := s.n.DeleteStream(r.Context(), basin, name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeEmpty(w, http.StatusAccepted)
+}

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+// routeKind names an endpoint; it is also the route label of the metrics.
+type routeKind uint8
+
+const (
+	routeUnknown routeKind = iota
+	routeBasins            // /v1/basins
+	routeBasin             // /v1/basins/{b}
+	routeStreams           // /v1/streams
+	routeStream            // /v1/streams/{s}
+	routeRecords           // /v1/streams/{s}/records
+	routeTail              // /v1/streams/{s}/records/tail
+	routeHealth            // /health
+	routeMetrics           // /metrics
+)
+
+var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics"}
+
+func (k routeKind) String() string { return routeNames[k] }
+
+// route is a parsed request path. Name is the decoded basin or stream
+// segment (not yet validated: that is the handler's, so a bad name gets
+// 422 invalid rather than a routing error).
+type route struct {
+	kind routeKind
+	name string
+}
+
+// parsePath routes an escaped request path (r.URL.EscapedPath()): stream
+// names are one percent-encoded segment, so "a%2Fb" is the stream "a/b"
+// and must not be split. A path that matches no endpoint is 400 bad_path,
+// and so is a segment that does not percent-decode.
+func parsePath(escaped string) (route, *api.Error) {
+	switch escaped {
+	case "/health":
+		return route{kind: routeHealth}, nil
+	case "/metrics":
+		return route{kind: routeMetrics}, nil
+	case "/v1/basins":
+		return route{kind: routeBasins}, nil
+	case "/v1/streams":
+		return route{kind: routeStreams}, nil
+	}
+	rest, ok := strings.CutPrefix(escaped, "/v1/")
+	if !ok {
+		return route{}, api.BadPath("no such endpoint: %s", truncate(escaped, 128))
+	}
+	parts := strings.Split(rest, "/")
+	seg := func(i int) (string, *api.Error) {
+		s, err := url.PathUnescape(parts[i])
+		if err != nil {
+			return "", api.BadPath("malformed path segment %q", truncate(parts[i], 64))
+		}
+		return s, nil
+	}
+	switch {
+	case parts[0] == "basins" && len(parts) == 2:
+		name, err := seg(1)
+		return route{kind: routeBasin, name: name}, err
+	case parts[0] == "streams" && len(parts) == 2:
+		name, err := seg(1)
+		return route{kind: routeStream, name: name}, err
+	case parts[0] == "streams" && len(parts) == 3 && parts[2] == "records":
+		name, err := seg(1)
+		return route{kind: routeRecords, name: name}, err
+	case parts[0] == "streams" && len(parts) == 4 && parts[2] == "records" && parts[3] == "tail":
+		name, err := seg(1)
+		return route{kind: routeTail, name: name}, err
+	}
+	return route{}, api.BadPath("no such endpoint: %s", truncate(escaped, 128))
+}
+
+// allowed lists the methods of each endpoint, for 405 and its Allow header.
+func (k routeKind) allowed() string {
+	switch k {
+	case routeBasins, routeStreams:
+		return "GET, POST"
+	case routeBasin, routeStream:
+		return "GET, PUT, PATCH, DELETE"
+	case routeRecords:
+		return "GET, POST"
+	default:
+		return "GET"
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

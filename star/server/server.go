@@ -1,0 +1,333 @@
+// Package server is the star's HTTP front: S2's REST API v1 data plane
+// (docs/api.md, the design's API.md) on one listener that speaks HTTP/1.1
+// and cleartext HTTP/2 (h2c, for S2S sessions), plus /health and /metrics.
+//
+// It is a thin adapter: it routes on the escaped path, bounds and decodes
+// bodies with shared/api, calls star/node, and encodes the answer (JSON,
+// protobuf, SSE or S2S frames). Every client error is an *api.Error with
+// the API's exact status and body; a failure that is not one is logged and
+// answered 500 other, and a panic in a handler too.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
+)
+
+// Options tune a Server. Zero values take the defaults named.
+type Options struct {
+	// HeartbeatMin and HeartbeatMax bound the random interval between
+	// heartbeats of idle sessions (default 5 s and 15 s, as S2).
+	HeartbeatMin, HeartbeatMax time.Duration
+	// SessionBacklog bounds the append-session inputs submitted but not
+	// yet acknowledged (default 1024); the pool budget bounds their bytes.
+	SessionBacklog int
+	// Logger (nil: the node's).
+	Logger *slog.Logger
+}
+
+// Server serves the API of one node.
+type Server struct {
+	n    *node.Node
+	log  *slog.Logger
+	opts Options
+
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	sessions *prometheus.GaugeVec
+
+	// drain is cancelled by Drain: sessions end (read sessions at once,
+	// append sessions once their submitted inputs are acknowledged).
+	drain     context.Context
+	stopDrain context.CancelFunc
+}
+
+// errDraining ends sessions when the server shuts down.
+var errDraining = errors.New("server: draining for shutdown")
+
+// New returns the server of n and registers its metrics with n's registry.
+func New(n *node.Node, opts Options) (*Server, error) {
+	if opts.HeartbeatMin <= 0 {
+		opts.HeartbeatMin = node.DefaultHeartbeatMin
+	}
+	if opts.HeartbeatMax < opts.HeartbeatMin {
+		opts.HeartbeatMax = max(node.DefaultHeartbeatMax, opts.HeartbeatMin)
+	}
+	if opts.SessionBacklog <= 0 {
+		opts.SessionBacklog = 1024
+	}
+	if opts.Logger == nil {
+		opts.Logger = n.Logger()
+	}
+	s := &Server{n: n, log: opts.Logger, opts: opts}
+	s.drain, s.stopDrain = context.WithCancel(context.Background())
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "http", Name: "requests_total",
+		Help: "HTTP requests by route, method and status.",
+	}, []string{"route", "method", "status"})
+	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "starlog", Subsystem: "http", Name: "request_duration_seconds",
+		Help:    "HTTP request duration by route (sessions: their whole life).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms … 65 s
+	}, []string{"route"})
+	s.sessions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "starlog", Subsystem: "http", Name: "sessions",
+		Help: "Open streaming sessions by kind (sse, s2s_read, s2s_append).",
+	}, []string{"kind"})
+	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions} {
+		if err := n.Registry().Register(c); err != nil {
+			return nil, fmt.Errorf("server: register metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// HTTPServer returns an http.Server for s on addr that speaks HTTP/1.1 and
+// unencrypted HTTP/2 on the same port. It sets no read or write timeout:
+// sessions live as long as their clients.
+func (s *Server) HTTPServer(addr string) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		HTTP2: &http.HTTP2Config{
+			// Big windows let one S2S append session carry ~100 MiB/s
+			// over a round trip of a few ms.
+			MaxReceiveBufferPerConnection: 64 << 20,
+			MaxReceiveBufferPerStream:     16 << 20,
+			MaxReadFrameSize:              1 << 20,
+		},
+	}
+}
+
+// Drain asks every session to end: read sessions end at once with a
+// retryable error; append sessions stop taking inputs and end once the
+// inputs they submitted are acknowledged. Call it before
+// http.Server.Shutdown, which waits for handlers.
+func (s *Server) Drain() { s.stopDrain() }
+
+// sessionContext is r's context, cancelled with errDraining on Drain.
+func (s *Server) sessionContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.drain, func() { cancel(errDraining) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// ServeHTTP routes a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &recorder{ResponseWriter: w}
+	rt, perr := parsePath(r.URL.EscapedPath())
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+			if !rw.wrote {
+				s.writeError(rw, r, api.Other("internal error"))
+			}
+		}
+		status := rw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.requests.WithLabelValues(rt.kind.String(), r.Method, strconv.Itoa(status)).Inc()
+		s.duration.WithLabelValues(rt.kind.String()).Observe(time.Since(start).Seconds())
+	}()
+	if perr != nil {
+		s.writeError(rw, r, perr)
+		return
+	}
+	s.route(rw, r, rt)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
+	m := r.Method
+	switch rt.kind {
+	case routeHealth:
+		if m == http.MethodGet || m == http.MethodHead {
+			s.health(w, r)
+			return
+		}
+	case routeMetrics:
+		if m == http.MethodGet {
+			promhttp.HandlerFor(s.n.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}).ServeHTTP(w, r)
+			return
+		}
+	case routeBasins:
+		switch m {
+		case http.MethodGet:
+			s.listBasins(w, r)
+			return
+		case http.MethodPost:
+			s.createBasin(w, r)
+			return
+		}
+	case routeBasin:
+		switch m {
+		case http.MethodGet:
+			s.getBasin(w, r, rt.name)
+			return
+		case http.MethodPut:
+			s.ensureBasin(w, r, rt.name)
+			return
+		case http.MethodPatch:
+			s.reconfigureBasin(w, r, rt.name)
+			return
+		case http.MethodDelete:
+			s.deleteBasin(w, r, rt.name)
+			return
+		}
+	case routeStreams, routeStream, routeRecords, routeTail:
+		if !allows(rt.kind, m) {
+			break
+		}
+		basin, err := basinHeader(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.routeStreams(w, r, rt, basin)
+		return
+	}
+	w.Header().Set("Allow", rt.kind.allowed())
+	s.writeError(w, r, &api.Error{Status: http.StatusMethodNotAllowed, Code: api.CodeBadPath,
+		Message: fmt.Sprintf("method %s is not allowed on %s", truncate(m, 16), rt.kind)})
+}
+
+func allows(k routeKind, m string) bool {
+	switch k {
+	case routeStreams, routeRecords:
+		return m == http.MethodGet || m == http.MethodPost
+	case routeStream:
+		return m == http.MethodGet || m == http.MethodPut || m == http.MethodPatch || m == http.MethodDelete
+	case routeTail:
+		return m == http.MethodGet
+	}
+	return false
+}
+
+func (s *Server) routeStreams(w http.ResponseWriter, r *http.Request, rt route, basin string) {
+	switch rt.kind {
+	case routeStreams:
+		if r.Method == http.MethodGet {
+			s.listStreams(w, r, basin)
+		} else {
+			s.createStream(w, r, basin)
+		}
+	case routeStream:
+		if err := api.ValidateStreamName(rt.name); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		switch r.Method {
+		case http.MethodGet:
+			s.getStream(w, r, basin, rt.name)
+		case http.MethodPut:
+			s.ensureStream(w, r, basin, rt.name)
+		case http.MethodPatch:
+			s.reconfigureStream(w, r, basin, rt.name)
+		case http.MethodDelete:
+			s.deleteStream(w, r, basin, rt.name)
+		}
+	case routeTail:
+		if err := api.ValidateStreamName(rt.name); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.checkTail(w, r, basin, rt.name)
+	case routeRecords:
+		if err := api.ValidateStreamName(rt.name); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if r.Method == http.MethodPost {
+			s.append(w, r, basin, rt.name)
+		} else {
+			s.read(w, r, basin, rt.name)
+		}
+	}
+}
+
+// basinHeader reads the required s2-basin header of /streams routes.
+func basinHeader(r *http.Request) (string, *api.Error) {
+	vs := r.Header.Values(api.HeaderBasin)
+	switch len(vs) {
+	case 0:
+		return "", api.BadHeader("missing s2-basin header")
+	case 1:
+	default:
+		return "", api.BadHeader("s2-basin given %d times", len(vs))
+	}
+	if err := api.ValidateBasinName(vs[0]); err != nil {
+		return "", api.BadHeader("s2-basin: %s", err.Message)
+	}
+	return vs[0], nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if s.drain.Err() != nil {
+		s.writeError(w, r, api.Unavailable("draining for shutdown"))
+		return
+	}
+	if err := s.n.Healthy(); err != nil {
+		s.writeError(w, r, api.Unavailable("%v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status": "ok", "star": s.n.StarID(), "incarnation": s.n.Incarnation(),
+	})
+}
+
+// recorder remembers the status for the metrics; Unwrap keeps
+// http.ResponseController (Flush, EnableFullDuplex) working through it.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *recorder) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *recorder) Flush() { w.FlushError() }
+
+// FlushError lets http.ResponseController report a failed flush (a client
+// gone), which sessions use to stop.
+func (w *recorder) FlushError() error {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,390 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
+)
+
+// sessionErr turns the error that ended a session into what the client is
+// told: the session's own *api.Error, a retryable 503 when the server is
+// draining, or nil when the client went away (nobody to tell).
+func sessionErr(ctx context.Context, err error) *api.Error {
+	if errors.Is(context.Cause(ctx), errDraining) {
+		return api.Unavailable("the star is shutting down; reconnect")
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	var e *api.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return api.Other("session failed")
+}
+
+func (s *Server) openSessionRead(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig, sse bool) (*node.Cursor, api.LastEventID, bool) {
+	req, err := api.ParseReadQuery(r.URL.Query(), api.ReadSession)
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, api.LastEventID{}, false
+	}
+	var id api.LastEventID
+	if sse {
+		if v := r.Header.Get(api.HeaderLastEventID); v != "" {
+			if id, err = api.ParseLastEventID(v); err != nil {
+				s.writeError(w, r, err)
+				return nil, id, false
+			}
+			req.ApplyLastEventID(id)
+		}
+	}
+	c, oerr := s.n.OpenRead(r.Context(), basin, name, req, node.ReadOptions{
+		Heartbeats: true, HeartbeatMin: s.opts.HeartbeatMin, HeartbeatMax: s.opts.HeartbeatMax, Create: create,
+	})
+	if oerr != nil {
+		s.writeError(w, r, oerr)
+		return nil, id, false
+	}
+	return c, id, true
+}
+
+// sseSession serves a read session as server-sent events: batch events
+// with ids, pings with the tail on entering live follow and while idle, an
+// error event on failure, and data: [DONE] when a limit, until or the wait
+// ends the read.
+func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	f, ferr := format(r)
+	if ferr != nil {
+		s.writeError(w, r, ferr)
+		return
+	}
+	c, id, ok := s.openSessionRead(w, r, basin, name, create, true)
+	if !ok {
+		return
+	}
+	s.sessions.WithLabelValues("sse").Inc()
+	defer s.sessions.WithLabelValues("sse").Dec()
+	ctx, cancel := s.sessionContext(r)
+	defer cancel()
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", api.ContentTypeSSE)
+	h.Set("Cache-Control", "no-cache, no-transform")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+	sw := api.NewSSEWriter(w, f)
+	for {
+		ev, err := c.Next(ctx)
+		if err != nil {
+			if e := sessionErr(ctx, err); e != nil {
+				if sw.Error(e) == nil {
+					rc.Flush()
+				}
+			}
+			return
+		}
+		switch ev.Kind {
+		case node.EventBatch:
+			id = id.Next(&ev.Batch)
+			err = sw.Batch(&ev.Batch, id)
+		case node.EventHeartbeat:
+			err = sw.Ping(api.Ping{Timestamp: uint64(time.Now().UnixMilli()), Tail: ev.Tail})
+		case node.EventEnd:
+			if sw.Done() == nil {
+				rc.Flush()
+			}
+			return
+		}
+		if err != nil || rc.Flush() != nil {
+			return // the client went away
+		}
+	}
+}
+
+// readSession serves an S2S read session: ReadBatch frames, a heartbeat
+// (no records, the tail) on entering live follow and while idle, and a
+// terminal frame on failure; the response ends when the read does.
+func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	c, _, ok := s.openSessionRead(w, r, basin, name, create, false)
+	if !ok {
+		return
+	}
+	s.sessions.WithLabelValues("s2s_read").Inc()
+	defer s.sessions.WithLabelValues("s2s_read").Dec()
+	ctx, cancel := s.sessionContext(r)
+	defer cancel()
+
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", api.ContentTypeS2S)
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+	fw := api.NewFrameWriter(w, api.NegotiateCompression(r.Header.Values("Accept-Encoding")...))
+	defer fw.Close()
+	var buf []byte
+	for {
+		ev, err := c.Next(ctx)
+		if err != nil {
+			if e := sessionErr(ctx, err); e != nil {
+				if fw.WriteTerminal(e) == nil {
+					rc.Flush()
+				}
+			}
+			return
+		}
+		switch ev.Kind {
+		case node.EventBatch:
+			buf = api.AppendReadBatchProto(buf[:0], &ev.Batch)
+		case node.EventHeartbeat:
+			tail := ev.Tail
+			buf = api.AppendReadBatchProto(buf[:0], &api.ReadBatch{Tail: &tail})
+		case node.EventEnd:
+			return
+		}
+		if fw.WriteMessage(buf) != nil || rc.Flush() != nil {
+			return
+		}
+		if cap(buf) > 4<<20 {
+			buf = nil
+		}
+	}
+}
+
+// appendItem is one input of an append session on its way to an ack: a
+// submitted batch, or the failure that ends the session.
+type appendItem struct {
+	p   *node.PendingAppend
+	err *api.Error
+}
+
+// appendSession serves an S2S append session: AppendInput frames in, one
+// AppendAck frame per input out, in order. Inputs are pipelined: a reader
+// goroutine submits each as it arrives (sequencing it at once), the handler
+// waits for the acks in order. The first failure, wherever it happens, is
+// sent as a terminal frame after the acks of everything before it, and no
+// later input is submitted. When the client half-closes, the response ends
+// after the last ack.
+func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	a, err := s.n.OpenAppend(r.Context(), basin, name, create)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.sessions.WithLabelValues("s2s_append").Inc()
+	defer s.sessions.WithLabelValues("s2s_append").Dec()
+
+	rc := http.NewResponseController(w)
+	// HTTP/2 is full duplex already; HTTP/1.1 must be told (an error means
+	// HTTP/2 or a server that cannot, and then the client uses HTTP/2).
+	_ = rc.EnableFullDuplex()
+	w.Header().Set("Content-Type", api.ContentTypeS2S)
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return
+	}
+
+	// submitCtx bounds the reader's waits for pool budget; cancelled when
+	// the handler ends or the server drains, so a blocked Submit returns.
+	submitCtx, cancelSubmit := context.WithCancel(r.Context())
+	defer cancelSubmit()
+	g := &gate{items: make(chan appendItem, s.opts.SessionBacklog), closed: make(chan struct{}), abandon: make(chan struct{})}
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		s.readInputs(submitCtx, r.Body, a, g)
+	}()
+	// Unblock a reader stuck in Submit or in a body read, whatever ends
+	// the handler.
+	defer func() {
+		cancelSubmit()
+		close(g.abandon)
+		_ = rc.SetReadDeadline(time.Now())
+		r.Body.Close()
+		<-readerDone
+	}()
+
+	fw := api.NewFrameWriter(w, api.NegotiateCompression(r.Header.Values("Accept-Encoding")...))
+	defer fw.Close()
+	terminal := func(e *api.Error) {
+		if fw.WriteTerminal(e) == nil {
+			rc.Flush()
+		}
+	}
+	drain := s.drain.Done()
+	closed := g.closed
+	final := false // the gate is closed: the queued items are the last
+	for {
+		var it appendItem
+		ok := true
+		if final {
+			select {
+			case it, ok = <-g.items:
+			default:
+				terminal(api.Unavailable("the star is shutting down; reconnect"))
+				return
+			}
+		} else {
+			select {
+			case it, ok = <-g.items:
+			case <-drain:
+				// Stop taking inputs; what the reader already submitted
+				// still gets its ack.
+				drain = nil
+				cancelSubmit()
+				go g.close()
+				continue
+			case <-closed:
+				final = true
+				continue
+			}
+		}
+		if !ok {
+			return // the client half-closed and every ack went out
+		}
+		if it.err != nil {
+			terminal(it.err)
+			return
+		}
+		ack, err := it.p.Wait(r.Context())
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			var e *api.Error
+			if !errors.As(err, &e) {
+				e = api.Other("append failed")
+			}
+			terminal(e)
+			return
+		}
+		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || rc.Flush() != nil {
+			return
+		}
+	}
+}
+
+// readInputs reads AppendInput frames and submits each, pushing the
+// pending batch (or the failure that ends the session) through the gate.
+// It stops at the first failure, at the end of the body, or when the gate
+// closes.
+func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate) {
+	fr := api.NewFrameReader(body)
+	defer fr.Close()
+	defer g.finish()
+	for {
+		f, err := fr.Next()
+		var item appendItem
+		switch {
+		case errors.Is(err, io.EOF):
+			return // half-close: the writer sends the remaining acks
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			item.err = api.BadFrame("the request ended inside a frame")
+		case err != nil:
+			var e *api.Error
+			if !errors.As(err, &e) {
+				if ctx.Err() != nil {
+					return // the handler ended and closed the body
+				}
+				e = api.BadFrame("reading frames: %v", err)
+			}
+			item.err = e
+		case f.Terminal:
+			item.err = api.BadFrame("a client may not send a terminal frame")
+		}
+		if item.err == nil {
+			in, derr := api.DecodeAppendProto(f.Payload)
+			if derr != nil {
+				item.err = derr
+			}
+			if !g.push(func() appendItem {
+				if item.err != nil {
+					return item
+				}
+				p, err := a.Submit(ctx, in)
+				if err != nil {
+					var e *api.Error
+					if !errors.As(err, &e) {
+						e = api.Other("append failed")
+					}
+					return appendItem{err: e}
+				}
+				return appendItem{p: p}
+			}) {
+				return
+			}
+			continue
+		}
+		g.push(func() appendItem { return item })
+		return
+	}
+}
+
+// gate hands a session's items from the reader to the writer and lets the
+// writer close it: once closed, no item is submitted any more, so the
+// items already in the channel are the last ones to acknowledge.
+type gate struct {
+	mu       sync.Mutex
+	items    chan appendItem
+	shut     bool
+	finished bool
+	closed   chan struct{} // closed by close
+	// abandon is closed when the handler ends: nobody takes items any more,
+	// so a reader blocked on a full channel gives up.
+	abandon chan struct{}
+}
+
+// push runs mk (a Submit) and queues its item, unless the gate is
+// closed; it reports whether the reader should go on. An item with an
+// error ends the reader.
+func (g *gate) push(mk func() appendItem) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut {
+		return false
+	}
+	it := mk()
+	select {
+	case g.items <- it:
+	default:
+		// Full: wait for the writer, unless it is gone. (Checked only when
+		// full, so a submitted item is never dropped while the writer
+		// still takes items.)
+		select {
+		case g.items <- it:
+		case <-g.abandon:
+			return false
+		}
+	}
+	return it.err == nil
+}
+
+// close stops further pushes and signals the writer.
+func (g *gate) close() {
+	g.mu.Lock()
+	g.shut = true
+	g.mu.Unlock()
+	close(g.closed)
+}
+
+// finish marks the reader done: at the end of the body the channel closes,
+// so the writer ends after the last ack.
+func (g *gate) finish() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.finished && !g.shut {
+		g.finished = true
+		close(g.items)
+	}
+}
