@@ -233,6 +233,14 @@ func (e *env) waitAbsorbed() {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	// The refs land before the pass's marker and checkpoint CAS: wait for
+	// the flight index to drain too, which happens only after both.
+	for e.loglet.Index().Len() > 0 {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("flight index still holds %d flights", e.loglet.Index().Len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func frontier(t testing.TB, ms meta.Store, id string) uint64 {

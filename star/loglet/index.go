@@ -1,6 +1,7 @@
 package loglet
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 
@@ -9,18 +10,26 @@ import (
 )
 
 // Index is the flight index: released flights not yet absorbed, in release
-// order, with each stream's batches in seq order so reads of the tail
-// window (released but not yet ref-covered) are served from memory.
+// order. Each holds its rendered bundle (one copy of its bytes, the copy
+// the pool budget charged for), and each stream's extents are indexed in
+// seq order, so reads of the tail window (released but not yet
+// ref-covered) decode straight from memory.
 type Index struct {
 	mu       sync.Mutex
 	flights  []*flight
-	byStream map[string][]*Batch
+	byStream map[string][]extentRef
 	wake     chan struct{} // closed and replaced on every Add
+}
+
+// extentRef is one stream's extent in one held flight.
+type extentRef struct {
+	f *flight
+	x format.Extent
 }
 
 // NewIndex returns an empty flight index.
 func NewIndex() *Index {
-	return &Index{byStream: map[string][]*Batch{}, wake: make(chan struct{})}
+	return &Index{byStream: map[string][]extentRef{}, wake: make(chan struct{})}
 }
 
 // Add appends a released flight.
@@ -28,8 +37,8 @@ func (x *Index) Add(f *flight) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.flights = append(x.flights, f)
-	for _, b := range f.batches {
-		x.byStream[b.StreamID] = append(x.byStream[b.StreamID], b)
+	for _, e := range f.extents {
+		x.byStream[e.StreamID] = append(x.byStream[e.StreamID], extentRef{f, e})
 	}
 	close(x.wake)
 	x.wake = make(chan struct{})
@@ -70,15 +79,15 @@ func (x *Index) Absorbed(n int) (bundleBytes, poolBytes int64) {
 	for _, f := range x.flights[:n] {
 		bundleBytes += f.bodyLen
 		poolBytes += f.bytes
-		for _, b := range f.batches {
-			q := x.byStream[b.StreamID]
-			if len(q) > 0 && q[0] == b {
+		for _, e := range f.extents {
+			q := x.byStream[e.StreamID]
+			for len(q) > 0 && q[0].f == f {
 				q = q[1:]
 			}
 			if len(q) == 0 {
-				delete(x.byStream, b.StreamID)
+				delete(x.byStream, e.StreamID)
 			} else {
-				x.byStream[b.StreamID] = q
+				x.byStream[e.StreamID] = q
 			}
 		}
 	}
@@ -88,23 +97,37 @@ func (x *Index) Absorbed(n int) (bundleBytes, poolBytes int64) {
 
 // Read returns up to max records of a stream with seq ≥ from held in the
 // index, in seq order, and the first seq the index holds for the stream
-// (reads below it go to the refs).
+// (reads below it go to the refs). The records alias the held bundles,
+// which never change.
 func (x *Index) Read(streamID string, from uint64, max int) (recs []format.Record, first uint64, ok bool) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	q := x.byStream[streamID]
 	if len(q) == 0 {
+		x.mu.Unlock()
 		return nil, 0, false
 	}
-	i := sort.Search(len(q), func(i int) bool { return q[i].Seq.End.SeqNum > from })
-	for ; i < len(q) && len(recs) < max; i++ {
-		for _, r := range q[i].Seq.Records {
-			if r.SeqNum >= from && len(recs) < max {
-				recs = append(recs, r)
+	first = q[0].x.FirstSeq
+	i := sort.Search(len(q), func(i int) bool { return q[i].x.EndSeq() > from })
+	var todo []extentRef
+	for n := 0; i < len(q) && n < max; i++ {
+		todo = append(todo, q[i])
+		n += int(q[i].x.Count)
+	}
+	x.mu.Unlock()
+	for _, r := range todo {
+		got, err := format.DecodeBlocks(r.f.body[r.x.Offset : r.x.Offset+uint64(r.x.Length)])
+		if err != nil {
+			// We rendered these bytes ourselves: a decode failure is memory
+			// corruption or a bug, never input to tolerate.
+			panic(fmt.Sprintf("loglet: flight index: decode own bundle slot %d: %v", r.f.slot, err))
+		}
+		for _, rec := range got {
+			if rec.SeqNum >= from && len(recs) < max {
+				recs = append(recs, rec)
 			}
 		}
 	}
-	return recs, q[0].Seq.Start.SeqNum, true
+	return recs, first, true
 }
 
 // Len is the number of flights held.

@@ -154,7 +154,7 @@ type flight struct {
 	slot      uint64
 	batches   []*Batch
 	bytes     int64  // pool bytes charged
-	body      []byte // the rendered bundle, until the slot is released
+	body      []byte // the rendered bundle, kept until absorbed
 	bodyLen   int64  // its size, charged to the backlog until absorbed
 	extents   []format.Extent
 	committed bool

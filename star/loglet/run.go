@@ -179,11 +179,11 @@ func (l *Loglet) release(f *flight) {
 		b.Done(nil)
 	}
 	l.metrics.ackLatency.Observe(now.Sub(f.started).Seconds())
-	// The bundle's copies are durable; straggling uploads hold their own
-	// reference. The batches stay in the flight index, and their pool bytes
-	// stay charged, until the absorb covers them: the pool budget bounds
-	// everything the class holds in memory.
-	f.body = nil
+	// From here the flight index serves the flight from its bundle: the
+	// batches (and the request buffers their records alias) are let go, so
+	// one copy of the bytes stays, charged to the pool until the absorb
+	// covers it: the pool budget bounds what the class holds in memory.
+	f.batches = nil
 	select {
 	case l.absorbNudge <- struct{}{}:
 	default:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // Config is everything a star process needs; the serve and dev commands map
@@ -44,9 +45,11 @@ type Config struct {
 	HeartbeatEvery time.Duration
 	// ReadCacheBytes bounds the read path's footer and extent caches.
 	ReadCacheBytes int64
-	// SettleTriggerBytes is the un-settled bytes per stream that make a
-	// batch marker ripen early (the auditor's size trigger).
-	SettleTriggerBytes uint64
+	// Settle is the settlement policy (DESIGN §10). The loglets stamp
+	// their batch markers with Settle.Ripening(class), so the star and the
+	// auditor that settles by the same flags agree on when a marker is
+	// ripe. Zero fields take settle.DefaultConfig's values.
+	Settle settle.Config
 }
 
 // ClassConfig fixes one storage class's chain and loglet.
@@ -68,9 +71,6 @@ type ClassConfig struct {
 	// FlightDeadline bounds how long a flight may take to reach W before
 	// the epoch halts and recovers.
 	FlightDeadline time.Duration
-	// Linger and AgeCap ripen the chain's batch markers (DESIGN §10).
-	Linger time.Duration
-	AgeCap time.Duration
 }
 
 // MetaConfig selects the metastore: SQLitePath, or a DynamoDB table.
@@ -110,8 +110,6 @@ func Defaults() Config {
 			ParallelUploads:   16,
 			TargetFlightBytes: 4 << 20,
 			FlightDeadline:    10 * time.Second,
-			Linger:            60 * time.Second,
-			AgeCap:            15 * time.Minute,
 		},
 		Express: ClassConfig{
 			Buckets:           []string{"express-a", "express-b", "express-c"},
@@ -121,16 +119,14 @@ func Defaults() Config {
 			ParallelUploads:   8,
 			TargetFlightBytes: 1 << 20,
 			FlightDeadline:    5 * time.Second,
-			Linger:            10 * time.Second,
-			AgeCap:            2 * time.Minute,
 		},
-		BacklogFlights:     1024,
-		BacklogBytes:       1 << 30,
-		AdmitTimeout:       5 * time.Second,
-		DeletionPending:    30 * time.Second,
-		HeartbeatEvery:     10 * time.Second,
-		ReadCacheBytes:     64 << 20,
-		SettleTriggerBytes: 8 << 20,
+		BacklogFlights:  1024,
+		BacklogBytes:    1 << 30,
+		AdmitTimeout:    5 * time.Second,
+		DeletionPending: 30 * time.Second,
+		HeartbeatEvery:  10 * time.Second,
+		ReadCacheBytes:  64 << 20,
+		Settle:          settle.DefaultConfig(),
 	}
 }
 
@@ -157,9 +153,7 @@ func (c Config) withDefaults() Config {
 	if c.ReadCacheBytes <= 0 {
 		c.ReadCacheBytes = d.ReadCacheBytes
 	}
-	if c.SettleTriggerBytes == 0 {
-		c.SettleTriggerBytes = d.SettleTriggerBytes
-	}
+	c.Settle = c.Settle.WithDefaults()
 	return c
 }
 
@@ -185,12 +179,6 @@ func (c ClassConfig) withDefaults(d ClassConfig) ClassConfig {
 	if c.FlightDeadline <= 0 {
 		c.FlightDeadline = d.FlightDeadline
 	}
-	if c.Linger <= 0 {
-		c.Linger = d.Linger
-	}
-	if c.AgeCap <= 0 {
-		c.AgeCap = d.AgeCap
-	}
 	return c
 }
 
@@ -215,6 +203,9 @@ func (c Config) validate() error {
 			seen[b] = true
 		}
 	}
+	if err := c.Settle.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -226,8 +217,10 @@ func (c Config) class(cl meta.Class) ClassConfig {
 	return c.Standard
 }
 
-func (cc ClassConfig) ripening(trigger uint64) absorb.Ripening {
-	return absorb.Ripening{Trigger: trigger, Linger: cc.Linger, AgeCap: cc.AgeCap}
+// ripening is class's marker schedule: the settle policy's, so markers
+// ripen by the flags the auditor settles by.
+func (c Config) ripening(class meta.Class) absorb.Ripening {
+	return c.Settle.WithDefaults().Ripening(class)
 }
 
 // maxStarIDLen keeps slot keys and metastore keys short.
@@ -279,4 +272,16 @@ func SanitizeStarID(s string) string {
 		return "star"
 	}
 	return id
+}
+
+// MemoryLimit is the soft limit a star process gives the Go runtime when
+// GOMEMLIMIT is not set: the pool budgets plus a quarter (the budgets bound
+// every record the star holds for writing, from admission until the absorb
+// covers it). Without it the garbage collector lets the heap grow to twice
+// what is live; with it the star keeps to its budgets under write load (the
+// read cache, ReadCacheBytes, comes on top when readers are cold).
+func (c Config) MemoryLimit() int64 {
+	c = c.withDefaults()
+	pools := c.Standard.MemoryBufferBytes + c.Express.MemoryBufferBytes
+	return pools + pools/4
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -45,6 +46,11 @@ func run(o runOptions) error {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
 	o.deps.Logger = o.log
+	if os.Getenv("GOMEMLIMIT") == "" {
+		lim := o.cfg.MemoryLimit()
+		debug.SetMemoryLimit(lim)
+		o.log.Info("soft memory limit from the pool budgets", "mib", lim>>20)
+	}
 	n, err := node.Open(ctx, o.cfg, o.deps)
 	if err != nil {
 		ln.Close()
