@@ -95,11 +95,11 @@ func (x *Index) Absorbed(n int) (bundleBytes, poolBytes int64) {
 	return bundleBytes, poolBytes
 }
 
-// Read returns up to max records of a stream with seq ≥ from held in the
+// Read returns up to limit records of a stream with seq ≥ from held in the
 // index, in seq order, and the first seq the index holds for the stream
 // (reads below it go to the refs). The records alias the held bundles,
 // which never change.
-func (x *Index) Read(streamID string, from uint64, max int) (recs []format.Record, first uint64, ok bool) {
+func (x *Index) Read(streamID string, from uint64, limit int) (recs []format.Record, first uint64, ok bool) {
 	x.mu.Lock()
 	q := x.byStream[streamID]
 	if len(q) == 0 {
@@ -109,9 +109,9 @@ func (x *Index) Read(streamID string, from uint64, max int) (recs []format.Recor
 	first = q[0].x.FirstSeq
 	i := sort.Search(len(q), func(i int) bool { return q[i].x.EndSeq() > from })
 	var todo []extentRef
-	for n := 0; i < len(q) && n < max; i++ {
+	for n := 0; i < len(q) && n < limit; i++ {
 		todo = append(todo, q[i])
-		n += int(q[i].x.Count)
+		n += int(q[i].x.EndSeq() - max(from, q[i].x.FirstSeq)) // records ≥ from only
 	}
 	x.mu.Unlock()
 	for _, r := range todo {
@@ -122,7 +122,7 @@ func (x *Index) Read(streamID string, from uint64, max int) (recs []format.Recor
 			panic(fmt.Sprintf("loglet: flight index: decode own bundle slot %d: %v", r.f.slot, err))
 		}
 		for _, rec := range got {
-			if rec.SeqNum >= from && len(recs) < max {
+			if rec.SeqNum >= from && len(recs) < limit {
 				recs = append(recs, rec)
 			}
 		}

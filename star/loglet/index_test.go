@@ -1,0 +1,44 @@
+package loglet
+
+import (
+	"testing"
+
+	"github.com/starlog/starlog/shared/format"
+)
+
+// A read starting inside an extent returns max records when the index
+// holds them: the records below the start do not count against max.
+func TestIndexReadFromInsideAnExtent(t *testing.T) {
+	x := NewIndex()
+	var seq uint64
+	for slot := range uint64(3) {
+		var recs []format.Record
+		for range 10 {
+			recs = append(recs, format.Record{SeqNum: seq, Timestamp: 1, Body: []byte("r")})
+			seq++
+		}
+		body, err := format.EncodeBundle(1, slot, format.Nonce{}, []format.Batch{{StreamID: "s", Records: recs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, footer, err := format.DecodeBundle(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Add(&flight{epoch: 1, slot: slot, body: body, extents: footer.Extents})
+	}
+	for _, c := range []struct{ from, max, want uint64 }{{4, 17, 17}, {9, 1, 1}, {0, 30, 30}, {25, 17, 5}, {14, 16, 16}} {
+		recs, first, ok := x.Read("s", c.from, int(c.max))
+		if !ok || first != 0 {
+			t.Fatalf("read(%d,%d): ok %v first %d", c.from, c.max, ok, first)
+		}
+		if uint64(len(recs)) != c.want {
+			t.Fatalf("read(%d,%d) returned %d records, want %d", c.from, c.max, len(recs), c.want)
+		}
+		for i, r := range recs {
+			if r.SeqNum != c.from+uint64(i) {
+				t.Fatalf("read(%d,%d)[%d] = seq %d", c.from, c.max, i, r.SeqNum)
+			}
+		}
+	}
+}

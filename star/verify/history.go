@@ -1,0 +1,337 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/sdk"
+)
+
+// History collects the operations of one checked run. Safe for concurrent
+// use by the clients.
+type History struct {
+	base time.Time
+
+	mu  sync.Mutex
+	ops []porcupine.Operation
+	// acks are the acknowledged appends, for the final read-back.
+	acks []Ack
+	// seen are the hashes every read returned, by stream: an indefinite
+	// append none of whose records was ever read did not happen (the final
+	// read-back covers every stream to its tail).
+	seen  map[string]map[uint64]bool
+	stats Stats
+	// anomalies are violations found while recording, which the model
+	// cannot express (a read whose seq nums do not follow its start).
+	anomalies  []string
+	shortReads []string
+}
+
+// Ack is one acknowledged append.
+type Ack struct {
+	Stream  string
+	Start   uint64
+	Records []uint64
+}
+
+// Stats counts a history's operations by outcome.
+type Stats struct {
+	Appends, Reads, CheckTails int
+	// Acked counts acknowledged appends, AckedRecords their records.
+	Acked, AckedRecords int
+	// Definite412 counts 412s (seq or token), RangeNotSatisfiable 416s.
+	Definite412, RangeNotSatisfiable int
+	// Indefinite counts appends that failed indefinitely; Pruned those of
+	// them whose records no read ever returned (they did not happen).
+	Indefinite, Pruned int
+	// ShortReads counts reads that returned fewer records than asked
+	// although the client knew of more (its own acks and tails).
+	ShortReads int
+	// NoEffect counts failures proven to have had no effect (a refused
+	// connection, a definite 4xx other than 412 and 416) and failed reads
+	// and check-tails: they carry no information and stay out of the
+	// history.
+	NoEffect int
+}
+
+// NewHistory starts a history; times are measured from now.
+func NewHistory() *History {
+	return &History{base: time.Now(), seen: map[string]map[uint64]bool{}}
+}
+
+// Now is the history's clock (monotonic nanoseconds since its start).
+func (h *History) Now() int64 { return int64(time.Since(h.base)) }
+
+// Classify turns an SDK result into the model's outcome. It returns
+// ok=false for a failure that carries no information: a definite failure
+// other than 412/416 (nothing happened), or a failed read or check-tail
+// (reads have no effect).
+func Classify(kind Kind, err error) (Outcome, bool) {
+	if err == nil {
+		return OutOK, true
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) && sdk.IsDefinite(err) {
+		switch {
+		case ae.Status == 412:
+			if _, ok := ae.ExpectedSeqNum(); ok {
+				return OutSeqMismatch, true
+			}
+			if _, ok := ae.CurrentFencingToken(); ok {
+				return OutTokenMismatch, true
+			}
+		case ae.Status == 416:
+			if _, ok := ae.Tail(); ok {
+				return OutRangeNotSatisfiable, true
+			}
+		}
+		return 0, false
+	}
+	if kind != KindAppend || sdk.IsDefinite(err) {
+		return 0, false
+	}
+	return OutUnknown, true
+}
+
+// outputFromError fills an Output from a classified failure.
+func outputFromError(o Outcome, err error) *Output {
+	out := &Output{Outcome: o}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		if t, ok := ae.ExpectedSeqNum(); ok {
+			out.Tail = t
+		}
+		if t, ok := ae.CurrentFencingToken(); ok {
+			out.Token = t
+		}
+		if t, ok := ae.Tail(); ok {
+			out.Tail = t.SeqNum
+		}
+	}
+	return out
+}
+
+// RecordAppend adds an append that was called at call and returned err (or
+// ack) now.
+func (h *History) RecordAppend(client int, in *Input, call int64, ack api.AppendAck, err error) Outcome {
+	ret := h.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.Appends++
+	o, ok := Classify(KindAppend, err)
+	if !ok {
+		h.stats.NoEffect++
+		return o
+	}
+	var out *Output
+	switch o {
+	case OutOK:
+		out = &Output{Outcome: OutOK, Start: ack.Start.SeqNum, End: ack.End.SeqNum}
+		h.stats.Acked++
+		h.stats.AckedRecords += len(in.Records)
+		h.acks = append(h.acks, Ack{Stream: in.Stream, Start: ack.Start.SeqNum, Records: in.Records})
+	case OutUnknown:
+		out = &Output{Outcome: OutUnknown}
+		ret = math.MaxInt64
+		h.stats.Indefinite++
+	default:
+		out = outputFromError(o, err)
+		h.stats.Definite412++
+	}
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+	return o
+}
+
+// RecordRead adds a read of in.From, in.Count called at call.
+func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch, err error) {
+	ret := h.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.Reads++
+	o, ok := Classify(KindRead, err)
+	if !ok {
+		h.stats.NoEffect++
+		return
+	}
+	out := outputFromError(o, err)
+	if o == OutOK {
+		out.Records = make([]uint64, len(b.Records))
+		seen := h.seen[in.Stream]
+		if seen == nil {
+			seen = map[uint64]bool{}
+			h.seen[in.Stream] = seen
+		}
+		for i := range b.Records {
+			if want := in.From + uint64(i); b.Records[i].SeqNum != want {
+				h.anomalies = append(h.anomalies, fmt.Sprintf("%s: read from %d returned seq %d at position %d (want %d)",
+					in.Stream, in.From, b.Records[i].SeqNum, i, want))
+			}
+			out.Records[i] = RecordHash(&b.Records[i])
+			seen[out.Records[i]] = true
+		}
+	} else {
+		h.stats.RangeNotSatisfiable++
+	}
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+}
+
+// RecordCheckTail adds a check-tail called at call.
+func (h *History) RecordCheckTail(client int, stream string, call int64, tail api.StreamPosition, err error) {
+	ret := h.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.CheckTails++
+	if err != nil {
+		h.stats.NoEffect++
+		return
+	}
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: &Input{Stream: stream, Kind: KindCheckTail},
+		Call: call, Output: &Output{Outcome: OutOK, Tail: tail.SeqNum}, Return: ret})
+}
+
+// Operations returns the history to check: every recorded operation except
+// the indefinite appends no read ever observed. Such an append did not
+// happen: had it, the final read-back (which is in the history and covers
+// every stream to its tail) would have returned its records. Dropping them
+// keeps the search small; every unknown operation otherwise stays open to
+// the end of the history.
+func (h *History) Operations() []porcupine.Operation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ops := make([]porcupine.Operation, 0, len(h.ops))
+	pruned := 0
+	for _, op := range h.ops {
+		in := op.Input.(*Input)
+		if in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown && !h.observed(in) {
+			pruned++
+			continue
+		}
+		ops = append(ops, op)
+	}
+	h.stats.Pruned = pruned
+	return ops
+}
+
+func (h *History) observed(in *Input) bool {
+	seen := h.seen[in.Stream]
+	for _, r := range in.Records {
+		if seen[r] {
+			return true
+		}
+	}
+	return false
+}
+
+// Acks returns the acknowledged appends.
+func (h *History) Acks() []Ack {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Ack(nil), h.acks...)
+}
+
+// Stats returns the counts so far.
+func (h *History) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stats
+}
+
+// Len is the number of recorded operations.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.ops)
+}
+
+// NoteShortRead counts a read that stopped before records the client
+// knew to exist, keeping the first few as examples.
+func (h *History) NoteShortRead(desc string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.ShortReads++
+	if len(h.shortReads) < 5 {
+		h.shortReads = append(h.shortReads, desc)
+	}
+}
+
+// ShortReads returns examples of short reads.
+func (h *History) ShortReads() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.shortReads...)
+}
+
+// Anomalies returns the violations found while recording.
+func (h *History) Anomalies() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.anomalies...)
+}
+
+// CheckReports checks what the 412s of the history report against the
+// appends around them; the model can check a 412 only loosely, since it
+// reports the sequencer's view, which counts batches not yet durable.
+//
+//   - A reported token is "" or the token of a fence batch called before
+//     the 412 returned (acknowledged or indefinite).
+//   - A reported next seq is at most the number of records of every append
+//     (acknowledged or indefinite) called before the 412 returned: each
+//     assigned seq belongs to one of them.
+func (h *History) CheckReports() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	type rep struct {
+		op  porcupine.Operation
+		out *Output
+	}
+	type appended struct {
+		call    int64
+		records int
+		fenceTo *string
+	}
+	reps := map[string][]rep{}
+	apps := map[string][]appended{}
+	for _, op := range h.ops {
+		in, out := op.Input.(*Input), op.Output.(*Output)
+		if in.Kind != KindAppend {
+			continue
+		}
+		switch out.Outcome {
+		case OutOK, OutUnknown:
+			apps[in.Stream] = append(apps[in.Stream], appended{op.Call, len(in.Records), in.FenceTo})
+		case OutSeqMismatch, OutTokenMismatch:
+			reps[in.Stream] = append(reps[in.Stream], rep{op, out})
+		}
+	}
+	var bad []string
+	for stream, rs := range reps {
+		for _, r := range rs {
+			records, tokenSeen := 0, r.out.Token == ""
+			for _, a := range apps[stream] {
+				if a.call > r.op.Return {
+					continue
+				}
+				records += a.records
+				if a.fenceTo != nil && *a.fenceTo == r.out.Token {
+					tokenSeen = true
+				}
+			}
+			in := r.op.Input.(*Input)
+			switch {
+			case r.out.Outcome == OutTokenMismatch && !tokenSeen:
+				bad = append(bad, fmt.Sprintf("%s: %s reports token %q, which no fence called before it set",
+					stream, in.Label, r.out.Token))
+			case r.out.Outcome == OutSeqMismatch && r.out.Tail > uint64(records):
+				bad = append(bad, fmt.Sprintf("%s: %s reports next seq %d, but appends called before it hold only %d records",
+					stream, in.Label, r.out.Tail, records))
+			}
+		}
+	}
+	return bad
+}
