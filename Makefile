@@ -6,8 +6,10 @@ export STARLOG_TOOLS := $(TOOLS)
 export STARLOG_NODE_TOOLS := $(CURDIR)/.ci/tools/node_modules
 
 VERSITYGW_VERSION := v1.8.0
+# The Lambda Runtime Interface Emulator has no tagged versions: pin the pseudo-version.
+RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 
-.PHONY: all build test test-go lint tools fuzz bench run clean
+.PHONY: all build test test-go lint tools fuzz bench run cluster clean lambda verify
 
 all: build
 
@@ -24,11 +26,32 @@ run:
 	$(GO) build -o bin/star ./star
 	bin/star dev --data $(DATA) --listen 127.0.0.1:$(PORT)
 
-## tools: pinned test services (versitygw, DynamoDB Local) in project-local folders.
-tools: $(TOOLS)/bin/versitygw $(STARLOG_NODE_TOOLS)/.installed
+## cluster: three stars on consecutive ports from $(PORT) sharing one SQLite
+## metastore and one directory store under ./data-cluster; kill -9 one and
+## watch its streams move (short dead-after for the demo).
+cluster:
+	$(GO) build -o bin/star ./star
+	bin/star dev --stars 3 --data ./data-cluster --listen 127.0.0.1:$(PORT) --dead-after 5s --registry-heartbeat 1s
+
+## tools: pinned test services (versitygw, DynamoDB Local, local SQS, the Lambda
+## Runtime Interface Emulator) in project-local folders.
+tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/aws-lambda-rie $(STARLOG_NODE_TOOLS)/.installed
 
 $(TOOLS)/bin/versitygw:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+$(TOOLS)/bin/aws-lambda-rie:
+	GOBIN=$(TOOLS)/bin $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
+
+## lambda: the auditor functions as linux/arm64 `bootstrap` binaries, one folder
+## per job under build/lambda (what the CDK stack packages).
+LAMBDA_DIR := build/lambda
+LAMBDA_JOBS := plan janitor settle trim chain-settle
+lambda:
+	@for j in $(LAMBDA_JOBS); do \
+	  echo "building $(LAMBDA_DIR)/$$j/bootstrap"; mkdir -p $(LAMBDA_DIR)/$$j; rm -f $(LAMBDA_DIR)/$$j/bootstrap; \
+	  GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -tags lambda.norpc -o $(LAMBDA_DIR)/$$j/bootstrap ./functions/$$j || exit 1; \
+	done
 
 $(STARLOG_NODE_TOOLS)/.installed: .ci/tools/package.json .ci/tools/package-lock.json
 	cd .ci/tools && npm ci --no-audit --no-fund
@@ -65,6 +88,12 @@ fuzz:
 BENCHTIME ?= 1s
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
+
+## verify: the long linearizability run (issue 6): clients append, read and
+## check-tail against a real star while it is kill -9'd and restarted; every
+## 10 s history is checked with porcupine and read back (`make test` runs 10 s).
+verify:
+	$(GO) test -count=1 -timeout 60m -v -run TestLinearizable ./star/verify -args -verify.duration=10m -verify.kills=50
 
 ## proto: regenerate shared/api/s2pb from shared/api/s2/v1/s2.proto (needs protoc on PATH:
 ## apt-get install protobuf-compiler). The generated file is checked in; CI never runs this.

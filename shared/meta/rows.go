@@ -239,3 +239,50 @@ func (s *Span) From(seq uint64) (*Span, bool) {
 	}
 	return nil, false
 }
+
+// Registry states of a star (DESIGN §5). A star that shuts down cleanly
+// writes stopped, so peers need not wait for its heartbeat to age.
+const (
+	StarLive     = "live"
+	StarDraining = "draining"
+	StarStopped  = "stopped"
+	StarDead     = "dead"
+)
+
+// Registration is the value of the registry row star#<id>/reg.
+type Registration struct {
+	// Incarnation counts the star's process starts; each start CASes it up
+	// by one, so the row's history totally orders incarnations.
+	Incarnation uint64 `json:"incarnation"`
+	// Address is where peers reach the star's API (forwarded requests).
+	Address   string `json:"address,omitempty"`
+	State     string `json:"state"`
+	StartedAt int64  `json:"started_at"` // unix ms
+	Heartbeat int64  `json:"heartbeat"`  // unix ms
+}
+
+// LeaseHolder names one incarnation of a star.
+type LeaseHolder struct {
+	Star        string `json:"star"`
+	Incarnation uint64 `json:"inc"`
+}
+
+// Lease is the value of stream#<id>/lease: the stream's leader. It is
+// valid while its holder's registration is live, so it costs no write per
+// stream per second; a successor takes it over by CAS.
+type Lease struct {
+	LeaseHolder
+	// Version counts acquisitions of the stream's lease (1 for the first).
+	Version    uint64 `json:"version"`
+	AcquiredAt int64  `json:"acquired_at"` // unix ms, informational
+	// Pending are earlier holders whose chains may still hold acknowledged
+	// records of the stream that no row covers: the holder settles them
+	// (the open gate) before it serves, then clears the list. A successor
+	// that takes the lease over before that inherits them.
+	Pending []LeaseHolder `json:"pending,omitempty"`
+	// Released says the holder gave the stream up cleanly with rows
+	// covering every record below Frontier (handoff, graceful close): a
+	// successor opens there without settling the holder's chain.
+	Released bool   `json:"released,omitempty"`
+	Frontier uint64 `json:"frontier,omitempty"`
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 )
@@ -50,6 +51,17 @@ type Config struct {
 	// auditor that settles by the same flags agree on when a marker is
 	// ripe. Zero fields take settle.DefaultConfig's values.
 	Settle settle.Config
+
+	// DeadAfter is how old a star's heartbeat may get before peers presume
+	// it dead and take its streams over (DESIGN §9). A star stops serving
+	// its own streams once half of it has passed without a successful
+	// heartbeat, so it yields before peers take over. Must exceed twice
+	// HeartbeatEvery.
+	DeadAfter time.Duration
+	// LeaseCacheTTL is how long a star remembers that another star leads a
+	// stream before it reads the lease again (a failed forward forgets it
+	// at once).
+	LeaseCacheTTL time.Duration
 }
 
 // ClassConfig fixes one storage class's chain and loglet.
@@ -127,6 +139,8 @@ func Defaults() Config {
 		HeartbeatEvery:  10 * time.Second,
 		ReadCacheBytes:  64 << 20,
 		Settle:          settle.DefaultConfig(),
+		DeadAfter:       leader.DefaultDeadAfter,
+		LeaseCacheTTL:   time.Second,
 	}
 }
 
@@ -154,6 +168,12 @@ func (c Config) withDefaults() Config {
 		c.ReadCacheBytes = d.ReadCacheBytes
 	}
 	c.Settle = c.Settle.WithDefaults()
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = d.DeadAfter
+	}
+	if c.LeaseCacheTTL <= 0 {
+		c.LeaseCacheTTL = d.LeaseCacheTTL
+	}
 	return c
 }
 
@@ -205,6 +225,9 @@ func (c Config) validate() error {
 	}
 	if err := c.Settle.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.DeadAfter <= 2*c.HeartbeatEvery {
+		errs = append(errs, fmt.Errorf("dead-after %v must exceed twice the heartbeat period %v", c.DeadAfter, c.HeartbeatEvery))
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -24,12 +25,22 @@ type ledStream struct {
 	loglet *loglet.Loglet
 	// deleted ends sessions still holding the stream after its delete.
 	deleted atomic.Bool
+	// live is the node's own liveness (selfLive).
+	live func() error
 }
 
-// gone is the error of a session on a stream deleted under it.
+// gone is the error of a request or session on a stream this star must
+// not serve any more: deleted under it, or shed because the star lost
+// leadership (its loglet was deposed, or peers may presume it dead).
 func (l *ledStream) gone() error {
 	if l.deleted.Load() {
 		return api.StreamDeletionPending("stream %q is being deleted", l.name)
+	}
+	if errors.Is(l.loglet.Err(), loglet.ErrDeposed) {
+		return api.Unavailable("this star no longer leads stream %q; retry", l.name)
+	}
+	if l.live != nil {
+		return l.live()
 	}
 	return nil
 }
@@ -42,23 +53,36 @@ type ledSlot struct {
 	deleted bool
 }
 
-// lead returns the led stream for e, opening it on first use at its
-// durable tail (streams.Open reads the greatest row; loglet.Open settled
-// every earlier epoch first, so that row covers every acknowledged record).
+// lead returns the led stream for e, or a *NotLeaderError naming the star
+// to forward to. This is the one leadership check (DESIGN §9):
 //
-// This is the one leadership check. With one star, this star leads every
-// stream. Multi-star leases (DESIGN §9) extend here: acquire
-// stream#<id>/lease by CAS for an unled stream, pass the open gate, or
-// answer with the leader to forward to.
+//   - a stream open here is served while this star is live and its loglet
+//     is not deposed; otherwise it is shed (dropped, so the next request
+//     resolves the lease again);
+//   - otherwise the lease decides: led by a live peer, forward; unled, led
+//     by a star that is not live, or released, acquire it by CAS;
+//   - a new holder passes the open gate (settles every earlier holder's
+//     chain that may hold records no row covers) and opens the stream at
+//     the end of its greatest row.
 func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStream, error) {
 	id := e.row.ID
-	n.mu.Lock()
-	slot := n.led[id]
-	if slot == nil {
-		slot = &ledSlot{}
-		n.led[id] = slot
+	slot := n.slot(id)
+	if l, err := n.ledOpen(slot, e.key.name); l != nil || err != nil {
+		return l, err
 	}
-	n.mu.Unlock()
+	if err := n.selfLive(); err != nil {
+		return nil, err
+	}
+	if f := n.lease.cachedForward(id); f != nil {
+		return nil, f
+	}
+	lease, ver, err := n.claim(ctx, id, e.key.name)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.gate(ctx, id, lease, ver); err != nil {
+		return nil, err
+	}
 
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
@@ -67,6 +91,11 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	}
 	if slot.l != nil {
 		return slot.l, nil
+	}
+	// A stream shed by this incarnation is never reopened by it: its pool
+	// and flight index may still hold the stream's seq nums.
+	if err := n.zombie(); err != nil {
+		return nil, err
 	}
 	resolved := e.row.Config.Resolve(b.row.Config.DefaultStreamConfig)
 	class := meta.Class(resolved.StorageClass)
@@ -78,8 +107,60 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	if err != nil {
 		return nil, n.storageErr("open stream", err)
 	}
-	slot.l = &ledStream{s: s, name: e.key.name, class: class, loglet: l}
-	n.log.Debug("leading stream", "basin", e.key.basin, "stream", e.key.name, "id", id, "class", class, "tail", s.Tail().SeqNum)
+	slot.l = &ledStream{s: s, name: e.key.name, class: class, loglet: l, live: n.selfLive}
+	n.log.Debug("leading stream", "basin", e.key.basin, "stream", e.key.name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
+	return slot.l, nil
+}
+
+// Route is the leadership check of a data request (append, check-tail,
+// read, and their sessions) before the server reads its body: nil when
+// this star leads the stream (it acquires and opens it as the request
+// would), a *NotLeaderError naming the leader to forward to, or the
+// error the request itself would get.
+func (n *Node) Route(ctx context.Context, basin, name string, create *api.StreamConfig, onAppend bool) error {
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: onAppend, onRead: !onAppend, config: create})
+	if err != nil {
+		return err
+	}
+	_, err = n.lead(ctx, b, e)
+	return err
+}
+
+// slot returns id's slot, creating it.
+func (n *Node) slot(id string) *ledSlot {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	slot := n.led[id]
+	if slot == nil {
+		slot = &ledSlot{}
+		n.led[id] = slot
+	}
+	return slot
+}
+
+// ledOpen returns the stream open in slot, shedding it when this star may
+// no longer serve it; (nil, nil) when nothing is open.
+func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, error) {
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.deleted {
+		return nil, api.StreamDeletionPending("stream %q is being deleted", name)
+	}
+	if slot.l == nil {
+		return nil, nil
+	}
+	if err := slot.l.gone(); err != nil {
+		// Only a permanent loss sheds: a star whose heartbeat is merely
+		// late keeps the stream and serves it again once it beats, since
+		// reopening in this incarnation could reassign the seq nums of
+		// flights still in its pool or flight index.
+		if n.zombie() != nil || errors.Is(slot.l.loglet.Err(), loglet.ErrDeposed) {
+			n.log.Warn("shedding stream: this star no longer leads it", "stream", name, "id", slot.l.s.ID, "err", err)
+			slot.l = nil
+			n.lease.shed.Inc()
+		}
+		return nil, err
+	}
 	return slot.l, nil
 }
 

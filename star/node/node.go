@@ -59,6 +59,7 @@ type Node struct {
 	ownMeta meta.Store // closed by Close when Open opened it
 	regn    Registration
 	regVer  int64
+	lease   *leadership
 
 	mu      sync.Mutex
 	basins  map[string]*basinEntry
@@ -130,12 +131,21 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 
-	n.regn, n.regVer, err = register(ctx, n.meta, cfg.StarID, cfg.Address, time.Now())
+	registeredAt := time.Now()
+	n.regn, n.regVer, err = register(ctx, n.meta, cfg.StarID, cfg.Address, registeredAt)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	inc := chain.Incarnation(cfg.StarID, n.regn.Incarnation)
 	n.log = n.log.With("incarnation", n.regn.Incarnation)
+	if n.lease, err = newLeadership(meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, n.reg, registeredAt); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	// Heartbeat from now on: settling the chains below may take longer
+	// than the dead-after bound, and peers must not presume us dead.
+	beatCtx, stop := context.WithCancel(context.Background())
+	n.stopBeat, n.beatDone = stop, make(chan struct{})
+	go n.heartbeat(beatCtx)
 	n.log.Info("registered", "address", cfg.Address)
 
 	for _, class := range []meta.Class{meta.Standard, meta.Express} {
@@ -157,9 +167,6 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 
-	beatCtx, stop := context.WithCancel(context.Background())
-	n.stopBeat, n.beatDone = stop, make(chan struct{})
-	go n.heartbeat(beatCtx)
 	n.log.Info("star ready")
 	return n, nil
 }
@@ -170,7 +177,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 // this incarnation mints and serves.
 func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*loglet.Loglet, error) {
 	cc := n.cfg.class(class)
-	rip := cc.ripening(n.cfg.SettleTriggerBytes)
+	rip := n.cfg.ripening(class)
 	ch := chain.New(n.cfg.StarID, class, inc, n.meta, n.objects)
 	settleFn := func(ctx context.Context) error {
 		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: rip, UpdateEpoch: ch.UpdateEpoch}
@@ -224,15 +231,17 @@ func (n *Node) Healthy() error {
 			return fmt.Errorf("%s loglet: %w", class, err)
 		}
 	}
-	return nil
+	return n.selfLive()
 }
 
-// heartbeat refreshes the registry row until stopped. A lost CAS means a
-// later incarnation of this star id registered: this process is a zombie,
-// and the chain mint has deposed (or will depose) its loglets.
+// heartbeat refreshes the registry row until stopped, retrying sooner
+// after a failure so one slow write does not cost the star its liveness.
+// A lost CAS means a later incarnation of this star id registered, or a
+// peer marked this one dead: this process is a zombie and leads nothing
+// more (a successor fences its chains, so it can never ack past them).
 func (n *Node) heartbeat(ctx context.Context) {
 	defer close(n.beatDone)
-	t := time.NewTicker(n.cfg.HeartbeatEvery)
+	t := time.NewTimer(n.cfg.HeartbeatEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -240,18 +249,24 @@ func (n *Node) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		sent := time.Now()
 		reg := n.regn
-		reg.Heartbeat = time.Now().UnixMilli()
+		reg.Heartbeat = sent.UnixMilli()
 		v, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer)
+		next := n.cfg.HeartbeatEvery
 		switch {
 		case errors.Is(err, errSuperseded):
-			n.log.Error("registry: a later incarnation of this star id registered; this process is superseded")
+			n.lease.superseded.Store(true)
+			n.log.Error("registry: this incarnation was superseded or presumed dead by a peer; it leads no stream until restarted")
 			return
 		case err != nil:
 			n.log.Warn("registry heartbeat failed", "err", err)
+			next = max(n.cfg.HeartbeatEvery/4, time.Millisecond)
 		default:
 			n.regVer = v
+			n.lease.beatAt(sent)
 		}
+		t.Reset(next)
 	}
 }
 
@@ -268,6 +283,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.closeMu.Unlock()
 	n.stopBeat()
 	<-n.beatDone
+	n.lease.runner.close()
 	for _, l := range n.loglets {
 		l.Close()
 	}
@@ -288,6 +304,13 @@ func (n *Node) Close(ctx context.Context) error {
 
 // abort releases what a failed Open acquired.
 func (n *Node) abort() {
+	if n.stopBeat != nil {
+		n.stopBeat()
+		<-n.beatDone
+	}
+	if n.lease != nil {
+		n.lease.runner.close()
+	}
 	for _, l := range n.loglets {
 		l.Close()
 	}

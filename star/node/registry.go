@@ -10,28 +10,17 @@ import (
 )
 
 // Registry states (DESIGN §5: live, draining, dead). A star that shuts
-// down cleanly writes stopped, so the janitor need not wait for its
-// heartbeat to age.
+// down cleanly writes stopped, so peers need not wait for its heartbeat to
+// age.
 const (
-	StateLive     = "live"
-	StateDraining = "draining"
-	StateStopped  = "stopped"
-	StateDead     = "dead"
+	StateLive     = meta.StarLive
+	StateDraining = meta.StarDraining
+	StateStopped  = meta.StarStopped
+	StateDead     = meta.StarDead
 )
 
 // Registration is the value of the registry row star#<id>/reg.
-//
-// TODO(lead): move this type into shared/meta/rows.go beside RegistryKey
-// once the janitor reads it.
-type Registration struct {
-	// Incarnation counts the star's process starts; each start CASes it up
-	// by one, so the row's history totally orders incarnations.
-	Incarnation uint64 `json:"incarnation"`
-	Address     string `json:"address,omitempty"`
-	State       string `json:"state"`
-	StartedAt   int64  `json:"started_at"` // unix ms
-	Heartbeat   int64  `json:"heartbeat"`  // unix ms
-}
+type Registration = meta.Registration
 
 // register starts a new incarnation of star: it reads the registry row and
 // CASes the incarnation counter up by one, retrying on a lost race (two

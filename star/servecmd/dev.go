@@ -8,11 +8,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/meta/sqlite"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/fs"
+	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/auditor"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -22,15 +30,19 @@ const (
 	DefaultDevListen = "127.0.0.1:7480"
 	DefaultDevData   = "./data"
 	DefaultDevBasin  = "starlog-dev"
+	// DefaultAuditorInterval is how often the dev auditor plans.
+	DefaultAuditorInterval = 10 * time.Second
 )
 
 // Dev is `star dev`: one embedded star on a data folder (SQLite metastore,
 // directory object store with one Standard and three Express buckets).
 func Dev() *cobra.Command {
 	var (
-		c     common
-		data  string
-		basin string
+		c        common
+		data     string
+		basin    string
+		interval time.Duration
+		stars    int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -45,7 +57,12 @@ func Dev() *cobra.Command {
 
 On first start it creates the basin --basin (streams are created on first
 append or read). Stop it with Ctrl-C (or kill -9) and start it again on the
-same data: every acknowledged record reads back at its seq num.`,
+same data: every acknowledged record reads back at its seq num.
+
+The auditor runs in the same process every --auditor-interval (plan and
+janitor, then settle, trim-check and chain-settle jobs from an in-memory
+queue), so records settle into per-stream objects and retired slots are
+deleted by the --settle-* and --read-grace policy, as on AWS.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := c.logger()
@@ -55,21 +72,41 @@ same data: every acknowledged record reads back at its seq num.`,
 			if err := os.MkdirAll(data, 0o755); err != nil {
 				return fmt.Errorf("--data %s: %w", data, err)
 			}
+			if stars > 1 {
+				return runCluster(cmd.OutOrStdout(), log, cmd.Flags(), data, c.listen, basin, stars)
+			}
 			cfg := c.nodeConfig()
 			if cfg.StarID == "" {
 				if cfg.StarID, err = devStarID(data); err != nil {
 					return err
 				}
 			}
-			cfg.Meta.SQLitePath = filepath.Join(data, "meta.db")
-			cfg.Objects.FSRoot = filepath.Join(data, "objects")
+			if interval < 0 {
+				return fmt.Errorf("--auditor-interval %v: must be 0 (off) or positive", interval)
+			}
+			// The star and the auditor share the metastore and object
+			// store handles; the star does not close handles it is given.
+			ms, objs, err := openDevStores(context.Background(), data, cfg)
+			if err != nil {
+				return err
+			}
+			defer ms.Close()
+			var audit auditorHandle
+			defer audit.wait() // before the metastore closes
 			out := cmd.OutOrStdout()
 			return run(runOptions{
 				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
+				deps: node.Deps{Meta: ms, Objects: objs},
+				srv:  server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
 				ready: func(ctx context.Context, n *node.Node, addr net.Addr) error {
 					if basin != "" {
 						if err := ensureDevBasin(ctx, n, basin); err != nil {
+							return err
+						}
+					}
+					if interval > 0 {
+						st := devAuditStores(n, ms, objs, cfg, data)
+						if err := audit.start(ctx, st, auditor.Options{Interval: interval, Registerer: n.Registry()}); err != nil {
 							return err
 						}
 					}
@@ -83,6 +120,8 @@ same data: every acknowledged record reads back at its seq num.`,
 	fs.SortFlags = false
 	fs.StringVar(&data, "data", DefaultDevData, "folder holding the metastore and the object store")
 	fs.StringVar(&basin, "basin", DefaultDevBasin, "basin to create on first start, with streams created on append and read (empty: none)")
+	fs.DurationVar(&interval, "auditor-interval", DefaultAuditorInterval, "run the in-process auditor's plan and janitor this often (0: no auditor)")
+	fs.IntVar(&stars, "stars", 1, "run this many star processes on consecutive ports from --listen's, sharing the data folder's stores (a local cluster; no in-process auditor)")
 	c.register(fs, DefaultDevListen)
 	return withEnv(cmd)
 }
@@ -141,4 +180,68 @@ func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string) {
 	fmt.Fprintf(w, "  curl -s -H 's2-basin: %s' '%s/v1/streams/hello/records?seq_num=0'\n", basin, url)
 	fmt.Fprintf(w, "\nS2 SDKs and CLI:\n")
 	fmt.Fprintf(w, "  export S2_ACCOUNT_ENDPOINT=%s S2_BASIN_ENDPOINT=%s S2_ACCESS_TOKEN=unused\n\n", url, url)
+}
+
+// openDevStores opens the data folder's metastore and object store, with
+// every bucket of both sets created.
+func openDevStores(ctx context.Context, data string, cfg node.Config) (meta.Store, objstore.Store, error) {
+	ms, err := sqlite.Open(ctx, filepath.Join(data, "meta.db"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("metastore: %w", err)
+	}
+	objs, err := fs.New(filepath.Join(data, "objects"))
+	if err != nil {
+		ms.Close()
+		return nil, nil, fmt.Errorf("object store: %w", err)
+	}
+	for _, b := range append(slices.Clone(cfg.Standard.Buckets), cfg.Express.Buckets...) {
+		if err := objs.CreateBucket(b); err != nil {
+			ms.Close()
+			return nil, nil, fmt.Errorf("object store: %w", err)
+		}
+	}
+	return ms, objs, nil
+}
+
+// devAuditStores are the auditor's stores in dev: the star's, its
+// settlement policy, scratch under the data folder, metrics beside the
+// star's on /metrics.
+func devAuditStores(n *node.Node, ms meta.Store, objs objstore.Store, cfg node.Config, data string) *settle.Stores {
+	sc := cfg.Settle
+	sc.ScratchDir = filepath.Join(data, "scratch")
+	return &settle.Stores{
+		Meta: ms, Objects: objs,
+		SettledBucket: cfg.Standard.Buckets[0],
+		Streams:       settle.MetaStreams{Meta: ms},
+		Config:        sc,
+		Metrics:       settle.NewMetrics(n.Registry()),
+		Logger:        n.Logger(),
+	}
+}
+
+// auditorHandle runs the dev auditor beside the star and waits for it.
+type auditorHandle struct{ done chan struct{} }
+
+// start runs the auditor until ctx (the star's run) ends.
+func (a *auditorHandle) start(ctx context.Context, st *settle.Stores, o auditor.Options) error {
+	if err := os.MkdirAll(st.Config.ScratchDir, 0o755); err != nil {
+		return fmt.Errorf("auditor scratch: %w", err)
+	}
+	r, err := auditor.New(st, o)
+	if err != nil {
+		return err
+	}
+	a.done = make(chan struct{})
+	go func() {
+		defer close(a.done)
+		r.Run(ctx)
+	}()
+	return nil
+}
+
+// wait returns once a started auditor has stopped.
+func (a *auditorHandle) wait() {
+	if a.done != nil {
+		<-a.done
+	}
 }

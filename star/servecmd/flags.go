@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -79,16 +80,19 @@ type common struct {
 	ageCap, expAgeCap         time.Duration
 	backlogFlights            int
 	settleTriggerMiB          int
+	settleOutputCapMiB        int
+	readGrace                 time.Duration
 	admitTimeout, delPending  time.Duration
 	readCacheMiB              int
 	heartbeatMin, heartbeatMx time.Duration
+	registryBeat, deadAfter   time.Duration
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	d := node.Defaults()
 	fs.StringVar(&c.listen, "listen", defListen, "address to serve the API on (HTTP/1.1 and h2c on one port)")
 	fs.StringVar(&c.starID, "star-id", "", "this star's id in keys and rows (default: derived from the hostname)")
-	fs.StringVar(&c.address, "address", "", "address peers reach this star at, recorded in its registry row")
+	fs.StringVar(&c.address, "address", "", "address peers forward requests to, recorded in its registry row (default: the listen address)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGINT/SIGTERM, how long pending acks may take before the star stops anyway")
@@ -109,16 +113,21 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.deadline, "s3-flight-deadline", d.Standard.FlightDeadline, "Standard: a flight not at W by then halts the epoch (it recovers into the next)")
 	fs.DurationVar(&c.expDeadline, "s3-express-flight-deadline", d.Express.FlightDeadline, "Express: flight deadline")
 	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "released flights a chain may hold unabsorbed before publishing blocks")
-	fs.DurationVar(&c.linger, "settle-linger", d.Standard.Linger, "Standard: a batch past the size trigger ripens this long after its birth (plus jitter)")
-	fs.DurationVar(&c.expLinger, "settle-express-linger", d.Express.Linger, "Express: settle linger")
-	fs.DurationVar(&c.ageCap, "settle-age-cap", d.Standard.AgeCap, "Standard: every batch ripens at most this long after its birth")
-	fs.DurationVar(&c.expAgeCap, "settle-express-age-cap", d.Express.AgeCap, "Express: settle age cap")
-	fs.IntVar(&c.settleTriggerMiB, "settle-trigger-mib", int(d.SettleTriggerBytes>>20), "un-settled bytes per stream that ripen its batches at the linger")
+	sd := d.Settle
+	fs.IntVar(&c.settleTriggerMiB, "settle-trigger-mib", int(sd.Trigger>>20), "un-settled bytes per stream that ripen its batches at the linger")
+	fs.DurationVar(&c.linger, "settle-linger", sd.Standard.Linger, "Standard: a batch past the size trigger ripens this long after its birth (plus jitter)")
+	fs.DurationVar(&c.expLinger, "settle-express-linger", sd.Express.Linger, "Express: settle linger")
+	fs.DurationVar(&c.ageCap, "settle-age-cap", sd.Standard.AgeCap, "Standard: every batch ripens at most this long after its birth")
+	fs.DurationVar(&c.expAgeCap, "settle-express-age-cap", sd.Express.AgeCap, "Express: settle age cap")
+	fs.IntVar(&c.settleOutputCapMiB, "settle-output-cap-mib", int(sd.OutputCap>>20), "a settled object grows by settles up to this size, then the next one starts")
+	fs.DurationVar(&c.readGrace, "read-grace", sd.ReadGrace, "settled slots stay readable this long before the auditor deletes them")
 	fs.DurationVar(&c.admitTimeout, "admit-timeout", d.AdmitTimeout, "how long a unary append waits for pool budget before a retryable 503")
 	fs.DurationVar(&c.delPending, "deletion-pending", d.DeletionPending, "how long a deleted stream or basin answers 409 before 404")
 	fs.IntVar(&c.readCacheMiB, "read-cache-mib", int(d.ReadCacheBytes>>20), "read path cache of footers and extents")
 	fs.DurationVar(&c.heartbeatMin, "session-heartbeat-min", 5*time.Second, "idle read sessions get a heartbeat every random min..max")
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
+	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
+	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat)")
 }
 
 // nodeConfig maps the flags onto a node config.
@@ -134,12 +143,24 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Standard.TargetFlightBytes = int64(c.flightKiB) << 10
 	cfg.Express.TargetFlightBytes = int64(c.expFlightKiB) << 10
 	cfg.Standard.FlightDeadline, cfg.Express.FlightDeadline = c.deadline, c.expDeadline
-	cfg.Standard.Linger, cfg.Express.Linger = c.linger, c.expLinger
-	cfg.Standard.AgeCap, cfg.Express.AgeCap = c.ageCap, c.expAgeCap
 	cfg.BacklogFlights = c.backlogFlights
-	cfg.SettleTriggerBytes = uint64(c.settleTriggerMiB) << 20
+	cfg.Settle = c.settleConfig()
 	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
+	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
+	return cfg
+}
+
+// settleConfig maps the --settle-* and --read-grace flags onto the
+// settlement policy: the star's loglets ripen markers by it and the dev
+// auditor settles and trims by it. Zero values take the defaults.
+func (c *common) settleConfig() settle.Config {
+	cfg := node.Defaults().Settle
+	cfg.Trigger = uint64(c.settleTriggerMiB) << 20
+	cfg.Standard = settle.ClassTimers{Linger: c.linger, AgeCap: c.ageCap}
+	cfg.Express = settle.ClassTimers{Linger: c.expLinger, AgeCap: c.expAgeCap}
+	cfg.OutputCap = uint64(c.settleOutputCapMiB) << 20
+	cfg.ReadGrace = c.readGrace
 	return cfg
 }
 

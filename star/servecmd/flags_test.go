@@ -5,7 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/starlog/starlog/shared/auditjob/awsenv"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 func TestEnvFallback(t *testing.T) {
@@ -39,5 +44,76 @@ func TestEnvFallback(t *testing.T) {
 	t.Setenv("STARLOG_STANDARD_W", "two")
 	if err := applyEnv(fs); err == nil || !strings.Contains(err.Error(), "STARLOG_STANDARD_W") {
 		t.Fatalf("a bad value must name its variable: %v", err)
+	}
+}
+
+// The settle policy flags exist on serve and dev, map onto the node's
+// settle.Config (which the loglets ripen by), and their environment
+// fallbacks are the names the auditor functions read.
+func TestSettleFlags(t *testing.T) {
+	for _, cmd := range []*cobra.Command{Serve(), Dev()} {
+		for _, f := range []string{"settle-trigger-mib", "settle-linger", "settle-express-linger", "settle-age-cap",
+			"settle-express-age-cap", "settle-output-cap-mib", "read-grace"} {
+			if cmd.Flags().Lookup(f) == nil {
+				t.Errorf("%s has no --%s", cmd.Name(), f)
+			}
+		}
+	}
+	if f := Dev().Flags().Lookup("auditor-interval"); f == nil || f.DefValue != "10s" {
+		t.Fatalf("dev --auditor-interval: %+v", f)
+	}
+	if Serve().Flags().Lookup("auditor-interval") != nil {
+		t.Fatal("serve runs no in-process auditor")
+	}
+
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	var c common
+	c.register(fs, "127.0.0.1:1")
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.nodeConfig().Settle, settle.DefaultConfig(); got != want {
+		t.Fatalf("defaults: %+v, want %+v", got, want)
+	}
+	for name, v := range map[string]string{
+		awsenv.EnvSettleTriggerMiB: "4", awsenv.EnvSettleLinger: "30s", awsenv.EnvSettleAgeCap: "5m",
+		awsenv.EnvSettleExpressLinger: "2s", awsenv.EnvSettleExpressAgeCap: "40s", awsenv.EnvSettleOutputCapMiB: "64", awsenv.EnvReadGrace: "90s",
+	} {
+		t.Setenv(name, v)
+	}
+	if err := applyEnv(fs); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.nodeConfig()
+	s := cfg.Settle
+	if s.Trigger != 4<<20 || s.Standard != (settle.ClassTimers{Linger: 30 * time.Second, AgeCap: 5 * time.Minute}) ||
+		s.Express != (settle.ClassTimers{Linger: 2 * time.Second, AgeCap: 40 * time.Second}) || s.OutputCap != 64<<20 || s.ReadGrace != 90*time.Second {
+		t.Fatalf("settle config from the environment: %+v", s)
+	}
+	if rip := s.Ripening(meta.Express); rip.Trigger != 4<<20 || rip.Linger != 2*time.Second || rip.AgeCap != 40*time.Second {
+		t.Fatalf("express ripening %+v", rip)
+	}
+}
+
+// Every variable the auditor functions share with the star is the
+// environment fallback of the star's flag of the same meaning.
+func TestAuditorEnvNamesAreFlagFallbacks(t *testing.T) {
+	serve := Serve().Flags()
+	for flag, env := range map[string]string{
+		"dynamo-table": awsenv.EnvTable, "standard-buckets": awsenv.EnvStandardBuckets, "express-buckets": awsenv.EnvExpressBuckets,
+		"dynamo-endpoint": awsenv.EnvDynamoEndpoint, "dynamo-region": awsenv.EnvDynamoRegion,
+		"s3-endpoint": awsenv.EnvS3Endpoint, "s3-region": awsenv.EnvS3Region, "s3-path-style": awsenv.EnvS3PathStyle,
+		"aws-access-key-id": awsenv.EnvAccessKey, "aws-secret-access-key": awsenv.EnvSecretKey, "log-level": awsenv.EnvLogLevel,
+		"settle-trigger-mib": awsenv.EnvSettleTriggerMiB, "settle-linger": awsenv.EnvSettleLinger,
+		"settle-express-linger": awsenv.EnvSettleExpressLinger, "settle-age-cap": awsenv.EnvSettleAgeCap,
+		"settle-express-age-cap": awsenv.EnvSettleExpressAgeCap, "settle-output-cap-mib": awsenv.EnvSettleOutputCapMiB,
+		"read-grace": awsenv.EnvReadGrace,
+	} {
+		if serve.Lookup(flag) == nil {
+			t.Errorf("serve has no --%s", flag)
+		}
+		if EnvName(flag) != env {
+			t.Errorf("--%s falls back to %s, the functions read %s", flag, EnvName(flag), env)
+		}
 	}
 }

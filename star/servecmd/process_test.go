@@ -62,13 +62,14 @@ func (s *syncBuffer) String() string {
 
 var endpointRE = regexp.MustCompile(`serving the S2 API on (http://\S+)`)
 
-func startDev(t *testing.T, data string) *proc {
+func startDev(t *testing.T, data string, flags ...string) *proc {
 	t.Helper()
 	bin, err := buildStar()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "dev", "--data", data, "--listen", "127.0.0.1:0", "--s3-flush-interval", "2ms", "--shutdown-timeout", "5s")
+	args := append([]string{"dev", "--data", data, "--listen", "127.0.0.1:0", "--s3-flush-interval", "2ms", "--shutdown-timeout", "5s"}, flags...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "STARLOG_LOG_LEVEL=warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

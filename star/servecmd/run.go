@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -33,6 +34,17 @@ type runOptions struct {
 	ready func(ctx context.Context, n *node.Node, addr net.Addr) error
 }
 
+// advertised is the address peers forward to when --address is not given:
+// the listen address, with an unspecified host replaced by loopback (fine
+// on one host; a real cluster sets --address).
+func advertised(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok || !ta.IP.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+}
+
 // run serves until SIGINT or SIGTERM, then shuts down gracefully: stop
 // accepting, end sessions, let pending acks finish (bounded by the
 // shutdown timeout), close the loglets. A second signal exits at once.
@@ -46,6 +58,9 @@ func run(o runOptions) error {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
 	o.deps.Logger = o.log
+	if o.cfg.Address == "" {
+		o.cfg.Address = advertised(ln.Addr())
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		lim := o.cfg.MemoryLimit()
 		debug.SetMemoryLimit(lim)

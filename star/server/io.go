@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
 )
 
 // writeError writes err's status and JSON body. An error that is not an
@@ -22,6 +23,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	body := e.JSON()
 	h := w.Header()
+	var nl *node.NotLeaderError
+	if errors.As(err, &nl) {
+		h.Set(HeaderNotLeader, nl.Leader.Star)
+	}
 	h.Set("Content-Type", api.ContentTypeJSON)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.Status)

@@ -51,6 +51,8 @@ type Server struct {
 	// append sessions once their submitted inputs are acknowledged).
 	drain     context.Context
 	stopDrain context.CancelFunc
+
+	fwd *forwarder
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -89,6 +91,10 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		if err := n.Registry().Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
+	}
+	var err error
+	if s.fwd, err = newForwarder(s); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	return s, nil
 }
@@ -238,6 +244,9 @@ func (s *Server) routeStreams(w http.ResponseWriter, r *http.Request, rt route, 
 			s.writeError(w, r, err)
 			return
 		}
+		if r.Method != http.MethodGet && s.forwardIfLedMutation(w, r, basin, rt.name) {
+			return
+		}
 		switch r.Method {
 		case http.MethodGet:
 			s.getStream(w, r, basin, rt.name)
@@ -253,10 +262,16 @@ func (s *Server) routeStreams(w http.ResponseWriter, r *http.Request, rt route, 
 			s.writeError(w, r, err)
 			return
 		}
+		if s.forwardIfLed(w, r, basin, rt.name, false) {
+			return
+		}
 		s.checkTail(w, r, basin, rt.name)
 	case routeRecords:
 		if err := api.ValidateStreamName(rt.name); err != nil {
 			s.writeError(w, r, err)
+			return
+		}
+		if s.forwardIfLed(w, r, basin, rt.name, r.Method == http.MethodPost) {
 			return
 		}
 		if r.Method == http.MethodPost {

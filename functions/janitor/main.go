@@ -1,0 +1,24 @@
+// Command janitor is the auditor's janitor function: on its EventBridge
+// schedule it sends a chain-settle job for every halted epoch below its
+// chain's mint head (the settle duty; dead stars, retention and
+// decommission come later).
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/starlog/starlog/functions/internal/handler"
+)
+
+func main() {
+	rt, err := handler.Load(context.Background(), handler.JobJanitor)
+	if err != nil {
+		slog.Error("janitor: cold start", "err", err)
+		os.Exit(1)
+	}
+	lambda.Start(handler.Janitor(rt))
+}

@@ -1,0 +1,152 @@
+// Package auditjob is the auditor's job set as its runtimes see it: the
+// group settle and trim-check jobs of shared/settle, plus chain-settle (one
+// halted epoch below its chain's mint head), the janitor that finds those,
+// one strict message codec for every kind, and one Do. The Lambda adapters
+// (functions/) and the in-process runner of `star dev` (star/auditor) only
+// move Jobs between a trigger, a queue and Do, so the two cannot diverge.
+package auditjob
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
+)
+
+// KindChainSettle settles one halted epoch below its chain's mint head:
+// fence (adopting the recorded cut), walk, absorb, probe, mark settled.
+const KindChainSettle settle.Kind = "chain-settle"
+
+// Kinds lists every queued job kind. Each kind has its own queue (and
+// Lambda function), named like the kind.
+var Kinds = []settle.Kind{settle.KindSettle, settle.KindTrim, KindChainSettle}
+
+// Job is one unit of queued auditor work. Its JSON form is settle.Job's,
+// with chain-settle added as a kind; like settle.Job it names coordinates
+// only, so a job run late or twice re-reads everything it acts on.
+type Job struct {
+	Kind  settle.Kind     `json:"kind"`
+	Chain settle.ChainRef `json:"chain"`
+	// Epoch: a settle job's epoch, or the epoch a chain-settle settles.
+	Epoch uint64 `json:"epoch,omitempty"`
+	// From and End bound a settle job's era in slots.
+	From uint64 `json:"from,omitempty"`
+	End  uint64 `json:"end,omitempty"`
+}
+
+// FromSettle wraps a settle or trim job.
+func FromSettle(j settle.Job) Job {
+	return Job{Kind: j.Kind, Chain: j.Chain, Epoch: j.Epoch, From: j.From, End: j.End}
+}
+
+// ChainSettle is the job settling epoch of ch.
+func ChainSettle(ch settle.ChainRef, epoch uint64) Job {
+	return Job{Kind: KindChainSettle, Chain: ch, Epoch: epoch}
+}
+
+func (j Job) settleJob() settle.Job {
+	return settle.Job{Kind: j.Kind, Chain: j.Chain, Epoch: j.Epoch, From: j.From, End: j.End}
+}
+
+func (j Job) String() string {
+	if j.Kind == KindChainSettle {
+		return fmt.Sprintf("chain-settle %s epoch %d", j.Chain, j.Epoch)
+	}
+	return j.settleJob().String()
+}
+
+// Queue names the queue (and function) that runs the job: its kind.
+func (j Job) Queue() string { return string(j.Kind) }
+
+// Validate checks a job's fields.
+func (j Job) Validate() error {
+	if j.Kind != KindChainSettle {
+		return j.settleJob().Validate()
+	}
+	if j.Chain.Star == "" || !j.Chain.Class.Valid() {
+		return fmt.Errorf("auditjob: bad chain %q/%q", j.Chain.Star, j.Chain.Class)
+	}
+	if j.Epoch == 0 || j.From != 0 || j.End != 0 {
+		return fmt.Errorf("auditjob: a chain-settle job names a chain and an epoch ≥ 1 only (epoch %d, slots [%d,%d))", j.Epoch, j.From, j.End)
+	}
+	return nil
+}
+
+// Marshal encodes a job as a queue message body. The encoding is
+// deterministic (fixed field order, no whitespace), so the body doubles as
+// the job's identity: a job planned twice is the same message twice.
+func (j Job) Marshal() []byte { return meta.Encode(j) }
+
+// Key is the job's identity (its body), for de-duplicating queues.
+func (j Job) Key() string { return string(j.Marshal()) }
+
+// maxJobBytes bounds a message body (a job is ~150 B; SQS allows 256 KiB).
+const maxJobBytes = 4 << 10
+
+// Parse decodes and validates a queue message body. Unknown fields and
+// trailing data are refused, so a message from a newer planner is never
+// run half-understood; settle and trim bodies go through settle.ParseJob.
+func Parse(b []byte) (Job, error) {
+	if len(b) > maxJobBytes {
+		return Job{}, fmt.Errorf("auditjob: job of %d bytes (max %d)", len(b), maxJobBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var j Job
+	if err := dec.Decode(&j); err != nil {
+		return Job{}, fmt.Errorf("auditjob: decode job: %w", err)
+	}
+	if err := dec.Decode(new(json.RawMessage)); err != io.EOF {
+		return Job{}, errors.New("auditjob: trailing data after job")
+	}
+	if j.Kind != KindChainSettle {
+		sj, err := settle.ParseJob(b)
+		if err != nil {
+			return Job{}, err
+		}
+		return FromSettle(sj), nil
+	}
+	if err := j.Validate(); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// Sender enqueues jobs, each to its kind's queue.
+type Sender interface {
+	Send(ctx context.Context, jobs []Job) error
+}
+
+// Plan is settle.Plan as Jobs: one settle job per era of ripe markers and
+// one trim-check per chain that has slots to retire.
+func Plan(ctx context.Context, st *settle.Stores, now time.Time) ([]Job, error) {
+	sjs, err := settle.Plan(ctx, st, now)
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]Job, len(sjs))
+	for i, sj := range sjs {
+		jobs[i] = FromSettle(sj)
+	}
+	return jobs, nil
+}
+
+// Do runs one job of any kind: the whole of a queue consumer's work.
+func Do(ctx context.Context, st *settle.Stores, j Job) error {
+	switch j.Kind {
+	case settle.KindSettle, settle.KindTrim:
+		return settle.Do(ctx, st, j.settleJob())
+	case KindChainSettle:
+		if err := j.Validate(); err != nil {
+			return err
+		}
+		return SettleEpoch(ctx, st, j.Chain, j.Epoch)
+	}
+	return j.Validate()
+}

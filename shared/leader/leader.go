@@ -1,0 +1,154 @@
+// Package leader holds the rules of multi-star leadership (DESIGN §9) that
+// the star and the janitor share: when a registered star incarnation is
+// live, how a stale one is marked dead, and how a stream's lease passes
+// from one holder to the next.
+//
+// Liveness is judged from heartbeats and so from clocks; safety is not:
+// a successor fences the previous holder's chain before it serves, so a
+// holder presumed dead too early can never acknowledge past the fence.
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// DefaultDeadAfter is how old a heartbeat may get before its star is
+// presumed dead.
+const DefaultDeadAfter = 30 * time.Second
+
+// ErrLost means a lease CAS lost a race: re-read the lease and re-decide.
+var ErrLost = errors.New("leader: lease moved concurrently")
+
+// Live reports whether incarnation inc of the star whose registration is
+// reg is live at now: the row names that incarnation, says live or
+// draining, and its heartbeat is younger than deadAfter.
+func Live(reg meta.Registration, inc uint64, now time.Time, deadAfter time.Duration) bool {
+	if reg.Incarnation != inc {
+		return false
+	}
+	switch reg.State {
+	case meta.StarLive, meta.StarDraining:
+	default:
+		return false
+	}
+	return now.Sub(time.UnixMilli(reg.Heartbeat)) < deadAfter
+}
+
+// Stale reports whether reg claims to be live (or draining) but its
+// heartbeat is at least deadAfter old at now: it may be marked dead.
+func Stale(reg meta.Registration, now time.Time, deadAfter time.Duration) bool {
+	if reg.State != meta.StarLive && reg.State != meta.StarDraining {
+		return false
+	}
+	return now.Sub(time.UnixMilli(reg.Heartbeat)) >= deadAfter
+}
+
+// ReadRegistration reads star's registry row; ok is false when the star
+// never registered.
+func ReadRegistration(ctx context.Context, ms meta.Store, star string) (reg meta.Registration, ver int64, ok bool, err error) {
+	k := meta.RegistryKey(star)
+	it, err := ms.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return reg, 0, false, nil
+	}
+	if err != nil {
+		return reg, 0, false, fmt.Errorf("leader: read registry of %s: %w", star, err)
+	}
+	if err := meta.Decode(it.Val, &reg); err != nil {
+		return reg, 0, false, fmt.Errorf("leader: registry of %s: %w", star, err)
+	}
+	return reg, it.Ver, true, nil
+}
+
+// MarkDead marks star dead when its registration is stale at now, by CAS
+// on the row it read (so a heartbeat that lands first wins, and the star
+// learns from its next lost heartbeat CAS that it was presumed dead). It
+// returns the registration as it stands and whether it is dead or stopped
+// now (false: live, or never registered).
+func MarkDead(ctx context.Context, ms meta.Store, star string, now time.Time, deadAfter time.Duration) (meta.Registration, bool, error) {
+	k := meta.RegistryKey(star)
+	for {
+		reg, ver, ok, err := ReadRegistration(ctx, ms, star)
+		if err != nil || !ok {
+			return reg, false, err
+		}
+		if reg.State == meta.StarDead || reg.State == meta.StarStopped {
+			return reg, true, nil
+		}
+		if !Stale(reg, now, deadAfter) {
+			return reg, false, nil
+		}
+		reg.State = meta.StarDead
+		_, err = ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), meta.IfVer(ver))
+		if err == nil {
+			return reg, true, nil
+		}
+		if !errors.Is(err, meta.ErrConditionFailed) {
+			return reg, false, fmt.Errorf("leader: mark %s dead: %w", star, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return reg, false, err
+		}
+	}
+}
+
+// ReadLease reads a stream's lease; ok is false when the stream was never
+// led.
+func ReadLease(ctx context.Context, ms meta.Store, streamID string) (l meta.Lease, ver int64, ok bool, err error) {
+	k := meta.LeaseKey(streamID)
+	it, err := ms.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return l, 0, false, nil
+	}
+	if err != nil {
+		return l, 0, false, fmt.Errorf("leader: read lease of %s: %w", streamID, err)
+	}
+	if err := meta.Decode(it.Val, &l); err != nil {
+		return l, 0, false, fmt.Errorf("leader: lease of %s: %w", streamID, err)
+	}
+	if l.Star == "" {
+		return l, 0, false, fmt.Errorf("leader: lease of %s names no star", streamID)
+	}
+	return l, it.Ver, true, nil
+}
+
+// Successor is the lease me takes over from prev (nil: the stream was
+// never led). Every earlier holder whose chain may hold records no row
+// covers goes on Pending: prev itself unless it released cleanly, and
+// whatever prev had not settled yet.
+func Successor(prev *meta.Lease, me meta.LeaseHolder, now time.Time) meta.Lease {
+	next := meta.Lease{LeaseHolder: me, Version: 1, AcquiredAt: now.UnixMilli()}
+	if prev == nil {
+		return next
+	}
+	next.Version = prev.Version + 1
+	next.Pending = slices.Clone(prev.Pending)
+	if !prev.Released && !slices.Contains(next.Pending, prev.LeaseHolder) {
+		next.Pending = append(next.Pending, prev.LeaseHolder)
+	}
+	return next
+}
+
+// Acquire writes next over the lease at version ver (0: the stream was
+// never led) and returns the new version; ErrLost when the lease moved.
+func Acquire(ctx context.Context, ms meta.Store, streamID string, next meta.Lease, ver int64) (int64, error) {
+	k := meta.LeaseKey(streamID)
+	cond := meta.IfVer(ver)
+	if ver == 0 {
+		cond = meta.IfAbsent()
+	}
+	v, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(next), cond)
+	if errors.Is(err, meta.ErrConditionFailed) {
+		return 0, ErrLost
+	}
+	if err != nil {
+		return 0, fmt.Errorf("leader: write lease of %s: %w", streamID, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,229 @@
+package leader_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/meta/sqlite"
+)
+
+func store(t *testing.T) meta.Store {
+	t.Helper()
+	ms, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	return ms
+}
+
+func TestLive(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	const dead = 30 * time.Second
+	fresh := meta.Registration{Incarnation: 4, State: meta.StarLive, Heartbeat: now.Add(-29 * time.Second).UnixMilli()}
+	cases := []struct {
+		name  string
+		reg   meta.Registration
+		inc   uint64
+		live  bool
+		stale bool
+	}{
+		{"fresh", fresh, 4, true, false},
+		{"other incarnation", fresh, 3, false, false},
+		{"draining is live", func() meta.Registration { r := fresh; r.State = meta.StarDraining; return r }(), 4, true, false},
+		{"stopped", func() meta.Registration { r := fresh; r.State = meta.StarStopped; return r }(), 4, false, false},
+		{"dead", func() meta.Registration { r := fresh; r.State = meta.StarDead; return r }(), 4, false, false},
+		{"at the bound", func() meta.Registration { r := fresh; r.Heartbeat = now.Add(-dead).UnixMilli(); return r }(), 4, false, true},
+		{"old", func() meta.Registration { r := fresh; r.Heartbeat = now.Add(-time.Hour).UnixMilli(); return r }(), 4, false, true},
+	}
+	for _, c := range cases {
+		if got := leader.Live(c.reg, c.inc, now, dead); got != c.live {
+			t.Errorf("%s: Live = %v, want %v", c.name, got, c.live)
+		}
+		if got := leader.Stale(c.reg, now, dead); got != c.stale {
+			t.Errorf("%s: Stale = %v, want %v", c.name, got, c.stale)
+		}
+	}
+}
+
+func putReg(t *testing.T, ms meta.Store, star string, r meta.Registration) {
+	t.Helper()
+	k := meta.RegistryKey(star)
+	if _, err := ms.Put(context.Background(), k.PK, k.SK, meta.Encode(r), meta.Always()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMarkDead(t *testing.T) {
+	ctx := context.Background()
+	ms := store(t)
+	now := time.Now()
+	const bound = 2 * time.Second
+
+	if _, dead, err := leader.MarkDead(ctx, ms, "nobody", now, bound); err != nil || dead {
+		t.Fatalf("unregistered star: dead=%v err=%v", dead, err)
+	}
+	putReg(t, ms, "a", meta.Registration{Incarnation: 2, State: meta.StarLive, Heartbeat: now.Add(-time.Second).UnixMilli()})
+	if r, dead, err := leader.MarkDead(ctx, ms, "a", now, bound); err != nil || dead || r.State != meta.StarLive {
+		t.Fatalf("fresh star: %+v dead=%v err=%v", r, dead, err)
+	}
+	putReg(t, ms, "a", meta.Registration{Incarnation: 2, State: meta.StarLive, Heartbeat: now.Add(-3 * time.Second).UnixMilli(), Address: "x:1"})
+	r, dead, err := leader.MarkDead(ctx, ms, "a", now, bound)
+	if err != nil || !dead || r.State != meta.StarDead || r.Incarnation != 2 || r.Address != "x:1" {
+		t.Fatalf("stale star: %+v dead=%v err=%v", r, dead, err)
+	}
+	got, _, _, err := leader.ReadRegistration(ctx, ms, "a")
+	if err != nil || got.State != meta.StarDead {
+		t.Fatalf("row after MarkDead: %+v %v", got, err)
+	}
+	// Idempotent: a second call finds it dead and writes nothing.
+	_, ver, _, _ := leader.ReadRegistration(ctx, ms, "a")
+	if _, dead, err := leader.MarkDead(ctx, ms, "a", now, bound); err != nil || !dead {
+		t.Fatalf("second MarkDead: dead=%v err=%v", dead, err)
+	}
+	if _, v2, _, _ := leader.ReadRegistration(ctx, ms, "a"); v2 != ver {
+		t.Fatalf("second MarkDead rewrote the row: ver %d → %d", ver, v2)
+	}
+}
+
+// A heartbeat that lands between MarkDead's read and its CAS wins: the
+// star stays live, and its own next heartbeat CAS (on the version it
+// wrote) still succeeds.
+func TestMarkDeadLosesToHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	ms := store(t)
+	now := time.Now()
+	k := meta.RegistryKey("a")
+	stale := meta.Registration{Incarnation: 1, State: meta.StarLive, Heartbeat: now.Add(-time.Minute).UnixMilli()}
+	putReg(t, ms, "a", stale)
+	beat := &racingStore{Store: ms, before: func() {
+		fresh := stale
+		fresh.Heartbeat = now.UnixMilli()
+		if _, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(fresh), meta.Always()); err != nil {
+			t.Error(err)
+		}
+	}}
+	r, dead, err := leader.MarkDead(ctx, beat, "a", now, time.Second)
+	if err != nil || dead || r.State != meta.StarLive || r.Heartbeat != now.UnixMilli() {
+		t.Fatalf("MarkDead against a racing heartbeat: %+v dead=%v err=%v", r, dead, err)
+	}
+}
+
+// racingStore runs before once, just ahead of the first Put.
+type racingStore struct {
+	meta.Store
+	once   sync.Once
+	before func()
+}
+
+func (s *racingStore) Put(ctx context.Context, pk, sk string, val []byte, c meta.Cond) (int64, error) {
+	s.once.Do(s.before)
+	return s.Store.Put(ctx, pk, sk, val, c)
+}
+
+func TestSuccessor(t *testing.T) {
+	now := time.UnixMilli(5000)
+	a1 := meta.LeaseHolder{Star: "a", Incarnation: 1}
+	b1 := meta.LeaseHolder{Star: "b", Incarnation: 1}
+	c2 := meta.LeaseHolder{Star: "c", Incarnation: 2}
+
+	first := leader.Successor(nil, a1, now)
+	if first.LeaseHolder != a1 || first.Version != 1 || len(first.Pending) != 0 || first.AcquiredAt != 5000 {
+		t.Fatalf("first lease: %+v", first)
+	}
+	// b takes over from a dead a: a's chain is pending.
+	second := leader.Successor(&first, b1, now)
+	if second.Version != 2 || !slices.Equal(second.Pending, []meta.LeaseHolder{a1}) {
+		t.Fatalf("takeover: %+v", second)
+	}
+	// c takes over from b before b cleared its gate: both are pending.
+	third := leader.Successor(&second, c2, now)
+	if third.Version != 3 || !slices.Equal(third.Pending, []meta.LeaseHolder{a1, b1}) {
+		t.Fatalf("takeover of an unopened lease: %+v", third)
+	}
+	// The inherited list is a copy.
+	third.Pending[0].Star = "z"
+	if second.Pending[0].Star != "a" {
+		t.Fatal("Successor aliased the previous pending list")
+	}
+	// A clean release leaves nothing to settle.
+	rel := meta.Lease{LeaseHolder: b1, Version: 7, Released: true, Frontier: 42}
+	fourth := leader.Successor(&rel, c2, now)
+	if fourth.Version != 8 || len(fourth.Pending) != 0 || fourth.Released {
+		t.Fatalf("after a release: %+v", fourth)
+	}
+	// A holder already pending is not listed twice.
+	dup := meta.Lease{LeaseHolder: a1, Version: 3, Pending: []meta.LeaseHolder{a1}}
+	if got := leader.Successor(&dup, b1, now); len(got.Pending) != 1 {
+		t.Fatalf("duplicate pending holder: %+v", got)
+	}
+}
+
+func TestAcquireIsACompareAndSwap(t *testing.T) {
+	ctx := context.Background()
+	ms := store(t)
+	a1 := meta.LeaseHolder{Star: "a", Incarnation: 1}
+	b1 := meta.LeaseHolder{Star: "b", Incarnation: 1}
+	if _, _, ok, err := leader.ReadLease(ctx, ms, "s1"); ok || err != nil {
+		t.Fatalf("lease before any acquire: ok=%v err=%v", ok, err)
+	}
+	v, err := leader.Acquire(ctx, ms, "s1", leader.Successor(nil, a1, time.Now()), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second first acquire loses.
+	if _, err := leader.Acquire(ctx, ms, "s1", leader.Successor(nil, b1, time.Now()), 0); !errors.Is(err, leader.ErrLost) {
+		t.Fatalf("second first-acquire: %v", err)
+	}
+	l, ver, ok, err := leader.ReadLease(ctx, ms, "s1")
+	if err != nil || !ok || ver != v || l.LeaseHolder != a1 {
+		t.Fatalf("lease: %+v ver %d ok %v err %v", l, ver, ok, err)
+	}
+	// Concurrent takeovers over one version: exactly one wins.
+	var wins sync.WaitGroup
+	won := make(chan meta.LeaseHolder, 8)
+	for i := range 8 {
+		wins.Go(func() {
+			me := meta.LeaseHolder{Star: "c", Incarnation: uint64(i + 1)}
+			if _, err := leader.Acquire(ctx, ms, "s1", leader.Successor(&l, me, time.Now()), ver); err == nil {
+				won <- me
+			} else if !errors.Is(err, leader.ErrLost) {
+				t.Error(err)
+			}
+		})
+	}
+	wins.Wait()
+	close(won)
+	var winners []meta.LeaseHolder
+	for w := range won {
+		winners = append(winners, w)
+	}
+	if len(winners) != 1 {
+		t.Fatalf("%d concurrent takeovers won, want 1: %v", len(winners), winners)
+	}
+	got, _, _, _ := leader.ReadLease(ctx, ms, "s1")
+	if got.LeaseHolder != winners[0] || !slices.Equal(got.Pending, []meta.LeaseHolder{a1}) {
+		t.Fatalf("lease after the race: %+v", got)
+	}
+}
+
+func TestReadLeaseRejectsDamage(t *testing.T) {
+	ctx := context.Background()
+	ms := store(t)
+	k := meta.LeaseKey("s1")
+	for _, val := range []string{`{`, `{"version":3}`, `[]`} {
+		if _, err := ms.Put(ctx, k.PK, k.SK, []byte(val), meta.Always()); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := leader.ReadLease(ctx, ms, "s1"); err == nil {
+			t.Errorf("lease value %s: no error", val)
+		}
+	}
+}

@@ -1,0 +1,462 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/loglet"
+)
+
+// NotLeaderError says another live star leads the stream: forward the
+// request to Address. It unwraps to a retryable 503, which is what a
+// client sees when the request cannot be forwarded.
+type NotLeaderError struct {
+	StreamID string
+	Leader   meta.LeaseHolder
+	// Address is the leader's advertised address (host:port or URL).
+	Address string
+}
+
+func (e *NotLeaderError) Error() string {
+	return fmt.Sprintf("stream %s is led by star %s (incarnation %d) at %q", e.StreamID, e.Leader.Star, e.Leader.Incarnation, e.Address)
+}
+
+func (e *NotLeaderError) Unwrap() error {
+	return api.Unavailable("this stream is led by another star; retry")
+}
+
+// leadership is the node's multi-star state: its own liveness, the
+// forward cache, and the open gate's settle runner.
+type leadership struct {
+	me meta.LeaseHolder
+
+	// base anchors the monotonic clock of lastBeat, the offset of the
+	// last heartbeat that was written (taken before the write).
+	base       time.Time
+	lastBeat   atomic.Int64
+	superseded atomic.Bool
+
+	mu      sync.Mutex
+	forward map[string]forwardEntry // by stream id
+
+	runner *settleRunner
+
+	acquired *prometheus.CounterVec
+	forwards prometheus.Counter
+	shed     prometheus.Counter
+}
+
+type forwardEntry struct {
+	err   *NotLeaderError
+	until time.Time
+}
+
+// newLeadership starts the leadership state of incarnation me, whose
+// registration was written at registered.
+func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered time.Time) (*leadership, error) {
+	ls := &leadership{
+		me: me, base: registered, forward: map[string]forwardEntry{},
+		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "lease_acquisitions_total",
+			Help: "Stream leases this star acquired, by what it took them from (unled, dead, released, own).",
+		}, []string{"from"}),
+		forwards: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "not_leader_total",
+			Help: "Requests for streams another live star leads (forwarded by the server).",
+		}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "streams_shed_total",
+			Help: "Open streams dropped because this star lost leadership (deposed or presumed dead).",
+		}),
+	}
+	ls.runner = newSettleRunner()
+	for _, c := range []prometheus.Collector{ls.acquired, ls.forwards, ls.shed, ls.runner.runs, ls.runner.dur} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("leadership metrics: register: %w", err)
+		}
+	}
+	ls.beatAt(ls.base)
+	return ls, nil
+}
+
+// beatAt records a heartbeat written at t (monotonic).
+func (ls *leadership) beatAt(t time.Time) { ls.lastBeat.Store(int64(t.Sub(ls.base))) }
+
+// sinceBeat is the time since the last heartbeat that was written.
+func (ls *leadership) sinceBeat() time.Duration {
+	return time.Since(ls.base) - time.Duration(ls.lastBeat.Load())
+}
+
+func (ls *leadership) cachedForward(id string) *NotLeaderError {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	f, ok := ls.forward[id]
+	if !ok {
+		return nil
+	}
+	if time.Now().After(f.until) {
+		delete(ls.forward, id)
+		return nil
+	}
+	ls.forwards.Inc()
+	return f.err
+}
+
+func (ls *leadership) remember(f *NotLeaderError, ttl time.Duration) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.forward[f.StreamID] = forwardEntry{err: f, until: time.Now().Add(ttl)}
+}
+
+// ForgetLeader drops what this star remembers about who leads streamID,
+// so the next request reads the lease again (a forward failed).
+func (n *Node) ForgetLeader(streamID string) {
+	n.lease.mu.Lock()
+	defer n.lease.mu.Unlock()
+	delete(n.lease.forward, streamID)
+}
+
+// zombie is the permanent loss of leadership of this incarnation: a later
+// incarnation of this star id registered, or peers marked it dead, or a
+// successor fenced one of its chains. Only a restart (a new incarnation)
+// leads again.
+func (n *Node) zombie() error {
+	if n.lease.superseded.Load() {
+		return api.Unavailable("this star was presumed dead by its peers or superseded; it leads no stream until restarted")
+	}
+	for class, l := range n.loglets {
+		if errors.Is(l.Err(), loglet.ErrDeposed) {
+			return api.Unavailable("this star's %s chain was fenced by a successor; it leads no stream until restarted", class)
+		}
+	}
+	return nil
+}
+
+// selfLive is nil while this star may serve the streams it leads: it is
+// no zombie and its last heartbeat was written less than half the
+// dead-after bound ago, so it stops serving before any peer can presume it
+// dead (the margin absorbs clock rate differences and pauses). Safety does
+// not depend on this: it keeps a cut-off star from answering reads and
+// check-tails with a stale tail.
+func (n *Node) selfLive() error {
+	if err := n.zombie(); err != nil {
+		return err
+	}
+	if d := n.lease.sinceBeat(); d >= n.cfg.DeadAfter/2 {
+		return api.Unavailable("this star has not renewed its registration for %v; retry", d.Truncate(time.Millisecond))
+	}
+	return nil
+}
+
+// claim returns the stream's lease once this incarnation holds it,
+// acquiring it by CAS when the stream is unled, released, or led by a star
+// that is not live (marking a stale one dead first). A live peer's lease
+// is a *NotLeaderError.
+func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, error) {
+	for {
+		cur, ver, ok, err := leader.ReadLease(ctx, n.meta, id)
+		if err != nil {
+			return meta.Lease{}, 0, n.storageErr("read lease", err)
+		}
+		if ok && cur.LeaseHolder == n.lease.me {
+			return cur, ver, nil
+		}
+		from := "unled"
+		var prev *meta.Lease
+		if ok {
+			prev, from = &cur, "released"
+			if !cur.Released {
+				reg, live, err := n.holderLive(ctx, cur.LeaseHolder)
+				if err != nil {
+					return meta.Lease{}, 0, n.storageErr("read leader registration", err)
+				}
+				if live {
+					if reg.Address == "" {
+						return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, which advertises no address", name, cur.Star)
+					}
+					f := &NotLeaderError{StreamID: id, Leader: cur.LeaseHolder, Address: reg.Address}
+					n.lease.remember(f, n.cfg.LeaseCacheTTL)
+					n.lease.forwards.Inc()
+					return meta.Lease{}, 0, f
+				}
+				from = "dead"
+				if cur.Star == n.lease.me.Star {
+					from = "own"
+				}
+			}
+		}
+		next := leader.Successor(prev, n.lease.me, time.Now())
+		v, err := leader.Acquire(ctx, n.meta, id, next, ver)
+		if errors.Is(err, leader.ErrLost) {
+			if err := ctx.Err(); err != nil {
+				return meta.Lease{}, 0, contextError(err)
+			}
+			continue
+		}
+		if err != nil {
+			return meta.Lease{}, 0, n.storageErr("acquire lease", err)
+		}
+		n.lease.acquired.WithLabelValues(from).Inc()
+		n.log.Info("lease acquired", "stream", name, "id", id, "from", from, "version", next.Version, "pending", len(next.Pending))
+		return next, v, nil
+	}
+}
+
+// holderLive reads h's registration and judges it; a stale one is marked
+// dead by CAS on the row read (the janitor does the same).
+func (n *Node) holderLive(ctx context.Context, h meta.LeaseHolder) (meta.Registration, bool, error) {
+	now := time.Now()
+	reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, h.Star)
+	if err != nil || !ok {
+		return reg, false, err
+	}
+	if leader.Live(reg, h.Incarnation, now, n.cfg.DeadAfter) {
+		return reg, true, nil
+	}
+	if leader.Stale(reg, now, n.cfg.DeadAfter) {
+		r, dead, err := leader.MarkDead(ctx, n.meta, h.Star, now, n.cfg.DeadAfter)
+		if err != nil {
+			return reg, false, err
+		}
+		if dead {
+			n.log.Warn("marked star dead: heartbeat too old", "dead_star", h.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat))
+		}
+		return r, leader.Live(r, h.Incarnation, now, n.cfg.DeadAfter), nil
+	}
+	return reg, false, nil
+}
+
+// gate is the open gate of a lease this star holds: every earlier holder
+// on Pending has its chains settled (both classes: the stream's class may
+// have changed since), then Pending is cleared by CAS. Concurrent opens
+// join one settle run per chain; the wait ends with ctx, the run does not.
+func (n *Node) gate(ctx context.Context, id string, l meta.Lease, ver int64) error {
+	for len(l.Pending) > 0 {
+		for _, h := range l.Pending {
+			for _, class := range []meta.Class{meta.Standard, meta.Express} {
+				key := settleKey{star: h.Star, class: class, inc: h.Incarnation}
+				if err := n.lease.runner.wait(ctx, key, n.settleFn); err != nil {
+					if e := contextError(err); e != nil {
+						return e
+					}
+					n.log.Error("open gate: settling a previous leader's chain failed", "stream", id, "chain", h.Star+"/"+string(class), "err", err)
+					return api.Unavailable("settling the previous leader's chain failed; retry")
+				}
+			}
+		}
+		cleared := l
+		cleared.Pending = nil
+		_, err := leader.Acquire(ctx, n.meta, id, cleared, ver)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, leader.ErrLost) {
+			return n.storageErr("clear lease pending", err)
+		}
+		// A concurrent opener here cleared it, or a peer took the lease.
+		var ok bool
+		l, ver, ok, err = leader.ReadLease(ctx, n.meta, id)
+		if err != nil {
+			return n.storageErr("read lease", err)
+		}
+		if !ok || l.LeaseHolder != n.lease.me {
+			return api.Unavailable("the stream's lease moved while this star opened it; retry")
+		}
+	}
+	return nil
+}
+
+// settleFn settles what incarnation key.inc (and earlier) of key.star left
+// on its key.class chain. A head owned by a later incarnation needs
+// nothing: that incarnation settled the chain before it minted. The loop
+// covers an epoch minted by a cut-off writer between the settle's read of
+// the head and its fence claim.
+func (n *Node) settleFn(ctx context.Context, key settleKey) error {
+	ch := chain.New(key.star, key.class, chain.Incarnation(n.cfg.StarID, n.regn.Incarnation), n.meta, n.objects)
+	abs := &absorb.Absorber{Star: key.star, Class: key.class, Meta: n.meta, Rip: n.cfg.ripening(key.class), UpdateEpoch: ch.UpdateEpoch}
+	for round := 0; ; round++ {
+		h, _, ok, err := ch.Head(ctx)
+		if err != nil || !ok {
+			return err
+		}
+		owner, err := ownerIncarnation(h.Owner, key.star)
+		if err != nil {
+			return err
+		}
+		if owner > key.inc || h.State == meta.HeadSettled {
+			return nil
+		}
+		if round == maxSettleRounds {
+			return fmt.Errorf("chain %s/%s: head still unsettled after %d settle rounds", key.star, key.class, round)
+		}
+		if err := settle.Chain(ctx, ch, abs); err != nil {
+			return err
+		}
+	}
+}
+
+const maxSettleRounds = 8
+
+// ownerIncarnation parses the incarnation number of "<star>:<n>".
+func ownerIncarnation(owner, star string) (uint64, error) {
+	s, ok := strings.CutPrefix(owner, star+":")
+	if !ok {
+		return 0, fmt.Errorf("chain of %s: head owner %q is not an incarnation of it", star, owner)
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("chain of %s: head owner %q: %w", star, owner, err)
+	}
+	return v, nil
+}
+
+// settleKey names what one settle run covers: the chain (star, class) up
+// to and including incarnation inc's epochs.
+type settleKey struct {
+	star  string
+	class meta.Class
+	inc   uint64
+}
+
+// settleRunner is the star-local settle runner: one run per key at a time,
+// joined by every open that needs it. Runs use the runner's own context
+// (cancelled by Close), so a client that gives up stops only its wait.
+type settleRunner struct {
+	mu      sync.Mutex
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	running map[settleKey]*settleRun
+	done    map[settleKey]bool
+
+	runs *prometheus.CounterVec
+	dur  prometheus.Histogram
+}
+
+type settleRun struct {
+	done chan struct{}
+	err  error
+}
+
+func newSettleRunner() *settleRunner {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &settleRunner{
+		ctx: ctx, cancel: cancel,
+		running: map[settleKey]*settleRun{}, done: map[settleKey]bool{},
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "gate_settles_total",
+			Help: "Open-gate settle runs of a previous leader's chain, by result.",
+		}, []string{"result"}),
+		dur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "gate_settle_duration_seconds",
+			Help:    "Duration of open-gate settle runs.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5 ms … 41 s
+		}),
+	}
+}
+
+// wait joins or starts the run of key and waits for it or ctx. A key that
+// settled once stays settled: only its incarnation could add epochs, and
+// the run's fence claim stopped that.
+func (r *settleRunner) wait(ctx context.Context, key settleKey, fn func(context.Context, settleKey) error) error {
+	r.mu.Lock()
+	if r.done[key] {
+		r.mu.Unlock()
+		return nil
+	}
+	run := r.running[key]
+	if run == nil {
+		if err := r.ctx.Err(); err != nil {
+			r.mu.Unlock()
+			return loglet.ErrClosed
+		}
+		run = &settleRun{done: make(chan struct{})}
+		r.running[key] = run
+		r.wg.Add(1)
+		go r.run(key, run, fn)
+	}
+	r.mu.Unlock()
+	select {
+	case <-run.done:
+		return run.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *settleRunner) run(key settleKey, run *settleRun, fn func(context.Context, settleKey) error) {
+	defer r.wg.Done()
+	start := time.Now()
+	err := fn(r.ctx, key)
+	r.dur.Observe(time.Since(start).Seconds())
+	res := "ok"
+	if err != nil {
+		res = "error"
+	}
+	r.runs.WithLabelValues(res).Inc()
+	r.mu.Lock()
+	delete(r.running, key)
+	if err == nil {
+		r.done[key] = true
+	}
+	run.err = err
+	r.mu.Unlock()
+	close(run.done)
+}
+
+// close cancels the runs and waits for them.
+func (r *settleRunner) close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// LeaderOf names the live peer that leads a stream, for requests that
+// change a stream its leader holds open (reconfigure, delete): they are
+// forwarded so the leader applies them to its facade at once. It is nil
+// when the stream is open here, unled, released, led by a star that is
+// not live, or missing; the request then runs here.
+func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError {
+	if api.ValidateStreamName(name) != nil {
+		return nil
+	}
+	b, err := n.liveBasin(ctx, basin)
+	if err != nil {
+		return nil
+	}
+	e, err := n.stream(ctx, b, basin, name)
+	if err != nil || e == nil {
+		return nil
+	}
+	id := e.row.ID
+	if n.ledIfOpen(id) != nil {
+		return nil
+	}
+	if f := n.lease.cachedForward(id); f != nil {
+		return f
+	}
+	l, _, ok, err := leader.ReadLease(ctx, n.meta, id)
+	if err != nil || !ok || l.Released || l.LeaseHolder == n.lease.me {
+		return nil
+	}
+	reg, live, err := n.holderLive(ctx, l.LeaseHolder)
+	if err != nil || !live || reg.Address == "" {
+		return nil
+	}
+	f := &NotLeaderError{StreamID: id, Leader: l.LeaseHolder, Address: reg.Address}
+	n.lease.remember(f, n.cfg.LeaseCacheTTL)
+	return f
+}

@@ -1,0 +1,252 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/node"
+)
+
+func clusterConfig(id string) node.Config {
+	c := testConfig()
+	c.StarID, c.Address = id, id+".test:7480"
+	c.HeartbeatEvery = 20 * time.Millisecond
+	c.DeadAfter = 300 * time.Millisecond
+	return c
+}
+
+func notLeader(t *testing.T, err error) *node.NotLeaderError {
+	t.Helper()
+	var nl *node.NotLeaderError
+	if !errors.As(err, &nl) {
+		t.Fatalf("want a NotLeaderError, got %v", err)
+	}
+	apiErr(t, err, 503, api.CodeUnavailable)
+	return nl
+}
+
+// appendUntil appends in to stream through n until it is acknowledged.
+func appendUntil(t *testing.T, n *node.Node, stream string, in *api.AppendInput) api.AppendAck {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ack, err := n.Append(context.Background(), "basin-one", stream, in, nil)
+		if err == nil {
+			return ack
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("append to %s through %s: %v", stream, n.StarID(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two stars on one metastore and object store: the first to serve a
+// stream leads it and the other is told where to forward; once the
+// leader stops, the other takes the lease over, settles the old leader's
+// chain and continues every stream at its tail.
+func TestLeaseTakeoverAfterStop(t *testing.T) {
+	st := newStores(t)
+	a := open(t, st, clusterConfig("a"))
+	b := open(t, st, clusterConfig("b"))
+	ctx := context.Background()
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true, CreateStreamOnRead: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"s1", "s2"} {
+		if _, err := a.Append(ctx, "basin-one", s, records(s, 10), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
+	nl := notLeader(t, err)
+	if nl.Leader.Star != "a" || nl.Leader.Incarnation != a.Incarnation() || nl.Address != "a.test:7480" {
+		t.Fatalf("forward target %+v", nl)
+	}
+	_, err = b.CheckTail(ctx, "basin-one", "s2", nil)
+	notLeader(t, err)
+	// s3 is unled: b takes it.
+	if _, err := b.Append(ctx, "basin-one", "s3", records("s3", 5), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.CheckTail(ctx, "basin-one", "s3", nil)
+	notLeader(t, err)
+
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"s1", "s2"} {
+		ack := appendUntil(t, b, s, records("after", 3))
+		if ack.Start.SeqNum != 10 || ack.End.SeqNum != 13 {
+			t.Fatalf("%s: first append on the successor at [%d, %d), want [10, 13)", s, ack.Start.SeqNum, ack.End.SeqNum)
+		}
+		got := readAll(t, b, "basin-one", s)
+		if len(got) != 13 || string(got[9].Body) != s+"-9" || string(got[10].Body) != "after-0" {
+			t.Fatalf("%s: read back %d records", s, len(got))
+		}
+		l, _, ok, err := leader.ReadLease(ctx, st.meta, streamID(t, st, s))
+		if err != nil || !ok || l.Star != "b" || l.Version != 2 || len(l.Pending) != 0 {
+			t.Fatalf("%s: lease after takeover %+v ok %v err %v", s, l, ok, err)
+		}
+	}
+	for _, class := range []meta.Class{meta.Standard, meta.Express} {
+		if h := chainHead(t, st, "a", class); h.State != meta.HeadSettled {
+			t.Fatalf("a's %s chain after takeover: %+v", class, h)
+		}
+	}
+	// Both streams' gates needed a's two chains settled: one run each.
+	if got := gateSettles(t, b); got != 2 {
+		t.Fatalf("%v gate settle runs for two streams of one dead star, want 2 (one per chain)", got)
+	}
+}
+
+// gateSettles is n's count of successful open-gate settle runs.
+func gateSettles(t *testing.T, n *node.Node) float64 {
+	t.Helper()
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c float64
+	for _, mf := range mfs {
+		if mf.GetName() != "starlog_leader_gate_settles_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "ok" {
+				c += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return c
+}
+
+// A star that peers presumed dead (its registry row CASed to dead while it
+// still runs) is a zombie: it stops serving the streams it had open, and
+// the successor's fence keeps every record it acknowledged readable and
+// every seq num assigned once.
+func TestZombieStopsServing(t *testing.T) {
+	st := newStores(t)
+	a := open(t, st, clusterConfig("a"))
+	b := open(t, st, clusterConfig("b"))
+	ctx := context.Background()
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, "basin-one", "s1", records("a", 7), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Peers presume a dead (as if its heartbeat had aged).
+	if _, dead, err := leader.MarkDead(ctx, st.meta, "a", time.Now().Add(time.Hour), time.Second); err != nil || !dead {
+		t.Fatalf("mark a dead: %v %v", dead, err)
+	}
+	ack := appendUntil(t, b, "s1", records("b", 2))
+	if ack.Start.SeqNum != 7 {
+		t.Fatalf("successor's first append at %d, want 7", ack.Start.SeqNum)
+	}
+	// a learns it was superseded at its next heartbeat and sheds s1.
+	deadline := time.Now().Add(5 * time.Second)
+	for a.Healthy() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the zombie still reports healthy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err := a.Append(ctx, "basin-one", "s1", records("zombie", 1), nil)
+	apiErr(t, err, 503, api.CodeUnavailable)
+	_, err = a.CheckTail(ctx, "basin-one", "s1", nil)
+	apiErr(t, err, 503, api.CodeUnavailable)
+	got := readAll(t, b, "basin-one", "s1")
+	if len(got) != 9 || string(got[6].Body) != "a-6" || string(got[7].Body) != "b-0" {
+		t.Fatalf("read back %d records", len(got))
+	}
+}
+
+func streamID(t *testing.T, st stores, name string) string {
+	t.Helper()
+	k := meta.StreamNameKey("basin-one", name)
+	it, err := st.meta.Get(context.Background(), k.PK, k.SK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row node.StreamRow
+	if err := meta.Decode(it.Val, &row); err != nil {
+		t.Fatal(err)
+	}
+	return row.ID
+}
+
+func chainHead(t *testing.T, st stores, star string, class meta.Class) meta.Head {
+	t.Helper()
+	k := meta.HeadKey(star, class)
+	it, err := st.meta.Get(context.Background(), k.PK, k.SK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h meta.Head
+	if err := meta.Decode(it.Val, &h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// The deposed writer: a star that does not know it was presumed dead
+// (it has not heartbeat since) still holds the stream open when a
+// successor takes the lease and fences its chain. Its next append is
+// sequenced at the old tail but can never be acknowledged: its slot is
+// poisoned, so the append fails indefinite (503) and the star sheds the
+// stream. The successor acknowledges that seq num with its own record,
+// and every seq num reads back once.
+func TestDeposedWriterNeverAcksPastTheCut(t *testing.T) {
+	st := newStores(t)
+	ca := clusterConfig("a")
+	ca.HeartbeatEvery, ca.DeadAfter = time.Hour, 3*time.Hour // a never learns it was presumed dead
+	a := open(t, st, ca)
+	b := open(t, st, clusterConfig("b"))
+	ctx := context.Background()
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, "basin-one", "s1", records("a", 7), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, dead, err := leader.MarkDead(ctx, st.meta, "a", time.Now().Add(4*time.Hour), time.Hour); err != nil || !dead {
+		t.Fatalf("mark a dead: %v %v", dead, err)
+	}
+	ack := appendUntil(t, b, "s1", records("b", 2))
+	if ack.Start.SeqNum != 7 {
+		t.Fatalf("successor's first append at %d, want 7", ack.Start.SeqNum)
+	}
+
+	// a still leads s1 as far as it knows.
+	_, err := a.Append(ctx, "basin-one", "s1", records("late", 1), nil)
+	e := apiErr(t, err, 503, api.CodeUnavailable)
+	if !strings.Contains(e.Message, "may or may not be durable") {
+		t.Fatalf("the deposed writer's append failed definite: %s", e.Message)
+	}
+	_, err = a.Append(ctx, "basin-one", "s1", records("later", 1), nil)
+	apiErr(t, err, 503, api.CodeUnavailable)
+	if a.Healthy() == nil {
+		t.Fatal("the deposed star reports healthy")
+	}
+	got := readAll(t, b, "basin-one", "s1")
+	if len(got) != 9 {
+		t.Fatalf("read back %d records, want 9", len(got))
+	}
+	for i, r := range got {
+		want := fmt.Sprintf("a-%d", i)
+		if i >= 7 {
+			want = fmt.Sprintf("b-%d", i-7)
+		}
+		if r.SeqNum != uint64(i) || string(r.Body) != want {
+			t.Fatalf("seq %d reads %d %q, want %q", i, r.SeqNum, r.Body, want)
+		}
+	}
+}
