@@ -140,40 +140,61 @@ type Command struct {
 	TrimPoint uint64
 }
 
+// HeaderLayout is satisfied by every header type with Header's layout: Header
+// itself and format.Header in the star. It lets the star's facade use the one
+// command decoder below without converting its headers.
+type HeaderLayout interface {
+	~struct {
+		Name  []byte
+		Value []byte
+	}
+}
+
+// IsCommand reports whether a record with these headers is a command record
+// (or an attempt at one): one of its headers has an empty name.
+func IsCommand[H HeaderLayout](headers []H) bool {
+	for i := range headers {
+		if len(Header(headers[i]).Name) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // ParseCommand classifies a record. A command record has exactly one header,
 // with an empty name and the command as value: fence (body: the new token,
 // UTF-8, at most 36 bytes) or trim (body: an 8-byte big-endian seq num). An
 // empty header name anywhere else, or an unknown command, is 422 invalid.
 func ParseCommand(r *Record) (Command, *Error) {
-	empty := -1
-	for i := range r.Headers {
-		if len(r.Headers[i].Name) == 0 {
-			empty = i
-			break
-		}
+	return ParseCommandHeaders(r.Headers, r.Body)
+}
+
+// ParseCommandHeaders is ParseCommand on a record's headers and body. It is
+// the one decoder of command records (API.md §3): the star's facade, which
+// decides what a stream accepts, calls it too.
+func ParseCommandHeaders[H HeaderLayout](headers []H, body []byte) (Command, *Error) {
+	if !IsCommand(headers) {
+		return Command{Kind: NotCommand}, nil
 	}
-	if empty < 0 {
-		return Command{}, nil
+	if len(headers) != 1 {
+		return Command{}, Invalid("a header with an empty name marks a command record, which must have exactly one header, got %d", len(headers))
 	}
-	if len(r.Headers) != 1 {
-		return Command{}, Invalid("a header with an empty name is only allowed as the single header of a command record")
-	}
-	switch cmd := string(r.Headers[0].Value); cmd {
+	switch cmd := string(Header(headers[0]).Value); cmd {
 	case CommandFence:
-		if len(r.Body) > MaxFencingTokenBytes {
-			return Command{}, Invalid("fence: token is %d bytes, at most %d allowed", len(r.Body), MaxFencingTokenBytes)
+		if len(body) > MaxFencingTokenBytes {
+			return Command{}, Invalid("fence token is %d bytes, at most %d allowed", len(body), MaxFencingTokenBytes)
 		}
-		if !utf8.Valid(r.Body) {
-			return Command{}, Invalid("fence: token must be valid UTF-8")
+		if !utf8.Valid(body) {
+			return Command{}, Invalid("fence token must be valid UTF-8")
 		}
-		return Command{Kind: Fence, FencingToken: string(r.Body)}, nil
+		return Command{Kind: Fence, FencingToken: string(body)}, nil
 	case CommandTrim:
-		if len(r.Body) != 8 {
-			return Command{}, Invalid("trim: body must be an 8-byte big-endian seq num, got %d bytes", len(r.Body))
+		if len(body) != 8 {
+			return Command{}, Invalid("trim body must be an 8-byte big-endian seq num, got %d bytes", len(body))
 		}
-		return Command{Kind: Trim, TrimPoint: binary.BigEndian.Uint64(r.Body)}, nil
+		return Command{Kind: Trim, TrimPoint: binary.BigEndian.Uint64(body)}, nil
 	default:
-		return Command{}, Invalid("unknown command record %q", truncate(cmd, 64))
+		return Command{}, Invalid("unknown command %q", truncate(cmd, 64))
 	}
 }
 

@@ -320,6 +320,40 @@ func TestParseCommand(t *testing.T) {
 	}
 }
 
+// TestParseCommandHeaders checks that the generic decoder, which the star's
+// facade calls with format.Header, agrees with ParseCommand on any header type
+// of Header's layout.
+func TestParseCommandHeaders(t *testing.T) {
+	type otherHeader struct {
+		Name  []byte
+		Value []byte
+	}
+	for _, r := range []Record{
+		{Body: []byte("x"), Headers: []Header{{[]byte("a"), nil}}},
+		{},
+		FenceRecord("w1"),
+		FenceRecord(""),
+		TrimRecord(1<<40 + 3),
+		{Headers: []Header{{nil, []byte("fence")}}, Body: []byte{0xff}},
+		{Headers: []Header{{nil, []byte("trim")}}, Body: make([]byte, 7)},
+		{Headers: []Header{{nil, []byte("compact")}}},
+		{Headers: []Header{{[]byte("a"), nil}, {nil, []byte("trim")}}, Body: make([]byte, 8)},
+	} {
+		other := make([]otherHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			other[i] = otherHeader(h)
+		}
+		want, wantErr := ParseCommand(&r)
+		got, gotErr := ParseCommandHeaders(other, r.Body)
+		if got != want || (gotErr == nil) != (wantErr == nil) || (gotErr != nil && *gotErr != *wantErr) {
+			t.Errorf("%+v: got %+v %v, want %+v %v", r, got, gotErr, want, wantErr)
+		}
+		if IsCommand(other) != (want.Kind != NotCommand || wantErr != nil) {
+			t.Errorf("%+v: IsCommand %v", r, IsCommand(other))
+		}
+	}
+}
+
 func TestMeteredSize(t *testing.T) {
 	r := Record{Headers: []Header{{[]byte("ab"), []byte("cde")}, {nil, nil}}, Body: []byte("12345")}
 	if got := r.MeteredSize(); got != 8+2*2+5+5 {

@@ -7,16 +7,12 @@ import (
 
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
-	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 )
 
 // auditorID names the auditor in chain handles: it never mints, and on an
 // epoch below the head its fence only adopts the recorded cut.
 const auditorID = "auditor"
-
-// walkPass is how many walked slots one absorb pass takes (as settle.Chain).
-const walkPass = 64
 
 // ErrHeadEpoch refuses a chain-settle of a chain's current (mint head)
 // epoch: a live star's head epoch is deferred, never displaced (DESIGN §9).
@@ -32,8 +28,9 @@ var ErrHeadEpoch = errors.New("auditjob: epoch is its chain's mint head; it is n
 // and the epoch is marked settled. Every step is idempotent and
 // CAS-guarded; a settled epoch is a no-op.
 //
-// It is settle.Chain restricted to one epoch: settle.Chain also fences the
-// head epoch, which must not happen to a live star.
+// The steps are settle.Epoch's; SettleEpoch adds the guard. It is
+// settle.Chain restricted to one epoch below the head: settle.Chain also
+// fences the head epoch, which must not happen to a live star.
 func SettleEpoch(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoch uint64) error {
 	if st.Meta == nil || st.Objects == nil {
 		return errors.New("auditjob: Stores needs Meta and Objects")
@@ -56,61 +53,10 @@ func SettleEpoch(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epo
 	if rec.Settled {
 		return nil
 	}
-	cut, err := c.Fence(ctx, epoch, false)
-	if err != nil {
-		return fmt.Errorf("auditjob: chain-settle %s epoch %d: fence: %w", ch, epoch, err)
-	}
-	if rec, _, err = c.Epoch(ctx, epoch); err != nil {
-		return fmt.Errorf("auditjob: chain-settle %s: %w", ch, err)
-	}
 	abs := &absorb.Absorber{Star: ch.Star, Class: ch.Class, Meta: st.Meta,
 		Rip: st.Config.WithDefaults().Ripening(ch.Class), UpdateEpoch: c.UpdateEpoch}
-	if err := walk(ctx, c, abs, rec, cut); err != nil {
-		return fmt.Errorf("auditjob: chain-settle %s epoch %d: %w", ch, epoch, err)
-	}
-	if err := c.ProbeGarbage(ctx, rec, cut); err != nil {
-		return fmt.Errorf("auditjob: chain-settle %s epoch %d: garbage probe: %w", ch, epoch, err)
-	}
-	_, err = c.UpdateEpoch(ctx, epoch, func(e *meta.Epoch) bool {
-		if e.Settled {
-			return false
-		}
-		e.Settled = true
-		return true
-	})
-	if err != nil {
-		return fmt.Errorf("auditjob: chain-settle %s epoch %d: mark settled: %w", ch, epoch, err)
+	if err := settle.Epoch(ctx, c, abs, epoch); err != nil {
+		return fmt.Errorf("auditjob: chain-settle: %w", err)
 	}
 	return nil
-}
-
-// walk absorbs the committed slots [checkpoint, cut) in passes. A pass
-// that an earlier crashed run recorded with more slots (ErrNeedMore) waits
-// for them, so a re-run writes the very same rows.
-func walk(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, rec meta.Epoch, cut uint64) error {
-	if rec.Checkpoint >= cut {
-		return nil
-	}
-	var pending []absorb.Slot
-	flush := func(all bool) error {
-		for len(pending) > 0 && (all || len(pending) >= walkPass) {
-			n, err := abs.Pass(ctx, rec.Epoch, pending)
-			if errors.Is(err, absorb.ErrNeedMore) && !all {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("absorb from slot %d: %w", pending[0].Slot, err)
-			}
-			pending = pending[n:]
-		}
-		return nil
-	}
-	err := c.Walk(ctx, rec, rec.Checkpoint, cut, func(sf chain.SlotFooter) error {
-		pending = append(pending, absorb.Slot{Slot: sf.Slot, Extents: sf.Footer.Extents})
-		return flush(false)
-	})
-	if err != nil {
-		return fmt.Errorf("walk: %w", err)
-	}
-	return flush(true)
 }

@@ -39,19 +39,32 @@ func Chain(ctx context.Context, c *chain.Chain, abs *absorb.Absorber) error {
 		if e.Settled || e.Epoch > h.Epoch {
 			continue
 		}
-		if err := settleEpoch(ctx, c, abs, e.Epoch); err != nil {
+		if err := Epoch(ctx, c, abs, e.Epoch); err != nil {
 			return err
 		}
 	}
 	if !headListed { // its minter crashed before writing the record
-		if err := settleEpoch(ctx, c, abs, h.Epoch); err != nil {
+		if err := Epoch(ctx, c, abs, h.Epoch); err != nil {
 			return err
 		}
 	}
 	return markHeadSettled(ctx, c, h.Epoch)
 }
 
-func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoch uint64) error {
+// Epoch settles one epoch: fence or adopt its cut, walk, absorb, probe,
+// mark settled; callers decide whether the epoch may be fenced.
+//
+// The fence claims the epoch's cut on the head, or adopts the cut already
+// recorded (all a fence of an epoch below the mint head does); the walk
+// feeds the committed slots [checkpoint, cut) to abs in passes, a pass
+// that an earlier crashed run recorded with more slots (absorb.ErrNeedMore)
+// waiting for them so a re-run writes the very same rows; the garbage
+// window above the cut is made dead; and the record is marked settled.
+// Every step is idempotent and CAS-guarded, so Epoch is safe to run twice
+// at once and again after settlement. Fencing the mint head's epoch
+// deposes its writer: a caller that must leave a live star alone refuses
+// the head epoch before calling Epoch.
+func Epoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoch uint64) error {
 	cut, err := c.Fence(ctx, epoch, false)
 	if err != nil {
 		return fmt.Errorf("settle %s/%s epoch %d: fence: %w", c.Star, c.Class, epoch, err)
@@ -94,7 +107,10 @@ func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoc
 		e.Settled = true
 		return true
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("settle %s/%s epoch %d: mark settled: %w", c.Star, c.Class, epoch, err)
+	}
+	return nil
 }
 
 func markHeadSettled(ctx context.Context, c *chain.Chain, epoch uint64) error {

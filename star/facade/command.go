@@ -1,27 +1,29 @@
 package facade
 
 import (
-	"encoding/binary"
-	"unicode/utf8"
-
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
 )
 
+// Command records are decoded by shared/api (API.md §3), the one
+// implementation the wire layer and the facade share; the facade turns its
+// 422 into an InvalidError.
+
 // MaxFencingTokenBytes bounds a fencing token, set by a fence command or
 // supplied with an append.
-const MaxFencingTokenBytes = 36
+const MaxFencingTokenBytes = api.MaxFencingTokenBytes
 
 // CommandKind tells what a record is: an ordinary record or a command.
-type CommandKind uint8
+type CommandKind = api.CommandKind
 
 const (
 	// NotCommand is an ordinary record.
-	NotCommand CommandKind = iota
+	NotCommand = api.NotCommand
 	// Fence sets (or, with an empty body, clears) the fencing token for later
 	// batches.
-	Fence
+	Fence = api.Fence
 	// Trim moves the stream's trim point forward.
-	Trim
+	Trim = api.Trim
 )
 
 // Command is a decoded command record.
@@ -38,12 +40,7 @@ type Command struct {
 // (or an attempt at one): it has a header whose name is empty. Readers use it
 // to hide commands from clients that ask for that.
 func IsCommand(headers []format.Header) bool {
-	for _, h := range headers {
-		if len(h.Name) == 0 {
-			return true
-		}
-	}
-	return false
+	return api.IsCommand(headers)
 }
 
 // ParseCommand decodes a record's headers and body. A record without an
@@ -51,27 +48,9 @@ func IsCommand(headers []format.Header) bool {
 // header, with an empty name and value "fence" or "trim", and a body valid
 // for that command; anything else is an InvalidError.
 func ParseCommand(headers []format.Header, body []byte) (Command, error) {
-	if !IsCommand(headers) {
-		return Command{Kind: NotCommand}, nil
+	c, err := api.ParseCommandHeaders(headers, body)
+	if err != nil {
+		return Command{}, InvalidError{Reason: err.Message}
 	}
-	if len(headers) != 1 {
-		return Command{}, invalidf("a command record must have exactly one header, got %d", len(headers))
-	}
-	switch string(headers[0].Value) {
-	case "fence":
-		if len(body) > MaxFencingTokenBytes {
-			return Command{}, invalidf("fence token is %d bytes, at most %d allowed", len(body), MaxFencingTokenBytes)
-		}
-		if !utf8.Valid(body) {
-			return Command{}, invalidf("fence token is not valid UTF-8")
-		}
-		return Command{Kind: Fence, Token: string(body)}, nil
-	case "trim":
-		if len(body) != 8 {
-			return Command{}, invalidf("trim body must be an 8-byte big-endian u64, got %d bytes", len(body))
-		}
-		return Command{Kind: Trim, Point: binary.BigEndian.Uint64(body)}, nil
-	default:
-		return Command{}, invalidf("unknown command %q", headers[0].Value)
-	}
+	return Command{Kind: c.Kind, Token: c.FencingToken, Point: c.TrimPoint}, nil
 }

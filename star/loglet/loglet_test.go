@@ -235,7 +235,7 @@ func TestOneZoneDownKeepsAcking(t *testing.T) {
 			h := newHarnessOn(t, b, nil)
 			h.store.SetDown("az3", faults.Down{Hang: true})
 			s := h.stream("a")
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // liveness, not speed: generous under load
 			defer cancel()
 			for i := range 50 {
 				if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
