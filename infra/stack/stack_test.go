@@ -709,3 +709,14 @@ func TestPlaceholdersAllowedWhenAsked(t *testing.T) {
 		t.Errorf("warnings %v", warned)
 	}
 }
+
+func TestDrainArgsTargetTheStarPort(t *testing.T) {
+	got := drainArgs([]string{"drain", "--wait"}, 8080)
+	if strings.Join(got, " ") != "drain --wait --endpoint http://127.0.0.1:8080" {
+		t.Fatalf("drain args %q", got)
+	}
+	given := []string{"drain", "--endpoint=http://10.0.0.1:9"}
+	if got := drainArgs(given, 8080); strings.Join(got, " ") != strings.Join(given, " ") {
+		t.Fatalf("an explicit endpoint was changed: %q", got)
+	}
+}

@@ -188,7 +188,7 @@ func (s *Starlog) stars() error {
 		StandardBucket:       *s.Bucket.BucketName(),
 		ExpressBuckets:       s.expressBucketRefs(),
 		ExtraFlags:           userdata.SortedFlags(c.StarFlags),
-		DrainArgs:            c.DrainArgs,
+		DrainArgs:            drainArgs(c.DrainArgs, c.StarPort),
 		DrainMaxSeconds:      c.DrainMaxMinutes * 60,
 		HeartbeatEverySecond: max(c.LifecycleHeartbeatSeconds/3, 30),
 		LifecycleHookName:    LifecycleHookName,
@@ -279,3 +279,14 @@ var retentionByDays = map[int]awslogs.RetentionDays{
 
 // retention maps days to the enum; New has checked the value is mapped.
 func retention(days int) awslogs.RetentionDays { return retentionByDays[days] }
+
+// drainArgs points the drain command at the local star's own port unless
+// the configuration names an endpoint (the CLI's default is star dev's).
+func drainArgs(args []string, port int) []string {
+	for _, a := range args {
+		if a == "--endpoint" || strings.HasPrefix(a, "--endpoint=") {
+			return args
+		}
+	}
+	return append(append([]string(nil), args...), "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", port))
+}

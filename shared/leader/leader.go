@@ -152,3 +152,33 @@ func Acquire(ctx context.Context, ms meta.Store, streamID string, next meta.Leas
 	}
 	return v, nil
 }
+
+// ErrNotHolder means a release found the lease held by someone else (or
+// already released): the caller no longer leads the stream.
+var ErrNotHolder = errors.New("leader: lease not held by this incarnation")
+
+// Release gives up me's lease on streamID cleanly: every record below
+// frontier is covered by rows, so a successor opens there without settling
+// me's chain (Successor leaves a released holder off Pending). The CAS
+// retries only while the lease still names me unreleased. A non-empty to
+// names the star the stream is handed to: the others leave it that star.
+func Release(ctx context.Context, ms meta.Store, streamID string, me meta.LeaseHolder, frontier uint64, to string) error {
+	for {
+		cur, ver, ok, err := ReadLease(ctx, ms, streamID)
+		if err != nil {
+			return err
+		}
+		if !ok || cur.LeaseHolder != me || cur.Released {
+			return fmt.Errorf("release lease of %s: %w", streamID, ErrNotHolder)
+		}
+		cur.Released, cur.Frontier, cur.To = true, frontier, to
+		_, err = Acquire(ctx, ms, streamID, cur, ver)
+		if errors.Is(err, ErrLost) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}

@@ -227,3 +227,41 @@ func TestReadLeaseRejectsDamage(t *testing.T) {
 		}
 	}
 }
+
+func TestRelease(t *testing.T) {
+	ctx := context.Background()
+	ms := store(t)
+	a := meta.LeaseHolder{Star: "a", Incarnation: 1}
+	b := meta.LeaseHolder{Star: "b", Incarnation: 2}
+	if err := leader.Release(ctx, ms, "s1", a, 5, ""); !errors.Is(err, leader.ErrNotHolder) {
+		t.Fatalf("release of an unled stream: %v, want ErrNotHolder", err)
+	}
+	first := leader.Successor(nil, a, time.Now())
+	if _, err := leader.Acquire(ctx, ms, "s1", first, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Release(ctx, ms, "s1", b, 5, ""); !errors.Is(err, leader.ErrNotHolder) {
+		t.Fatalf("release by a non-holder: %v, want ErrNotHolder", err)
+	}
+	if err := leader.Release(ctx, ms, "s1", a, 42, "b"); err != nil {
+		t.Fatal(err)
+	}
+	l, ver, ok, err := leader.ReadLease(ctx, ms, "s1")
+	if err != nil || !ok {
+		t.Fatalf("read lease: %v %v", ok, err)
+	}
+	if !l.Released || l.Frontier != 42 || l.To != "b" || l.LeaseHolder != a || l.Version != 1 {
+		t.Fatalf("released lease = %+v", l)
+	}
+	if err := leader.Release(ctx, ms, "s1", a, 43, ""); !errors.Is(err, leader.ErrNotHolder) {
+		t.Fatalf("second release: %v, want ErrNotHolder", err)
+	}
+	// The successor of a released lease has nothing to settle.
+	next := leader.Successor(&l, b, time.Now())
+	if len(next.Pending) != 0 || next.Version != 2 || next.Released || next.To != "" {
+		t.Fatalf("successor of a released lease = %+v", next)
+	}
+	if _, err := leader.Acquire(ctx, ms, "s1", next, ver); err != nil {
+		t.Fatal(err)
+	}
+}

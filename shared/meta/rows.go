@@ -285,4 +285,7 @@ type Lease struct {
 	// successor opens there without settling the holder's chain.
 	Released bool   `json:"released,omitempty"`
 	Frontier uint64 `json:"frontier,omitempty"`
+	// To is the star a handoff released the lease to: while it is live,
+	// every other star forwards to it instead of taking the lease.
+	To string `json:"to,omitempty"`
 }

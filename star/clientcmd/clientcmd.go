@@ -56,6 +56,7 @@ func newCommands(lookupEnv func(string) (string, bool)) []*cobra.Command {
 		c.tailCmd(),
 		c.checkTailCmd(),
 		c.benchCmd(),
+		c.drainCmd(),
 	}
 	for _, cmd := range cmds {
 		c.addFlags(cmd)

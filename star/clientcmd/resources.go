@@ -263,7 +263,7 @@ change those settings (the others keep their values) and print the result.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(list, create, get, config, del)
+	cmd.AddCommand(list, create, get, config, del, c.moveCmd())
 	return cmd
 }
 

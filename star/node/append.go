@@ -48,12 +48,17 @@ func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingApp
 	if err := api.ValidateAppendInput(in); err != nil {
 		return nil, err
 	}
+	a.l.admit.RLock()
+	defer a.l.admit.RUnlock()
 	if err := a.l.gone(); err != nil {
 		return nil, err
 	}
 	t, err := a.l.s.Submit(ctx, facadeRequest(in))
 	if err != nil {
 		return nil, a.n.appendErr(a.l.class, err, false)
+	}
+	end := t.Sequenced().End.SeqNum
+	for cur := a.l.maxEnd.Load(); end > cur && !a.l.maxEnd.CompareAndSwap(cur, end); cur = a.l.maxEnd.Load() {
 	}
 	return &PendingAppend{a: a, t: t}, nil
 }

@@ -27,6 +27,24 @@ type ledStream struct {
 	deleted atomic.Bool
 	// live is the node's own liveness (selfLive).
 	live func() error
+
+	// admit orders Submit (read side) against a handoff's stop (write
+	// side), so the stop sees the end of every batch admitted before it.
+	admit sync.RWMutex
+	// moving is the error new requests get while a handoff runs.
+	moving atomic.Pointer[error]
+	// maxEnd is the greatest end seq num sequenced so far.
+	maxEnd atomic.Uint64
+	// released says a handoff dropped the stream.
+	released atomic.Bool
+}
+
+// movingErr is the error of a request while a handoff runs, else nil.
+func (l *ledStream) movingErr() error {
+	if p := l.moving.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // gone is the error of a request or session on a stream this star must
@@ -38,6 +56,12 @@ func (l *ledStream) gone() error {
 	}
 	if errors.Is(l.loglet.Err(), loglet.ErrDeposed) {
 		return api.Unavailable("this star no longer leads stream %q; retry", l.name)
+	}
+	if l.released.Load() {
+		return api.Unavailable("this star handed stream %q off; retry", l.name)
+	}
+	if err := l.movingErr(); err != nil {
+		return err
 	}
 	if l.live != nil {
 		return l.live()
@@ -73,8 +97,13 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	if err := n.selfLive(); err != nil {
 		return nil, err
 	}
-	if f := n.lease.cachedForward(id); f != nil {
-		return nil, f
+	if n.isClosed() {
+		return nil, api.Unavailable("this star is shutting down; retry")
+	}
+	if !forwarded(ctx) {
+		if f := n.lease.cachedForward(id); f != nil {
+			return nil, f
+		}
 	}
 	lease, ver, err := n.claim(ctx, id, e.key.name)
 	if err != nil {
@@ -148,6 +177,9 @@ func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, error) {
 	}
 	if slot.l == nil {
 		return nil, nil
+	}
+	if err := slot.l.movingErr(); err != nil {
+		return nil, err
 	}
 	if err := slot.l.gone(); err != nil {
 		// Only a permanent loss sheds: a star whose heartbeat is merely

@@ -32,6 +32,9 @@ type NotLeaderError struct {
 }
 
 func (e *NotLeaderError) Error() string {
+	if e.Leader.Star == "" {
+		return fmt.Sprintf("stream %s: this star gave it up and names no successor", e.StreamID)
+	}
 	return fmt.Sprintf("stream %s is led by star %s (incarnation %d) at %q", e.StreamID, e.Leader.Star, e.Leader.Incarnation, e.Address)
 }
 
@@ -122,6 +125,18 @@ func (ls *leadership) remember(f *NotLeaderError, ttl time.Duration) {
 	ls.forward[f.StreamID] = forwardEntry{err: f, until: time.Now().Add(ttl)}
 }
 
+type forwardedKey struct{}
+
+// Forwarded marks ctx as a request another star forwarded here: the
+// leadership check skips the forward cache and reads the lease, since the
+// sender's view is newer than the cached one when a stream was just handed
+// to this star.
+func Forwarded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, forwardedKey{}, true)
+}
+
+func forwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != nil }
+
 // ForgetLeader drops what this star remembers about who leads streamID,
 // so the next request reads the lease again (a forward failed).
 func (n *Node) ForgetLeader(streamID string) {
@@ -172,13 +187,23 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		if err != nil {
 			return meta.Lease{}, 0, n.storageErr("read lease", err)
 		}
-		if ok && cur.LeaseHolder == n.lease.me {
+		// A lease this incarnation released is taken again by CAS like any
+		// released lease: a peer may be taking it at the same time.
+		if ok && cur.LeaseHolder == n.lease.me && !cur.Released {
 			return cur, ver, nil
 		}
 		from := "unled"
 		var prev *meta.Lease
 		if ok {
 			prev, from = &cur, "released"
+			if f, err := n.handedTo(ctx, id, cur); f != nil || err != nil {
+				if err != nil {
+					return meta.Lease{}, 0, n.storageErr("read handoff target registration", err)
+				}
+				n.lease.remember(f, n.cfg.LeaseCacheTTL)
+				n.lease.forwards.Inc()
+				return meta.Lease{}, 0, f
+			}
 			if !cur.Released {
 				reg, live, err := n.holderLive(ctx, cur.LeaseHolder)
 				if err != nil {
@@ -199,6 +224,10 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 				}
 			}
 		}
+		// A draining star forwards to live leaders but takes no lease.
+		if err := n.drainingErr(id); err != nil {
+			return meta.Lease{}, 0, err
+		}
 		next := leader.Successor(prev, n.lease.me, time.Now())
 		v, err := leader.Acquire(ctx, n.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
@@ -214,6 +243,26 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		n.log.Info("lease acquired", "stream", name, "id", id, "from", from, "version", next.Version, "pending", len(next.Pending))
 		return next, v, nil
 	}
+}
+
+// handedTo is where a lease released to another star sends this star's
+// requests: that star while it is live, so a handoff is not undone by a
+// peer (or the releasing star) taking the lease first. Nil when the lease
+// is not such a release, or its target is not live (anyone may take it).
+func (n *Node) handedTo(ctx context.Context, id string, l meta.Lease) (*NotLeaderError, error) {
+	if !l.Released || l.To == "" || l.To == n.lease.me.Star {
+		return nil, nil
+	}
+	reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, l.To)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) || reg.Address == "" {
+		return nil, nil
+	}
+	f := &NotLeaderError{StreamID: id, Address: reg.Address}
+	f.Leader.Star, f.Leader.Incarnation = l.To, reg.Incarnation
+	return f, nil
 }
 
 // holderLive reads h's registration and judges it; a stale one is marked
@@ -449,7 +498,14 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 		return f
 	}
 	l, _, ok, err := leader.ReadLease(ctx, n.meta, id)
-	if err != nil || !ok || l.Released || l.LeaseHolder == n.lease.me {
+	if err != nil || !ok {
+		return nil
+	}
+	if f, err := n.handedTo(ctx, id, l); f != nil && err == nil {
+		n.lease.remember(f, n.cfg.LeaseCacheTTL)
+		return f
+	}
+	if l.Released || l.LeaseHolder == n.lease.me {
 		return nil
 	}
 	reg, live, err := n.holderLive(ctx, l.LeaseHolder)

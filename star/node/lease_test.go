@@ -50,9 +50,17 @@ func appendUntil(t *testing.T, n *node.Node, stream string, in *api.AppendInput)
 
 // Two stars on one metastore and object store: the first to serve a
 // stream leads it and the other is told where to forward; once the
-// leader stops, the other takes the lease over, settles the old leader's
-// chain and continues every stream at its tail.
+// leader stops, the other takes the lease over and continues every
+// stream at its tail. A graceful close released the leases with their
+// frontiers, so the successor settles nothing; a close whose releases did
+// not land (simulated by un-releasing the rows) makes it settle the old
+// leader's chains first.
 func TestLeaseTakeoverAfterStop(t *testing.T) {
+	t.Run("released", func(t *testing.T) { testTakeoverAfterStop(t, true) })
+	t.Run("unreleased", func(t *testing.T) { testTakeoverAfterStop(t, false) })
+}
+
+func testTakeoverAfterStop(t *testing.T, released bool) {
 	st := newStores(t)
 	a := open(t, st, clusterConfig("a"))
 	b := open(t, st, clusterConfig("b"))
@@ -83,6 +91,19 @@ func TestLeaseTakeoverAfterStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"s1", "s2"} {
+		id := streamID(t, st, s)
+		l, ver, ok, err := leader.ReadLease(ctx, st.meta, id)
+		if err != nil || !ok || !l.Released || l.Frontier != 10 || l.Star != "a" || l.To != "" {
+			t.Fatalf("%s: lease after a's graceful close %+v ok %v err %v", s, l, ok, err)
+		}
+		if !released {
+			l.Released, l.Frontier = false, 0
+			if _, err := leader.Acquire(ctx, st.meta, id, l, ver); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, s := range []string{"s1", "s2"} {
 		ack := appendUntil(t, b, s, records("after", 3))
 		if ack.Start.SeqNum != 10 || ack.End.SeqNum != 13 {
 			t.Fatalf("%s: first append on the successor at [%d, %d), want [10, 13)", s, ack.Start.SeqNum, ack.End.SeqNum)
@@ -95,6 +116,12 @@ func TestLeaseTakeoverAfterStop(t *testing.T) {
 		if err != nil || !ok || l.Star != "b" || l.Version != 2 || len(l.Pending) != 0 {
 			t.Fatalf("%s: lease after takeover %+v ok %v err %v", s, l, ok, err)
 		}
+	}
+	if released {
+		if got := gateSettles(t, b); got != 0 {
+			t.Fatalf("%v gate settle runs after a graceful close released the leases, want 0", got)
+		}
+		return
 	}
 	for _, class := range []meta.Class{meta.Standard, meta.Express} {
 		if h := chainHead(t, st, "a", class); h.State != meta.HeadSettled {

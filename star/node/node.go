@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,8 +69,15 @@ type Node struct {
 
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
-	closeMu  sync.Mutex
-	closed   bool
+
+	// draining refuses new leases; drainLoop releases the led streams
+	// under drainCtx, which Close cancels.
+	draining  atomic.Bool
+	drainCtx  context.Context
+	drainStop context.CancelFunc
+	drainWG   sync.WaitGroup
+	closeMu   sync.Mutex
+	closed    bool
 }
 
 // Open starts a star: it registers a new incarnation, settles and opens
@@ -93,6 +101,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 
 		led: map[string]*ledSlot{},
 	}
+	n.drainCtx, n.drainStop = context.WithCancel(context.Background())
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -218,6 +227,12 @@ func (n *Node) Registry() *prometheus.Registry { return n.reg }
 // Logger is the star's logger.
 func (n *Node) Logger() *slog.Logger { return n.log }
 
+func (n *Node) isClosed() bool {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	return n.closed
+}
+
 // Healthy reports whether the star serves: both loglets take appends.
 func (n *Node) Healthy() error {
 	n.closeMu.Lock()
@@ -252,7 +267,15 @@ func (n *Node) heartbeat(ctx context.Context) {
 		sent := time.Now()
 		reg := n.regn
 		reg.Heartbeat = sent.UnixMilli()
-		v, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer)
+		if n.draining.Load() {
+			reg.State = StateDraining
+		}
+		// A beat is not cut short by Close: a write that lands after its
+		// context was cancelled would leave regVer stale, and Close's
+		// stopped mark would then lose its CAS.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.DeadAfter/2)
+		v, err := beat(wctx, n.meta, n.cfg.StarID, reg, n.regVer)
+		cancel()
 		next := n.cfg.HeartbeatEvery
 		switch {
 		case errors.Is(err, errSuperseded):
@@ -281,6 +304,12 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	n.closed = true
 	n.closeMu.Unlock()
+	n.drainStop()
+	n.drainWG.Wait()
+	// Release before the loglets stop: the release flush needs the absorb.
+	if released, failed := n.releaseAll(ctx); released+failed > 0 {
+		n.log.Info("close: released stream leases", "released", released, "failed", failed)
+	}
 	n.stopBeat()
 	<-n.beatDone
 	n.lease.runner.close()
@@ -304,6 +333,7 @@ func (n *Node) Close(ctx context.Context) error {
 
 // abort releases what a failed Open acquired.
 func (n *Node) abort() {
+	n.drainStop()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

@@ -45,9 +45,11 @@ func advertised(a net.Addr) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
 }
 
-// run serves until SIGINT or SIGTERM, then shuts down gracefully: stop
-// accepting, end sessions, let pending acks finish (bounded by the
-// shutdown timeout), close the loglets. A second signal exits at once.
+// run serves until SIGINT or SIGTERM, then shuts down gracefully: end
+// sessions, release every stream lease once its rows cover it (so
+// successors open without a settle), stop accepting, let pending acks
+// finish (bounded by the shutdown timeout), close the loglets and mark
+// the registry row stopped. A second signal exits at once.
 func run(o runOptions) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -100,6 +102,12 @@ func run(o runOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	srv.Drain()
+	// Release the leases while the server still forwards: successors take
+	// the streams over without a settle and without waiting for this
+	// star's remaining requests (Close releases any stream left).
+	if released, failed := n.Leave(sctx); released+failed > 0 {
+		o.log.Info("shutdown: released stream leases", "released", released, "failed", failed)
+	}
 	if err := hs.Shutdown(sctx); err != nil {
 		o.log.Warn("shutdown: some requests did not finish in time", "err", err)
 		hs.Close()

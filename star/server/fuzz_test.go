@@ -13,6 +13,7 @@ func FuzzParsePath(f *testing.F) {
 		"/v1/basins", "/v1/basins/my-basin", "/v1/streams", "/v1/streams/a%2Fb",
 		"/v1/streams/a%2Fb/records", "/v1/streams/x/records/tail", "/health", "/metrics",
 		"/v1/streams//records", "/v1/streams/%zz", "/v1/", "/", "", "/v1/streams/a/b/records",
+		"/v1/starlog/drain", "/v1/starlog/streams/a%2Fb/handoff", "/v1/starlog/streams/x/y",
 	} {
 		f.Add(s)
 	}
@@ -30,6 +31,12 @@ func FuzzParsePath(f *testing.F) {
 			dec, derr := url.PathUnescape(segs[1])
 			if derr != nil || dec != rt.name {
 				t.Fatalf("%q: routed name %q, segment decodes to %q (%v)", p, rt.name, dec, derr)
+			}
+		case routeHandoff:
+			segs := strings.Split(strings.TrimPrefix(p, "/v1/starlog/"), "/")
+			dec, derr := url.PathUnescape(segs[1])
+			if derr != nil || dec != rt.name || len(segs) != 3 || segs[2] != "handoff" {
+				t.Fatalf("%q: routed handoff of %q, segment decodes to %q (%v)", p, rt.name, dec, derr)
 			}
 		case routeUnknown:
 			t.Fatalf("%q: unknown route without an error", p)

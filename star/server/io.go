@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -25,7 +26,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	h := w.Header()
 	var nl *node.NotLeaderError
 	if errors.As(err, &nl) {
-		h.Set(HeaderNotLeader, nl.Leader.Star)
+		// "-": this star gave the stream up and names no successor.
+		h.Set(HeaderNotLeader, cmp.Or(nl.Leader.Star, "-"))
 	}
 	h.Set("Content-Type", api.ContentTypeJSON)
 	h.Set("Content-Length", strconv.Itoa(len(body)))

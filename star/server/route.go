@@ -20,9 +20,11 @@ const (
 	routeTail              // /v1/streams/{s}/records/tail
 	routeHealth            // /health
 	routeMetrics           // /metrics
+	routeHandoff           // /v1/starlog/streams/{s}/handoff (admin)
+	routeDrain             // /v1/starlog/drain (admin)
 )
 
-var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics"}
+var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
@@ -48,6 +50,8 @@ func parsePath(escaped string) (route, *api.Error) {
 		return route{kind: routeBasins}, nil
 	case "/v1/streams":
 		return route{kind: routeStreams}, nil
+	case "/v1/starlog/drain":
+		return route{kind: routeDrain}, nil
 	}
 	rest, ok := strings.CutPrefix(escaped, "/v1/")
 	if !ok {
@@ -71,6 +75,9 @@ func parsePath(escaped string) (route, *api.Error) {
 	case parts[0] == "streams" && len(parts) == 3 && parts[2] == "records":
 		name, err := seg(1)
 		return route{kind: routeRecords, name: name}, err
+	case parts[0] == "starlog" && len(parts) == 4 && parts[1] == "streams" && parts[3] == "handoff":
+		name, err := seg(2)
+		return route{kind: routeHandoff, name: name}, err
 	case parts[0] == "streams" && len(parts) == 4 && parts[2] == "records" && parts[3] == "tail":
 		name, err := seg(1)
 		return route{kind: routeTail, name: name}, err
@@ -86,6 +93,10 @@ func (k routeKind) allowed() string {
 	case routeBasin, routeStream:
 		return "GET, PUT, PATCH, DELETE"
 	case routeRecords:
+		return "GET, POST"
+	case routeHandoff:
+		return "POST"
+	case routeDrain:
 		return "GET, POST"
 	default:
 		return "GET"

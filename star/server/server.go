@@ -141,6 +141,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &recorder{ResponseWriter: w}
 	rt, perr := parsePath(r.URL.EscapedPath())
+	if r.Header.Get(HeaderForwardedBy) != "" {
+		// The forwarding star believes this one leads: resolve the lease
+		// afresh rather than trust what this star remembers (a handoff to
+		// it may have just released the lease).
+		r = r.WithContext(node.Forwarded(r.Context()))
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -200,6 +206,20 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		case http.MethodDelete:
 			s.deleteBasin(w, r, rt.name)
+			return
+		}
+	case routeDrain:
+		switch m {
+		case http.MethodGet:
+			writeJSON(w, http.StatusOK, s.n.DrainStatus())
+			return
+		case http.MethodPost:
+			writeJSON(w, http.StatusOK, s.n.Drain())
+			return
+		}
+	case routeHandoff:
+		if m == http.MethodPost {
+			s.handoff(w, r, rt.name)
 			return
 		}
 	case routeStreams, routeStream, routeRecords, routeTail:

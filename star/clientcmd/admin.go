@@ -1,0 +1,153 @@
+package clientcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/sdk"
+)
+
+// adminCall sends one request to a star's admin extension (/v1/starlog/…)
+// at the account endpoint and decodes a JSON answer into out. Any star
+// takes stream calls: one that does not lead the stream forwards them.
+func (c *conn) adminCall(ctx context.Context, method, path, basin string, in, out any) error {
+	base := c.fromEnv(c.endpoint, EnvEndpoint, EnvAccountEndpoint)
+	if base == "" {
+		base = sdk.DefaultEndpoint
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("admin request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if basin != "" {
+		req.Header.Set(api.HeaderBasin, basin)
+	}
+	if tok := c.fromEnv(c.token, EnvToken); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin request %s %s: %w", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("admin request %s %s: read answer: %w", method, path, err)
+	}
+	if res.StatusCode/100 != 2 {
+		return api.ParseError(res.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("admin request %s %s: answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// moveCmd is `star streams move STREAM --to STAR`.
+func (c *conn) moveCmd() *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "move STREAM --to STAR",
+		Short: "Hand a stream's leadership to another star",
+		Long: `Hand the leadership of a stream to another live star (a handoff): its
+leader stops admitting appends (producers retry them), waits until rows
+cover everything it acknowledged, and releases the stream to STAR, which
+takes it without settling. Any star at --endpoint takes the call.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if to == "" {
+				return fmt.Errorf("--to is required")
+			}
+			basin := c.fromEnv(c.basin, EnvBasin)
+			if basin == "" {
+				return fmt.Errorf("no basin: set --basin or %s", EnvBasin)
+			}
+			var res struct {
+				From     string `json:"from"`
+				To       string `json:"to"`
+				Frontier uint64 `json:"frontier"`
+				TookMs   int64  `json:"took_ms"`
+			}
+			path := "/v1/starlog/streams/" + url.PathEscape(args[0]) + "/handoff"
+			if err := c.adminCall(cmd.Context(), http.MethodPost, path, basin, map[string]string{"to": to}, &res); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "moved stream %s from %s to %s at seq %d in %v\n",
+				args[0], res.From, res.To, res.Frontier, time.Duration(res.TookMs)*time.Millisecond)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "star id to hand the stream to")
+	return cmd
+}
+
+// drainCmd is `star drain [--wait]`, which the instance's lifecycle hook
+// runs before Auto Scaling terminates it.
+func (c *conn) drainCmd() *cobra.Command {
+	var wait bool
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "drain",
+		Short: "Drain a star: it takes no new streams and releases those it leads",
+		Long: `Drain the star at --endpoint (the local star on an instance): it takes no
+new stream leases, releases every stream it leads once rows cover what it
+acknowledged (successors take them without settling), and opens its
+terminate gate when it leads nothing. With --wait the command returns
+only then. Draining lasts until the star process exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var st struct {
+				Draining bool `json:"draining"`
+				Leading  int  `json:"leading"`
+				Gate     bool `json:"terminate_gate_open"`
+			}
+			ctx := cmd.Context()
+			if err := c.adminCall(ctx, http.MethodPost, "/v1/starlog/drain", "", nil, &st); err != nil {
+				return err
+			}
+			for wait && !st.Gate {
+				fmt.Fprintf(cmd.ErrOrStderr(), "draining: %d streams still led\n", st.Leading)
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(every):
+				}
+				if err := c.adminCall(ctx, http.MethodGet, "/v1/starlog/drain", "", nil, &st); err != nil {
+					return err
+				}
+			}
+			if st.Gate {
+				fmt.Fprintln(cmd.OutOrStdout(), "drained: the star leads no stream; terminate gate open")
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "draining: %d streams still led\n", st.Leading)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "return only when the star leads nothing (its terminate gate is open)")
+	cmd.Flags().DurationVar(&every, "poll", 500*time.Millisecond, "how often --wait polls the star")
+	return cmd
+}

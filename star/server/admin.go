@@ -1,0 +1,74 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+// HandoffRequest is the body of POST /v1/starlog/streams/{s}/handoff
+// (starlog's admin extension; the basin is the s2-basin header).
+type HandoffRequest struct {
+	// To is the star to give the stream to; empty releases it to whichever
+	// star gets its next request.
+	To string `json:"to"`
+}
+
+// HandoffResponse reports a completed handoff.
+type HandoffResponse struct {
+	Stream   string `json:"stream"`
+	From     string `json:"from"`
+	To       string `json:"to,omitempty"`
+	Frontier uint64 `json:"frontier"`
+	TookMs   int64  `json:"took_ms"`
+}
+
+// handoff moves a stream to another star. Any star takes the call: one
+// that does not lead the stream forwards it to the live leader.
+func (s *Server) handoff(w http.ResponseWriter, r *http.Request, name string) {
+	basin, aerr := basinHeader(r)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	if err := api.ValidateStreamName(name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, aerr := readBody(w, r, 4<<10, api.BadJSON)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	var req HandoffRequest
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			s.writeError(w, r, api.BadJSON("handoff request: %v", err))
+			return
+		}
+	}
+	if r.Header.Get(HeaderForwardedBy) == "" {
+		if nl := s.n.LeaderOf(r.Context(), basin, name); nl != nil {
+			// The body was consumed: forward a fresh copy.
+			r.Body = http.NoBody
+			r.ContentLength = 0
+			if b, err := json.Marshal(req); err == nil {
+				r.Body, r.ContentLength = newBody(b), int64(len(b))
+			}
+			if s.fwd.serve(w, r, nl) {
+				return
+			}
+		}
+	}
+	res, err := s.n.Handoff(r.Context(), basin, name, req.To)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, HandoffResponse{Stream: name, From: s.n.StarID(), To: res.To, Frontier: res.Frontier, TookMs: res.Took.Milliseconds()})
+}
+
+func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
