@@ -21,14 +21,8 @@ func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createBasin(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	req, err := api.DecodeCreateBasinRequest(body)
-	if err != nil {
-		s.writeError(w, r, err)
+	req, ok := decodeResource(s, w, r, api.DecodeCreateBasinRequest)
+	if !ok {
 		return
 	}
 	info, cerr := s.n.CreateBasin(r.Context(), req, r.Header.Get(api.HeaderRequestToken))
@@ -53,14 +47,8 @@ func (s *Server) ensureBasin(w http.ResponseWriter, r *http.Request, name string
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	req, err := api.DecodeEnsureBasinRequest(body)
-	if err != nil {
-		s.writeError(w, r, err)
+	req, ok := decodeResource(s, w, r, api.DecodeEnsureBasinRequest)
+	if !ok {
 		return
 	}
 	info, result, eerr := s.n.EnsureBasin(r.Context(), name, req)
@@ -81,14 +69,8 @@ func (s *Server) reconfigureBasin(w http.ResponseWriter, r *http.Request, name s
 		s.writeError(w, r, err)
 		return
 	}
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	rec, err := api.DecodeBasinReconfiguration(body)
-	if err != nil {
-		s.writeError(w, r, err)
+	rec, ok := decodeResource(s, w, r, api.DecodeBasinReconfiguration)
+	if !ok {
 		return
 	}
 	cfg, rerr := s.n.ReconfigureBasin(r.Context(), name, rec)
@@ -122,14 +104,8 @@ func (s *Server) listStreams(w http.ResponseWriter, r *http.Request, basin strin
 }
 
 func (s *Server) createStream(w http.ResponseWriter, r *http.Request, basin string) {
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	req, err := api.DecodeCreateStreamRequest(body)
-	if err != nil {
-		s.writeError(w, r, err)
+	req, ok := decodeResource(s, w, r, api.DecodeCreateStreamRequest)
+	if !ok {
 		return
 	}
 	info, cerr := s.n.CreateStream(r.Context(), basin, req, r.Header.Get(api.HeaderRequestToken))
@@ -150,14 +126,8 @@ func (s *Server) getStream(w http.ResponseWriter, r *http.Request, basin, name s
 }
 
 func (s *Server) ensureStream(w http.ResponseWriter, r *http.Request, basin, name string) {
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	cfg, err := api.DecodeStreamConfig(body)
-	if err != nil {
-		s.writeError(w, r, err)
+	cfg, ok := decodeResource(s, w, r, api.DecodeStreamConfig)
+	if !ok {
 		return
 	}
 	info, result, eerr := s.n.EnsureStream(r.Context(), basin, name, cfg)
@@ -174,14 +144,8 @@ func (s *Server) ensureStream(w http.ResponseWriter, r *http.Request, basin, nam
 }
 
 func (s *Server) reconfigureStream(w http.ResponseWriter, r *http.Request, basin, name string) {
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	rec, err := api.DecodeStreamReconfiguration(body)
-	if err != nil {
-		s.writeError(w, r, err)
+	rec, ok := decodeResource(s, w, r, api.DecodeStreamReconfiguration)
+	if !ok {
 		return
 	}
 	cfg, rerr := s.n.ReconfigureStream(r.Context(), basin, name, rec)
@@ -198,4 +162,21 @@ func (s *Server) deleteStream(w http.ResponseWriter, r *http.Request, basin, nam
 		return
 	}
 	writeEmpty(w, http.StatusAccepted)
+}
+
+// decodeResource reads a resource request's bounded JSON body and decodes
+// it, answering the error itself when either fails.
+func decodeResource[T any](s *Server, w http.ResponseWriter, r *http.Request, decode func([]byte) (T, *api.Error)) (T, bool) {
+	var zero T
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	if err != nil {
+		s.writeError(w, r, err)
+		return zero, false
+	}
+	v, err := decode(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return zero, false
+	}
+	return v, true
 }
