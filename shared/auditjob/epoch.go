@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -15,10 +18,10 @@ import (
 const auditorID = "auditor"
 
 // ErrHeadEpoch refuses a chain-settle of a chain's current (mint head)
-// epoch: a live star's head epoch is deferred, never displaced (DESIGN §9).
-// Settling a dead star's whole chain is the janitor's dead-star duty, which
-// does not exist yet.
-var ErrHeadEpoch = errors.New("auditjob: epoch is its chain's mint head; it is never settled from a queue")
+// epoch whose star may still write it: a live star's head epoch is
+// deferred, never displaced (DESIGN §9). Only the head of a star that is
+// dead, stopped, superseded or closed with a settle marker is settled.
+var ErrHeadEpoch = errors.New("auditjob: epoch is the mint head of a star that may still write it")
 
 // SettleEpoch settles one halted epoch below its chain's mint head: the
 // fence adopts the cut its writer recorded before minting the next epoch
@@ -57,6 +60,127 @@ func SettleEpoch(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epo
 		Rip: st.Config.WithDefaults().Ripening(ch.Class), UpdateEpoch: c.UpdateEpoch}
 	if err := settle.Epoch(ctx, c, abs, epoch); err != nil {
 		return fmt.Errorf("auditjob: chain-settle: %w", err)
+	}
+	return nil
+}
+
+// SettleHead settles ch up to and including its mint head epoch, minted by
+// owner, once it re-read that owner is gone (see headGone): the janitor's
+// dead-star duty and its settling of a closed star's settle marker. An
+// epoch the head has moved past since the job was queued is settled like
+// any epoch below the head; a head minted since by a later incarnation is
+// left alone (settle.ChainThrough never fences above epoch). The chain's
+// settle marker, if it names this epoch, is removed afterwards.
+func SettleHead(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoch uint64, owner string) error {
+	if st.Meta == nil || st.Objects == nil {
+		return errors.New("auditjob: Stores needs Meta and Objects")
+	}
+	c := chain.New(ch.Star, ch.Class, auditorID, st.Meta, st.Objects)
+	h, _, ok, err := c.Head(ctx)
+	if err != nil {
+		return fmt.Errorf("auditjob: chain-settle %s: %w", ch, err)
+	}
+	if !ok || h.Epoch < epoch {
+		return fmt.Errorf("auditjob: chain-settle %s epoch %d: chain head is %d", ch, epoch, h.Epoch)
+	}
+	if h.Epoch == epoch && h.State != meta.HeadSettled {
+		gone, why, err := headGone(ctx, st.Meta, ch, h, st.Config.WithDefaults().DeadAfter, time.Now())
+		if err != nil {
+			return fmt.Errorf("auditjob: chain-settle %s: %w", ch, err)
+		}
+		if !gone || h.Owner != owner {
+			return fmt.Errorf("chain-settle %s epoch %d of %s (head owner %s): %w", ch, epoch, owner, h.Owner, ErrHeadEpoch)
+		}
+		st.Log().Info("chain-settle: settling the head of a star that is gone", "chain", ch.String(), "epoch", epoch, "owner", owner, "why", why)
+	}
+	abs := &absorb.Absorber{Star: ch.Star, Class: ch.Class, Meta: st.Meta,
+		Rip: st.Config.WithDefaults().Ripening(ch.Class), UpdateEpoch: c.UpdateEpoch}
+	if err := settle.ChainThrough(ctx, c, abs, epoch); err != nil {
+		return fmt.Errorf("auditjob: chain-settle: %w", err)
+	}
+	return clearDue(ctx, st.Meta, ch, func(d meta.SettleDue) bool { return d.Epoch <= epoch })
+}
+
+// headGone reports whether h's owner can no longer write h's epoch, and
+// why: its star is marked dead or stopped at that incarnation or later, a
+// later incarnation registered (it settles its own chain before it
+// mints), or the owner left a settle marker for the epoch when it closed.
+// A star that never registered counts as live.
+func headGone(ctx context.Context, ms meta.Store, ch settle.ChainRef, h meta.Head, deadAfter time.Duration, now time.Time) (bool, string, error) {
+	inc, err := chain.ParseIncarnation(h.Owner, ch.Star)
+	if err != nil {
+		return false, "", err
+	}
+	reg, ok, err := registration(ctx, ms, ch.Star, deadAfter, now)
+	if err != nil {
+		return false, "", err
+	}
+	switch {
+	case ok && reg.Incarnation > inc:
+		return true, "superseded", nil
+	case ok && reg.Incarnation == inc && (reg.State == meta.StarDead || reg.State == meta.StarStopped):
+		return true, reg.State, nil
+	}
+	d, ok, err := readDue(ctx, ms, ch)
+	if err != nil {
+		return false, "", err
+	}
+	if ok && d.Owner == h.Owner && d.Epoch == h.Epoch {
+		return true, "settle marker", nil
+	}
+	return false, "", nil
+}
+
+// registration reads a star's registry row, marking it dead first when its
+// heartbeat is older than deadAfter (by CAS on the row read, so a beat
+// that lands first wins).
+func registration(ctx context.Context, ms meta.Store, star string, deadAfter time.Duration, now time.Time) (meta.Registration, bool, error) {
+	reg, _, ok, err := leader.ReadRegistration(ctx, ms, star)
+	if err != nil || !ok || !leader.Stale(reg, now, deadAfter) {
+		return reg, ok, err
+	}
+	reg, _, err = leader.MarkDead(ctx, ms, star, now, deadAfter)
+	return reg, true, err
+}
+
+// readDue reads a chain's settle marker.
+func readDue(ctx context.Context, ms meta.Store, ch settle.ChainRef) (meta.SettleDue, bool, error) {
+	k := meta.SettleDueKey(ch.Star, ch.Class)
+	it, err := ms.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return meta.SettleDue{}, false, nil
+	}
+	if err != nil {
+		return meta.SettleDue{}, false, fmt.Errorf("read settle marker of %s: %w", ch, err)
+	}
+	var d meta.SettleDue
+	if err := meta.Decode(it.Val, &d); err != nil {
+		return d, false, fmt.Errorf("settle marker of %s: %w", ch, err)
+	}
+	return d, true, nil
+}
+
+// clearDue deletes ch's settle marker when done(marker) says it is served;
+// a marker rewritten meanwhile stays (delete by version).
+func clearDue(ctx context.Context, ms meta.Store, ch settle.ChainRef, done func(meta.SettleDue) bool) error {
+	k := meta.SettleDueKey(ch.Star, ch.Class)
+	it, err := ms.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("auditjob: read settle marker of %s: %w", ch, err)
+	}
+	var d meta.SettleDue
+	if err := meta.Decode(it.Val, &d); err != nil {
+		return fmt.Errorf("auditjob: settle marker of %s: %w", ch, err)
+	}
+	if !done(d) {
+		return nil
+	}
+	err = ms.Delete(ctx, k.PK, k.SK, meta.IfVer(it.Ver))
+	if err != nil && !errors.Is(err, meta.ErrConditionFailed) && !errors.Is(err, meta.ErrNotFound) {
+		return fmt.Errorf("auditjob: clear settle marker of %s: %w", ch, err)
 	}
 	return nil
 }

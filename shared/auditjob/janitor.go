@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 )
@@ -16,32 +17,42 @@ type JanitorReport struct {
 	Chains int
 	// Jobs are the chain-settle jobs due.
 	Jobs []Job
-	// Deferred counts unsettled epochs below a mint head that are not yet
-	// absorbed up to their cut: their leader's absorb (or its successor's
-	// open gate) still owns them.
+	// Deferred counts unsettled epochs below a live star's mint head that
+	// are not yet absorbed up to their cut: their leader's absorb (or its
+	// successor's open gate) still owns them.
 	Deferred int
+	// MarkedDead names the stars this pass marked dead.
+	MarkedDead []string
+	// Gone counts chains whose head epoch is settled for a star that is
+	// gone (dead, stopped, superseded, or closed with a settle marker).
+	Gone int
 }
 
-// Janitor runs the janitor's settle duty as it exists today: every epoch
-// below its chain's mint head that is not marked settled and is absorbed
-// up to its cut gets a chain-settle job (fence adoption, garbage probe,
-// mark settled; the walk finds nothing left). Such an epoch was halted by
-// its writer, which recorded the cut and minted the next epoch, so it is
-// terminal whatever the registry says.
+// Janitor runs the janitor's registry and settle duties (DESIGN §9):
 //
-// An epoch below the head not yet absorbed to its cut is deferred: the
-// live leader absorbs epochs in order and will get there, and running a
-// second absorber beside it could group the same slots into different
-// passes. A head epoch is never settled here (a live star's head is
-// deferred, never displaced).
+//   - A star whose heartbeat is older than Config.DeadAfter is marked dead,
+//     by CAS on the registry row it read (a heartbeat that lands first
+//     wins; the star learns from its next lost heartbeat that it is dead).
+//   - The chains of a star that is gone (dead, stopped, superseded by a
+//     later incarnation, or that left a settle marker when it closed) are
+//     settled whole, head epoch included: one chain-settle job through the
+//     head, naming the head's owner so the job re-checks before it fences.
+//   - Of a live star's chain, every epoch below the mint head that is not
+//     settled and is absorbed up to its cut gets a chain-settle job. Such
+//     an epoch was halted by its writer, which recorded the cut and minted
+//     the next epoch, so it is terminal whatever the registry says. One not
+//     yet absorbed to its cut is deferred: the live leader absorbs epochs
+//     in order and will get there, and a second absorber beside it could
+//     group the same slots into different passes. A live star's head epoch
+//     is deferred, never displaced (decommission settles it from the star).
 //
-// Not done yet (later issues): marking stars dead by heartbeat and settling
-// a dead star's whole chain, retention and deleted streams (rows, then
-// settled objects), deleting superseded tail revisions, and the poison of
+// Besides the dead marks it writes nothing (a settle marker is cleared by
+// the job that serves it, or here once its epoch is settled): running it
+// twice finds the same jobs, and a job found twice is safe.
+//
+// Not done yet: retention and deleted streams (rows, then settled
+// objects), deleting superseded tail revisions, and the poison of
 // decommissioned stars.
-//
-// It writes nothing: running it twice finds the same jobs, and a job found
-// twice is safe.
 func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	var rep JanitorReport
 	if st.Meta == nil {
@@ -51,12 +62,33 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	log := st.Logger
-	if log == nil {
-		log = slog.Default()
+	log := st.Log()
+	now := time.Now()
+	if st.Now != nil {
+		now = st.Now()
 	}
+	deadAfter := st.Config.WithDefaults().DeadAfter
+	regs := map[string]bool{} // stars whose registry this pass judged
 	for _, ch := range chains {
 		rep.Chains++
+		if !regs[ch.Star] {
+			regs[ch.Star] = true
+			before, _, _, err := leader.ReadRegistration(ctx, st.Meta, ch.Star)
+			if err != nil {
+				return rep, fmt.Errorf("auditjob: janitor: %w", err)
+			}
+			if leader.Stale(before, now, deadAfter) {
+				reg, dead, err := leader.MarkDead(ctx, st.Meta, ch.Star, now, deadAfter)
+				if err != nil {
+					return rep, fmt.Errorf("auditjob: janitor: %w", err)
+				}
+				if dead && reg.State == meta.StarDead {
+					rep.MarkedDead = append(rep.MarkedDead, ch.Star)
+					log.Warn("janitor: marked star dead: heartbeat too old", "dead_star", ch.Star, "incarnation", reg.Incarnation,
+						"heartbeat", time.UnixMilli(reg.Heartbeat), "dead_after", deadAfter)
+				}
+			}
+		}
 		hk := meta.HeadKey(ch.Star, ch.Class)
 		it, err := st.Meta.Get(ctx, hk.PK, hk.SK)
 		if errors.Is(err, meta.ErrNotFound) {
@@ -68,6 +100,25 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 		var h meta.Head
 		if err := meta.Decode(it.Val, &h); err != nil {
 			return rep, fmt.Errorf("auditjob: janitor: head of %s: %w", ch, err)
+		}
+		gone := h.State == meta.HeadSettled
+		if !gone {
+			// registration (inside headGone) finds the dead mark made above.
+			if gone, _, err = headGone(ctx, st.Meta, ch, h, deadAfter, now); err != nil {
+				return rep, fmt.Errorf("auditjob: janitor: %w", err)
+			}
+		}
+		if h.State == meta.HeadSettled {
+			// A marker outlived the settle that served it.
+			if err := clearDue(ctx, st.Meta, ch, func(d meta.SettleDue) bool { return d.Epoch <= h.Epoch }); err != nil {
+				return rep, err
+			}
+			continue
+		}
+		if gone {
+			rep.Gone++
+			rep.Jobs = append(rep.Jobs, ChainSettleHead(ch, h.Epoch, h.Owner))
+			continue
 		}
 		epochs, err := listEpochs(ctx, st.Meta, ch, h.Epoch)
 		if err != nil {

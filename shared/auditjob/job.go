@@ -13,14 +13,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 )
 
-// KindChainSettle settles one halted epoch below its chain's mint head:
-// fence (adopting the recorded cut), walk, absorb, probe, mark settled.
+// KindChainSettle settles a chain's unsettled epochs up to one epoch:
+// fence (adopting a recorded cut), walk, absorb, probe, mark settled. The
+// epoch is below the mint head, or is the head of a star the janitor
+// judged gone (Owner set).
 const KindChainSettle settle.Kind = "chain-settle"
 
 // Kinds lists every queued job kind. Each kind has its own queue (and
@@ -38,6 +41,10 @@ type Job struct {
 	// From and End bound a settle job's era in slots.
 	From uint64 `json:"from,omitempty"`
 	End  uint64 `json:"end,omitempty"`
+	// Owner is set on a chain-settle of a mint head epoch: the incarnation
+	// that minted it, which the janitor found dead, stopped, or closed
+	// with a settle marker. The job re-checks that before it fences.
+	Owner string `json:"owner,omitempty"`
 }
 
 // FromSettle wraps a settle or trim job.
@@ -45,9 +52,16 @@ func FromSettle(j settle.Job) Job {
 	return Job{Kind: j.Kind, Chain: j.Chain, Epoch: j.Epoch, From: j.From, End: j.End}
 }
 
-// ChainSettle is the job settling epoch of ch.
+// ChainSettle is the job settling epoch of ch, an epoch below its mint
+// head.
 func ChainSettle(ch settle.ChainRef, epoch uint64) Job {
 	return Job{Kind: KindChainSettle, Chain: ch, Epoch: epoch}
+}
+
+// ChainSettleHead is the job settling ch up to and including its mint head
+// epoch, minted by owner, whose star is gone.
+func ChainSettleHead(ch settle.ChainRef, epoch uint64, owner string) Job {
+	return Job{Kind: KindChainSettle, Chain: ch, Epoch: epoch, Owner: owner}
 }
 
 func (j Job) settleJob() settle.Job {
@@ -56,6 +70,9 @@ func (j Job) settleJob() settle.Job {
 
 func (j Job) String() string {
 	if j.Kind == KindChainSettle {
+		if j.Owner != "" {
+			return fmt.Sprintf("chain-settle %s through head epoch %d of %s", j.Chain, j.Epoch, j.Owner)
+		}
 		return fmt.Sprintf("chain-settle %s epoch %d", j.Chain, j.Epoch)
 	}
 	return j.settleJob().String()
@@ -74,6 +91,9 @@ func (j Job) Validate() error {
 	}
 	if j.Epoch == 0 || j.From != 0 || j.End != 0 {
 		return fmt.Errorf("auditjob: a chain-settle job names a chain and an epoch ≥ 1 only (epoch %d, slots [%d,%d))", j.Epoch, j.From, j.End)
+	}
+	if j.Owner != "" && !strings.HasPrefix(j.Owner, j.Chain.Star+":") {
+		return fmt.Errorf("auditjob: chain-settle owner %q is not an incarnation of star %q", j.Owner, j.Chain.Star)
 	}
 	return nil
 }
@@ -145,6 +165,9 @@ func Do(ctx context.Context, st *settle.Stores, j Job) error {
 	case KindChainSettle:
 		if err := j.Validate(); err != nil {
 			return err
+		}
+		if j.Owner != "" {
+			return SettleHead(ctx, st, j.Chain, j.Epoch, j.Owner)
 		}
 		return SettleEpoch(ctx, st, j.Chain, j.Epoch)
 	}

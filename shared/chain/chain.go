@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,19 @@ func SlotKey(star string, class meta.Class, epoch, slot uint64) string {
 // Incarnation names one run of a star process: "<star>:<n>". Only an
 // incarnation of a chain's star may mint on it.
 func Incarnation(star string, n uint64) string { return fmt.Sprintf("%s:%d", star, n) }
+
+// ParseIncarnation is the n of an incarnation id "<star>:<n>" of star.
+func ParseIncarnation(id, star string) (uint64, error) {
+	s, ok := strings.CutPrefix(id, star+":")
+	if !ok {
+		return 0, fmt.Errorf("chain of %s: %q is not an incarnation of it", star, id)
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("chain of %s: incarnation %q: %w", star, id, err)
+	}
+	return n, nil
+}
 
 // Chain is one star's per-class write log as seen by one actor: the writer
 // (an incarnation of the chain's star) or a successor that fences, walks,

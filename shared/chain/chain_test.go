@@ -339,3 +339,14 @@ type nopT struct{ testing.TB }
 
 func (nopT) Helper()           {}
 func (nopT) Fatal(args ...any) { panic(fmt.Sprint(args...)) }
+
+func TestParseIncarnation(t *testing.T) {
+	if n, err := chain.ParseIncarnation(chain.Incarnation("star-1", 12), "star-1"); err != nil || n != 12 {
+		t.Fatalf("got %d %v", n, err)
+	}
+	for _, bad := range []string{"star-2:1", "star-1", "star-1:x", "star-1:-1", ""} {
+		if _, err := chain.ParseIncarnation(bad, "star-1"); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/starlog/starlog/shared/absorb"
@@ -19,34 +20,54 @@ import (
 const walkPass = 64
 
 // Chain restores "refs cover every acknowledged byte" for every unsettled
-// epoch of a chain whose writer is gone: fence each epoch to its cut (or
-// adopt the recorded one), walk the committed slots above its checkpoint
-// through the same absorb consumer the live leader uses, make the garbage
-// window above the cut dead, and mark the epoch settled; finally mark the
-// head settled. Every step is idempotent and CAS-guarded.
+// epoch of a chain whose writer is gone, its current mint head included:
+// ChainThrough up to whatever the head is now. Only a caller that knows
+// no later incarnation can have minted (a restarting star settling its own
+// chain) may use it; a successor passes the head it judged to ChainThrough.
 func Chain(ctx context.Context, c *chain.Chain, abs *absorb.Absorber) error {
+	return ChainThrough(ctx, c, abs, math.MaxUint64)
+}
+
+// ChainThrough settles every unsettled epoch of the chain up to and
+// including epoch last: fence each to its cut (or adopt the recorded
+// one), walk the committed slots above its checkpoint through the same
+// absorb consumer the live leader uses, make the garbage window above the
+// cut dead, and mark the epoch settled; when last is the mint head, mark
+// the head settled too. An epoch above last (minted by a later
+// incarnation after the caller judged the chain) is never fenced. Every
+// step is idempotent and CAS-guarded, and concurrent settlers of one
+// chain serialise on its claim: the second finds the work done.
+func ChainThrough(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, last uint64) error {
+	return serialised(ctx, c, func(ctx context.Context) error { return chainThrough(ctx, c, abs, last) })
+}
+
+func chainThrough(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, last uint64) error {
 	h, _, ok, err := c.Head(ctx)
 	if err != nil || !ok {
 		return err
 	}
+	through := min(last, h.Epoch)
 	epochs, err := listEpochs(ctx, c)
 	if err != nil {
 		return err
 	}
-	headListed := false
+	listed := false
 	for _, e := range epochs {
-		headListed = headListed || e.Epoch == h.Epoch
-		if e.Settled || e.Epoch > h.Epoch {
+		listed = listed || e.Epoch == through
+		if e.Settled || e.Epoch > through {
 			continue
 		}
-		if err := Epoch(ctx, c, abs, e.Epoch); err != nil {
+		if err := settleEpoch(ctx, c, abs, e.Epoch); err != nil {
 			return err
 		}
 	}
-	if !headListed { // its minter crashed before writing the record
-		if err := Epoch(ctx, c, abs, h.Epoch); err != nil {
+	if !listed && through == h.Epoch { // its minter crashed before writing the record
+		if err := settleEpoch(ctx, c, abs, h.Epoch); err != nil {
 			return err
 		}
+	}
+	if through < h.Epoch {
+		return nil
 	}
 	return markHeadSettled(ctx, c, h.Epoch)
 }
@@ -61,10 +82,21 @@ func Chain(ctx context.Context, c *chain.Chain, abs *absorb.Absorber) error {
 // waiting for them so a re-run writes the very same rows; the garbage
 // window above the cut is made dead; and the record is marked settled.
 // Every step is idempotent and CAS-guarded, so Epoch is safe to run twice
-// at once and again after settlement. Fencing the mint head's epoch
-// deposes its writer: a caller that must leave a live star alone refuses
-// the head epoch before calling Epoch.
+// at once and again after settlement (concurrent settlers serialise on
+// the chain's claim). Fencing the mint head's epoch deposes its writer: a
+// caller that must leave a live star alone refuses the head epoch before
+// calling Epoch.
 func Epoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoch uint64) error {
+	return serialised(ctx, c, func(ctx context.Context) error { return settleEpoch(ctx, c, abs, epoch) })
+}
+
+func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoch uint64) error {
+	// A settled epoch is done: whoever waited on the claim finds it so.
+	if rec, _, err := c.Epoch(ctx, epoch); err == nil && rec.Settled {
+		return nil
+	} else if err != nil && !errors.Is(err, meta.ErrNotFound) {
+		return err
+	}
 	cut, err := c.Fence(ctx, epoch, false)
 	if err != nil {
 		return fmt.Errorf("settle %s/%s epoch %d: fence: %w", c.Star, c.Class, epoch, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
+	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 )
@@ -42,6 +43,10 @@ type Config struct {
 	// EraMaxSlots bounds the slots of one era, so one job's scratch and
 	// duration stay bounded (256 slots of 4 MiB flights: 1 GiB).
 	EraMaxSlots int
+	// DeadAfter is how old a star's registry heartbeat gets before the
+	// janitor presumes it dead and settles its chains: the stars'
+	// --dead-after (STARLOG_DEAD_AFTER), which must agree with it.
+	DeadAfter time.Duration
 }
 
 // ClassTimers are one class's ripening timers.
@@ -65,6 +70,7 @@ func DefaultConfig() Config {
 		Workers:     8,
 		ScratchDir:  os.TempDir(),
 		EraMaxSlots: 256,
+		DeadAfter:   leader.DefaultDeadAfter,
 	}
 }
 
@@ -90,6 +96,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EraMaxSlots <= 0 {
 		c.EraMaxSlots = d.EraMaxSlots
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = d.DeadAfter
 	}
 	return c
 }
@@ -158,7 +167,8 @@ type Stores struct {
 
 func (st *Stores) cfg() Config { return st.Config.WithDefaults() }
 
-func (st *Stores) log() *slog.Logger {
+// Log is the jobs' logger: Logger, or slog.Default().
+func (st *Stores) Log() *slog.Logger {
 	if st.Logger != nil {
 		return st.Logger
 	}

@@ -83,7 +83,7 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	if err := job.Validate(); err != nil {
 		return rep, err
 	}
-	cfg, m, log := st.cfg(), st.metrics(), st.log()
+	cfg, m, log := st.cfg(), st.metrics(), st.Log()
 	class := string(job.Chain.Class)
 	t0 := time.Now()
 	defer func() {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -342,7 +340,7 @@ func (n *Node) settleFn(ctx context.Context, key settleKey) error {
 		if err != nil || !ok {
 			return err
 		}
-		owner, err := ownerIncarnation(h.Owner, key.star)
+		owner, err := chain.ParseIncarnation(h.Owner, key.star)
 		if err != nil {
 			return err
 		}
@@ -359,19 +357,6 @@ func (n *Node) settleFn(ctx context.Context, key settleKey) error {
 }
 
 const maxSettleRounds = 8
-
-// ownerIncarnation parses the incarnation number of "<star>:<n>".
-func ownerIncarnation(owner, star string) (uint64, error) {
-	s, ok := strings.CutPrefix(owner, star+":")
-	if !ok {
-		return 0, fmt.Errorf("chain of %s: head owner %q is not an incarnation of it", star, owner)
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("chain of %s: head owner %q: %w", star, owner, err)
-	}
-	return v, nil
-}
 
 // settleKey names what one settle run covers: the chain (star, class) up
 // to and including incarnation inc's epochs.

@@ -103,14 +103,3 @@ func TestSettleRunnerClose(t *testing.T) {
 		t.Fatal("close returned before the run ended")
 	}
 }
-
-func TestOwnerIncarnation(t *testing.T) {
-	if n, err := ownerIncarnation("star-1:12", "star-1"); err != nil || n != 12 {
-		t.Fatalf("got %d %v", n, err)
-	}
-	for _, bad := range []string{"star-2:1", "star-1", "star-1:x", "star-1:-1", ""} {
-		if _, err := ownerIncarnation(bad, "star-1"); err == nil {
-			t.Errorf("%q: no error", bad)
-		}
-	}
-}

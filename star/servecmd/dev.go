@@ -209,6 +209,7 @@ func openDevStores(ctx context.Context, data string, cfg node.Config) (meta.Stor
 func devAuditStores(n *node.Node, ms meta.Store, objs objstore.Store, cfg node.Config, data string) *settle.Stores {
 	sc := cfg.Settle
 	sc.ScratchDir = filepath.Join(data, "scratch")
+	sc.DeadAfter = cfg.DeadAfter
 	return &settle.Stores{
 		Meta: ms, Objects: objs,
 		SettledBucket: cfg.Standard.Buckets[0],

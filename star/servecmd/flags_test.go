@@ -107,7 +107,7 @@ func TestAuditorEnvNamesAreFlagFallbacks(t *testing.T) {
 		"settle-trigger-mib": awsenv.EnvSettleTriggerMiB, "settle-linger": awsenv.EnvSettleLinger,
 		"settle-express-linger": awsenv.EnvSettleExpressLinger, "settle-age-cap": awsenv.EnvSettleAgeCap,
 		"settle-express-age-cap": awsenv.EnvSettleExpressAgeCap, "settle-output-cap-mib": awsenv.EnvSettleOutputCapMiB,
-		"read-grace": awsenv.EnvReadGrace,
+		"read-grace": awsenv.EnvReadGrace, "dead-after": awsenv.EnvDeadAfter,
 	} {
 		if serve.Lookup(flag) == nil {
 			t.Errorf("serve has no --%s", flag)

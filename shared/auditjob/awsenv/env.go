@@ -46,7 +46,7 @@ const (
 )
 
 // The settle policy: the environment fallbacks of the star's --settle-*
-// and --read-grace flags. Unset means the default (DESIGN §10).
+// --read-grace and --dead-after flags. Unset means the default (DESIGN §10).
 const (
 	EnvSettleTriggerMiB    = "STARLOG_SETTLE_TRIGGER_MIB"
 	EnvSettleLinger        = "STARLOG_SETTLE_LINGER"
@@ -55,6 +55,7 @@ const (
 	EnvSettleExpressAgeCap = "STARLOG_SETTLE_EXPRESS_AGE_CAP"
 	EnvSettleOutputCapMiB  = "STARLOG_SETTLE_OUTPUT_CAP_MIB"
 	EnvReadGrace           = "STARLOG_READ_GRACE"
+	EnvDeadAfter           = "STARLOG_DEAD_AFTER"
 	// Auditor-only knobs (no star flag): settle's worker pool and the
 	// era bound the planner cuts by.
 	EnvSettleWorkers     = "STARLOG_SETTLE_WORKERS"
@@ -137,6 +138,7 @@ func Parse(lookup Lookup) (Env, error) {
 		Workers:     p.integer(EnvSettleWorkers),
 		ScratchDir:  e.ScratchDir,
 		EraMaxSlots: p.integer(EnvSettleEraMaxSlots),
+		DeadAfter:   p.duration(EnvDeadAfter),
 	}
 	if e.Table == "" {
 		p.errs = append(p.errs, fmt.Errorf("%s is not set", EnvTable))
