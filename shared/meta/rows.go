@@ -62,6 +62,11 @@ func FloorQuery(streamID string, seq uint64) Query {
 // RegistryKey is a star's registry row.
 func RegistryKey(star string) Key { return Key{PK: "star#" + star, SK: "reg"} }
 
+// StarDirKey lists a star in the star directory (value empty), written
+// IfAbsent at each start before the registration (the first start of an
+// id creates it), so peers find every star's registry row without a scan.
+func StarDirKey(star string) Key { return Key{PK: "stars", SK: star} }
+
 // ChainPK is the partition of one chain's head, epochs and markers.
 func ChainPK(star string, class Class) string { return "chain#" + star + "/" + string(class) }
 
@@ -259,6 +264,9 @@ type Registration struct {
 	State     string `json:"state"`
 	StartedAt int64  `json:"started_at"` // unix ms
 	Heartbeat int64  `json:"heartbeat"`  // unix ms
+	// Leads is how many streams the star had open as leader at its last
+	// heartbeat (the balancer compares it to the fair share).
+	Leads int `json:"leads,omitempty"`
 }
 
 // LeaseHolder names one incarnation of a star.

@@ -62,6 +62,12 @@ type Config struct {
 	// stream before it reads the lease again (a failed forward forgets it
 	// at once).
 	LeaseCacheTTL time.Duration
+	// BalanceEvery is the period of the balancer's rounds: a star leading
+	// more than its fair share of the streams led by live stars hands the
+	// excess to the stars furthest below it (balance.go). Unlike the other
+	// fields, zero is not replaced by the default: zero or negative turns
+	// the balancer off (Defaults() has it on).
+	BalanceEvery time.Duration
 }
 
 // ClassConfig fixes one storage class's chain and loglet.
@@ -141,6 +147,7 @@ func Defaults() Config {
 		Settle:          settle.DefaultConfig(),
 		DeadAfter:       leader.DefaultDeadAfter,
 		LeaseCacheTTL:   time.Second,
+		BalanceEvery:    30 * time.Second,
 	}
 }
 

@@ -69,15 +69,20 @@ type Node struct {
 
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
+	balance  *balancer
 
 	// draining refuses new leases; drainLoop releases the led streams
 	// under drainCtx, which Close cancels.
-	draining  atomic.Bool
-	drainCtx  context.Context
-	drainStop context.CancelFunc
-	drainWG   sync.WaitGroup
-	closeMu   sync.Mutex
-	closed    bool
+	draining atomic.Bool
+	// ownSettled: the drain settled this star's chains (decommission);
+	// drainErr is the last error of that step.
+	ownSettled atomic.Bool
+	drainErr   atomic.Value
+	drainCtx   context.Context
+	drainStop  context.CancelFunc
+	drainWG    sync.WaitGroup
+	closeMu    sync.Mutex
+	closed     bool
 }
 
 // Open starts a star: it registers a new incarnation, settles and opens
@@ -176,6 +181,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 
+	n.startBalancer()
 	n.log.Info("star ready")
 	return n, nil
 }
@@ -267,6 +273,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 		sent := time.Now()
 		reg := n.regn
 		reg.Heartbeat = sent.UnixMilli()
+		reg.Leads = n.leading()
 		if n.draining.Load() {
 			reg.State = StateDraining
 		}
@@ -293,9 +300,12 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 }
 
-// Close stops the star: the loglets stop (appends not yet released fail
-// indefinitely, which is why the server drains first), the registry row
-// says stopped, and a metastore Open opened is closed.
+// Close stops the star (its graceful close, DESIGN §9): every lease is
+// released, the absorb runs to the head, the loglets stop (appends not yet
+// released fail indefinitely, which is why the server drains first), a
+// durable settle marker is left for each chain still unsettled, the
+// registry row says stopped, live peers are nudged to settle the marked
+// chains, and a metastore Open opened is closed.
 func (n *Node) Close(ctx context.Context) error {
 	n.closeMu.Lock()
 	if n.closed {
@@ -310,17 +320,35 @@ func (n *Node) Close(ctx context.Context) error {
 	if released, failed := n.releaseAll(ctx); released+failed > 0 {
 		n.log.Info("close: released stream leases", "released", released, "failed", failed)
 	}
+	n.stopBalance()
 	n.stopBeat()
 	<-n.beatDone
 	n.lease.runner.close()
+	// Absorb to the head (bounded: what is left, the settle walks), then
+	// stop the loglets: the chains' head epochs will not be written again.
+	actx, cancel := context.WithTimeout(ctx, closeAbsorbWait)
+	for _, l := range n.loglets {
+		if err := l.AwaitAbsorbed(actx); err != nil && l.Err() == nil {
+			n.log.Warn("close: absorb to the head", "err", err)
+		}
+	}
+	cancel()
 	for _, l := range n.loglets {
 		l.Close()
 	}
+	var errs []error
+	markers, err := n.leaveSettleMarkers(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	reg := n.regn
 	reg.State, reg.Heartbeat = StateStopped, time.Now().UnixMilli()
-	var errs []error
 	if _, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil {
 		errs = append(errs, err)
+	}
+	if markers > 0 {
+		nudged := n.nudgePeers(ctx)
+		n.log.Info("close: left settle markers and nudged peers to settle them", "chains", markers, "peers", nudged)
 	}
 	if n.ownMeta != nil {
 		if err := n.ownMeta.Close(); err != nil {
@@ -331,9 +359,14 @@ func (n *Node) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// closeAbsorbWait bounds a graceful close's wait for the absorb to reach
+// the head.
+const closeAbsorbWait = 10 * time.Second
+
 // abort releases what a failed Open acquired.
 func (n *Node) abort() {
 	n.drainStop()
+	n.stopBalance()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

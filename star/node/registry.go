@@ -25,8 +25,13 @@ type Registration = meta.Registration
 // register starts a new incarnation of star: it reads the registry row and
 // CASes the incarnation counter up by one, retrying on a lost race (two
 // processes started with one id get distinct incarnations; the older one is
-// then deposed by the chain mint).
+// then deposed by the chain mint). The star is listed in the star directory
+// first, so a peer that lists it may find no registration yet, but never
+// the reverse.
 func register(ctx context.Context, ms meta.Store, star, addr string, now time.Time) (Registration, int64, error) {
+	if err := listStar(ctx, ms, star); err != nil {
+		return Registration{}, 0, err
+	}
 	k := meta.RegistryKey(star)
 	for {
 		var prev Registration
@@ -58,6 +63,36 @@ func register(ctx context.Context, ms meta.Store, star, addr string, now time.Ti
 		if err := ctx.Err(); err != nil {
 			return Registration{}, 0, err
 		}
+	}
+}
+
+// listStar writes star's directory row (stars/<id>) unless it exists: the
+// first start of a star id writes it, later ones find it.
+func listStar(ctx context.Context, ms meta.Store, star string) error {
+	k := meta.StarDirKey(star)
+	_, err := ms.Put(ctx, k.PK, k.SK, nil, meta.IfAbsent())
+	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("star directory %s: %w", star, err)
+	}
+	return nil
+}
+
+// listStars reads the star directory: every star id that ever registered.
+func listStars(ctx context.Context, ms meta.Store) ([]string, error) {
+	var out []string
+	q := meta.Query{PK: meta.StarDirKey("").PK}
+	for {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("star directory: list: %w", err)
+		}
+		for _, it := range pg.Items {
+			out = append(out, it.SK)
+		}
+		if pg.Next == "" {
+			return out, nil
+		}
+		q.PageToken = pg.Next
 	}
 }
 

@@ -86,6 +86,7 @@ type common struct {
 	readCacheMiB              int
 	heartbeatMin, heartbeatMx time.Duration
 	registryBeat, deadAfter   time.Duration
+	balanceEvery              time.Duration
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
@@ -128,6 +129,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
 	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
 	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat)")
+	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
 
 // nodeConfig maps the flags onto a node config.
@@ -148,6 +150,7 @@ func (c *common) nodeConfig() node.Config {
 	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
+	cfg.BalanceEvery = c.balanceEvery
 	return cfg
 }
 

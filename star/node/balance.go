@@ -1,0 +1,277 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// The balancer spreads leadership across live stars (issue 6). Every
+// Config.BalanceEvery, a star that is live (not draining, not a zombie)
+// reads the star directory and its peers' registrations, and compares the
+// streams it leads with the fair share, ⌈total leads / live stars⌉. Only a
+// star above share+1 acts (the one-stream slack keeps stars from trading
+// streams back and forth over rounding): it hands leads-share of its
+// streams off, one at a time, each to the live star furthest below the
+// share at that moment. No star sends a stream to a star at or above the
+// share, so streams flow only from stars above share+1 to stars below the
+// share, and rounds converge instead of trading streams back and forth.
+//
+// Counts: a star's own count is the streams open here now; a peer's is
+// the Leads of its last heartbeat. A handed-off stream counts for its new
+// leader once that star opens it, on the stream's next request; an idle
+// stream nobody asks for counts for no star, which is fair (it is no
+// load), so a star holding many idle streams may shed a few more of them
+// over the next rounds than one round's count says.
+//
+// Which streams move: the ones with the smallest ids. Ids are random, so
+// that is a deterministic pick spread over basins and names; a count
+// balancer has no reason to prefer one stream over another.
+//
+// A failed handoff (the stream was being moved already, its wait timed
+// out, the target went away) is logged and the round goes on with the next
+// move; the next round recounts. Handoffs run under the node's drain
+// context, so Close cancels one in flight before it releases the rest.
+
+// balanceHandoffTimeout bounds one handoff of the balancer (its wait for
+// the stream's pending appends and the absorb); on timeout the stream
+// stays here and admits again.
+const balanceHandoffTimeout = 10 * time.Second
+
+// balancer is the node's balancer state.
+type balancer struct {
+	// round serialises rounds (the loop's and Balance calls).
+	round    sync.Mutex
+	handoffs prometheus.Counter
+
+	stop context.CancelFunc
+	done chan struct{} // closed when the loop ends; nil: no loop
+}
+
+// startBalancer registers the balancer's metric and starts its loop when
+// Config.BalanceEvery is positive.
+func (n *Node) startBalancer() {
+	b := &balancer{stop: func() {}}
+	c := prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "leader", Name: "balance_handoffs_total",
+		Help: "Streams this star handed to a peer below the fair share (balancer).",
+	})
+	if err := n.reg.Register(c); err != nil {
+		// A registry shared by several nodes (tests) already has it.
+		var dup prometheus.AlreadyRegisteredError
+		prev, ok := c, false
+		if errors.As(err, &dup) {
+			prev, ok = dup.ExistingCollector.(prometheus.Counter)
+		}
+		if ok {
+			c = prev
+		} else {
+			n.log.Warn("balance: registering the handoff counter failed", "err", err)
+		}
+	}
+	b.handoffs = c
+	n.balance = b
+	if n.cfg.BalanceEvery <= 0 {
+		return
+	}
+	ctx, stop := context.WithCancel(n.drainCtx)
+	b.stop, b.done = stop, make(chan struct{})
+	go n.balanceLoop(ctx, n.cfg.BalanceEvery)
+}
+
+// stopBalance stops the balancer's loop and waits for it (idempotent).
+func (n *Node) stopBalance() {
+	if b := n.balance; b != nil {
+		b.stop()
+		if b.done != nil {
+			<-b.done
+		}
+	}
+}
+
+// balanceLoop runs a round every period (plus up to a quarter of it at
+// random, so stars started together do not count at the same moment).
+func (n *Node) balanceLoop(ctx context.Context, every time.Duration) {
+	defer close(n.balance.done)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := n.balanceRound(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("balance: round failed", "err", err)
+		}
+		t.Reset(every + rand.N(every/4+1))
+	}
+}
+
+// Balance runs one balancer round now and returns how many streams it
+// handed off (the loop runs one every Config.BalanceEvery).
+func (n *Node) Balance(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(n.drainCtx, cancel)()
+	return n.balanceRound(ctx)
+}
+
+// starLoad is a live star that takes leases and how many streams it leads.
+type starLoad struct {
+	Star  string
+	Leads int
+}
+
+// balanceMove hands stream StreamID to star To.
+type balanceMove struct {
+	StreamID, To string
+}
+
+// planBalance decides a round: this star leads the streams mine (ids),
+// peers are the other live stars with their counts. share is ⌈total /
+// stars⌉. It plans no move unless this star leads more than share+1; then
+// it moves len(mine)-share streams, smallest ids first, each to the peer
+// with the fewest leads (counting the moves planned before it; ties go to
+// the smaller star id) while that peer is below the share.
+func planBalance(mine []string, peers []starLoad) (moves []balanceMove, share int) {
+	total := len(mine)
+	for _, p := range peers {
+		total += max(p.Leads, 0)
+	}
+	stars := len(peers) + 1
+	share = (total + stars - 1) / stars
+	if len(mine) <= share+1 {
+		return nil, share
+	}
+	ids := slices.Clone(mine)
+	slices.Sort(ids)
+	load := slices.Clone(peers)
+	for _, id := range ids[:len(ids)-share] {
+		to := -1
+		for i, p := range load {
+			if p.Leads < share && (to < 0 || p.Leads < load[to].Leads || p.Leads == load[to].Leads && p.Star < load[to].Star) {
+				to = i
+			}
+		}
+		if to < 0 {
+			break
+		}
+		load[to].Leads++
+		moves = append(moves, balanceMove{StreamID: id, To: load[to].Star})
+	}
+	return moves, share
+}
+
+// balanceRound is one round: count, plan, hand off one stream at a time.
+func (n *Node) balanceRound(ctx context.Context) (int, error) {
+	n.balance.round.Lock()
+	defer n.balance.round.Unlock()
+	if !n.mayBalance() {
+		return 0, nil
+	}
+	peers, err := n.livePeers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	mine := n.ledForBalance()
+	moves, share := planBalance(mine, peers)
+	if len(moves) == 0 {
+		return 0, nil
+	}
+	n.log.Info("balance: leading more than the fair share; handing streams off",
+		"leads", len(mine), "share", share, "stars", len(peers)+1, "moves", len(moves))
+	moved, failed := 0, 0
+	for _, m := range moves {
+		if ctx.Err() != nil || !n.mayBalance() {
+			break
+		}
+		if err := n.balanceHandoff(ctx, m); err != nil {
+			failed++
+			n.log.Warn("balance: handoff failed; moving on", "id", m.StreamID, "to", m.To, "err", err)
+			continue
+		}
+		moved++
+		n.balance.handoffs.Inc()
+	}
+	n.log.Info("balance: round done", "moved", moved, "failed", failed)
+	return moved, ctx.Err()
+}
+
+// mayBalance is whether this star gives streams away: it is open, live
+// (its heartbeat is recent and it is no zombie) and not draining (a drain
+// releases everything anyway).
+func (n *Node) mayBalance() bool {
+	return !n.isClosed() && !n.draining.Load() && n.selfLive() == nil
+}
+
+// livePeers lists the other stars that take leases: in the directory,
+// registered, state live (not draining), heartbeat younger than the
+// dead-after bound, and with an address to forward to.
+func (n *Node) livePeers(ctx context.Context) ([]starLoad, error) {
+	ids, err := listStars(ctx, n.meta)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var peers []starLoad
+	for _, id := range ids {
+		if id == n.cfg.StarID {
+			continue
+		}
+		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, id)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || reg.State != StateLive || reg.Address == "" || !leader.Live(reg, reg.Incarnation, now, n.cfg.DeadAfter) {
+			continue
+		}
+		peers = append(peers, starLoad{Star: id, Leads: reg.Leads})
+	}
+	return peers, nil
+}
+
+// ledForBalance lists the ids of the streams open here that no handoff is
+// moving already.
+func (n *Node) ledForBalance() []string {
+	n.mu.Lock()
+	ids := make([]string, 0, len(n.led))
+	for id := range n.led {
+		ids = append(ids, id)
+	}
+	n.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if l := n.ledIfOpen(id); l != nil && l.movingErr() == nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// balanceHandoff hands m's stream to m.To through Handoff, which takes the
+// stream's basin and name: its identity row names them.
+func (n *Node) balanceHandoff(ctx context.Context, m balanceMove) error {
+	k := meta.StreamMetaKey(m.StreamID)
+	it, err := n.meta.Get(ctx, k.PK, k.SK)
+	if err != nil {
+		return fmt.Errorf("read the stream's identity row: %w", err)
+	}
+	var sm meta.StreamMeta
+	if err := meta.Decode(it.Val, &sm); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, balanceHandoffTimeout)
+	defer cancel()
+	_, err = n.Handoff(ctx, sm.Basin, sm.Name, m.To)
+	return err
+}
