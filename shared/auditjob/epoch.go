@@ -98,7 +98,7 @@ func SettleHead(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoc
 	if err := settle.ChainThrough(ctx, c, abs, epoch); err != nil {
 		return fmt.Errorf("auditjob: chain-settle: %w", err)
 	}
-	return clearDue(ctx, st.Meta, ch, func(d meta.SettleDue) bool { return d.Epoch <= epoch })
+	return settle.ClearDue(ctx, st.Meta, ch, epoch)
 }
 
 // headGone reports whether h's owner can no longer write h's epoch, and
@@ -121,7 +121,7 @@ func headGone(ctx context.Context, ms meta.Store, ch settle.ChainRef, h meta.Hea
 	case ok && reg.Incarnation == inc && (reg.State == meta.StarDead || reg.State == meta.StarStopped):
 		return true, reg.State, nil
 	}
-	d, ok, err := readDue(ctx, ms, ch)
+	d, ok, err := settle.ReadDue(ctx, ms, ch)
 	if err != nil {
 		return false, "", err
 	}
@@ -141,46 +141,4 @@ func registration(ctx context.Context, ms meta.Store, star string, deadAfter tim
 	}
 	reg, _, err = leader.MarkDead(ctx, ms, star, now, deadAfter)
 	return reg, true, err
-}
-
-// readDue reads a chain's settle marker.
-func readDue(ctx context.Context, ms meta.Store, ch settle.ChainRef) (meta.SettleDue, bool, error) {
-	k := meta.SettleDueKey(ch.Star, ch.Class)
-	it, err := ms.Get(ctx, k.PK, k.SK)
-	if errors.Is(err, meta.ErrNotFound) {
-		return meta.SettleDue{}, false, nil
-	}
-	if err != nil {
-		return meta.SettleDue{}, false, fmt.Errorf("read settle marker of %s: %w", ch, err)
-	}
-	var d meta.SettleDue
-	if err := meta.Decode(it.Val, &d); err != nil {
-		return d, false, fmt.Errorf("settle marker of %s: %w", ch, err)
-	}
-	return d, true, nil
-}
-
-// clearDue deletes ch's settle marker when done(marker) says it is served;
-// a marker rewritten meanwhile stays (delete by version).
-func clearDue(ctx context.Context, ms meta.Store, ch settle.ChainRef, done func(meta.SettleDue) bool) error {
-	k := meta.SettleDueKey(ch.Star, ch.Class)
-	it, err := ms.Get(ctx, k.PK, k.SK)
-	if errors.Is(err, meta.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("auditjob: read settle marker of %s: %w", ch, err)
-	}
-	var d meta.SettleDue
-	if err := meta.Decode(it.Val, &d); err != nil {
-		return fmt.Errorf("auditjob: settle marker of %s: %w", ch, err)
-	}
-	if !done(d) {
-		return nil
-	}
-	err = ms.Delete(ctx, k.PK, k.SK, meta.IfVer(it.Ver))
-	if err != nil && !errors.Is(err, meta.ErrConditionFailed) && !errors.Is(err, meta.ErrNotFound) {
-		return fmt.Errorf("auditjob: clear settle marker of %s: %w", ch, err)
-	}
-	return nil
 }

@@ -110,7 +110,7 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 		}
 		if h.State == meta.HeadSettled {
 			// A marker outlived the settle that served it.
-			if err := clearDue(ctx, st.Meta, ch, func(d meta.SettleDue) bool { return d.Epoch <= h.Epoch }); err != nil {
+			if err := settle.ClearDue(ctx, st.Meta, ch, h.Epoch); err != nil {
 				return rep, err
 			}
 			continue

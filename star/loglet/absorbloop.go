@@ -3,6 +3,7 @@ package loglet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
@@ -93,4 +94,27 @@ func streamsIn(slots []absorb.Slot) int {
 		}
 	}
 	return len(seen)
+}
+
+// AwaitAbsorbed waits until the absorb has taken every released flight
+// (the flight index is empty), nudging it: a graceful close and a
+// decommission absorb to the head after the star stopped admitting, so
+// whoever settles the chain later has no walk left to do.
+func (l *Loglet) AwaitAbsorbed(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for l.index.Len() > 0 {
+		select {
+		case l.absorbNudge <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("loglet %s/%s: absorb to the head: %d flights left: %w", l.cfg.Star, l.cfg.Class, l.index.Len(), ctx.Err())
+		case <-l.absorbDone:
+			return fmt.Errorf("loglet %s/%s: absorb to the head: %w", l.cfg.Star, l.cfg.Class, ErrClosed)
+		case <-t.C:
+		}
+	}
+	return nil
 }

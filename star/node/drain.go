@@ -10,9 +10,15 @@ type DrainStatus struct {
 	Draining bool `json:"draining"`
 	// Leading is how many streams this star still holds open.
 	Leading int `json:"leading"`
-	// TerminateGate is open once the star drains and leads nothing: the
-	// instance may go (its graceful close then has nothing to release).
+	// ChainsSettled: the drained star settled its own chains (absorbed to
+	// the head, fenced, probed, marked settled).
+	ChainsSettled bool `json:"chains_settled"`
+	// TerminateGate is open once the star drains, leads nothing and has
+	// settled its chains: the instance may go (its graceful close then has
+	// nothing to release or settle).
 	TerminateGate bool `json:"terminate_gate_open"`
+	// Error is the last failure of the drain's settle step (it retries).
+	Error string `json:"error,omitempty"`
 }
 
 // drainRetry is how often a drain retries streams whose release failed.
@@ -23,8 +29,10 @@ const drainRetry = 500 * time.Millisecond
 // clients and forwarding peers retry on a star that takes them), its
 // registry row says draining (still live: it keeps serving what it holds
 // until each is released), and every stream it leads is released once
-// the absorb has covered it, so successors open without a settle. It
-// returns at once; DrainStatus reports progress.
+// the absorb has covered it, so successors open without a settle. Once it
+// leads nothing it settles its own chains while it stands (decommission),
+// and then its terminate gate opens. It returns at once; DrainStatus
+// reports progress.
 func (n *Node) Drain() DrainStatus {
 	if n.draining.CompareAndSwap(false, true) {
 		n.log.Info("draining: taking no new leases, releasing every stream")
@@ -36,8 +44,11 @@ func (n *Node) Drain() DrainStatus {
 
 // DrainStatus reports the drain's progress.
 func (n *Node) DrainStatus() DrainStatus {
-	st := DrainStatus{Draining: n.draining.Load(), Leading: n.leading()}
-	st.TerminateGate = st.Draining && st.Leading == 0
+	st := DrainStatus{Draining: n.draining.Load(), Leading: n.leading(), ChainsSettled: n.ownSettled.Load()}
+	st.TerminateGate = st.Draining && st.Leading == 0 && st.ChainsSettled
+	if err, _ := n.drainErr.Load().(string); err != "" && !st.ChainsSettled {
+		st.Error = err
+	}
 	return st
 }
 
@@ -51,8 +62,17 @@ func (n *Node) drainLoop() {
 			n.log.Info("draining: released stream leases", "released", released, "failed", failed)
 		}
 		if n.leading() == 0 {
-			n.log.Info("drained: this star leads no stream; its terminate gate is open")
-			return
+			if err := n.settleOwn(n.drainCtx); err != nil {
+				if n.drainCtx.Err() != nil {
+					return
+				}
+				n.drainErr.Store(err.Error())
+				n.log.Warn("drained, but settling this star's own chains failed; retrying", "err", err)
+			} else {
+				n.ownSettled.Store(true)
+				n.log.Info("drained: this star leads no stream and its chains are settled; its terminate gate is open")
+				return
+			}
 		}
 		select {
 		case <-n.drainCtx.Done():

@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/shared/meta"
 )
 
 // A handoff between two stars in one process: the lease is released to
@@ -90,7 +91,7 @@ func TestDrain(t *testing.T) {
 	if _, err := b.Append(ctx, "basin-one", "s3", records("s3", 3), nil); err != nil {
 		t.Fatal(err)
 	}
-	if s := a.DrainStatus(); s.Draining || s.Leading != 2 || s.TerminateGate {
+	if s := a.DrainStatus(); s.Draining || s.Leading != 2 || s.TerminateGate || s.ChainsSettled {
 		t.Fatalf("status before the drain %+v", s)
 	}
 	a.Drain()
@@ -99,6 +100,13 @@ func TestDrain(t *testing.T) {
 			t.Fatalf("terminate gate still shut: %+v", a.DrainStatus())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	// Decommission: the drained star settled its own chains while it
+	// stands, so its close leaves nothing to settle.
+	for _, class := range []meta.Class{meta.Standard, meta.Express} {
+		if h := head(t, st, "a", class); h.State != meta.HeadSettled {
+			t.Fatalf("%s chain of the drained star: %+v", class, h)
+		}
 	}
 	// New streams and released ones are refused (a retryable not-leader
 	// naming no one); b's stream is forwarded to b.

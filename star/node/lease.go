@@ -85,7 +85,7 @@ func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered ti
 		}),
 	}
 	ls.runner = newSettleRunner()
-	for _, c := range []prometheus.Collector{ls.acquired, ls.forwards, ls.shed, ls.runner.runs, ls.runner.dur} {
+	for _, c := range []prometheus.Collector{ls.acquired, ls.forwards, ls.shed, ls.runner.runs, ls.runner.nudged, ls.runner.dur} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("leadership metrics: register: %w", err)
 		}
@@ -255,7 +255,8 @@ func (n *Node) handedTo(ctx context.Context, id string, l meta.Lease) (*NotLeade
 	if err != nil || !ok {
 		return nil, err
 	}
-	if !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) || reg.Address == "" {
+	// A target that started draining takes no lease: anyone may take it.
+	if reg.State != meta.StarLive || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) || reg.Address == "" {
 		return nil, nil
 	}
 	f := &NotLeaderError{StreamID: id, Address: reg.Address}
@@ -350,8 +351,14 @@ func (n *Node) settleFn(ctx context.Context, key settleKey) error {
 		if round == maxSettleRounds {
 			return fmt.Errorf("chain %s/%s: head still unsettled after %d settle rounds", key.star, key.class, round)
 		}
-		if err := settle.Chain(ctx, ch, abs); err != nil {
+		// Never fence past the head judged here: an epoch minted since by a
+		// later incarnation (a restart) is that incarnation's to write.
+		if err := settle.ChainThrough(ctx, ch, abs, h.Epoch); err != nil {
 			return err
+		}
+		// A marker the closed star left for this epoch is served.
+		if err := settle.ClearDue(ctx, n.meta, settle.ChainRef{Star: key.star, Class: key.class}, h.Epoch); err != nil {
+			n.log.Warn("settled a chain but could not clear its settle marker (the janitor will)", "chain", key.star+"/"+string(key.class), "err", err)
 		}
 	}
 }
@@ -377,13 +384,15 @@ type settleRunner struct {
 	running map[settleKey]*settleRun
 	done    map[settleKey]bool
 
-	runs *prometheus.CounterVec
-	dur  prometheus.Histogram
+	runs   *prometheus.CounterVec
+	nudged *prometheus.CounterVec
+	dur    prometheus.Histogram
 }
 
 type settleRun struct {
-	done chan struct{}
-	err  error
+	done  chan struct{}
+	err   error
+	cause string // what started it: "gate" (an open) or "nudge" (a closing peer)
 }
 
 func newSettleRunner() *settleRunner {
@@ -394,6 +403,10 @@ func newSettleRunner() *settleRunner {
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "starlog", Subsystem: "leader", Name: "gate_settles_total",
 			Help: "Open-gate settle runs of a previous leader's chain, by result.",
+		}, []string{"result"}),
+		nudged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "nudged_settles_total",
+			Help: "Settle runs of a gracefully closed peer's chains that its nudge started, by result.",
 		}, []string{"result"}),
 		dur: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "starlog", Subsystem: "leader", Name: "gate_settle_duration_seconds",
@@ -407,29 +420,37 @@ func newSettleRunner() *settleRunner {
 // settled once stays settled: only its incarnation could add epochs, and
 // the run's fence claim stopped that.
 func (r *settleRunner) wait(ctx context.Context, key settleKey, fn func(context.Context, settleKey) error) error {
-	r.mu.Lock()
-	if r.done[key] {
-		r.mu.Unlock()
-		return nil
-	}
-	run := r.running[key]
+	run, err := r.start(key, "gate", fn)
 	if run == nil {
-		if err := r.ctx.Err(); err != nil {
-			r.mu.Unlock()
-			return loglet.ErrClosed
-		}
-		run = &settleRun{done: make(chan struct{})}
-		r.running[key] = run
-		r.wg.Add(1)
-		go r.run(key, run, fn)
+		return err
 	}
-	r.mu.Unlock()
 	select {
 	case <-run.done:
 		return run.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// start joins or starts the run of key without waiting for it; a nil run
+// means the key is settled (nil error) or the runner closed.
+func (r *settleRunner) start(key settleKey, cause string, fn func(context.Context, settleKey) error) (*settleRun, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done[key] {
+		return nil, nil
+	}
+	run := r.running[key]
+	if run == nil {
+		if err := r.ctx.Err(); err != nil {
+			return nil, loglet.ErrClosed
+		}
+		run = &settleRun{done: make(chan struct{}), cause: cause}
+		r.running[key] = run
+		r.wg.Add(1)
+		go r.run(key, run, fn)
+	}
+	return run, nil
 }
 
 func (r *settleRunner) run(key settleKey, run *settleRun, fn func(context.Context, settleKey) error) {
@@ -441,7 +462,11 @@ func (r *settleRunner) run(key settleKey, run *settleRun, fn func(context.Contex
 	if err != nil {
 		res = "error"
 	}
-	r.runs.WithLabelValues(res).Inc()
+	if run.cause == "nudge" {
+		r.nudged.WithLabelValues(res).Inc()
+	} else {
+		r.runs.WithLabelValues(res).Inc()
+	}
 	r.mu.Lock()
 	delete(r.running, key)
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
 )
 
 // HandoffRequest is the body of POST /v1/starlog/streams/{s}/handoff
@@ -69,6 +70,26 @@ func (s *Server) handoff(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	writeJSON(w, http.StatusOK, HandoffResponse{Stream: name, From: s.n.StarID(), To: res.To, Frontier: res.Frontier, TookMs: res.Took.Milliseconds()})
+}
+
+// settleFor takes a closing peer's nudge (node.SettleRequest): this star
+// starts settling the peer's chains in the background and answers 202.
+func (s *Server) settleFor(w http.ResponseWriter, r *http.Request) {
+	body, aerr := readBody(w, r, 4<<10, api.BadJSON)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	var req node.SettleRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.writeError(w, r, api.BadJSON("settle request: %v", err))
+		return
+	}
+	if err := s.n.SettleFor(req.Star, req.Incarnation); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, req)
 }
 
 func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
 )
 
 // routeKind names an endpoint; it is also the route label of the metrics.
@@ -22,9 +23,10 @@ const (
 	routeMetrics           // /metrics
 	routeHandoff           // /v1/starlog/streams/{s}/handoff (admin)
 	routeDrain             // /v1/starlog/drain (admin)
+	routeSettle            // /v1/starlog/settle (internal: a closing peer's nudge)
 )
 
-var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain"}
+var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
@@ -52,6 +54,8 @@ func parsePath(escaped string) (route, *api.Error) {
 		return route{kind: routeStreams}, nil
 	case "/v1/starlog/drain":
 		return route{kind: routeDrain}, nil
+	case node.SettlePath:
+		return route{kind: routeSettle}, nil
 	}
 	rest, ok := strings.CutPrefix(escaped, "/v1/")
 	if !ok {
@@ -94,7 +98,7 @@ func (k routeKind) allowed() string {
 		return "GET, PUT, PATCH, DELETE"
 	case routeRecords:
 		return "GET, POST"
-	case routeHandoff:
+	case routeHandoff, routeSettle:
 		return "POST"
 	case routeDrain:
 		return "GET, POST"

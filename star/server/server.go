@@ -222,6 +222,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 			s.handoff(w, r, rt.name)
 			return
 		}
+	case routeSettle:
+		if m == http.MethodPost {
+			s.settleFor(w, r)
+			return
+		}
 	case routeStreams, routeStream, routeRecords, routeTail:
 		if !allows(rt.kind, m) {
 			break

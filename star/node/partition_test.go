@@ -1,0 +1,142 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/star/node"
+)
+
+// The deposed writer, by partition: star a, cut off from the metastore,
+// keeps appending to the buckets (the write path never touches the
+// metastore) while b presumes it dead, takes the stream over and fences
+// a's chain. a is given a dead-after far above b's, as a star whose clock
+// runs slow would have, so its own liveness check does not stop it:
+// safety must come from the fence. Every append a acknowledged is below
+// b's first seq num and reads back at its seq; a acknowledges nothing
+// after b's takeover; and once the partition heals a is a zombie that
+// sheds the stream instead of serving it.
+func TestPartitionedLeaderIsDeposed(t *testing.T) {
+	ctx := context.Background()
+	st := newStores(t)
+	aMeta := mfaults.New(st.meta, 1)
+	ca := clusterConfig("a")
+	ca.DeadAfter = 3 * time.Hour
+	a, err := node.Open(ctx, ca, node.Deps{Meta: aMeta, Objects: st.objects, Logger: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		aMeta.SetUnavailable(false)
+		a.Close(context.Background())
+	})
+	b := open(t, st, clusterConfig("b"))
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	type ack struct {
+		seq  uint64
+		body string
+		at   time.Time
+	}
+	var (
+		mu          sync.Mutex
+		acks        []ack
+		indefinite  int
+		stop        = make(chan struct{})
+		producer    sync.WaitGroup
+		partitioned time.Time
+	)
+	producer.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body := fmt.Sprintf("a-%d", i)
+			in := &api.AppendInput{Records: []api.Record{{Body: []byte(body)}}}
+			// A client's deadline: an append a's backlog budget stalls (its
+			// absorb cannot reach the metastore) times out indefinite.
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			r, err := a.Append(actx, "basin-one", "s1", in, nil)
+			cancel()
+			mu.Lock()
+			switch {
+			case err == nil:
+				acks = append(acks, ack{seq: r.Start.SeqNum, body: body, at: time.Now()})
+			case strings.Contains(err.Error(), "may or may not be durable"), errors.Is(err, context.DeadlineExceeded):
+				indefinite++
+			}
+			mu.Unlock()
+			if err != nil {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	})
+	waitFor(t, "a acknowledges appends", 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) >= 20 })
+
+	aMeta.SetUnavailable(true)
+	mu.Lock()
+	partitioned, before := time.Now(), len(acks)
+	mu.Unlock()
+	// a goes on acknowledging while b waits out its dead-after bound.
+	time.Sleep(400 * time.Millisecond)
+	mu.Lock()
+	during := len(acks) - before
+	mu.Unlock()
+	if during == 0 {
+		t.Fatal("a acknowledged nothing while partitioned from the metastore: the test shows nothing")
+	}
+
+	first := appendUntil(t, b, "s1", records("b", 1))
+	tookOver := time.Now()
+	time.Sleep(200 * time.Millisecond) // a keeps trying against the fenced chain
+	close(stop)
+	producer.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("a acknowledged %d appends before the partition and %d after it; %d failed indefinite; b's first seq %d, %v after the partition",
+		before, len(acks)-before, indefinite, first.Start.SeqNum, tookOver.Sub(partitioned).Round(time.Millisecond))
+	seen := map[uint64]bool{}
+	for _, k := range acks {
+		if k.seq >= first.Start.SeqNum {
+			t.Fatalf("a acknowledged seq %d (%q) at or past b's first seq %d", k.seq, k.body, first.Start.SeqNum)
+		}
+		if seen[k.seq] {
+			t.Fatalf("seq %d acknowledged twice", k.seq)
+		}
+		seen[k.seq] = true
+		if k.at.After(tookOver) {
+			t.Fatalf("a acknowledged seq %d after b took over", k.seq)
+		}
+	}
+	got := readAll(t, b, "basin-one", "s1")
+	if uint64(len(got)) != first.End.SeqNum {
+		t.Fatalf("read back %d records, want %d", len(got), first.End.SeqNum)
+	}
+	for _, k := range acks {
+		if string(got[k.seq].Body) != k.body {
+			t.Fatalf("seq %d reads %q, a acknowledged %q", k.seq, got[k.seq].Body, k.body)
+		}
+	}
+	if string(got[first.Start.SeqNum].Body) != "b-0" {
+		t.Fatalf("b's seq %d reads %q", first.Start.SeqNum, got[first.Start.SeqNum].Body)
+	}
+
+	// The partition heals: a learns it was deposed and sheds the stream.
+	aMeta.SetUnavailable(false)
+	waitFor(t, "a reports unhealthy", 5*time.Second, func() bool { return a.Healthy() != nil })
+	if r, err := a.Append(ctx, "basin-one", "s1", records("late", 1), nil); err == nil {
+		t.Fatalf("the deposed star acknowledged seq %d after the partition healed", r.Start.SeqNum)
+	}
+}
