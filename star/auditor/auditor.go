@@ -148,6 +148,9 @@ func (r *Runner) Tick(ctx context.Context) error {
 	if added > 0 || rep.Deferred > 0 {
 		r.log.Debug("auditor tick", "found", len(jobs), "queued", added, "deferred", rep.Deferred)
 	}
+	if len(rep.MarkedDead) > 0 {
+		r.log.Info("janitor: marked stars dead", "stars", rep.MarkedDead)
+	}
 	return err
 }
 

@@ -114,22 +114,35 @@ func (c *conn) drainCmd() *cobra.Command {
 		Short: "Drain a star: it takes no new streams and releases those it leads",
 		Long: `Drain the star at --endpoint (the local star on an instance): it takes no
 new stream leases, releases every stream it leads once rows cover what it
-acknowledged (successors take them without settling), and opens its
-terminate gate when it leads nothing. With --wait the command returns
-only then. Draining lasts until the star process exits.`,
+acknowledged (successors take them without settling), then, leading
+nothing, settles its own chains, and opens its terminate gate. With --wait
+the command returns only then, printing progress. Draining lasts until the
+star process exits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var st struct {
-				Draining bool `json:"draining"`
-				Leading  int  `json:"leading"`
-				Gate     bool `json:"terminate_gate_open"`
+				Draining bool   `json:"draining"`
+				Leading  int    `json:"leading"`
+				Settled  bool   `json:"chains_settled"`
+				Gate     bool   `json:"terminate_gate_open"`
+				Error    string `json:"error"`
 			}
 			ctx := cmd.Context()
 			if err := c.adminCall(ctx, http.MethodPost, "/v1/starlog/drain", "", nil, &st); err != nil {
 				return err
 			}
+			progress := func() string {
+				switch {
+				case st.Leading > 0:
+					return fmt.Sprintf("draining: %d streams still led", st.Leading)
+				case st.Error != "":
+					return "draining: settling the star's own chains (retrying: " + st.Error + ")"
+				default:
+					return "draining: settling the star's own chains"
+				}
+			}
 			for wait && !st.Gate {
-				fmt.Fprintf(cmd.ErrOrStderr(), "draining: %d streams still led\n", st.Leading)
+				fmt.Fprintln(cmd.ErrOrStderr(), progress())
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
@@ -140,14 +153,14 @@ only then. Draining lasts until the star process exits.`,
 				}
 			}
 			if st.Gate {
-				fmt.Fprintln(cmd.OutOrStdout(), "drained: the star leads no stream; terminate gate open")
+				fmt.Fprintln(cmd.OutOrStdout(), "drained: the star leads no stream and its chains are settled; terminate gate open")
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "draining: %d streams still led\n", st.Leading)
+				fmt.Fprintln(cmd.OutOrStdout(), progress())
 			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "return only when the star leads nothing (its terminate gate is open)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "return only when the star leads nothing and settled its chains (its terminate gate is open)")
 	cmd.Flags().DurationVar(&every, "poll", 500*time.Millisecond, "how often --wait polls the star")
 	return cmd
 }

@@ -207,6 +207,7 @@ func grepMetrics(t *testing.T, p *proc, sub string) string {
 // SIGTERM of the leader releases its leases after the absorb covered its
 // streams: the other star takes them over at once (no dead-after wait)
 // and without a gate settle, and every acknowledged record reads back.
+// The closing star's nudge makes the other settle its chains at once.
 func TestGracefulCloseReleasesLeases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
@@ -279,6 +280,14 @@ func TestGracefulCloseReleasesLeases(t *testing.T) {
 	if v := metric(t, b, `starlog_leader_gate_settles_total{result="ok"}`); v != "" && v != "0" {
 		t.Fatalf("b ran %s gate settles after a graceful close, want none", v)
 	}
+	// a left settle markers for its two chains and nudged b, which
+	// settled both in the background.
+	for deadline := time.Now().Add(10 * time.Second); metric(t, b, `starlog_leader_nudged_settles_total{result="ok"}`) != "2"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("b did not settle a's two chains on a's nudge\nb: %s\na: %s", grepMetrics(t, b, "settles"), a.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	acks.checkReadBack(t, b)
 }
 
@@ -309,7 +318,7 @@ func TestDrainOpensTerminateGate(t *testing.T) {
 		wg.Go(func() { acks.loop(b.url, s, fmt.Sprintf("b%d", i), false, stop) })
 	}
 	time.Sleep(500 * time.Millisecond)
-	if status, out, err := call(a, "GET", "/v1/starlog/drain", ""); err != nil || status != 200 || !strings.Contains(string(out), `"draining":false,"leading":3,"terminate_gate_open":false`) {
+	if status, out, err := call(a, "GET", "/v1/starlog/drain", ""); err != nil || status != 200 || !strings.Contains(string(out), `"draining":false,"leading":3,"chains_settled":false,"terminate_gate_open":false`) {
 		t.Fatalf("drain status before the drain: %d %s %v", status, out, err)
 	}
 
@@ -327,7 +336,7 @@ func TestDrainOpensTerminateGate(t *testing.T) {
 		t.Fatalf("star drain --wait printed %q", out)
 	}
 	t.Logf("star drain --wait returned after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
-	if status, out, err := call(a, "GET", "/v1/starlog/drain", ""); err != nil || status != 200 || !strings.Contains(string(out), `"draining":true,"leading":0,"terminate_gate_open":true`) {
+	if status, out, err := call(a, "GET", "/v1/starlog/drain", ""); err != nil || status != 200 || !strings.Contains(string(out), `"draining":true,"leading":0,"chains_settled":true,"terminate_gate_open":true`) {
 		t.Fatalf("drain status after the drain: %d %s %v", status, out, err)
 	}
 	// The drained star forwards to the new leader and takes no lease back.

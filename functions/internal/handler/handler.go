@@ -124,9 +124,9 @@ func Plan(rt *Runtime) func(context.Context, events.EventBridgeEvent) error {
 	}
 }
 
-// Janitor handles the janitor schedule: chain-settle jobs for halted
-// epochs below their chain's mint head (see auditjob.Janitor for what it
-// does not do yet).
+// Janitor handles the janitor schedule: it marks stale stars dead and
+// queues chain-settle jobs for the chains of stars that are gone and for
+// halted epochs below a live star's mint head (see auditjob.Janitor).
 func Janitor(rt *Runtime) func(context.Context, events.EventBridgeEvent) error {
 	return func(ctx context.Context, ev events.EventBridgeEvent) error {
 		if rt.Sender == nil {
@@ -139,7 +139,8 @@ func Janitor(rt *Runtime) func(context.Context, events.EventBridgeEvent) error {
 		if err := rt.Sender.Send(ctx, rep.Jobs); err != nil {
 			return fmt.Errorf("janitor: enqueue %d jobs: %w", len(rep.Jobs), err)
 		}
-		rt.log().Info("janitor pass", "event", ev.ID, "chains", rep.Chains, "chain_settle", len(rep.Jobs), "deferred", rep.Deferred)
+		rt.log().Info("janitor pass", "event", ev.ID, "chains", rep.Chains, "chain_settle", len(rep.Jobs), "deferred", rep.Deferred,
+			"marked_dead", rep.MarkedDead, "gone", rep.Gone)
 		return nil
 	}
 }
