@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/stores"
 )
 
 // stopped is a chain whose writer, incarnation star1:1, committed slots
@@ -33,15 +35,56 @@ type stopped struct {
 
 const deadAfter = 10 * time.Second
 
-func newStopped(t *testing.T, heartbeatAge time.Duration) stopped {
+var sharedDyn testsvc.SharedDynamo
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sharedDyn.Stop()
+	os.Exit(code)
+}
+
+// backend is where a test's stores run: the embedded ones, or the AWS
+// adapters against versitygw and DynamoDB Local.
+type backend bool
+
+const (
+	embedded backend = false
+	onAWS    backend = true
+)
+
+func (b backend) String() string {
+	if b {
+		return "s3+dynamo"
+	}
+	return "mem+sqlite"
+}
+
+func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range []backend{embedded, onAWS} {
+		t.Run(b.String(), func(t *testing.T) {
+			if b == onAWS && testing.Short() {
+				t.Skip("starts versitygw and DynamoDB Local")
+			}
+			f(t, b)
+		})
+	}
+}
+
+func newStopped(t *testing.T, heartbeatAge time.Duration, b backend) stopped {
 	t.Helper()
 	ctx := context.Background()
-	inner, err := mem.New(append(zones, "std")...)
-	if err != nil {
-		t.Fatal(err)
+	var inner objstore.Store
+	var ms meta.Store
+	if b == onAWS {
+		inner, ms = stores.S3(t, append(zones, "std")...), stores.Dynamo(t, &sharedDyn)
+	} else {
+		m, err := mem.New(append(zones, "std")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, ms = m, testsvc.SQLite(t)
 	}
 	objs := faults.Wrap(inner)
-	ms := testsvc.SQLite(t)
 	ch := settle.ChainRef{Star: "star1", Class: meta.Express}
 	now := time.Now()
 	reg := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: now.Add(-time.Hour).UnixMilli(), Heartbeat: now.Add(-heartbeatAge).UnixMilli()}
@@ -116,9 +159,11 @@ func (s stopped) objectOps() int64 {
 // A star whose heartbeat aged past dead-after is marked dead by the
 // janitor, which then queues its whole chain, head included; the job
 // settles it, and the next pass finds nothing.
-func TestJanitorSettlesDeadStar(t *testing.T) {
+func TestJanitorSettlesDeadStar(t *testing.T) { eachBackend(t, testJanitorSettlesDeadStar) }
+
+func testJanitorSettlesDeadStar(t *testing.T, b backend) {
 	ctx := context.Background()
-	s := newStopped(t, 2*deadAfter)
+	s := newStopped(t, 2*deadAfter, b)
 	rep := s.janitor(t)
 	want := auditjob.ChainSettleHead(s.ch, 1, "star1:1")
 	if len(rep.MarkedDead) != 1 || rep.MarkedDead[0] != "star1" || len(rep.Jobs) != 1 || rep.Jobs[0] != want || rep.Gone != 1 {
@@ -147,7 +192,7 @@ func TestJanitorSettlesDeadStar(t *testing.T) {
 // the head as it was.
 func TestJanitorLeavesLiveHead(t *testing.T) {
 	ctx := context.Background()
-	s := newStopped(t, 0)
+	s := newStopped(t, 0, embedded)
 	if rep := s.janitor(t); len(rep.Jobs) != 0 || len(rep.MarkedDead) != 0 || rep.Gone != 0 {
 		t.Fatalf("janitor on a live star: %+v", rep)
 	}
@@ -166,7 +211,7 @@ func TestJanitorLeavesLiveHead(t *testing.T) {
 // is cleared by the next pass.
 func TestJanitorServesSettleMarker(t *testing.T) {
 	ctx := context.Background()
-	s := newStopped(t, 0)
+	s := newStopped(t, 0, embedded)
 	k := meta.SettleDueKey(s.ch.Star, s.ch.Class)
 	due := meta.SettleDue{Owner: "star1:1", Epoch: 1, At: time.Now().UnixMilli()}
 	if _, err := s.st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(due), meta.IfAbsent()); err != nil {
@@ -199,18 +244,20 @@ func TestJanitorServesSettleMarker(t *testing.T) {
 // reads vary a little from run to run; three unserialised settlers read
 // about four times as much), because the later ones wait for the first
 // and find the work done.
-func TestConcurrentSettlersSerialise(t *testing.T) {
+func TestConcurrentSettlersSerialise(t *testing.T) { eachBackend(t, testConcurrentSettlersSerialise) }
+
+func testConcurrentSettlersSerialise(t *testing.T, b backend) {
 	ctx := context.Background()
 	job := auditjob.ChainSettleHead(settle.ChainRef{Star: "star1", Class: meta.Express}, 1, "star1:1")
 
-	one := newStopped(t, 2*deadAfter)
+	one := newStopped(t, 2*deadAfter, b)
 	base := one.objectOps()
 	if err := auditjob.Do(ctx, one.st, job); err != nil {
 		t.Fatal(err)
 	}
 	alone := one.objectOps() - base
 
-	two := newStopped(t, 2*deadAfter)
+	two := newStopped(t, 2*deadAfter, b)
 	base = two.objectOps()
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -236,7 +283,7 @@ func TestConcurrentSettlersSerialise(t *testing.T) {
 // waiter waits.
 func TestSettleClaimLapses(t *testing.T) {
 	ctx := context.Background()
-	s := newStopped(t, 2*deadAfter)
+	s := newStopped(t, 2*deadAfter, embedded)
 	k := meta.SettleClaimKey("star1", meta.Express)
 	held := meta.SettleClaim{Holder: "other", Until: time.Now().Add(time.Hour).UnixMilli()}
 	v, err := s.st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(held), meta.IfAbsent())
