@@ -190,6 +190,17 @@ func TestZombieStopsServing(t *testing.T) {
 	apiErr(t, err, 503, api.CodeUnavailable)
 	_, err = a.CheckTail(ctx, "basin-one", "s1", nil)
 	apiErr(t, err, 503, api.CodeUnavailable)
+	// The process is told, so `star serve` exits and restarts.
+	select {
+	case <-a.Zombied():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Zombied not closed")
+	}
+	select {
+	case <-b.Zombied():
+		t.Fatal("the successor reports itself a zombie")
+	default:
+	}
 	got := readAll(t, b, "basin-one", "s1")
 	if len(got) != 9 || string(got[6].Body) != "a-6" || string(got[7].Body) != "b-0" {
 		t.Fatalf("read back %d records", len(got))

@@ -78,6 +78,9 @@ type Node struct {
 	// drainErr is the last error of that step.
 	ownSettled atomic.Bool
 	drainErr   atomic.Value
+
+	zombied    chan struct{} // closed by markZombie
+	zombieOnce sync.Once
 	drainCtx   context.Context
 	drainStop  context.CancelFunc
 	drainWG    sync.WaitGroup
@@ -104,7 +107,8 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		basins:  map[string]*basinEntry{},
 		streams: map[streamKey]*streamEntry{},
 
-		led: map[string]*ledSlot{},
+		led:     map[string]*ledSlot{},
+		zombied: make(chan struct{}),
 	}
 	n.drainCtx, n.drainStop = context.WithCancel(context.Background())
 	if n.log == nil {
@@ -288,6 +292,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 		case errors.Is(err, errSuperseded):
 			n.lease.superseded.Store(true)
 			n.log.Error("registry: this incarnation was superseded or presumed dead by a peer; it leads no stream until restarted")
+			n.markZombie()
 			return
 		case err != nil:
 			n.log.Warn("registry heartbeat failed", "err", err)
@@ -295,6 +300,9 @@ func (n *Node) heartbeat(ctx context.Context) {
 		default:
 			n.regVer = v
 			n.lease.beatAt(sent)
+		}
+		if n.zombie() != nil {
+			n.markZombie()
 		}
 		t.Reset(next)
 	}
@@ -358,6 +366,15 @@ func (n *Node) Close(ctx context.Context) error {
 	n.log.Info("star stopped")
 	return errors.Join(errs...)
 }
+
+// Zombied is closed once this incarnation lost leadership for good: a
+// later incarnation of its id registered, peers presumed it dead, or a
+// successor fenced one of its chains. It leads nothing until restarted,
+// so `star serve` exits (its supervisor restarts it as a new
+// incarnation, which settles and serves again).
+func (n *Node) Zombied() <-chan struct{} { return n.zombied }
+
+func (n *Node) markZombie() { n.zombieOnce.Do(func() { close(n.zombied) }) }
 
 // closeAbsorbWait bounds a graceful close's wait for the absorb to reach
 // the head.

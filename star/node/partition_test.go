@@ -136,6 +136,11 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 	// The partition heals: a learns it was deposed and sheds the stream.
 	aMeta.SetUnavailable(false)
 	waitFor(t, "a reports unhealthy", 5*time.Second, func() bool { return a.Healthy() != nil })
+	select {
+	case <-a.Zombied():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deposed star does not know it is a zombie")
+	}
 	if r, err := a.Append(ctx, "basin-one", "s1", records("late", 1), nil); err == nil {
 		t.Fatalf("the deposed star acknowledged seq %d after the partition healed", r.Start.SeqNum)
 	}

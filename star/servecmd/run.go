@@ -91,11 +91,17 @@ func run(o runOptions) error {
 		}
 	}
 
+	var zombie error
 	select {
 	case <-ctx.Done():
 		o.log.Info("shutting down: draining sessions and pending acks", "timeout", o.shutdownTimeout)
 	case err := <-serveErr:
 		o.log.Error("server stopped", "err", err)
+	case <-n.Zombied():
+		// Exit so the supervisor (systemd on an instance) restarts the star
+		// as a new incarnation, which settles its chains and serves again.
+		zombie = errors.New("this star incarnation was presumed dead or deposed by a successor; exiting to restart as a new incarnation")
+		o.log.Error("shutting down: " + zombie.Error())
 	}
 	stop() // a second signal now kills the process
 
@@ -117,6 +123,9 @@ func run(o runOptions) error {
 	}
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	if zombie != nil {
+		return zombie
 	}
 	return readyErr
 }
