@@ -16,9 +16,9 @@ import (
 // renewed every ClaimTTL/3, so only a settler that stopped (crashed, or
 // cut off from the metastore) lets it lapse; waiters poll for it.
 const (
-	ClaimTTL   = 10 * time.Second
+	ClaimTTL   = 5 * time.Second
 	claimPoll  = 25 * time.Millisecond
-	claimPollX = 500 * time.Millisecond
+	claimPollX = 200 * time.Millisecond
 )
 
 // serialised runs fn while holding c's settle claim, so concurrent
