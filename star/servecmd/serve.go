@@ -19,7 +19,8 @@ func Serve() *cobra.Command {
 			fsRoot, endpoint, region string
 			pathStyle                bool
 		}
-		creds struct{ accessKey, secretKey string }
+		creds     struct{ accessKey, secretKey string }
+		devFaults string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -47,10 +48,18 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.FSRoot = objs.fsRoot
 			cfg.Objects.S3Endpoint, cfg.Objects.S3Region, cfg.Objects.S3PathStyle = objs.endpoint, objs.region, objs.pathStyle
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
-			return run(runOptions{
+			o := runOptions{
 				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
 				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
-			})
+			}
+			if devFaults != "" { // tests and local experiments only (devfaults.go)
+				stopFaults, err := withDevFaults(cmd.Context(), &o, devFaults)
+				if err != nil {
+					return err
+				}
+				defer stopFaults()
+			}
+			return run(o)
 		},
 	}
 	fs := cmd.Flags()
@@ -67,5 +76,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs.StringVar(&objs.fsRoot, "fs-root", "", "object store: a directory of buckets instead of S3 (stars of one host may share it)")
 	fs.StringVar(&creds.accessKey, "aws-access-key-id", "", "static AWS access key (empty: the default credential chain)")
 	fs.StringVar(&creds.secretKey, "aws-secret-access-key", "", "static AWS secret key")
+	fs.StringVar(&devFaults, "dev-fault-listen", "", "serve the dev fault control (slow or down the metastore and buckets) on this address: tests and local experiments only")
+	_ = fs.MarkHidden("dev-fault-listen")
 	return withEnv(cmd)
 }

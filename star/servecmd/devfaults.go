@@ -1,0 +1,250 @@
+// The dev fault control of `star serve` (hidden flag --dev-fault-listen).
+// It is for tests and local experiments only: never enable it on a
+// production star. It lets another process make this star's metastore and
+// buckets slow or down while the star runs (the linearizability checker's
+// nemesis and the failover benchmark use it).
+//
+// The control serves plain HTTP on its own address:
+//
+//	GET    /faults  the current state
+//	PUT    /faults  apply a change (omitted fields stay as they are)
+//	DELETE /faults  clear every fault
+//
+// The state, and the body of a PUT, is
+//
+//	{"meta":{"latency_ms":N,"down":bool},
+//	 "buckets":{"<name>":{"latency_ms":N,"down":bool},...}}
+//
+// listing every bucket of the star's Standard and Express sets. Metastore
+// latency is added to every metastore call and "down" fails every call;
+// bucket latency is added to every request on the bucket and "down" fails
+// every request at once (an indefinite failure, as an unreachable bucket).
+package servecmd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	metafaults "github.com/starlog/starlog/shared/meta/faults"
+	objfaults "github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/star/node"
+)
+
+// FaultState is the injected fault of the metastore or of one bucket.
+type FaultState struct {
+	LatencyMS int64 `json:"latency_ms"`
+	Down      bool  `json:"down"`
+}
+
+// FaultsDoc is what GET, PUT and DELETE /faults answer.
+type FaultsDoc struct {
+	Meta    FaultState            `json:"meta"`
+	Buckets map[string]FaultState `json:"buckets"`
+}
+
+// faultPatch is one entry of a PUT body: nil fields stay unchanged.
+type faultPatch struct {
+	LatencyMS *int64 `json:"latency_ms"`
+	Down      *bool  `json:"down"`
+}
+
+type faultsPatch struct {
+	Meta    *faultPatch            `json:"meta"`
+	Buckets map[string]*faultPatch `json:"buckets"`
+}
+
+// maxFaultLatency bounds an injected latency (a typo should not hang a
+// star for days).
+const maxFaultLatency = time.Hour
+
+// devFaults wraps the star's stores and applies the control's changes.
+type devFaults struct {
+	log     *slog.Logger
+	meta    *metafaults.Store
+	objs    *objfaults.Store
+	buckets []string
+
+	mu    sync.Mutex
+	state FaultsDoc
+}
+
+// withDevFaults opens the stores o.cfg selects, wraps them with the fault
+// injectors, passes them to the star in o.deps and serves the control on
+// addr. The returned function stops the control and closes the metastore
+// (the star does not close stores it is given): call it after run.
+func withDevFaults(ctx context.Context, o *runOptions, addr string) (func(), error) {
+	ms, objs, err := node.OpenStores(ctx, o.cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &devFaults{
+		log:     o.log,
+		meta:    metafaults.New(ms, 1),
+		objs:    objfaults.Wrap(objs),
+		buckets: node.Buckets(o.cfg),
+	}
+	d.state = d.cleared()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		ms.Close()
+		return nil, fmt.Errorf("--dev-fault-listen %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	o.log.Warn("dev fault control: listening (tests and local experiments only)", "addr", ln.Addr().String(), "buckets", d.buckets)
+	o.deps.Meta, o.deps.Objects = d.meta, d.objs
+	return func() {
+		hs.Close()
+		ms.Close()
+	}, nil
+}
+
+func (d *devFaults) cleared() FaultsDoc {
+	doc := FaultsDoc{Buckets: make(map[string]FaultState, len(d.buckets))}
+	for _, b := range d.buckets {
+		doc.Buckets[b] = FaultState{}
+	}
+	return doc
+}
+
+func (d *devFaults) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, _ *http.Request) {
+		writeFaults(w, d.snapshot())
+	})
+	mux.HandleFunc("PUT /faults", func(w http.ResponseWriter, r *http.Request) {
+		var p faultsPatch
+		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			http.Error(w, "dev fault control: body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		doc, err := d.apply(p)
+		if err != nil {
+			http.Error(w, "dev fault control: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		writeFaults(w, doc)
+	})
+	mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) {
+		writeFaults(w, d.clear())
+	})
+	return mux
+}
+
+func writeFaults(w http.ResponseWriter, doc FaultsDoc) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(doc)
+}
+
+func (d *devFaults) snapshot() FaultsDoc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.copyState()
+}
+
+// copyState is a copy of the state; d.mu is held.
+func (d *devFaults) copyState() FaultsDoc {
+	doc := FaultsDoc{Meta: d.state.Meta, Buckets: make(map[string]FaultState, len(d.state.Buckets))}
+	for b, s := range d.state.Buckets {
+		doc.Buckets[b] = s
+	}
+	return doc
+}
+
+func checkPatch(what string, p *faultPatch) error {
+	if p == nil || p.LatencyMS == nil {
+		return nil
+	}
+	if ms := *p.LatencyMS; ms < 0 || time.Duration(ms)*time.Millisecond > maxFaultLatency {
+		return fmt.Errorf("%s: latency_ms %d: want 0 to %d", what, ms, maxFaultLatency.Milliseconds())
+	}
+	return nil
+}
+
+func patched(s FaultState, p *faultPatch) FaultState {
+	if p == nil {
+		return s
+	}
+	if p.LatencyMS != nil {
+		s.LatencyMS = *p.LatencyMS
+	}
+	if p.Down != nil {
+		s.Down = *p.Down
+	}
+	return s
+}
+
+// apply validates the whole change, then applies it: a rejected change
+// applies nothing.
+func (d *devFaults) apply(p faultsPatch) (FaultsDoc, error) {
+	if err := checkPatch("meta", p.Meta); err != nil {
+		return FaultsDoc{}, err
+	}
+	for b, bp := range p.Buckets {
+		if !slices.Contains(d.buckets, b) {
+			return FaultsDoc{}, fmt.Errorf("bucket %q: this star uses %v", b, d.buckets)
+		}
+		if err := checkPatch("bucket "+b, bp); err != nil {
+			return FaultsDoc{}, err
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p.Meta != nil {
+		d.setMeta(patched(d.state.Meta, p.Meta))
+	}
+	for b, bp := range p.Buckets {
+		d.setBucket(b, patched(d.state.Buckets[b], bp))
+	}
+	return d.copyState(), nil
+}
+
+func (d *devFaults) clear() FaultsDoc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.setMeta(FaultState{})
+	for _, b := range d.buckets {
+		d.setBucket(b, FaultState{})
+	}
+	return d.copyState()
+}
+
+// setMeta applies the metastore's state; d.mu is held.
+func (d *devFaults) setMeta(s FaultState) {
+	if s == d.state.Meta {
+		return
+	}
+	d.meta.SetLatency(metafaults.Constant(time.Duration(s.LatencyMS) * time.Millisecond))
+	d.meta.SetUnavailable(s.Down)
+	d.log.Warn("dev fault control: metastore", "latency_ms", s.LatencyMS, "down", s.Down,
+		"was_latency_ms", d.state.Meta.LatencyMS, "was_down", d.state.Meta.Down)
+	d.state.Meta = s
+}
+
+// setBucket applies one bucket's state; d.mu is held.
+func (d *devFaults) setBucket(b string, s FaultState) {
+	was := d.state.Buckets[b]
+	if s == was {
+		return
+	}
+	d.objs.SetSlow(b, time.Duration(s.LatencyMS)*time.Millisecond)
+	if s.Down {
+		// No delay, no hang: every request fails at once.
+		d.objs.SetDown(b, objfaults.Down{})
+	} else {
+		d.objs.SetUp(b)
+	}
+	d.log.Warn("dev fault control: bucket", "bucket", b, "latency_ms", s.LatencyMS, "down", s.Down,
+		"was_latency_ms", was.LatencyMS, "was_down", was.Down)
+	d.state.Buckets[b] = s
+}
