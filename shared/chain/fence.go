@@ -12,7 +12,7 @@ import (
 )
 
 // fenceBatch is how many slots a fence arbitrates at once.
-const fenceBatch = 16
+const fenceBatch = 64
 
 // Fence fences epoch to its cut and returns the cut: every slot below it is
 // committed, the cut itself is dead, so nothing at or past it will ever
@@ -252,7 +252,7 @@ type SlotFooter struct {
 }
 
 // walkAhead is how many slots the walk reads ahead of its consumer.
-const walkAhead = 8
+const walkAhead = 64
 
 // Walk reads the footer of every committed slot in [from, to) by point
 // lookups (never a listing) and hands them to fn in slot order.
