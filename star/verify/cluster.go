@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,6 +31,17 @@ type StarSpec struct {
 	Endpoint string
 	// ReadyTimeout bounds a start (default 60 s).
 	ReadyTimeout time.Duration
+	// Health makes a start wait until GET Endpoint/health answers 200
+	// (`star serve` prints no banner) instead of for the dev banner.
+	Health bool
+	// ID is the star id (--star-id), "" when the star picks it.
+	ID string
+	// FaultControl is the base URL of the star's dev fault control
+	// (--dev-fault-listen), "" when it has none.
+	FaultControl string
+	// LogFile, when set, receives everything every incarnation prints
+	// (appended; kept as evidence when a check fails).
+	LogFile string
 }
 
 // Star is one star process that can be killed and restarted; each start is
@@ -41,6 +55,30 @@ type Star struct {
 	out  *tailBuffer
 	// starts counts the incarnations started.
 	starts int
+	log    *os.File
+	// outAt is where the running process's output starts in out.
+	outAt int64
+	// zombie watches the running process's output for ZombieExit.
+	zombie *watchWriter
+}
+
+// SaidZombie reports whether the current (or last) process printed
+// ZombieExit: it exits because its incarnation was presumed dead or
+// deposed.
+func (s *Star) SaidZombie() bool {
+	s.mu.Lock()
+	w := s.zombie
+	s.mu.Unlock()
+	return w != nil && w.seen.Load()
+}
+
+// OutputOfProcess is what the current (or last) process printed, as much
+// of it as is kept.
+func (s *Star) OutputOfProcess() string {
+	s.mu.Lock()
+	at := s.outAt
+	s.mu.Unlock()
+	return s.out.Since(at)
 }
 
 // NewStar returns a stopped star.
@@ -53,6 +91,15 @@ func NewStar(spec StarSpec) *Star {
 
 // Endpoint is the star's base URL.
 func (s *Star) Endpoint() string { return s.spec.Endpoint }
+
+// ID is the star's id ("" when the spec did not fix one).
+func (s *Star) ID() string { return s.spec.ID }
+
+// FaultControl is the base URL of the star's dev fault control, "" if none.
+func (s *Star) FaultControl() string { return s.spec.FaultControl }
+
+// LogFile is where the star's output is kept ("" if only in memory).
+func (s *Star) LogFile() string { return s.spec.LogFile }
 
 // Starts is how many times the star was started.
 func (s *Star) Starts() int {
@@ -74,9 +121,24 @@ func (s *Star) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		return errors.New("star already running")
 	}
+	if s.spec.LogFile != "" && s.log == nil {
+		f, err := os.OpenFile(s.spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("star log: %w", err)
+		}
+		s.log = f
+	}
+	zombie := &watchWriter{marker: []byte(ZombieExit)}
+	s.zombie = zombie
+	var sink io.Writer = &teeWriter{s.out, zombie}
+	if s.log != nil {
+		sink = &teeWriter{sink, s.log}
+		fmt.Fprintf(s.log, "=== %s: start %d: %s %s\n", time.Now().Format(time.RFC3339Nano), s.starts+1, s.spec.Binary, strings.Join(s.spec.Args, " "))
+	}
 	cmd := exec.Command(s.spec.Binary, s.spec.Args...)
 	cmd.Env = append(os.Environ(), s.spec.Env...)
-	cmd.Stderr = s.out
+	cmd.Stderr = sink
 	// Its own process group, so a signal to the test does not reach it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()
@@ -84,6 +146,7 @@ func (s *Star) Start(ctx context.Context) error {
 		s.mu.Unlock()
 		return fmt.Errorf("star stdout: %w", err)
 	}
+	s.outAt = s.out.Total()
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("start star: %w", err)
@@ -96,10 +159,10 @@ func (s *Star) Start(ctx context.Context) error {
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		signalled := false
+		signalled := s.spec.Health // then pollHealth signals
 		for sc.Scan() {
 			line := sc.Text()
-			s.out.Write([]byte(line + "\n"))
+			sink.Write([]byte(line + "\n"))
 			if !signalled && bannerRE.MatchString(line) {
 				signalled = true
 				close(ready)
@@ -110,6 +173,9 @@ func (s *Star) Start(ctx context.Context) error {
 		_ = cmd.Wait()
 		close(done)
 	}()
+	if s.spec.Health {
+		go pollHealth(s.spec.Endpoint, ready, done)
+	}
 	timer := time.NewTimer(s.spec.ReadyTimeout)
 	defer timer.Stop()
 	select {
@@ -125,6 +191,57 @@ func (s *Star) Start(ctx context.Context) error {
 		s.Kill()
 		return ctx.Err()
 	}
+}
+
+// pollHealth closes ready once GET url/health answers 200, and gives up
+// when done closes (the process exited).
+func pollHealth(url string, ready, done chan struct{}) {
+	c := &http.Client{Timeout: time.Second}
+	for {
+		if res, err := c.Get(url + "/health"); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				close(ready)
+				return
+			}
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Exited reports whether a started process exited without Kill or Stop
+// (a crash, or an exit of its own).
+func (s *Star) Exited() bool {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Forget drops a process that exited on its own, so Start can run a new
+// incarnation.
+func (s *Star) Forget() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	<-done
+	s.reap(cmd)
 }
 
 // reap forgets cmd once it has exited.
@@ -174,21 +291,92 @@ func (s *Star) Running() bool {
 	return s.cmd != nil
 }
 
+// teeWriter writes to both, ignoring the second's errors (a log file).
+type teeWriter struct {
+	a io.Writer
+	b io.Writer
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	_, _ = t.b.Write(p)
+	return t.a.Write(p)
+}
+
+// watchWriter notes whether marker was ever written through it (also
+// across two writes).
+type watchWriter struct {
+	marker []byte
+	seen   atomic.Bool
+	mu     sync.Mutex
+	carry  []byte
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	if w.seen.Load() {
+		return len(p), nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	buf := append(w.carry, p...)
+	if bytes.Contains(buf, w.marker) {
+		w.seen.Store(true)
+		w.carry = nil
+		return len(p), nil
+	}
+	if k := len(w.marker) - 1; len(buf) > k {
+		buf = buf[len(buf)-k:]
+	}
+	w.carry = append(w.carry[:0:0], buf...)
+	return len(p), nil
+}
+
+// Close closes the log file, if any (after the last incarnation).
+func (s *Star) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log != nil {
+		s.log.Close()
+		s.log = nil
+	}
+}
+
 // tailBuffer keeps the last max bytes written to it.
 type tailBuffer struct {
 	mu  sync.Mutex
 	max int
 	b   bytes.Buffer
+	// total counts every byte ever written.
+	total int64
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b.Write(p)
+	t.total += int64(len(p))
 	if over := t.b.Len() - t.max; over > 0 {
 		t.b.Next(over)
 	}
 	return len(p), nil
+}
+
+// Total is how many bytes were ever written.
+func (t *tailBuffer) Total() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.total
+}
+
+// Since returns what was written after the first off bytes (as much of it
+// as is kept).
+func (t *tailBuffer) Since(off int64) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.b.Bytes()
+	if kept := t.total - int64(len(b)); off > kept {
+		b = b[off-kept:]
+	}
+	return string(b)
 }
 
 func (t *tailBuffer) String() string {

@@ -22,10 +22,12 @@ type History struct {
 	ops []porcupine.Operation
 	// acks are the acknowledged appends, for the final read-back.
 	acks []Ack
-	// seen are the hashes every read returned, by stream: an indefinite
+	// seen are the hashes every read returned, by stream, each with the
+	// earliest return time of a read that returned it: an indefinite
 	// append none of whose records was ever read did not happen (the final
-	// read-back covers every stream to its tail).
-	seen  map[string]map[uint64]bool
+	// read-back covers every stream to its tail), and one whose records
+	// were read happened before that read returned.
+	seen  map[string]map[uint64]int64
 	stats Stats
 	// anomalies are violations found while recording, which the model
 	// cannot express (a read whose seq nums do not follow its start).
@@ -48,8 +50,9 @@ type Stats struct {
 	// Definite412 counts 412s (seq or token), RangeNotSatisfiable 416s.
 	Definite412, RangeNotSatisfiable int
 	// Indefinite counts appends that failed indefinitely; Pruned those of
-	// them whose records no read ever returned (they did not happen).
-	Indefinite, Pruned int
+	// them whose records no read ever returned (they did not happen),
+	// Observed those whose records a read returned (they happened).
+	Indefinite, Pruned, Observed int
 	// ShortReads counts reads that returned fewer records than asked
 	// although the client knew of more (its own acks and tails).
 	ShortReads int
@@ -62,7 +65,7 @@ type Stats struct {
 
 // NewHistory starts a history; times are measured from now.
 func NewHistory() *History {
-	return &History{base: time.Now(), seen: map[string]map[uint64]bool{}}
+	return &History{base: time.Now(), seen: map[string]map[uint64]int64{}}
 }
 
 // Now is the history's clock (monotonic nanoseconds since its start).
@@ -164,7 +167,7 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 		out.Records = make([]uint64, len(b.Records))
 		seen := h.seen[in.Stream]
 		if seen == nil {
-			seen = map[uint64]bool{}
+			seen = map[uint64]int64{}
 			h.seen[in.Stream] = seen
 		}
 		for i := range b.Records {
@@ -173,7 +176,9 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 					in.Stream, in.From, b.Records[i].SeqNum, i, want))
 			}
 			out.Records[i] = RecordHash(&b.Records[i])
-			seen[out.Records[i]] = true
+			if at, ok := seen[out.Records[i]]; !ok || ret < at {
+				seen[out.Records[i]] = ret
+			}
 		}
 	} else {
 		h.stats.RangeNotSatisfiable++
@@ -201,31 +206,73 @@ func (h *History) RecordCheckTail(client int, stream string, call int64, tail ap
 // every stream to its tail) would have returned its records. Dropping them
 // keeps the search small; every unknown operation otherwise stays open to
 // the end of the history.
+//
+// An indefinite append some read observed did happen, and took effect
+// before the first read that returned one of its records returned: it is
+// checked as OutObserved (applied, its conditions held) with that read's
+// return time. Both are what any linearization has to satisfy anyway (the
+// read follows the append), so nothing is lost, and the search no longer
+// weighs "never happened" for operations that did. (A read that returned
+// before the append was called leaves the append open to the end, where
+// the checker rejects it.)
 func (h *History) Operations() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ops := make([]porcupine.Operation, 0, len(h.ops))
-	pruned := 0
+	// Only a record no other append carries tells that an append happened
+	// (every batch that clears the fencing token carries the same fence
+	// record).
+	carriers := map[string]map[uint64]int{}
 	for _, op := range h.ops {
 		in := op.Input.(*Input)
-		if in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown && !h.observed(in) {
-			pruned++
+		if in.Kind != KindAppend {
 			continue
+		}
+		m := carriers[in.Stream]
+		if m == nil {
+			m = map[uint64]int{}
+			carriers[in.Stream] = m
+		}
+		for _, r := range in.Records {
+			m[r]++
+		}
+	}
+	ops := make([]porcupine.Operation, 0, len(h.ops))
+	pruned, observed := 0, 0
+	for _, op := range h.ops {
+		in := op.Input.(*Input)
+		if in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown {
+			at, ok := h.observed(in, carriers[in.Stream])
+			if !ok {
+				pruned++
+				continue
+			}
+			observed++
+			op.Output = &Output{Outcome: OutObserved}
+			if at >= op.Call {
+				op.Return = at
+			}
 		}
 		ops = append(ops, op)
 	}
 	h.stats.Pruned = pruned
+	h.stats.Observed = observed
 	return ops
 }
 
-func (h *History) observed(in *Input) bool {
+// observed reports whether a read returned a record of in that no other
+// append carries, and the earliest return of such a read.
+func (h *History) observed(in *Input, carriers map[uint64]int) (int64, bool) {
 	seen := h.seen[in.Stream]
+	at, ok := int64(math.MaxInt64), false
 	for _, r := range in.Records {
-		if seen[r] {
-			return true
+		if carriers[r] != 1 {
+			continue
+		}
+		if t, hit := seen[r]; hit {
+			at, ok = min(at, t), true
 		}
 	}
-	return false
+	return at, ok
 }
 
 // Acks returns the acknowledged appends.

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -45,14 +46,127 @@ func TestHistoryPrunesUnobservedIndefiniteAppends(t *testing.T) {
 		t.Fatalf("%d operations after pruning, want 3 (x pruned)", len(ops))
 	}
 	st := h.Stats()
-	if st.Indefinite != 2 || st.Pruned != 1 || st.Acked != 1 {
+	if st.Indefinite != 2 || st.Pruned != 1 || st.Observed != 1 || st.Acked != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+	// y was observed: it is checked as applied, returned when the read did.
+	if o := ops[1]; o.Output.(*Output).Outcome != OutObserved || o.Return != ops[2].Return {
+		t.Fatalf("observed append checked as %+v, returning at %d (the read returned at %d)", o.Output, o.Return, ops[2].Return)
 	}
 	if res := porcupine.CheckOperationsTimeout(Model(), ops, 0); res != porcupine.Ok {
 		t.Fatalf("check = %v", res)
 	}
 	if got := h.Anomalies(); len(got) != 0 {
 		t.Fatalf("anomalies %v", got)
+	}
+}
+
+// An observed indefinite append happened: it must have taken effect before
+// the read that returned its records, and its conditions must have held.
+func TestHistoryObservedIndefiniteAppends(t *testing.T) {
+	read := func(h *History, c int, from uint64, bodies ...string) {
+		rs, _ := batchOf(bodies...)
+		for i := range rs {
+			rs[i].SeqNum = from + uint64(i)
+		}
+		h.RecordRead(c, &Input{Stream: "s", Kind: KindRead, From: from, Count: 10}, h.Now(), &api.ReadBatch{Records: rs}, nil)
+	}
+	tail := func(h *History, c int, n uint64) {
+		h.RecordCheckTail(c, "s", h.Now(), api.StreamPosition{SeqNum: n}, nil)
+	}
+	// Read, then a check-tail that still sees 0: the append took effect
+	// before the read returned, so the later check-tail is stale.
+	h := NewHistory()
+	_, x := batchOf("x")
+	h.RecordAppend(0, &Input{Stream: "s", Kind: KindAppend, Records: x}, h.Now(), api.AppendAck{}, errReset)
+	read(h, 1, 0, "x")
+	tail(h, 2, 0)
+	if res := porcupine.CheckOperationsTimeout(Model(), h.Operations(), 0); res != porcupine.Illegal {
+		t.Fatalf("a check-tail behind an observed append after its read checks %v", res)
+	}
+	// Its match_seq_num could not have held where it took effect: a read
+	// returning it anyway is illegal.
+	h = NewHistory()
+	_, a := batchOf("a")
+	h.RecordAppend(0, &Input{Stream: "s", Kind: KindAppend, Records: a}, h.Now(), ack(0, 1), nil)
+	_, y := batchOf("y")
+	h.RecordAppend(1, &Input{Stream: "s", Kind: KindAppend, Records: y, MatchSeqNum: api.Uint64(0)}, h.Now(), api.AppendAck{}, errReset)
+	read(h, 2, 0, "a", "y")
+	if res := porcupine.CheckOperationsTimeout(Model(), h.Operations(), 0); res != porcupine.Illegal {
+		t.Fatalf("an observed append whose match_seq_num failed checks %v", res)
+	}
+	// Concurrent with the read that returned it, and before a tail that
+	// counts it: fine.
+	h = NewHistory()
+	call := h.Now()
+	read(h, 2, 0, "z")
+	_, z := batchOf("z")
+	h.RecordAppend(0, &Input{Stream: "s", Kind: KindAppend, Records: z}, call, api.AppendAck{}, errReset)
+	tail(h, 1, 1)
+	if res := porcupine.CheckOperationsTimeout(Model(), h.Operations(), 0); res != porcupine.Ok {
+		t.Fatalf("an observed append before its read checks %v", res)
+	}
+}
+
+// Every batch that clears the fencing token carries the same fence record:
+// reading one such record tells nothing about which batch happened.
+func TestHistorySharedRecordsDoNotObserve(t *testing.T) {
+	h := NewHistory()
+	clear := api.FenceRecord("")
+	fr := RecordHash(&clear)
+	_, a := batchOf("a")
+	_, b := batchOf("b")
+	h.RecordAppend(0, &Input{Stream: "s", Kind: KindAppend, Records: append([]uint64{fr}, a...), FenceTo: api.String("")}, h.Now(), api.AppendAck{}, errReset)
+	h.RecordAppend(1, &Input{Stream: "s", Kind: KindAppend, Records: append([]uint64{fr}, b...), FenceTo: api.String("")}, h.Now(), api.AppendAck{}, errReset)
+	rs := []api.Record{clear, {Body: []byte("a")}}
+	rs[1].SeqNum = 1
+	h.RecordRead(2, &Input{Stream: "s", Kind: KindRead, From: 0, Count: 10}, h.Now(), &api.ReadBatch{Records: rs}, nil)
+	ops := h.Operations()
+	if st := h.Stats(); st.Pruned != 1 || st.Observed != 1 || len(ops) != 2 {
+		t.Fatalf("stats %+v, %d ops: want b pruned, a observed", st, len(ops))
+	}
+	if res := porcupine.CheckOperationsTimeout(Model(), ops, 0); res != porcupine.Ok {
+		t.Fatalf("check = %v", res)
+	}
+}
+
+func TestDuplicateAcks(t *testing.T) {
+	acks := []Ack{{Stream: "s", Start: 0, Records: recs("a", "b")}, {Stream: "t", Start: 1, Records: recs("c")}, {Stream: "s", Start: 2, Records: recs("d")}}
+	if bad := DuplicateAcks(acks); len(bad) != 0 {
+		t.Fatalf("distinct acks flagged: %v", bad)
+	}
+	acks = append(acks, Ack{Stream: "s", Start: 1, Records: recs("e", "f")})
+	if bad := DuplicateAcks(acks); len(bad) != 2 {
+		t.Fatalf("acks of seqs 1 and 2 twice: %v, want two violations", bad)
+	}
+}
+
+// The blip of a handoff: the longest acked append and ack gap around it.
+func TestHandoffBlips(t *testing.T) {
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	h := NewHistory()
+	add := func(call, ret int64, start uint64) {
+		h.ops = append(h.ops, porcupine.Operation{Input: &Input{Stream: "s", Kind: KindAppend, Records: recs(fmt.Sprint(start))},
+			Output: &Output{Outcome: OutOK, Start: start, End: start + 1}, Call: ms(call), Return: ms(ret)})
+	}
+	add(0, 10, 0)
+	add(90, 100, 1)
+	add(150, 700, 2) // straddles the handoff at [200, 300]
+	add(710, 720, 3)
+	add(5000, 5010, 4) // after the window
+	evs := []FaultEvent{{Fault: "handoff", Stream: "s", At: 200 * time.Millisecond, Recovered: 300 * time.Millisecond},
+		{Fault: "handoff", Stream: "s", Failed: true, At: time.Second, Recovered: 2 * time.Second}}
+	bl := HandoffBlips(h, evs)
+	if len(bl) != 1 {
+		t.Fatalf("blips %+v, want one", bl)
+	}
+	// The gap (100, 700) counts from the handoff's start at 200.
+	if b := bl[0]; b.MaxAckLatency != 550*time.Millisecond || b.AckGap != 500*time.Millisecond || b.Acks != 2 || b.Clean {
+		t.Fatalf("blip %+v, want latency 550ms, gap 500ms, 2 acks, not clean (a fault follows within a second)", b)
+	}
+	evs[1].At = 1400 * time.Millisecond
+	if b := HandoffBlips(h, evs)[0]; !b.Clean {
+		t.Fatalf("blip %+v, want clean", b)
 	}
 }
 
@@ -144,5 +258,39 @@ func TestStarLifecycle(t *testing.T) {
 	bad := NewStar(StarSpec{Binary: sh, Args: []string{"-c", "echo nope; exit 3"}, ReadyTimeout: 10 * time.Second})
 	if err := bad.Start(ctx); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("start of a failing process: %v", err)
+	}
+}
+
+func TestTailBufferSince(t *testing.T) {
+	b := &tailBuffer{max: 5}
+	b.Write([]byte("abc"))
+	at := b.Total()
+	b.Write([]byte("defg"))
+	if got := b.String(); got != "cdefg" {
+		t.Fatalf("kept %q", got)
+	}
+	for off, want := range map[int64]string{0: "cdefg", at: "defg", 5: "fg", 7: ""} {
+		if got := b.Since(off); got != want {
+			t.Fatalf("Since(%d) = %q, want %q", off, got, want)
+		}
+	}
+}
+
+func TestWatchWriter(t *testing.T) {
+	w := &watchWriter{marker: []byte("needle")}
+	for _, chunk := range []string{"hay hay ne", "ed", "le hay"} {
+		if w.seen.Load() {
+			t.Fatalf("seen before %q", chunk)
+		}
+		w.Write([]byte(chunk))
+	}
+	if !w.seen.Load() {
+		t.Fatal("a marker split over three writes was missed")
+	}
+	w2 := &watchWriter{marker: []byte("needle")}
+	w2.Write([]byte("need"))
+	w2.Write([]byte(" le"))
+	if w2.seen.Load() {
+		t.Fatal("seen a marker that was not written")
 	}
 }

@@ -5,35 +5,58 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta/sqlite"
+	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/sdk"
+	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auditor"
 )
 
 // The short run is the default (make test); make verify passes longer
 // figures.
 var (
-	flagDuration     = flag.Duration("verify.duration", 10*time.Second, "total client time of TestLinearizable")
-	flagRound        = flag.Duration("verify.round", 10*time.Second, "length of one checked history (fresh streams each)")
-	flagKills        = flag.Int("verify.kills", 3, "kill -9 + restart faults over the whole run")
+	flagDuration     = flag.Duration("verify.duration", 12*time.Second, "total client time of TestLinearizable")
+	flagRound        = flag.Duration("verify.round", 6*time.Second, "length of one checked history (fresh streams each)")
+	flagStars        = flag.Int("verify.stars", 3, "star serve processes sharing one SQLite metastore and one object directory")
+	flagKills        = flag.Int("verify.kills", 2, "kill -9 + restart faults over the whole run")
+	flagHandoffs     = flag.Int("verify.handoffs", 2, "stream handoffs under load over the whole run")
+	flagStoreFaults  = flag.Int("verify.store-faults", 2, "bucket and metastore faults (slow or down) over the whole run, kinds in turn")
 	flagStreams      = flag.Int("verify.streams", 2, "streams per history (alternately standard and express)")
 	flagClients      = flag.Int("verify.clients", 4, "client goroutines per stream")
 	flagSeed         = flag.Uint64("verify.seed", 0, "random seed (0: from the clock)")
 	flagCheckTimeout = flag.Duration("verify.check-timeout", 3*time.Minute, "porcupine's budget per history")
-	flagMaxDown      = flag.Duration("verify.max-down", 300*time.Millisecond, "a killed star stays down up to this long")
+	flagMaxDown      = flag.Duration("verify.max-down", 3*time.Second, "a killed star stays down up to this long (past --dead-after: the others take its streams over)")
+	flagDeadAfter    = flag.Duration("verify.dead-after", 2*time.Second, "the stars' --dead-after (heartbeat every tenth of it)")
+	flagAuditor      = flag.Duration("verify.auditor", time.Second, "run the auditor (plan, janitor, settle, trim) in the test process this often (0: none)")
+	flagMaxHold      = flag.Duration("verify.max-hold", 2500*time.Millisecond, "a bucket or metastore fault holds up to this long (a partition: dead-after + 300ms + up to half of it)")
+	flagStoreKinds   = flag.String("verify.store-kinds", "", "comma-separated bucket and metastore fault kinds to inject (empty: all), e.g. down-meta,partition-meta")
+	flagKeep         = flag.Bool("verify.keep", false, "keep the stars' data and logs even when the run passes")
 )
 
-const basin = "starlog-dev"
+const basin = "starlog-verify"
+
+// The stars' bucket sets (star serve's defaults, passed explicitly so the
+// nemesis knows them).
+var (
+	standardBuckets = []string{"standard"}
+	expressBuckets  = []string{"express-a", "express-b", "express-c"}
+)
 
 // buildStar builds the star binary, or takes $STARLOG_STAR_BIN (a binary
 // built earlier, e.g. to check a given build).
@@ -52,15 +75,24 @@ func buildStar(t *testing.T) string {
 
 // runFigures are what a run reports (issue 6 asks for them).
 type runFigures struct {
-	kills, histories, ops, acked, verified, indefinite, pruned, definite412 int
-	opsPerHistory                                                           []int
-	restart                                                                 []time.Duration
+	stars, kills, handoffs, handoffsFailed, supervised  int
+	storeFaults                                         map[string]int
+	histories, ops, acked, verified, definite412        int
+	indefinite, pruned, observed, shortReads, anomalies int
+	opsPerHistory                                       []int
+	restart                                             []time.Duration
+	blips                                               []Blip
+	ackLatencies                                        []time.Duration
+	zombieExits, illegal, undecided                     int
 }
 
-// TestLinearizable runs clients against a real `star dev` process while
-// the nemesis kills it with SIGKILL and restarts it on the same data. Each
-// round is one history on fresh streams: it must be linearizable, and a
-// final read-back must find every acknowledged record at its seq num.
+// TestLinearizable runs clients against a cluster of `star serve`
+// processes sharing one SQLite metastore and one object directory, while
+// the nemesis kills stars with SIGKILL and restarts them, hands streams
+// off under load, and slows or downs buckets and the metastore through the
+// stars' dev fault controls. Each round is one history on fresh streams:
+// it must be linearizable, and a final read-back must find every
+// acknowledged record at its seq num, with no seq num acknowledged twice.
 func TestLinearizable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
@@ -71,59 +103,260 @@ func TestLinearizable(t *testing.T) {
 	}
 	t.Logf("seed %d (rerun with -args -verify.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
+	ctx := t.Context()
 
 	bin := buildStar(t)
-	data := t.TempDir()
-	addr := testsvc.Addr(testsvc.FreePort(t))
-	star := NewStar(StarSpec{
-		Binary: bin,
-		Args: []string{"dev", "--data", data, "--listen", addr,
-			"--s3-flush-interval", "5ms", "--shutdown-timeout", "5s",
-			// Settle and trim during the run, so reads cross span refs,
-			// settled objects and trimmed slots, not only the flight index.
-			"--auditor-interval", "1s", "--settle-linger", "2s", "--settle-express-linger", "1s",
-			"--read-grace", "2s"},
-		Env:      []string{"STARLOG_LOG_LEVEL=warn"},
-		Endpoint: "http://" + addr,
-	})
-	ctx := t.Context()
-	if err := star.Start(ctx); err != nil {
-		t.Fatal(err)
+	withFaults := HasFaultControl(ctx, bin)
+	if !withFaults && *flagStoreFaults > 0 {
+		t.Logf("WARNING: this star binary has no --dev-fault-listen: the %d bucket and metastore faults are skipped", *flagStoreFaults)
 	}
-	t.Cleanup(func() {
-		if err := star.Kill(); err != nil {
-			t.Error(err)
-		}
-	})
-	cluster := &Cluster{Stars: []*Star{star}}
-	nem := &Nemesis{Cluster: cluster, Rand: rng,
-		Faults: []Fault{&KillRestart{MaxDown: *flagMaxDown, Rand: rand.New(rand.NewPCG(seed, 2))}}}
-	admin, err := sdk.New(sdk.Config{AccountEndpoint: star.Endpoint()})
+	dir := workDir(t)
+	cluster := startCluster(t, bin, dir, max(1, *flagStars), withFaults)
+	if *flagAuditor > 0 {
+		startAuditor(t, dir, *flagAuditor)
+	}
+
+	plan := buildPlan(seed, cluster, withFaults)
+	nem := &Nemesis{Cluster: cluster, Rand: rng, SuperviseGrace: superviseGrace}
+	admins, err := NewClients(cluster.Endpoints(), 30*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	createBasin(t, ctx, admins)
 
 	round := min(*flagRound, *flagDuration)
 	rounds := max(1, int((*flagDuration+round-1)/round))
-	var fig runFigures
+	fig := runFigures{stars: len(cluster.Stars), storeFaults: map[string]int{}}
 	for r := range rounds {
-		kills := *flagKills*(r+1)/rounds - *flagKills*r/rounds
-		if !runRound(t, ctx, r, round, kills, seed, cluster, nem, admin, &fig) {
+		part := plan[len(plan)*r/rounds : len(plan)*(r+1)/rounds]
+		if !runRound(t, ctx, r, round, part, seed, cluster, nem, admins, &fig) {
 			break
 		}
 	}
-	t.Logf("figures: %d kill -9s survived; %d histories checked, operations per history %v; "+
-		"%d appends acknowledged, %d acknowledged records verified by read-back; "+
-		"%d indefinite appends (%d never happened), %d definite 412s; restart to serving %v",
-		fig.kills, fig.histories, fig.opsPerHistory, fig.acked, fig.verified, fig.indefinite, fig.pruned, fig.definite412, fig.restart)
+	reportFigures(t, &fig, rounds)
 	if fig.verified == 0 {
 		t.Fatal("no acknowledged record was verified: the run tested nothing")
 	}
 }
 
+// workDir is the cluster's data folder, kept (and named in the log) when
+// the test fails or -verify.keep is set.
+func workDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "starlog-verify-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || *flagKeep {
+			t.Logf("stars' data and logs kept in %s (star-N.log, auditor.log)", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// startCluster starts n `star serve` processes on loopback ports sharing
+// dir's metastore and object folder (as `star dev --stars N` does), each
+// with its dev fault control when withFaults.
+func startCluster(t *testing.T, bin, dir string, n int, withFaults bool) *Cluster {
+	t.Helper()
+	objects := filepath.Join(dir, "objects")
+	if err := os.MkdirAll(objects, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	beat := *flagDeadAfter / 10
+	c := &Cluster{Basin: basin, Dir: dir}
+	for i := range n {
+		id := fmt.Sprintf("star-%d", i+1)
+		addr := testsvc.Addr(testsvc.FreePort(t))
+		args := []string{"serve",
+			"--sqlite", filepath.Join(dir, "meta.db"), "--fs-root", objects,
+			"--star-id", id, "--listen", addr, "--address", addr,
+			"--standard-buckets", strings.Join(standardBuckets, ","), "--express-buckets", strings.Join(expressBuckets, ","),
+			"--registry-heartbeat", beat.String(), "--dead-after", flagDeadAfter.String(),
+			"--s3-flush-interval", "5ms", "--shutdown-timeout", "5s",
+			// Markers ripen within seconds, so the auditor settles and
+			// trims during the run and reads cross span refs, settled
+			// objects and trimmed slots, not only the flight index.
+			"--settle-linger", "1s", "--settle-age-cap", "2s",
+			"--settle-express-linger", "1s", "--settle-express-age-cap", "2s",
+			"--read-grace", "2s",
+			"--log-level", "info"}
+		spec := StarSpec{Binary: bin, Args: args, Endpoint: "http://" + addr, Health: true, ID: id,
+			LogFile: filepath.Join(dir, id+".log")}
+		if withFaults {
+			fa := testsvc.Addr(testsvc.FreePort(t))
+			spec.Args = append(spec.Args, "--dev-fault-listen", fa)
+			spec.FaultControl = "http://" + fa
+		}
+		s := NewStar(spec)
+		// One at a time: the first creates the metastore's schema.
+		if err := s.Start(t.Context()); err != nil {
+			t.Fatalf("start %s: %v", id, err)
+		}
+		c.Stars = append(c.Stars, s)
+	}
+	t.Cleanup(func() {
+		for _, s := range c.Stars {
+			if err := s.Kill(); err != nil {
+				t.Error(err)
+			}
+			s.Close()
+		}
+	})
+	if withFaults {
+		doc, err := GetFaults(t.Context(), c.Stars[0])
+		if err != nil {
+			t.Fatalf("dev fault control: %v", err)
+		}
+		for _, b := range append(slices.Clone(standardBuckets), expressBuckets...) {
+			if _, ok := doc.Buckets[b]; !ok {
+				t.Fatalf("dev fault control lists buckets %v, not %s", doc.Buckets, b)
+			}
+		}
+	}
+	return c
+}
+
+// startAuditor runs the auditor (plan and janitor, then settle, trim-check
+// and chain-settle jobs) in the test process on the cluster's stores, as
+// the Lambda functions run beside the stars in production.
+func startAuditor(t *testing.T, dir string, every time.Duration) {
+	t.Helper()
+	ms, err := sqlite.Open(t.Context(), filepath.Join(dir, "meta.db"))
+	if err != nil {
+		t.Fatalf("auditor metastore: %v", err)
+	}
+	objs, err := fs.New(filepath.Join(dir, "objects"))
+	if err != nil {
+		t.Fatalf("auditor object store: %v", err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "auditor.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := settle.Config{
+		Standard:  settle.ClassTimers{Linger: time.Second, AgeCap: 2 * time.Second},
+		Express:   settle.ClassTimers{Linger: time.Second, AgeCap: 2 * time.Second},
+		ReadGrace: 2 * time.Second,
+		// The janitor presumes stars dead by the stars' own bound.
+		DeadAfter:  *flagDeadAfter,
+		ScratchDir: filepath.Join(dir, "scratch"),
+	}.WithDefaults()
+	if err := os.MkdirAll(cfg.ScratchDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := &settle.Stores{
+		Meta: ms, Objects: objs, SettledBucket: standardBuckets[0],
+		Streams: settle.MetaStreams{Meta: ms}, Config: cfg,
+		Metrics: settle.NewMetrics(prometheus.NewRegistry()),
+		Logger:  slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	r, err := auditor.New(st, auditor.Options{Interval: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(actx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		ms.Close()
+		logf.Close()
+	})
+}
+
+// buildPlan lists the run's faults in a random order: the kills, the
+// handoffs and the store faults (kinds in turn, each turn shuffled).
+func buildPlan(seed uint64, c *Cluster, withFaults bool) []Fault {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	var plan []Fault
+	kill := &KillRestart{MaxDown: *flagMaxDown, Rand: rand.New(rand.NewPCG(seed, 2))}
+	for range *flagKills {
+		plan = append(plan, kill)
+	}
+	if len(c.Stars) > 1 {
+		h := &Handoff{Rand: rand.New(rand.NewPCG(seed, 4)), Timeout: 15 * time.Second}
+		for range *flagHandoffs {
+			plan = append(plan, h)
+		}
+	}
+	if withFaults {
+		da := *flagDeadAfter
+		mh := max(*flagMaxHold, time.Second)
+		holds := map[StoreFaultKind][2]time.Duration{
+			SlowBucket:         {500 * time.Millisecond, mh},
+			DownExpressBucket:  {500 * time.Millisecond, mh},
+			DownStandardBucket: {500 * time.Millisecond, mh},
+			SlowMeta:           {500 * time.Millisecond, mh},
+			DownMeta:           {500 * time.Millisecond, mh},
+			// Past dead-after: the others take the star's streams over.
+			PartitionMeta: {da + 300*time.Millisecond, da + 300*time.Millisecond + mh/2},
+		}
+		kinds := map[StoreFaultKind]*StoreFault{}
+		only := map[string]bool{}
+		for _, k := range strings.Split(*flagStoreKinds, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				only[k] = true
+			}
+		}
+		for i, k := range StoreFaultKinds {
+			if k == PartitionMeta && len(c.Stars) < 2 || len(only) > 0 && !only[k.String()] {
+				continue
+			}
+			kinds[k] = &StoreFault{Kind: k, Standard: standardBuckets, Express: expressBuckets,
+				MinHold: holds[k][0], MaxHold: holds[k][1], Rand: rand.New(rand.NewPCG(seed, uint64(10+i)))}
+		}
+		var turn []StoreFaultKind
+		for range *flagStoreFaults {
+			if len(kinds) == 0 {
+				break
+			}
+			if len(turn) == 0 {
+				for _, k := range StoreFaultKinds {
+					if kinds[k] != nil {
+						turn = append(turn, k)
+					}
+				}
+				rng.Shuffle(len(turn), func(i, j int) { turn[i], turn[j] = turn[j], turn[i] })
+			}
+			plan = append(plan, kinds[turn[0]])
+			turn = turn[1:]
+		}
+	}
+	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	return plan
+}
+
+// createBasin creates the run's basin through the first star that takes
+// the call.
+func createBasin(t *testing.T, ctx context.Context, admins []*sdk.Client) {
+	t.Helper()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	i := 0
+	err := retry(cctx, func() error {
+		i++
+		_, err := admins[i%len(admins)].CreateBasin(cctx, basin, &api.BasinConfig{})
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Status == 409 {
+			return nil // an earlier attempt created it
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("create basin %s: %v", basin, err)
+	}
+}
+
 // runRound runs one history; it reports false when the run must stop.
-func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, kills int, seed uint64,
-	cluster *Cluster, nem *Nemesis, admin *sdk.Client, fig *runFigures) bool {
+func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []Fault, seed uint64,
+	cluster *Cluster, nem *Nemesis, admins []*sdk.Client, fig *runFigures) bool {
 	t.Helper()
 	streams := make([]string, *flagStreams)
 	for i := range streams {
@@ -133,8 +366,10 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, kills i
 			class = api.StorageExpress
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		attempt := 0
 		err := retry(cctx, func() error {
-			_, err := admin.Basin(basin).CreateStream(cctx, streams[i], &api.StreamConfig{StorageClass: &class})
+			attempt++
+			_, err := admins[(r+i+attempt)%len(admins)].Basin(basin).CreateStream(cctx, streams[i], &api.StreamConfig{StorageClass: &class})
 			var ae *api.Error
 			if errors.As(err, &ae) && ae.Status == 409 {
 				return nil // an earlier attempt created it
@@ -146,51 +381,122 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, kills i
 			t.Fatalf("round %d: create stream %s: %v", r, streams[i], err)
 		}
 	}
+	cluster.SetStreams(streams)
 
 	h := NewHistory()
 	w := &Workload{Endpoints: cluster.Endpoints(), Basin: basin, Streams: streams,
 		ClientsPerStream: *flagClients, Seed: seed + uint64(r)}
-	rctx, cancel := context.WithTimeout(ctx, d)
+	// The clients run for d and at least until the nemesis has injected
+	// every planned fault and BlipMargin more (a handoff's blip is
+	// measured until then).
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type nemResult struct {
+	var nr struct {
 		evs []FaultEvent
 		err error
 	}
-	nemDone := make(chan nemResult, 1)
+	nemDone := make(chan struct{})
 	go func() {
-		evs, err := nem.Run(rctx, d, kills, func() time.Duration { return time.Duration(h.Now()) })
-		nemDone <- nemResult{evs, err}
+		defer close(nemDone)
+		nr.evs, nr.err = nem.RunPlan(ctx, d, plan, func() time.Duration { return time.Duration(h.Now()) })
 	}()
-	if err := w.Run(rctx, h); err != nil {
+	go func() {
+		defer cancel()
+		select {
+		case <-time.After(d):
+		case <-cctx.Done():
+			return
+		}
+		select {
+		case <-nemDone:
+		case <-cctx.Done():
+			return
+		}
+		select {
+		case <-time.After(BlipMargin):
+		case <-cctx.Done():
+		}
+	}()
+	if err := w.Run(cctx, h); err != nil {
 		t.Fatalf("round %d: clients: %v", r, err)
 	}
-	nr := <-nemDone
+	<-nemDone
 	if nr.err != nil {
-		t.Fatalf("round %d: nemesis: %v\nstar output:\n%s", r, nr.err, cluster.Stars[0].Output())
+		t.Errorf("round %d: nemesis: %v", r, nr.err)
+		dumpStars(t, cluster)
+		return false
 	}
+	countSupervised(t, r, nr.evs, fig)
 	for _, ev := range nr.evs {
-		fig.restart = append(fig.restart, (ev.Recovered - ev.At).Round(time.Millisecond))
+		switch {
+		case ev.Fault == "kill-9+restart":
+			fig.kills++
+			fig.restart = append(fig.restart, (ev.Recovered - ev.At).Round(time.Millisecond))
+		case ev.Fault == "handoff" && ev.Failed:
+			fig.handoffsFailed++
+			t.Logf("round %d: handoff not done: %s", r, ev.Detail)
+		case ev.Fault == "handoff":
+			fig.handoffs++
+		case ev.Fault == "supervisor-restart":
+		default:
+			fig.storeFaults[ev.Fault]++
+		}
 	}
 
-	// Read back through the star (restarted if the nemesis just killed it).
+	// Read back through the stars (restarted if the nemesis just killed
+	// one, its streams taken over if one was partitioned).
 	rb, cancelRB := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelRB()
-	readBack, err := ReadBack(rb, admin, basin, streams, h, len(streams)**flagClients)
+	sevs, err := cluster.Supervise(rb, superviseGrace)
+	nr.evs = append(nr.evs, sevs...)
+	countSupervised(t, r, sevs, fig)
 	if err != nil {
-		t.Fatalf("round %d: %v\nstar output:\n%s", r, err, cluster.Stars[0].Output())
+		t.Errorf("round %d: %v", r, err)
+		dumpStars(t, cluster)
+		return false
+	}
+	order := append(slices.Clone(admins[r%len(admins):]), admins[:r%len(admins)]...)
+	readBack, err := ReadBack(rb, order, basin, streams, h, len(streams)**flagClients)
+	if err != nil {
+		t.Errorf("round %d: %v", r, err)
+		dumpStars(t, cluster)
+		return false
 	}
 	verified, bad := VerifyAcks(h, readBack)
-	bad = append(append(h.Anomalies(), h.CheckReports()...), bad...)
+	bad = append(append(append(h.Anomalies(), h.CheckReports()...), DuplicateAcks(h.Acks())...), bad...)
 
-	res, err := Check(h, *flagCheckTimeout, "")
+	res, err := Check(h, *flagCheckTimeout, filepath.Join(cluster.Dir, fmt.Sprintf("round-%d", r)))
 	if err != nil {
 		t.Fatalf("round %d: check: %v", r, err)
 	}
+	if res.Result != porcupine.Ok || len(bad) > 0 {
+		d := filepath.Join(cluster.Dir, fmt.Sprintf("round-%d", r))
+		p := filepath.Join(d, "history.jsonl")
+		_ = os.MkdirAll(d, 0o755)
+		if err := WriteHistory(p, h.Operations()); err != nil {
+			t.Errorf("round %d: %v", r, err)
+		} else {
+			t.Logf("round %d: history written to %s", r, p)
+		}
+	}
 	st := h.Stats()
 	ops := h.Operations()
-	t.Logf("round %d: %d faults %v; %d ops checked %v (appends %d: %d acked, %d 412, %d indefinite of which %d pruned, %d no effect; reads %d, 416 %d; check-tails %d); %d acked records verified; porcupine %s in %v",
-		r, len(nr.evs), faultNames(nr.evs), res.Operations, OpsByStream(ops), st.Appends, st.Acked, st.Definite412, st.Indefinite, st.Pruned,
-		st.NoEffect, st.Reads, st.RangeNotSatisfiable, st.CheckTails, verified, res.Result, res.Duration.Round(time.Millisecond))
+	lat := AckLatencies(h)
+	blips := HandoffBlips(h, nr.evs)
+	t.Logf("round %d: %d faults %v; %d ops checked %v (appends %d: %d acked, %d 412, %d indefinite of which %d pruned and %d observed, %d no effect; reads %d, 416 %d; check-tails %d); %d acked records verified; ack latency p50 %v p99 %v max %v; porcupine %s in %v",
+		r, len(nr.evs), faultNames(nr.evs), res.Operations, OpsByStream(ops), st.Appends, st.Acked, st.Definite412, st.Indefinite, st.Pruned, st.Observed,
+		st.NoEffect, st.Reads, st.RangeNotSatisfiable, st.CheckTails, verified,
+		Quantile(lat, 0.5).Round(time.Millisecond), Quantile(lat, 0.99).Round(time.Millisecond), Quantile(lat, 1).Round(time.Millisecond),
+		res.Result, res.Duration.Round(time.Millisecond))
+	for _, b := range blips {
+		clean := ""
+		if !b.Clean {
+			clean = " (another fault within " + BlipMargin.String() + ")"
+		}
+		t.Logf("round %d: handoff of %s at %v (+%v)%s: max acked append latency %v, longest ack gap %v, %d acks within it",
+			r, b.Stream, b.At.Round(time.Millisecond), (b.End - b.At).Round(time.Millisecond), clean,
+			b.MaxAckLatency.Round(time.Millisecond), b.AckGap.Round(time.Millisecond), b.Acks)
+	}
 	if st.ShortReads > 0 {
 		t.Logf("round %d: %d short reads, e.g. %s", r, st.ShortReads, strings.Join(h.ShortReads(), "; "))
 	}
@@ -200,14 +506,15 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, kills i
 	switch res.Result {
 	case porcupine.Ok:
 	case porcupine.Illegal:
+		fig.illegal++
 		t.Errorf("round %d: history is not linearizable; visualization: %s\n%s", r, res.Visualization, res.Explanation)
 	default:
+		fig.undecided++
 		t.Errorf("round %d: porcupine undecided after %v; visualization: %s", r, *flagCheckTimeout, res.Visualization)
 	}
 	if res.Result == porcupine.Ok {
 		mutationCheck(t, r, ops)
 	}
-	fig.kills += len(nr.evs)
 	fig.histories++
 	fig.ops += res.Operations
 	fig.opsPerHistory = append(fig.opsPerHistory, res.Operations)
@@ -215,21 +522,115 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, kills i
 	fig.verified += verified
 	fig.indefinite += st.Indefinite
 	fig.pruned += st.Pruned
+	fig.observed += st.Observed
 	fig.definite412 += st.Definite412
+	fig.shortReads += st.ShortReads
+	fig.anomalies += len(bad)
+	fig.blips = append(fig.blips, blips...)
+	fig.ackLatencies = append(fig.ackLatencies, lat...)
 	if st.Acked == 0 {
 		t.Errorf("round %d: no append was acknowledged", r)
 	}
 	if t.Failed() {
-		t.Logf("star output (tail):\n%s", cluster.Stars[0].out.Last(8000))
+		t.Logf("round %d fault timeline (history clock): %s", r, strings.Join(faultDetails(nr.evs), "; "))
+		dumpStars(t, cluster)
 		return false
 	}
 	return true
+}
+
+// superviseGrace is how long a star may answer /health with an error
+// after a fault before the harness restarts it, as production's health
+// check would replace it.
+const superviseGrace = 3 * time.Second
+
+// countSupervised counts and logs the supervisor's restarts among evs.
+func countSupervised(t *testing.T, r int, evs []FaultEvent, fig *runFigures) {
+	t.Helper()
+	for _, ev := range evs {
+		if ev.Fault == "supervisor-restart" {
+			fig.supervised++
+			if strings.Contains(ev.Detail, "exited as a zombie") {
+				fig.zombieExits++
+			}
+			t.Logf("round %d: %s", r, ev.Detail)
+		}
+	}
+}
+
+// dumpStars logs the tail of every star's output and where the full logs
+// are.
+func dumpStars(t *testing.T, c *Cluster) {
+	t.Helper()
+	for i, s := range c.Stars {
+		t.Logf("star %d (%s, log %s) output (tail):\n%s", i, s.ID(), s.LogFile(), s.out.Last(6000))
+	}
+}
+
+func reportFigures(t *testing.T, fig *runFigures, rounds int) {
+	t.Helper()
+	ops := slices.Clone(fig.opsPerHistory)
+	slices.Sort(ops)
+	var kinds []string
+	total := 0
+	for k, n := range fig.storeFaults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	slices.Sort(fig.ackLatencies)
+	var lats, gaps, cleanLats, cleanGaps []time.Duration
+	for _, b := range fig.blips {
+		lats, gaps = append(lats, b.MaxAckLatency.Round(time.Millisecond)), append(gaps, b.AckGap.Round(time.Millisecond))
+		if b.Clean {
+			cleanLats, cleanGaps = append(cleanLats, b.MaxAckLatency.Round(time.Millisecond)), append(cleanGaps, b.AckGap.Round(time.Millisecond))
+		}
+	}
+	for _, l := range [][]time.Duration{lats, gaps, cleanLats, cleanGaps} {
+		slices.Sort(l)
+	}
+	slices.Sort(fig.restart)
+	median := func(v []int) int {
+		if len(v) == 0 {
+			return 0
+		}
+		return v[len(v)/2]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "figures (%d stars):\n", fig.stars)
+	fmt.Fprintf(&b, "  kill -9s survived: %d (restart to serving p50 %v, max %v)\n", fig.kills, Quantile(fig.restart, 0.5), Quantile(fig.restart, 1))
+	fmt.Fprintf(&b, "  handoffs under load: %d (%d not done)\n", fig.handoffs, fig.handoffsFailed)
+	fmt.Fprintf(&b, "  handoff blip (longest acked append around it / longest time without an ack on its stream from its start):\n"+
+		"    %d clean handoffs (no other fault within %v): median %v / %v, max %v / %v\n"+
+		"    all handoffs: median %v / %v, max %v / %v\n"+
+		"    (every acked append of the run: p50 %v, p99 %v)\n",
+		len(cleanLats), BlipMargin, Quantile(cleanLats, 0.5), Quantile(cleanGaps, 0.5), Quantile(cleanLats, 1), Quantile(cleanGaps, 1),
+		Quantile(lats, 0.5), Quantile(gaps, 0.5), Quantile(lats, 1), Quantile(gaps, 1),
+		Quantile(fig.ackLatencies, 0.5).Round(time.Millisecond), Quantile(fig.ackLatencies, 0.99).Round(time.Millisecond))
+	fmt.Fprintf(&b, "  bucket/metastore faults: %d [%s]\n", total, strings.Join(kinds, ", "))
+	fmt.Fprintf(&b, "  stars restarted by the supervisor: %d (%d exited as zombies: presumed dead or deposed; %d unhealthy for %v)\n",
+		fig.supervised, fig.zombieExits, fig.supervised-fig.zombieExits, superviseGrace)
+	fmt.Fprintf(&b, "  histories checked: %d of %d; operations per history min %d / median %d / max %d (%d in all)\n",
+		fig.histories, rounds, Quantile(ops, 0), median(ops), Quantile(ops, 1), fig.ops)
+	fmt.Fprintf(&b, "  appends acknowledged: %d; acknowledged records verified by read-back: %d\n", fig.acked, fig.verified)
+	fmt.Fprintf(&b, "  indefinite appends: %d (%d never happened, %d observed); definite 412s: %d; short reads: %d\n",
+		fig.indefinite, fig.pruned, fig.observed, fig.definite412, fig.shortReads)
+	fmt.Fprintf(&b, "  anomalies: %d read-back violations, %d non-linearizable histories, %d undecided", fig.anomalies, fig.illegal, fig.undecided)
+	t.Log(b.String())
 }
 
 func faultNames(evs []FaultEvent) []string {
 	var out []string
 	for _, ev := range evs {
 		out = append(out, fmt.Sprintf("%s@%v(+%v)", ev.Fault, ev.At.Round(time.Millisecond), (ev.Recovered-ev.At).Round(time.Millisecond)))
+	}
+	return out
+}
+
+func faultDetails(evs []FaultEvent) []string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, fmt.Sprintf("%s@%v..%v: %s", ev.Fault, ev.At.Round(time.Millisecond), ev.Recovered.Round(time.Millisecond), ev.Detail))
 	}
 	return out
 }

@@ -76,6 +76,10 @@ const (
 	// other operation (where it is indistinguishable from "never
 	// happened").
 	OutUnknown
+	// OutObserved is an indefinite failure of an append whose records a
+	// read returned: the append happened, before that read returned (the
+	// history gives it that read's return time, see History.Operations).
+	OutObserved
 )
 
 func (o Outcome) String() string {
@@ -90,6 +94,8 @@ func (o Outcome) String() string {
 		return "416"
 	case OutUnknown:
 		return "unknown"
+	case OutObserved:
+		return "observed"
 	}
 	return fmt.Sprintf("outcome(%d)", uint8(o))
 }
@@ -212,6 +218,13 @@ func step(st, inv, outv any) (bool, any) {
 				return true, s.apply(in)
 			}
 			return true, s
+		case OutObserved:
+			// It happened (a read returned its records), so its
+			// conditions held where it took effect.
+			if tokenOK && seqOK {
+				return true, s.apply(in)
+			}
+			return false, s
 		case OutOK:
 			n := uint64(len(in.Records))
 			if tokenOK && seqOK && out.Start == s.tail && out.End == s.tail+n {
