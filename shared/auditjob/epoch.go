@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
@@ -84,7 +83,7 @@ func SettleHead(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoc
 		return fmt.Errorf("auditjob: chain-settle %s epoch %d: chain head is %d", ch, epoch, h.Epoch)
 	}
 	if h.Epoch == epoch && h.State != meta.HeadSettled {
-		gone, why, err := headGone(ctx, st.Meta, ch, h, st.Config.WithDefaults().DeadAfter, time.Now())
+		gone, why, err := headGone(ctx, st.Meta, ch, h)
 		if err != nil {
 			return fmt.Errorf("auditjob: chain-settle %s: %w", ch, err)
 		}
@@ -106,12 +105,12 @@ func SettleHead(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoc
 // later incarnation registered (it settles its own chain before it
 // mints), or the owner left a settle marker for the epoch when it closed.
 // A star that never registered counts as live.
-func headGone(ctx context.Context, ms meta.Store, ch settle.ChainRef, h meta.Head, deadAfter time.Duration, now time.Time) (bool, string, error) {
+func headGone(ctx context.Context, ms meta.Store, ch settle.ChainRef, h meta.Head) (bool, string, error) {
 	inc, err := chain.ParseIncarnation(h.Owner, ch.Star)
 	if err != nil {
 		return false, "", err
 	}
-	reg, ok, err := registration(ctx, ms, ch.Star, deadAfter, now)
+	reg, _, ok, err := leader.ReadRegistration(ctx, ms, ch.Star)
 	if err != nil {
 		return false, "", err
 	}
@@ -131,14 +130,3 @@ func headGone(ctx context.Context, ms meta.Store, ch settle.ChainRef, h meta.Hea
 	return false, "", nil
 }
 
-// registration reads a star's registry row, marking it dead first when its
-// heartbeat is older than deadAfter (by CAS on the row read, so a beat
-// that lands first wins).
-func registration(ctx context.Context, ms meta.Store, star string, deadAfter time.Duration, now time.Time) (meta.Registration, bool, error) {
-	reg, _, ok, err := leader.ReadRegistration(ctx, ms, star)
-	if err != nil || !ok || !leader.Stale(reg, now, deadAfter) {
-		return reg, ok, err
-	}
-	reg, _, err = leader.MarkDead(ctx, ms, star, now, deadAfter)
-	return reg, true, err
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +33,8 @@ type JanitorReport struct {
 //
 //   - A star whose heartbeat is older than Config.DeadAfter is marked dead,
 //     by CAS on the registry row it read (a heartbeat that lands first
-//     wins; the star learns from its next lost heartbeat that it is dead).
+//     wins; the star learns from its next lost heartbeat that it is dead),
+//     unless no star at all is live (see markStaleDead).
 //   - The chains of a star that is gone (dead, stopped, superseded by a
 //     later incarnation, or that left a settle marker when it closed) are
 //     settled whole, head epoch included: one chain-settle job through the
@@ -68,27 +70,11 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 		now = st.Now()
 	}
 	deadAfter := st.Config.WithDefaults().DeadAfter
-	regs := map[string]bool{} // stars whose registry this pass judged
+	if err := markStaleDead(ctx, st, chains, now, deadAfter, &rep); err != nil {
+		return rep, err
+	}
 	for _, ch := range chains {
 		rep.Chains++
-		if !regs[ch.Star] {
-			regs[ch.Star] = true
-			before, _, _, err := leader.ReadRegistration(ctx, st.Meta, ch.Star)
-			if err != nil {
-				return rep, fmt.Errorf("auditjob: janitor: %w", err)
-			}
-			if leader.Stale(before, now, deadAfter) {
-				reg, dead, err := leader.MarkDead(ctx, st.Meta, ch.Star, now, deadAfter)
-				if err != nil {
-					return rep, fmt.Errorf("auditjob: janitor: %w", err)
-				}
-				if dead && reg.State == meta.StarDead {
-					rep.MarkedDead = append(rep.MarkedDead, ch.Star)
-					log.Warn("janitor: marked star dead: heartbeat too old", "dead_star", ch.Star, "incarnation", reg.Incarnation,
-						"heartbeat", time.UnixMilli(reg.Heartbeat), "dead_after", deadAfter)
-				}
-			}
-		}
 		hk := meta.HeadKey(ch.Star, ch.Class)
 		it, err := st.Meta.Get(ctx, hk.PK, hk.SK)
 		if errors.Is(err, meta.ErrNotFound) {
@@ -103,8 +89,8 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 		}
 		gone := h.State == meta.HeadSettled
 		if !gone {
-			// registration (inside headGone) finds the dead mark made above.
-			if gone, _, err = headGone(ctx, st.Meta, ch, h, deadAfter, now); err != nil {
+			// headGone finds the dead marks made above.
+			if gone, _, err = headGone(ctx, st.Meta, ch, h); err != nil {
 				return rep, fmt.Errorf("auditjob: janitor: %w", err)
 			}
 		}
@@ -140,6 +126,78 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// markStaleDead marks dead every star whose heartbeat is older than
+// deadAfter, provided some star is live: when every star looks stale at
+// once, a metastore or network outage on their side is likelier than all
+// of them dying, and marking them all dead would only depose the whole
+// cluster as it comes back. Stars come from the star directory and the
+// chain directory.
+func markStaleDead(ctx context.Context, st *settle.Stores, chains []settle.ChainRef, now time.Time, deadAfter time.Duration, rep *JanitorReport) error {
+	ids, err := listStars(ctx, st.Meta)
+	if err != nil {
+		return err
+	}
+	for _, ch := range chains {
+		if !slices.Contains(ids, ch.Star) {
+			ids = append(ids, ch.Star)
+		}
+	}
+	var stale []string
+	anyLive := false
+	for _, id := range ids {
+		reg, _, ok, err := leader.ReadRegistration(ctx, st.Meta, id)
+		if err != nil {
+			return fmt.Errorf("auditjob: janitor: %w", err)
+		}
+		switch {
+		case !ok:
+		case leader.Stale(reg, now, deadAfter):
+			stale = append(stale, id)
+		case leader.Live(reg, reg.Incarnation, now, deadAfter):
+			anyLive = true
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	log := st.Log()
+	if !anyLive {
+		log.Warn("janitor: every registered star's heartbeat is stale; marking none dead (an outage between the stars and the metastore is likelier than all of them dying)", "stale", stale)
+		return nil
+	}
+	for _, id := range stale {
+		reg, dead, err := leader.MarkDead(ctx, st.Meta, id, now, deadAfter)
+		if err != nil {
+			return fmt.Errorf("auditjob: janitor: %w", err)
+		}
+		if dead && reg.State == meta.StarDead {
+			rep.MarkedDead = append(rep.MarkedDead, id)
+			log.Warn("janitor: marked star dead: heartbeat too old", "dead_star", id, "incarnation", reg.Incarnation,
+				"heartbeat", time.UnixMilli(reg.Heartbeat), "dead_after", deadAfter)
+		}
+	}
+	return nil
+}
+
+// listStars reads the star directory (`stars` / <id>).
+func listStars(ctx context.Context, ms meta.Store) ([]string, error) {
+	var out []string
+	q := meta.Query{PK: meta.StarDirKey("").PK}
+	for {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("auditjob: list star directory: %w", err)
+		}
+		for _, it := range pg.Items {
+			out = append(out, it.SK)
+		}
+		if pg.Next == "" {
+			return out, nil
+		}
+		q.PageToken = pg.Next
+	}
 }
 
 // listChains reads the chain directory (DESIGN §5: `chains` / <star>/<class>).

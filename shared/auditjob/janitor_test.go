@@ -92,6 +92,19 @@ func newStopped(t *testing.T, heartbeatAge time.Duration, b backend) stopped {
 	if _, err := ms.Put(ctx, rk.PK, rk.SK, meta.Encode(reg), meta.IfAbsent()); err != nil {
 		t.Fatal(err)
 	}
+	// A live peer: the janitor marks stale stars dead only while some
+	// star is live.
+	peer := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: now.UnixMilli(), Heartbeat: now.UnixMilli()}
+	pk := meta.RegistryKey("star2")
+	if _, err := ms.Put(ctx, pk.PK, pk.SK, meta.Encode(peer), meta.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{ch.Star, "star2"} {
+		dk := meta.StarDirKey(id)
+		if _, err := ms.Put(ctx, dk.PK, dk.SK, nil, meta.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c := chain.New(ch.Star, ch.Class, chain.Incarnation(ch.Star, 1), ms, objs)
 	ep, err := c.Mint(ctx, meta.EpochParams{Buckets: zones, W: 2, Window: 4})
 	if err != nil {
@@ -187,6 +200,42 @@ func testJanitorSettlesDeadStar(t *testing.T, b backend) {
 	}
 }
 
+// When every star's heartbeat is stale at once (the stars lost the
+// metastore, the janitor did not), the janitor marks none dead: deposing
+// the whole cluster as it comes back would only cost a restart of every
+// star. Once one star is live again, the stale ones are marked.
+func TestJanitorMarksNoneDeadWhenAllAreStale(t *testing.T) {
+	ctx := context.Background()
+	s := newStopped(t, 2*deadAfter, embedded)
+	old := time.Now().Add(-2 * deadAfter).UnixMilli()
+	pk := meta.RegistryKey("star2")
+	it, err := s.st.Meta.Get(ctx, pk.PK, pk.SK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: old, Heartbeat: old}
+	if _, err := s.st.Meta.Put(ctx, pk.PK, pk.SK, meta.Encode(stale), meta.IfVer(it.Ver)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := s.janitor(t); len(rep.MarkedDead) != 0 || len(rep.Jobs) != 0 {
+		t.Fatalf("janitor with every star stale: %+v", rep)
+	}
+	if h := s.head(t); h.State != meta.HeadOpen {
+		t.Fatalf("head touched: %+v", h)
+	}
+	it, err = s.st.Meta.Get(ctx, pk.PK, pk.SK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.Heartbeat = time.Now().UnixMilli()
+	if _, err := s.st.Meta.Put(ctx, pk.PK, pk.SK, meta.Encode(stale), meta.IfVer(it.Ver)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := s.janitor(t); len(rep.MarkedDead) != 1 || rep.MarkedDead[0] != "star1" || len(rep.Jobs) != 1 {
+		t.Fatalf("janitor with star2 live again: %+v", rep)
+	}
+}
+
 // A live star's head is deferred, never displaced: the janitor queues
 // nothing for it, and a head job queued by mistake is refused and leaves
 // the head as it was.
@@ -251,6 +300,7 @@ func testConcurrentSettlersSerialise(t *testing.T, b backend) {
 	job := auditjob.ChainSettleHead(settle.ChainRef{Star: "star1", Class: meta.Express}, 1, "star1:1")
 
 	one := newStopped(t, 2*deadAfter, b)
+	one.janitor(t) // marks star1 dead
 	base := one.objectOps()
 	if err := auditjob.Do(ctx, one.st, job); err != nil {
 		t.Fatal(err)
@@ -258,6 +308,7 @@ func testConcurrentSettlersSerialise(t *testing.T, b backend) {
 	alone := one.objectOps() - base
 
 	two := newStopped(t, 2*deadAfter, b)
+	two.janitor(t)
 	base = two.objectOps()
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -284,6 +335,7 @@ func testConcurrentSettlersSerialise(t *testing.T, b backend) {
 func TestSettleClaimLapses(t *testing.T) {
 	ctx := context.Background()
 	s := newStopped(t, 2*deadAfter, embedded)
+	s.janitor(t) // marks star1 dead
 	k := meta.SettleClaimKey("star1", meta.Express)
 	held := meta.SettleClaim{Holder: "other", Until: time.Now().Add(time.Hour).UnixMilli()}
 	v, err := s.st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(held), meta.IfAbsent())

@@ -50,6 +50,11 @@ type leadership struct {
 	base       time.Time
 	lastBeat   atomic.Int64
 	superseded atomic.Bool
+	// connected is the offset (from base) of the first successful beat
+	// after the last failed one: since when the star has been reaching
+	// the metastore without a gap.
+	connected atomic.Int64
+	failing   atomic.Bool
 
 	mu      sync.Mutex
 	forward map[string]forwardEntry // by stream id
@@ -95,7 +100,21 @@ func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered ti
 }
 
 // beatAt records a heartbeat written at t (monotonic).
-func (ls *leadership) beatAt(t time.Time) { ls.lastBeat.Store(int64(t.Sub(ls.base))) }
+func (ls *leadership) beatAt(t time.Time) {
+	ls.lastBeat.Store(int64(t.Sub(ls.base)))
+	if ls.failing.CompareAndSwap(true, false) {
+		ls.connected.Store(int64(t.Sub(ls.base)))
+	}
+}
+
+// beatFailed records a heartbeat that did not land.
+func (ls *leadership) beatFailed() { ls.failing.Store(true) }
+
+// sinceConnected is how long the star has reached the metastore without a
+// failed heartbeat (since its registration at most).
+func (ls *leadership) sinceConnected() time.Duration {
+	return time.Since(ls.base) - time.Duration(ls.connected.Load())
+}
 
 // sinceBeat is the time since the last heartbeat that was written.
 func (ls *leadership) sinceBeat() time.Duration {
@@ -204,6 +223,9 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 			}
 			if !cur.Released {
 				reg, live, err := n.holderLive(ctx, cur.LeaseHolder)
+				if errors.Is(err, errNotJudged) {
+					return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, whose heartbeat looks stale, but this star only just regained the metastore; retry", name, cur.Star)
+				}
 				if err != nil {
 					return meta.Lease{}, 0, n.storageErr("read leader registration", err)
 				}
@@ -264,8 +286,16 @@ func (n *Node) handedTo(ctx context.Context, id string, l meta.Lease) (*NotLeade
 	return f, nil
 }
 
+// errNotJudged: a peer's heartbeat looks too old, but this star has not
+// itself been connected to the metastore for a whole dead-after bound, so
+// the staleness may be the outage it just came out of, not the peer's.
+var errNotJudged = errors.New("heartbeat looks stale, but this star only just regained the metastore")
+
 // holderLive reads h's registration and judges it; a stale one is marked
-// dead by CAS on the row read (the janitor does the same).
+// dead by CAS on the row read (the janitor does the same), but only by a
+// star whose own heartbeats have succeeded for at least the dead-after
+// bound: after a metastore outage every star looks stale, and the first
+// one back must not depose the others before they could beat again.
 func (n *Node) holderLive(ctx context.Context, h meta.LeaseHolder) (meta.Registration, bool, error) {
 	now := time.Now()
 	reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, h.Star)
@@ -276,6 +306,9 @@ func (n *Node) holderLive(ctx context.Context, h meta.LeaseHolder) (meta.Registr
 		return reg, true, nil
 	}
 	if leader.Stale(reg, now, n.cfg.DeadAfter) {
+		if d := n.lease.sinceConnected(); d < n.cfg.DeadAfter {
+			return reg, false, fmt.Errorf("star %s: %w (connected %v ago)", h.Star, errNotJudged, d.Truncate(time.Millisecond))
+		}
 		r, dead, err := leader.MarkDead(ctx, n.meta, h.Star, now, n.cfg.DeadAfter)
 		if err != nil {
 			return reg, false, err

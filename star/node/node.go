@@ -296,6 +296,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 			return
 		case err != nil:
 			n.log.Warn("registry heartbeat failed", "err", err)
+			n.lease.beatFailed()
 			next = max(n.cfg.HeartbeatEvery/4, time.Millisecond)
 		default:
 			n.regVer = v
@@ -351,7 +352,8 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	reg := n.regn
 	reg.State, reg.Heartbeat = StateStopped, time.Now().UnixMilli()
-	if _, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil {
+	// A zombie's row is no longer its own: there is nothing to mark.
+	if _, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil && !errors.Is(err, errSuperseded) {
 		errs = append(errs, err)
 	}
 	if markers > 0 {

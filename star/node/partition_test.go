@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/star/node"
 )
@@ -143,5 +145,47 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 	}
 	if r, err := a.Append(ctx, "basin-one", "s1", records("late", 1), nil); err == nil {
 		t.Fatalf("the deposed star acknowledged seq %d after the partition healed", r.Start.SeqNum)
+	}
+}
+
+// A star that just regained the metastore does not judge its peers by
+// heartbeats it could not see being written: it marks a stale-looking
+// leader dead only once its own heartbeats have landed for a whole
+// dead-after bound. (After a metastore outage every star looks stale, and
+// the first one back must not depose the rest.)
+func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
+	ctx := context.Background()
+	st := newStores(t)
+	ca := clusterConfig("a")
+	ca.HeartbeatEvery, ca.DeadAfter = time.Hour, 3*time.Hour // a's row goes stale, a does not mind
+	a := open(t, st, ca)
+	bMeta := mfaults.New(st.meta, 1)
+	cb := clusterConfig("b")
+	b, err := node.Open(ctx, cb, node.Deps{Meta: bMeta, Objects: st.objects, Logger: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, "basin-one", "s1", records("a", 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	bMeta.SetUnavailable(true)
+	time.Sleep(2 * cb.DeadAfter)
+	bMeta.SetUnavailable(false)
+	waitFor(t, "b heartbeats again", 5*time.Second, func() bool { return b.Healthy() == nil })
+	_, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
+	if e := apiErr(t, err, 503, api.CodeUnavailable); !strings.Contains(e.Message, "only just regained the metastore") {
+		t.Fatalf("b right after the outage: %s", e.Message)
+	}
+	if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
+		t.Fatalf("a's registration after b came back: %+v %v", reg, err)
+	}
+	// Connected for a whole bound, b judges a's stale row and takes over.
+	ack := appendUntil(t, b, "s1", records("b", 1))
+	if ack.Start.SeqNum != 3 {
+		t.Fatalf("b's first append at %d, want 3", ack.Start.SeqNum)
 	}
 }

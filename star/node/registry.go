@@ -96,9 +96,10 @@ func listStars(ctx context.Context, ms meta.Store) ([]string, error) {
 	}
 }
 
-// errSuperseded means another process registered a later incarnation of
-// this star id.
-var errSuperseded = errors.New("registry: a later incarnation of this star registered")
+// errSuperseded means the registry row is no longer this incarnation's:
+// another process registered a later incarnation of this star id, or a
+// peer or the janitor marked it dead.
+var errSuperseded = errors.New("registry: this incarnation's row changed: a later incarnation registered or peers presumed it dead")
 
 // beat rewrites the registry row at version ver (ours since we wrote it)
 // with a fresh heartbeat and state. It never overwrites another
