@@ -129,4 +129,3 @@ func headGone(ctx context.Context, ms meta.Store, ch settle.ChainRef, h meta.Hea
 	}
 	return false, "", nil
 }
-
