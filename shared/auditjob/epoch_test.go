@@ -40,6 +40,24 @@ func newHalted(t *testing.T) halted {
 	ms := testsvc.SQLite(t)
 	ch := settle.ChainRef{Star: "star1", Class: meta.Express}
 	c := chain.New(ch.Star, ch.Class, "star1:1", ms, objs)
+	p := mintAndCommit(t, c)
+	if cut, err := c.Fence(ctx, 1, true); err != nil || cut != 5 {
+		t.Fatalf("own fence: cut %d, %v", cut, err)
+	}
+	if _, err := c.Mint(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
+		Config: settle.Config{ScratchDir: t.TempDir()}}
+	return halted{st: st, c: c, ch: ch}
+}
+
+// mintAndCommit mints epoch 1 of c (express, W=2 of the three zones,
+// window 4) and commits slots [0,5) plus slot 6, one record each of
+// stream "s": slot 6 is garbage above the cut the fence will find at 5.
+func mintAndCommit(t *testing.T, c *chain.Chain) meta.EpochParams {
+	t.Helper()
+	ctx := context.Background()
 	p := meta.EpochParams{Buckets: zones, W: 2, Window: 4}
 	ep, err := c.Mint(ctx, p)
 	if err != nil {
@@ -59,15 +77,7 @@ func newHalted(t *testing.T) halted {
 			t.Fatalf("commit %d: %v", s, err)
 		}
 	}
-	if cut, err := c.Fence(ctx, 1, true); err != nil || cut != 5 {
-		t.Fatalf("own fence: cut %d, %v", cut, err)
-	}
-	if _, err := c.Mint(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
-		Config: settle.Config{ScratchDir: t.TempDir()}}
-	return halted{st: st, c: c, ch: ch}
+	return p
 }
 
 // absorbLive absorbs [checkpoint, cut) as the live leader does after a

@@ -135,7 +135,7 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 // cluster as it comes back. Stars come from the star directory and the
 // chain directory.
 func markStaleDead(ctx context.Context, st *settle.Stores, chains []settle.ChainRef, now time.Time, deadAfter time.Duration, rep *JanitorReport) error {
-	ids, err := listStars(ctx, st.Meta)
+	ids, err := leader.Stars(ctx, st.Meta)
 	if err != nil {
 		return err
 	}
@@ -179,25 +179,6 @@ func markStaleDead(ctx context.Context, st *settle.Stores, chains []settle.Chain
 		}
 	}
 	return nil
-}
-
-// listStars reads the star directory (`stars` / <id>).
-func listStars(ctx context.Context, ms meta.Store) ([]string, error) {
-	var out []string
-	q := meta.Query{PK: meta.StarDirKey("").PK}
-	for {
-		pg, err := ms.Query(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("auditjob: list star directory: %w", err)
-		}
-		for _, it := range pg.Items {
-			out = append(out, it.SK)
-		}
-		if pg.Next == "" {
-			return out, nil
-		}
-		q.PageToken = pg.Next
-	}
 }
 
 // listChains reads the chain directory (DESIGN §5: `chains` / <star>/<class>).

@@ -3,7 +3,6 @@ package auditjob_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/chain"
-	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
@@ -106,24 +104,7 @@ func newStopped(t *testing.T, heartbeatAge time.Duration, b backend) stopped {
 		}
 	}
 	c := chain.New(ch.Star, ch.Class, chain.Incarnation(ch.Star, 1), ms, objs)
-	ep, err := c.Mint(ctx, meta.EpochParams{Buckets: zones, W: 2, Window: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.Writer(ep, chain.WriterOptions{Deadline: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	for _, s := range []uint64{0, 1, 2, 3, 4, 6} {
-		body, err := w.Render(s, []format.Batch{{StreamID: "s", Records: []format.Record{{SeqNum: s, Timestamp: 1 + s, Body: fmt.Appendf(nil, "record %d", s)}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Commit(ctx, s, body); err != nil {
-			t.Fatalf("commit %d: %v", s, err)
-		}
-	}
+	mintAndCommit(t, c)
 	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
 		Config: settle.Config{ScratchDir: t.TempDir(), DeadAfter: deadAfter}}
 	return stopped{st: st, objs: objs, c: c, ch: ch}

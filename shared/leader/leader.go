@@ -98,6 +98,26 @@ func MarkDead(ctx context.Context, ms meta.Store, star string, now time.Time, de
 	}
 }
 
+// Stars lists the star directory (`stars` / <id>): every star id that
+// ever registered (a star lists itself before its first registration).
+func Stars(ctx context.Context, ms meta.Store) ([]string, error) {
+	var out []string
+	q := meta.Query{PK: meta.StarDirKey("").PK}
+	for {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("leader: list star directory: %w", err)
+		}
+		for _, it := range pg.Items {
+			out = append(out, it.SK)
+		}
+		if pg.Next == "" {
+			return out, nil
+		}
+		q.PageToken = pg.Next
+	}
+}
+
 // ReadLease reads a stream's lease; ok is false when the stream was never
 // led.
 func ReadLease(ctx context.Context, ms meta.Store, streamID string) (l meta.Lease, ver int64, ok bool, err error) {

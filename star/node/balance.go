@@ -218,7 +218,7 @@ func (n *Node) mayBalance() bool {
 // registered, state live (not draining), heartbeat younger than the
 // dead-after bound, and with an address to forward to.
 func (n *Node) livePeers(ctx context.Context) ([]starLoad, error) {
-	ids, err := listStars(ctx, n.meta)
+	ids, err := leader.Stars(ctx, n.meta)
 	if err != nil {
 		return nil, err
 	}

@@ -77,25 +77,6 @@ func listStar(ctx context.Context, ms meta.Store, star string) error {
 	return nil
 }
 
-// listStars reads the star directory: every star id that ever registered.
-func listStars(ctx context.Context, ms meta.Store) ([]string, error) {
-	var out []string
-	q := meta.Query{PK: meta.StarDirKey("").PK}
-	for {
-		pg, err := ms.Query(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("star directory: list: %w", err)
-		}
-		for _, it := range pg.Items {
-			out = append(out, it.SK)
-		}
-		if pg.Next == "" {
-			return out, nil
-		}
-		q.PageToken = pg.Next
-	}
-}
-
 // errSuperseded means the registry row is no longer this incarnation's:
 // another process registered a later incarnation of this star id, or a
 // peer or the janitor marked it dead.

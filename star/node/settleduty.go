@@ -88,7 +88,7 @@ func (n *Node) leaveSettleMarkers(ctx context.Context) (int, error) {
 // chains now (best effort: the markers and the janitor are the
 // guarantee). It returns how many peers took the nudge.
 func (n *Node) nudgePeers(ctx context.Context) int {
-	ids, err := listStars(ctx, n.meta)
+	ids, err := leader.Stars(ctx, n.meta)
 	if err != nil {
 		n.log.Warn("close: list peers to nudge", "err", err)
 		return 0
