@@ -35,31 +35,9 @@ import (
 
 	metafaults "github.com/starlog/starlog/shared/meta/faults"
 	objfaults "github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/star/devfaults"
 	"github.com/starlog/starlog/star/node"
 )
-
-// FaultState is the injected fault of the metastore or of one bucket.
-type FaultState struct {
-	LatencyMS int64 `json:"latency_ms"`
-	Down      bool  `json:"down"`
-}
-
-// FaultsDoc is what GET, PUT and DELETE /faults answer.
-type FaultsDoc struct {
-	Meta    FaultState            `json:"meta"`
-	Buckets map[string]FaultState `json:"buckets"`
-}
-
-// faultPatch is one entry of a PUT body: nil fields stay unchanged.
-type faultPatch struct {
-	LatencyMS *int64 `json:"latency_ms"`
-	Down      *bool  `json:"down"`
-}
-
-type faultsPatch struct {
-	Meta    *faultPatch            `json:"meta"`
-	Buckets map[string]*faultPatch `json:"buckets"`
-}
 
 // maxFaultLatency bounds an injected latency (a typo should not hang a
 // star for days).
@@ -73,7 +51,7 @@ type devFaults struct {
 	buckets []string
 
 	mu    sync.Mutex
-	state FaultsDoc
+	state devfaults.Doc
 }
 
 // withDevFaults opens the stores o.cfg selects, wraps them with the fault
@@ -107,10 +85,10 @@ func withDevFaults(ctx context.Context, o *runOptions, addr string) (func(), err
 	}, nil
 }
 
-func (d *devFaults) cleared() FaultsDoc {
-	doc := FaultsDoc{Buckets: make(map[string]FaultState, len(d.buckets))}
+func (d *devFaults) cleared() devfaults.Doc {
+	doc := devfaults.Doc{Buckets: make(map[string]devfaults.Setting, len(d.buckets))}
 	for _, b := range d.buckets {
-		doc.Buckets[b] = FaultState{}
+		doc.Buckets[b] = devfaults.Setting{}
 	}
 	return doc
 }
@@ -121,7 +99,7 @@ func (d *devFaults) handler() http.Handler {
 		writeFaults(w, d.snapshot())
 	})
 	mux.HandleFunc("PUT /faults", func(w http.ResponseWriter, r *http.Request) {
-		var p faultsPatch
+		var p devfaults.DocPatch
 		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&p); err != nil {
@@ -141,27 +119,27 @@ func (d *devFaults) handler() http.Handler {
 	return mux
 }
 
-func writeFaults(w http.ResponseWriter, doc FaultsDoc) {
+func writeFaults(w http.ResponseWriter, doc devfaults.Doc) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(doc)
 }
 
-func (d *devFaults) snapshot() FaultsDoc {
+func (d *devFaults) snapshot() devfaults.Doc {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.copyState()
 }
 
 // copyState is a copy of the state; d.mu is held.
-func (d *devFaults) copyState() FaultsDoc {
-	doc := FaultsDoc{Meta: d.state.Meta, Buckets: make(map[string]FaultState, len(d.state.Buckets))}
+func (d *devFaults) copyState() devfaults.Doc {
+	doc := devfaults.Doc{Meta: d.state.Meta, Buckets: make(map[string]devfaults.Setting, len(d.state.Buckets))}
 	for b, s := range d.state.Buckets {
 		doc.Buckets[b] = s
 	}
 	return doc
 }
 
-func checkPatch(what string, p *faultPatch) error {
+func checkPatch(what string, p *devfaults.Patch) error {
 	if p == nil || p.LatencyMS == nil {
 		return nil
 	}
@@ -171,7 +149,7 @@ func checkPatch(what string, p *faultPatch) error {
 	return nil
 }
 
-func patched(s FaultState, p *faultPatch) FaultState {
+func patched(s devfaults.Setting, p *devfaults.Patch) devfaults.Setting {
 	if p == nil {
 		return s
 	}
@@ -186,16 +164,16 @@ func patched(s FaultState, p *faultPatch) FaultState {
 
 // apply validates the whole change, then applies it: a rejected change
 // applies nothing.
-func (d *devFaults) apply(p faultsPatch) (FaultsDoc, error) {
+func (d *devFaults) apply(p devfaults.DocPatch) (devfaults.Doc, error) {
 	if err := checkPatch("meta", p.Meta); err != nil {
-		return FaultsDoc{}, err
+		return devfaults.Doc{}, err
 	}
 	for b, bp := range p.Buckets {
 		if !slices.Contains(d.buckets, b) {
-			return FaultsDoc{}, fmt.Errorf("bucket %q: this star uses %v", b, d.buckets)
+			return devfaults.Doc{}, fmt.Errorf("bucket %q: this star uses %v", b, d.buckets)
 		}
 		if err := checkPatch("bucket "+b, bp); err != nil {
-			return FaultsDoc{}, err
+			return devfaults.Doc{}, err
 		}
 	}
 	d.mu.Lock()
@@ -209,18 +187,18 @@ func (d *devFaults) apply(p faultsPatch) (FaultsDoc, error) {
 	return d.copyState(), nil
 }
 
-func (d *devFaults) clear() FaultsDoc {
+func (d *devFaults) clear() devfaults.Doc {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.setMeta(FaultState{})
+	d.setMeta(devfaults.Setting{})
 	for _, b := range d.buckets {
-		d.setBucket(b, FaultState{})
+		d.setBucket(b, devfaults.Setting{})
 	}
 	return d.copyState()
 }
 
 // setMeta applies the metastore's state; d.mu is held.
-func (d *devFaults) setMeta(s FaultState) {
+func (d *devFaults) setMeta(s devfaults.Setting) {
 	if s == d.state.Meta {
 		return
 	}
@@ -232,7 +210,7 @@ func (d *devFaults) setMeta(s FaultState) {
 }
 
 // setBucket applies one bucket's state; d.mu is held.
-func (d *devFaults) setBucket(b string, s FaultState) {
+func (d *devFaults) setBucket(b string, s devfaults.Setting) {
 	was := d.state.Buckets[b]
 	if s == was {
 		return

@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/starlog/starlog/star/servecmd"
+	"github.com/starlog/starlog/star/devfaults"
 )
 
 var faultAddrRE = regexp.MustCompile(`dev fault control: listening[^"]*" addr=(\S+)`)
 
 // faultCall sends one request to a star's dev fault control.
-func faultCall(t *testing.T, base, method, body string) (int, servecmd.FaultsDoc, string) {
+func faultCall(t *testing.T, base, method, body string) (int, devfaults.Doc, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, base+"/faults", strings.NewReader(body))
 	if err != nil {
@@ -29,7 +29,7 @@ func faultCall(t *testing.T, base, method, body string) (int, servecmd.FaultsDoc
 	}
 	defer res.Body.Close()
 	out, _ := io.ReadAll(res.Body)
-	var doc servecmd.FaultsDoc
+	var doc devfaults.Doc
 	if res.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(out, &doc); err != nil {
 			t.Fatalf("%s /faults: %s: %v", method, out, err)
@@ -78,11 +78,11 @@ func TestDevFaultControl(t *testing.T) {
 		t.Fatalf("GET /faults: %d %s", status, out)
 	}
 	want := []string{"standard", "express-a", "express-b", "express-c"}
-	if len(doc.Buckets) != len(want) || doc.Meta != (servecmd.FaultState{}) {
+	if len(doc.Buckets) != len(want) || doc.Meta != (devfaults.Setting{}) {
 		t.Fatalf("GET /faults: %s, want every fault clear on buckets %v", out, want)
 	}
 	for _, b := range want {
-		if s, ok := doc.Buckets[b]; !ok || s != (servecmd.FaultState{}) {
+		if s, ok := doc.Buckets[b]; !ok || s != (devfaults.Setting{}) {
 			t.Fatalf("GET /faults: %s, want bucket %s clear", out, b)
 		}
 	}
@@ -96,7 +96,7 @@ func TestDevFaultControl(t *testing.T) {
 			t.Fatalf("PUT /faults %s: %d %s, want 400", bad, status, out)
 		}
 	}
-	if _, doc, _ := faultCall(t, ctl, "GET", ""); doc.Meta != (servecmd.FaultState{}) || doc.Buckets["standard"] != (servecmd.FaultState{}) {
+	if _, doc, _ := faultCall(t, ctl, "GET", ""); doc.Meta != (devfaults.Setting{}) || doc.Buckets["standard"] != (devfaults.Setting{}) {
 		t.Fatalf("a rejected PUT changed the state: %+v", doc)
 	}
 
@@ -125,7 +125,7 @@ func TestDevFaultControl(t *testing.T) {
 	// Metastore slow: every call takes the latency (the fields given
 	// change, the others stay).
 	faultCall(t, ctl, "PUT", `{"meta":{"down":true}}`)
-	if status, doc, out = faultCall(t, ctl, "PUT", `{"meta":{"latency_ms":400}}`); status != 200 || doc.Meta != (servecmd.FaultState{LatencyMS: 400, Down: true}) {
+	if status, doc, out = faultCall(t, ctl, "PUT", `{"meta":{"latency_ms":400}}`); status != 200 || doc.Meta != (devfaults.Setting{LatencyMS: 400, Down: true}) {
 		t.Fatalf("PUT meta latency: %d %s, want latency 400 and still down", status, out)
 	}
 	faultCall(t, ctl, "PUT", `{"meta":{"down":false}}`)

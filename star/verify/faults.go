@@ -12,35 +12,17 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/starlog/starlog/star/devfaults"
 )
 
-// FaultSetting is the injected fault of a star's metastore or of one of
-// its buckets, as the star's dev fault control (`star serve
-// --dev-fault-listen`) reports it.
-type FaultSetting struct {
-	LatencyMS int64 `json:"latency_ms"`
-	Down      bool  `json:"down"`
-}
-
-// FaultsDoc is the dev fault control's state: GET, PUT and DELETE /faults
-// answer it.
-type FaultsDoc struct {
-	Meta    FaultSetting            `json:"meta"`
-	Buckets map[string]FaultSetting `json:"buckets"`
-}
-
-// FaultPatch is one entry of a PUT /faults body: nil fields stay as they
-// are.
-type FaultPatch struct {
-	LatencyMS *int64 `json:"latency_ms,omitempty"`
-	Down      *bool  `json:"down,omitempty"`
-}
-
-// FaultsPatch is a PUT /faults body.
-type FaultsPatch struct {
-	Meta    *FaultPatch            `json:"meta,omitempty"`
-	Buckets map[string]*FaultPatch `json:"buckets,omitempty"`
-}
+// The dev fault control's wire shape (star/devfaults).
+type (
+	FaultSetting = devfaults.Setting
+	FaultsDoc    = devfaults.Doc
+	FaultPatch   = devfaults.Patch
+	FaultsPatch  = devfaults.DocPatch
+)
 
 var faultHTTP = &http.Client{Timeout: 5 * time.Second}
 
