@@ -52,13 +52,17 @@ func newHalted(t *testing.T) halted {
 	return halted{st: st, c: c, ch: ch}
 }
 
-// mintAndCommit mints epoch 1 of c (express, W=2 of the three zones,
-// window 4) and commits slots [0,5) plus slot 6, one record each of
-// stream "s": slot 6 is garbage above the cut the fence will find at 5.
+// mintAndCommit mints epoch 1 of c (express: W=2 of the three zones;
+// standard: the bucket "std"; window 4) and commits slots [0,5) plus slot
+// 6, one record each of stream "s": slot 6 is garbage above the cut the
+// fence will find at 5.
 func mintAndCommit(t *testing.T, c *chain.Chain) meta.EpochParams {
 	t.Helper()
 	ctx := context.Background()
 	p := meta.EpochParams{Buckets: zones, W: 2, Window: 4}
+	if c.Class == meta.Standard {
+		p = meta.EpochParams{Buckets: []string{"std"}, W: 1, Window: 4}
+	}
 	ep, err := c.Mint(ctx, p)
 	if err != nil {
 		t.Fatal(err)
