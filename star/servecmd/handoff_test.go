@@ -30,6 +30,30 @@ func twoStarEnv(dir, id string) []string {
 	}
 }
 
+// twoStarsLedByA starts stars a and b on one metastore and object folder,
+// creates the dev basin, and makes a the leader of each stream with a
+// first append ("first" at seq 0, logged in the returned ack log).
+func twoStarsLedByA(t *testing.T, streams ...string) (a, b *proc, acks *ackLog) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the star binary")
+	}
+	dir := t.TempDir()
+	a = startServe(t, twoStarEnv(dir, "a"))
+	b = startServe(t, twoStarEnv(dir, "b"))
+	if status, out, err := call(a, "POST", "/v1/basins", `{"basin":"starlog-dev","config":{"create_stream_on_append":true}}`); err != nil || status != 201 {
+		t.Fatalf("create basin: %d %s %v", status, out, err)
+	}
+	acks = newAckLog(t)
+	for _, s := range streams {
+		if status, out, err := post(a.url, s, false, []string{"first"}); err != nil || status != 200 {
+			t.Fatalf("first append to %s on a: %d %s %v", s, status, out, err)
+		}
+		acks.add(s, 0, []string{"first"})
+	}
+	return a, b, acks
+}
+
 // firstOK appends to stream on p as an already forwarded request (p
 // answers itself, never forwards) until p acknowledges one, and returns
 // when that was. Until p leads the stream it answers 503.
@@ -62,21 +86,8 @@ func firstOK(acks *ackLog, p *proc, stream string, stop <-chan struct{}) (time.T
 // successor takes the released lease without a gate settle, and the
 // producers only retry through the move.
 func TestHandoffUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the star binary")
-	}
-	dir := t.TempDir()
-	a := startServe(t, twoStarEnv(dir, "a"))
-	b := startServe(t, twoStarEnv(dir, "b"))
-	if status, out, err := call(a, "POST", "/v1/basins", `{"basin":"starlog-dev","config":{"create_stream_on_append":true}}`); err != nil || status != 201 {
-		t.Fatalf("create basin: %d %s %v", status, out, err)
-	}
 	const s = "moving"
-	acks := newAckLog(t)
-	if status, out, err := post(a.url, s, false, []string{"first"}); err != nil || status != 200 {
-		t.Fatalf("first append on a: %d %s %v", status, out, err)
-	}
-	acks.add(s, 0, []string{"first"})
+	a, b, acks := twoStarsLedByA(t, s)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -209,23 +220,8 @@ func grepMetrics(t *testing.T, p *proc, sub string) string {
 // and without a gate settle, and every acknowledged record reads back.
 // The closing star's nudge makes the other settle its chains at once.
 func TestGracefulCloseReleasesLeases(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the star binary")
-	}
-	dir := t.TempDir()
-	a := startServe(t, twoStarEnv(dir, "a"))
-	b := startServe(t, twoStarEnv(dir, "b"))
-	if status, out, err := call(a, "POST", "/v1/basins", `{"basin":"starlog-dev","config":{"create_stream_on_append":true}}`); err != nil || status != 201 {
-		t.Fatalf("create basin: %d %s %v", status, out, err)
-	}
-	acks := newAckLog(t)
 	streams := []string{"s1", "s2", "s3"}
-	for _, s := range streams {
-		if status, out, err := post(a.url, s, false, []string{"first"}); err != nil || status != 200 {
-			t.Fatalf("first append to %s on a: %d %s %v", s, status, out, err)
-		}
-		acks.add(s, 0, []string{"first"})
-	}
+	a, b, acks := twoStarsLedByA(t, streams...)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, s := range streams {
@@ -295,23 +291,8 @@ func TestGracefulCloseReleasesLeases(t *testing.T) {
 // star takes them without a gate settle), takes no new lease, forwards to
 // the new leader, and returns once its terminate gate is open.
 func TestDrainOpensTerminateGate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the star binary")
-	}
-	dir := t.TempDir()
-	a := startServe(t, twoStarEnv(dir, "a"))
-	b := startServe(t, twoStarEnv(dir, "b"))
-	if status, out, err := call(a, "POST", "/v1/basins", `{"basin":"starlog-dev","config":{"create_stream_on_append":true}}`); err != nil || status != 201 {
-		t.Fatalf("create basin: %d %s %v", status, out, err)
-	}
-	acks := newAckLog(t)
 	streams := []string{"d1", "d2", "d3"}
-	for _, s := range streams {
-		if status, out, err := post(a.url, s, false, []string{"first"}); err != nil || status != 200 {
-			t.Fatalf("first append to %s on a: %d %s %v", s, status, out, err)
-		}
-		acks.add(s, 0, []string{"first"})
-	}
+	a, b, acks := twoStarsLedByA(t, streams...)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, s := range streams {
