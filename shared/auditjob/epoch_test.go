@@ -165,12 +165,21 @@ func TestJanitorAndChainSettle(t *testing.T) {
 	ctx := context.Background()
 	h := newHalted(t)
 
+	// A settle marker its star left for epoch 1 before it restarted and
+	// minted epoch 2 has nothing left to authorise: the pass deletes it.
+	dk := meta.SettleDueKey(h.ch.Star, h.ch.Class)
+	if _, err := h.st.Meta.Put(ctx, dk.PK, dk.SK, meta.Encode(meta.SettleDue{Owner: "star1:1", Epoch: 1}), meta.IfAbsent()); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := auditjob.Janitor(ctx, h.st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Chains != 1 || len(rep.Jobs) != 0 || rep.Deferred != 1 {
 		t.Fatalf("before the absorb reaches the cut: %+v", rep)
+	}
+	if _, err := h.st.Meta.Get(ctx, dk.PK, dk.SK); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("a marker below the head survived the pass: %v", err)
 	}
 
 	h.absorbLive(t)

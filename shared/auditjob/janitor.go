@@ -94,11 +94,16 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 				return rep, fmt.Errorf("auditjob: janitor: %w", err)
 			}
 		}
+		// A marker for an epoch the head has moved past (its star restarted
+		// and settled it) or that is settled has nothing left to authorise.
+		served := h.Epoch - 1
 		if h.State == meta.HeadSettled {
-			// A marker outlived the settle that served it.
-			if err := settle.ClearDue(ctx, st.Meta, ch, h.Epoch); err != nil {
-				return rep, err
-			}
+			served = h.Epoch
+		}
+		if err := settle.ClearDue(ctx, st.Meta, ch, served); err != nil {
+			return rep, err
+		}
+		if h.State == meta.HeadSettled {
 			continue
 		}
 		if gone {
