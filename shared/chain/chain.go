@@ -2,12 +2,15 @@ package chain
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/starlog/starlog/shared/format"
@@ -58,20 +61,57 @@ type Chain struct {
 	// bucket is retried when it comes back (default 10 s).
 	AttemptTimeout time.Duration
 
+	// The chain's randomness: the nonces it mints and writes into poison,
+	// and the retry jitter. Drawn from crypto/rand unless Seed fixed it.
+	seed       uint64
+	randMu     sync.Mutex
+	rand       *rand.Rand   // nil: nonces from crypto/rand
 	fenceNonce format.Nonce // written into this actor's poison
 }
 
 // New returns the chain (star, class) as seen by actor me.
 func New(star string, class meta.Class, me string, ms meta.Store, os objstore.Store) *Chain {
 	c := &Chain{Star: star, Class: class, Me: me, Meta: ms, Store: os}
+	n := NewNonce()
+	c.seed = binary.LittleEndian.Uint64(n[:8])
 	c.fenceNonce = NewNonce()
 	return c
+}
+
+// Seed makes every random choice of this chain a function of seed: the
+// nonces it mints and poisons with, and its retry jitter. A simulation
+// seeds each actor's chain so that one seed replays one run; production
+// leaves the crypto/rand default.
+func (c *Chain) Seed(seed uint64) *Chain {
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
+	c.seed = seed
+	c.rand = rand.New(rand.NewPCG(seed, 0x5eed))
+	c.fenceNonce = c.drawLocked()
+	return c
+}
+
+// nonce draws a nonce from the chain's source.
+func (c *Chain) nonce() format.Nonce {
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
+	return c.drawLocked()
+}
+
+func (c *Chain) drawLocked() format.Nonce {
+	if c.rand == nil {
+		return NewNonce()
+	}
+	var n format.Nonce
+	binary.LittleEndian.PutUint64(n[:8], c.rand.Uint64())
+	binary.LittleEndian.PutUint64(n[8:], c.rand.Uint64())
+	return n
 }
 
 // NewNonce draws a random 128-bit nonce.
 func NewNonce() format.Nonce {
 	var n format.Nonce
-	if _, err := rand.Read(n[:]); err != nil {
+	if _, err := crand.Read(n[:]); err != nil {
 		panic("chain: crypto/rand: " + err.Error())
 	}
 	return n
@@ -216,7 +256,7 @@ func (c *Chain) Mint(ctx context.Context, p meta.EpochParams) (meta.Epoch, error
 	if !strings.HasPrefix(c.Me, c.Star+":") {
 		return meta.Epoch{}, fmt.Errorf("chain %s/%s: %s is not an incarnation of star %s and may not mint", c.Star, c.Class, c.Me, c.Star)
 	}
-	p.Nonce = hex.EncodeToString(func() []byte { n := NewNonce(); return n[:] }())
+	p.Nonce = hex.EncodeToString(func() []byte { n := c.nonce(); return n[:] }())
 	for {
 		h, ver, ok, err := c.Head(ctx)
 		if err != nil {

@@ -187,7 +187,7 @@ func (w *Writer) drainLater(results <-chan putResult, pending int, cancel contex
 // can never write twice.
 func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, body []byte) (Occupant, error) {
 	b := w.buckets[i]
-	r := newRetrier()
+	r := w.c.newRetrier("put " + b.Name() + " " + key)
 	for {
 		start := time.Now()
 		actx, cancel := w.c.attempt(ctx)

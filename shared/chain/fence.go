@@ -220,7 +220,7 @@ func (c *Chain) fenceSlot(ctx context.Context, bs []objstore.Bucket, rec meta.Ep
 
 // poisonCopy makes one bucket's occupant at key permanent and reports it.
 func (c *Chain) poisonCopy(ctx context.Context, b objstore.Bucket, key string, epoch, slot uint64, nonce format.Nonce, poison []byte) (Occupant, error) {
-	r := newRetrier()
+	r := c.newRetrier("poison " + b.Name() + " " + key)
 	for {
 		actx, cancel := c.attempt(ctx)
 		_, err := b.PutIfAbsent(actx, key, poison)
@@ -300,7 +300,7 @@ func (c *Chain) Walk(ctx context.Context, rec meta.Epoch, from, to uint64, fn fu
 // set and reads its footer, retrying while no copy is reachable.
 func (c *Chain) ReadFooter(ctx context.Context, bs []objstore.Bucket, epoch, slot uint64, nonce format.Nonce) (SlotFooter, error) {
 	key := c.slotKey(epoch, slot)
-	r := newRetrier()
+	r := c.newRetrier("footer " + key)
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		for j := range bs {
@@ -352,7 +352,7 @@ func (c *Chain) ProbeGarbage(ctx context.Context, rec meta.Epoch, cut uint64) er
 		poison := format.EncodePoison(rec.Epoch, s, c.fenceNonce)
 		for _, b := range bs {
 			wg.Go(func() {
-				r := newRetrier()
+				r := c.newRetrier("reap " + b.Name() + " " + key)
 				for {
 					occ, err := c.poisonCopy(ctx, b, key, rec.Epoch, s, nonce, poison)
 					if err != nil {

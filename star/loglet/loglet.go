@@ -290,3 +290,9 @@ func (l *Loglet) Close() {
 	<-l.done
 	<-l.absorbDone
 }
+
+// CommitErr is nil while the loglet can commit flights: it is closed,
+// deposed, or halted and unable to recover into a new epoch (the object
+// store refuses its writes) otherwise. /health reports not ready while it
+// is set, so a load balancer stops sending the star traffic.
+func (l *Loglet) CommitErr() error { return l.closedErr() }
