@@ -18,14 +18,6 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 )
 
-// ErrDeposed means a successor owns the chain: a foreign fence or a lost
-// mint CAS. The writer must shed every stream that rides the chain.
-var ErrDeposed = errors.New("chain: deposed: a successor fenced or minted this chain")
-
-// ErrNotFenced means the head epoch is still open and must be fenced (and
-// settled) before a new epoch can be minted.
-var ErrNotFenced = errors.New("chain: head epoch is open; fence it first")
-
 // SlotKey is a slot's object key, identical in every bucket of the set.
 func SlotKey(star string, class meta.Class, epoch, slot uint64) string {
 	return fmt.Sprintf("chains/%s/%s/%020d/%020d", star, class, epoch, slot)
@@ -60,6 +52,13 @@ type Chain struct {
 	// AttemptTimeout bounds one request to one bucket, so a black-holed
 	// bucket is retried when it comes back (default 10 s).
 	AttemptTimeout time.Duration
+	// OwnFenceWait bounds how long a writer fencing its own epoch waits
+	// for a bucket that could decide a slot it never released, before it
+	// cuts there on what it knows (default 1 s; FenceOwn).
+	OwnFenceWait time.Duration
+	// ReadVersion is the newest envelope version this actor reads (0:
+	// format.MaxVersion). Tests set it to act as another build.
+	ReadVersion uint8
 
 	// The chain's randomness: the nonces it mints and writes into poison,
 	// and the retry jitter. Drawn from crypto/rand unless Seed fixed it.
@@ -244,16 +243,18 @@ func (c *Chain) ensureEpochRecord(ctx context.Context, h meta.Head) (meta.Epoch,
 }
 
 // Mint opens the next epoch for this actor as the chain's writer. It is the
-// CAS on the head that decides ownership: from no head (the first epoch),
-// from the actor's own fence with its cut recorded (self-recovery), or from
-// a settled epoch another incarnation owned (a restart after settlement).
-// A foreign fence, or a settled epoch this actor owned, means a successor
-// took over: ErrDeposed. An open head must be fenced first: ErrNotFenced.
+// CAS on the head that decides ownership (judgeMint): from no head (the
+// first epoch), from the actor's own fence with its cut recorded
+// (self-recovery), or from a settled epoch of an earlier incarnation (a
+// restart after settlement). A later incarnation on the head, a foreign
+// fence of this actor's epoch or a settle of it mean a successor took
+// over: ErrDeposed. An earlier incarnation's open epoch must be settled
+// first: ErrNotFenced.
 func (c *Chain) Mint(ctx context.Context, p meta.EpochParams) (meta.Epoch, error) {
 	if err := p.Validate(); err != nil {
 		return meta.Epoch{}, err
 	}
-	if !strings.HasPrefix(c.Me, c.Star+":") {
+	if incarnationOf(c.Me, c.Star) == 0 {
 		return meta.Epoch{}, fmt.Errorf("chain %s/%s: %s is not an incarnation of star %s and may not mint", c.Star, c.Class, c.Me, c.Star)
 	}
 	p.Nonce = hex.EncodeToString(func() []byte { n := c.nonce(); return n[:] }())
@@ -263,27 +264,28 @@ func (c *Chain) Mint(ctx context.Context, p meta.EpochParams) (meta.Epoch, error
 			return meta.Epoch{}, err
 		}
 		next := meta.Head{Epoch: 1, State: meta.HeadOpen, Owner: c.Me, Params: p}
-		if ok {
-			switch {
-			case h.State == meta.HeadFencing && h.Fencer == c.Me && h.Cut != nil:
-				// Seal the fenced epoch's cut onto its record before the head
-				// moves on: below the head, every epoch record has its cut.
+		switch v := judgeMint(h, ok, c.Star, c.Me); v {
+		case vMintFirst:
+		case vMintNext:
+			if h.State == meta.HeadFencing {
+				// Seal the fenced epoch's cut onto its record before the
+				// head moves on: below the head, every epoch record has its
+				// cut.
 				if err := c.recordCutOnEpoch(ctx, h.Epoch, *h.Cut); err != nil {
 					return meta.Epoch{}, err
 				}
-			case h.State == meta.HeadSettled && h.Owner != c.Me:
-			case h.State == meta.HeadOpen && h.Owner == c.Me:
-				// Our own earlier mint whose reply was lost (the metastore
-				// reported an unknown outcome): adopt it. An actor mints only
-				// at start or after fencing, so an open epoch of ours that we
-				// did not get back was never written.
-				return c.ensureEpochRecord(ctx, h)
-			case h.State == meta.HeadOpen, h.State == meta.HeadFencing && h.Fencer == c.Me:
-				return meta.Epoch{}, fmt.Errorf("chain %s/%s epoch %d (%s by %s): %w", c.Star, c.Class, h.Epoch, h.State, h.Owner, ErrNotFenced)
-			default:
-				return meta.Epoch{}, fmt.Errorf("chain %s/%s epoch %d (%s, owner %s, fencer %s): %w", c.Star, c.Class, h.Epoch, h.State, h.Owner, h.Fencer, ErrDeposed)
 			}
 			next.Epoch = h.Epoch + 1
+		case vAdoptOpen:
+			// Our own earlier mint whose reply was lost (the metastore
+			// reported an unknown outcome): adopt it. An actor mints only
+			// at start or after fencing, so an open epoch of ours that we
+			// did not get back was never written.
+			return c.ensureEpochRecord(ctx, h)
+		case vNotFenced:
+			return meta.Epoch{}, fmt.Errorf("chain %s/%s epoch %d (%s, owner %s, fencer %q): %w", c.Star, c.Class, h.Epoch, h.State, h.Owner, h.Fencer, ErrNotFenced)
+		default:
+			return meta.Epoch{}, fmt.Errorf("chain %s/%s epoch %d (%s, owner %s, fencer %q): %w", c.Star, c.Class, h.Epoch, h.State, h.Owner, h.Fencer, ErrDeposed)
 		}
 		won, err := c.casHead(ctx, next, ver)
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 type HaltCause string
 
 const (
-	HaltForeign  HaltCause = "foreign occupant" // a poison (or another writer's copy) in one of our slots
+	HaltForeign  HaltCause = "foreign occupant" // a poison, another writer's copy or an unreadable object in one of our slots
 	HaltDeadline HaltCause = "flight deadline"  // W confirms not reached in time
 )
 
@@ -150,7 +150,10 @@ func (w *Writer) Commit(ctx context.Context, slot uint64, body []byte) error {
 				w.drainLater(results, pending, scancel)
 				return nil
 			}
-			if r.occ == Poison {
+			// A poison means a fencer is at work; an unreadable occupant
+			// is no copy of ours. Either way, halt once W can no longer
+			// be reached from the buckets still uploading.
+			if r.occ == Poison || r.occ == Unreadable && tally.Flights()+pending < q {
 				scancel()
 				return &HaltError{Slot: slot, Cause: HaltForeign}
 			}
@@ -182,12 +185,14 @@ func (w *Writer) drainLater(results <-chan putResult, pending int, cancel contex
 }
 
 // putCopy writes one bucket's copy until it knows the bucket's occupant:
-// Flight (ours), Poison (anything else), or Unknown with the last error when
-// ctx ends first. Indefinite outcomes are probed; a retried create-once PUT
+// Flight (ours), Poison (anything that can never be ours), Unreadable (an
+// object that does not decode), or Unknown with the last error when ctx
+// ends first. Indefinite outcomes are probed; a retried create-once PUT
 // can never write twice.
 func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, body []byte) (Occupant, error) {
 	b := w.buckets[i]
 	r := w.c.newRetrier("put " + b.Name() + " " + key)
+	want := copyID{w.Epoch.Epoch, slot, w.nonce}
 	for {
 		start := time.Now()
 		actx, cancel := w.c.attempt(ctx)
@@ -200,7 +205,7 @@ func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, bo
 		case err == nil:
 			return Flight, nil
 		case errors.Is(err, objstore.ErrExists) || objstore.IsIndefinite(err):
-			occ, perr := w.c.probe(ctx, b, key, w.Epoch.Epoch, slot, w.nonce)
+			occ, perr := w.c.probe(ctx, b, key, want)
 			if occ != Unknown {
 				return occ, nil
 			}
@@ -212,28 +217,4 @@ func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, bo
 			return Unknown, fmt.Errorf("chain: put %s/%s: %w", b.Name(), key, err)
 		}
 	}
-}
-
-// probe reads a slot's envelope in one bucket: Flight when it is a flight
-// copy of (epoch, slot) by the writer holding nonce, Poison for any other
-// occupant, Unknown when the key is absent or unreadable now.
-func (c *Chain) probe(ctx context.Context, b objstore.Bucket, key string, epoch, slot uint64, nonce format.Nonce) (Occupant, error) {
-	actx, cancel := c.attempt(ctx)
-	defer cancel()
-	head, err := b.Get(actx, key, 0, format.EnvelopeSize)
-	if err != nil {
-		if errors.Is(err, objstore.ErrNotFound) {
-			return Unknown, nil
-		}
-		return Unknown, fmt.Errorf("chain: probe %s/%s: %w", b.Name(), key, err)
-	}
-	env, err := format.DecodeEnvelope(head)
-	if err != nil {
-		// Not ours and not a valid poison: a foreign occupant all the same.
-		return Poison, nil
-	}
-	if env.Kind == format.KindFlight && env.Epoch == epoch && env.Slot == slot && env.Nonce == nonce {
-		return Flight, nil
-	}
-	return Poison, nil
 }

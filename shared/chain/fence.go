@@ -4,23 +4,65 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 )
 
-// fenceBatch is how many slots a fence arbitrates at once.
-const fenceBatch = 64
+// fenceReadAhead is how many slots past the lowest undecided one a fence
+// reads at most at once (it starts at the window and grows with a backlog
+// of committed slots). Reads are harmless; writes (poison, roll-forward copies)
+// stay within the minted window of the lowest undecided slot, so a fence
+// writes at most the window past its cut. Against a writer that is still
+// alive and winning the slots the fence reaches (a slot read absent holds
+// its copy by the time the fence writes), a window-wide gate would trail
+// the writer forever, since the writer's own window starts at or above
+// the fence's lowest undecided slot: the fence then writes over its whole
+// read-ahead, getting ahead of the writer, which meets poison within its
+// window.
+const fenceReadAhead = 64
 
-// Fence fences epoch to its cut and returns the cut: every slot below it is
-// committed, the cut itself is dead, so nothing at or past it will ever
-// release. own is true when the epoch's writer fences itself after a halt;
-// then any foreign claim on the head means it was deposed (ErrDeposed).
-// A successor claims the fence on the head (so the writer's next mint
+// Known is what an epoch's writer knows when it fences its own epoch after
+// a halt. Its own releases are the one fact no bucket can show: a slot it
+// never released can be cut without deciding it physically.
+type Known struct {
+	// Released: every slot below it was acknowledged (so it is committed),
+	// none at or above it was, and the writer will never release one now.
+	Released uint64
+	// Committed reports the slots at or above Released the writer saw
+	// reach W (nil: none).
+	Committed func(slot uint64) bool
+}
+
+// Fence fences epoch to its cut and returns the cut: every slot below it
+// is committed and the cut itself is dead, so nothing at or past it will
+// ever release. own is true when the epoch's writer fences itself (with no
+// knowledge of its releases; FenceOwn is the writer's form); then any
+// foreign claim on the head means it was deposed (ErrDeposed). A
+// successor claims the fence on the head (so the writer's next mint
 // fails) and adopts a cut already recorded. Every step is idempotent.
 func (c *Chain) Fence(ctx context.Context, epoch uint64, own bool) (uint64, error) {
+	return c.fence(ctx, epoch, own, nil)
+}
+
+// FenceOwn is the writer's own fence of its halted epoch, given what it
+// knows: it decides the slots from k.Released upward (those below were
+// acknowledged, so they are committed, and it need not read them), treats
+// the slots it saw commit as committed, and decides the others by their
+// buckets, rolling a lone copy forward or poisoning. A slot it cannot
+// decide within OwnFenceWait, for want of a bucket that does not answer,
+// becomes the cut all the same: the writer never released it and never
+// will, and the cut recorded on the head, not the slot's bytes, is what
+// every later walk obeys. So a writer recovers with a zone down whatever
+// that zone holds.
+func (c *Chain) FenceOwn(ctx context.Context, epoch uint64, k Known) (uint64, error) {
+	return c.fence(ctx, epoch, true, &k)
+}
+
+func (c *Chain) fence(ctx context.Context, epoch uint64, own bool, known *Known) (uint64, error) {
 	cut, done, err := c.claimFence(ctx, epoch, own)
 	if err != nil || done {
 		return cut, err
@@ -29,7 +71,7 @@ func (c *Chain) Fence(ctx context.Context, epoch uint64, own bool) (uint64, erro
 	if err != nil {
 		return 0, err
 	}
-	cut, err = c.findCut(ctx, rec)
+	cut, err = c.findCut(ctx, rec, known)
 	if err != nil {
 		return 0, err
 	}
@@ -56,18 +98,21 @@ func (c *Chain) epochOrFromHead(ctx context.Context, epoch uint64) (meta.Epoch, 
 	return c.ensureEpochRecord(ctx, h)
 }
 
-// claimFence records this actor as the epoch's fencer on the head. It
-// returns done with the cut when one is already recorded.
+// claimFence records this actor as the epoch's fencer on the head
+// (judgeFence decides). It returns done with the cut when one is already
+// recorded.
 func (c *Chain) claimFence(ctx context.Context, epoch uint64, own bool) (uint64, bool, error) {
 	for {
 		h, ver, ok, err := c.Head(ctx)
 		if err != nil {
 			return 0, false, err
 		}
-		if !ok || h.Epoch < epoch {
+		switch judgeFence(h, ok, epoch, c.Me, own) {
+		case vNotMinted:
 			return 0, false, fmt.Errorf("chain %s/%s: fence epoch %d: not minted", c.Star, c.Class, epoch)
-		}
-		if h.Epoch > epoch {
+		case vDeposed:
+			return 0, false, fmt.Errorf("chain %s/%s epoch %d (head epoch %d %s, owner %s, fencer %q): %w", c.Star, c.Class, epoch, h.Epoch, h.State, h.Owner, h.Fencer, ErrDeposed)
+		case vCutOnRecord:
 			// The head moved on, and it only does so once the cut is sealed
 			// onto the epoch's record.
 			rec, _, err := c.Epoch(ctx, epoch)
@@ -78,39 +123,28 @@ func (c *Chain) claimFence(ctx context.Context, epoch uint64, own bool) (uint64,
 				return 0, false, fmt.Errorf("chain %s/%s: epoch %d below head %d has no cut", c.Star, c.Class, epoch, h.Epoch)
 			}
 			return *rec.Cut, true, nil
-		}
-		if own {
-			mine := (h.State == meta.HeadOpen && h.Owner == c.Me) || (h.State == meta.HeadFencing && h.Fencer == c.Me)
-			if !mine {
-				return 0, false, fmt.Errorf("chain %s/%s epoch %d (%s, fencer %q): %w", c.Star, c.Class, epoch, h.State, h.Fencer, ErrDeposed)
+		case vCutOnHead:
+			if h.Cut == nil {
+				return 0, false, fmt.Errorf("chain %s/%s: epoch %d is %s with no cut", c.Star, c.Class, epoch, h.State)
 			}
-			if h.Cut != nil {
-				return *h.Cut, true, nil
-			}
-		} else if h.State == meta.HeadSettled {
 			return *h.Cut, true, nil
-		}
-		if h.State == meta.HeadFencing && h.Fencer == c.Me {
-			if h.Cut != nil {
-				return *h.Cut, true, nil
-			}
+		case vFindCut:
 			return 0, false, nil
-		}
-		// Claim it (a successor also takes over a claim already recorded,
-		// so the deposed writer's mint CAS fails).
-		h.State, h.Fencer = meta.HeadFencing, c.Me
-		won, err := c.casHead(ctx, h, ver)
-		if err != nil {
-			return 0, false, err
-		}
-		if won {
-			if h.Cut != nil {
-				return *h.Cut, true, nil
+		case vClaim:
+			h.State, h.Fencer = meta.HeadFencing, c.Me
+			won, err := c.casHead(ctx, h, ver)
+			if err != nil {
+				return 0, false, err
 			}
-			return 0, false, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, false, err
+			if won {
+				if h.Cut != nil {
+					return *h.Cut, true, nil
+				}
+				return 0, false, nil
+			}
+			if err := ctx.Err(); err != nil {
+				return 0, false, err
+			}
 		}
 	}
 }
@@ -123,22 +157,22 @@ func (c *Chain) recordCut(ctx context.Context, epoch, cut uint64, own bool) erro
 			return err
 		}
 		if h.Epoch != epoch {
+			if own {
+				return fmt.Errorf("chain %s/%s epoch %d: head moved to epoch %d: %w", c.Star, c.Class, epoch, h.Epoch, ErrDeposed)
+			}
 			return nil // moved on: the epoch record holds the cut
+		}
+		if own && h.Fencer != c.Me {
+			return fmt.Errorf("chain %s/%s epoch %d fenced by %s: %w", c.Star, c.Class, epoch, h.Fencer, ErrDeposed)
 		}
 		if h.Cut != nil {
 			if *h.Cut != cut {
 				return fmt.Errorf("chain %s/%s epoch %d: recorded cut %d, fence found %d", c.Star, c.Class, epoch, *h.Cut, cut)
 			}
-			if own && h.Fencer != c.Me {
-				return fmt.Errorf("chain %s/%s epoch %d fenced by %s: %w", c.Star, c.Class, epoch, h.Fencer, ErrDeposed)
-			}
 			return nil
 		}
 		if h.State != meta.HeadFencing {
 			return fmt.Errorf("chain %s/%s epoch %d: head %s while recording the cut", c.Star, c.Class, epoch, h.State)
-		}
-		if own && h.Fencer != c.Me {
-			return fmt.Errorf("chain %s/%s epoch %d fenced by %s: %w", c.Star, c.Class, epoch, h.Fencer, ErrDeposed)
 		}
 		h.Cut = &cut
 		won, err := c.casHead(ctx, h, ver)
@@ -151,284 +185,274 @@ func (c *Chain) recordCut(ctx context.Context, epoch, cut uint64, own bool) erro
 	}
 }
 
-// findCut poisons slots from the checkpoint upward, fenceBatch at a time,
-// until it meets a dead slot: the lowest dead slot is the cut.
-func (c *Chain) findCut(ctx context.Context, rec meta.Epoch) (uint64, error) {
+// slotOutcome is one slot's fence result.
+type slotOutcome struct {
+	slot  uint64
+	fate  Fate
+	stuck bool
+	tally *Tally
+	err   error
+}
+
+// findCut decides slots from the search start upward, slot by slot, and
+// returns the lowest dead one: the cut. A successor starts at the
+// checkpoint; a writer with its knowledge starts at its release frontier
+// and skips the slots it saw commit. Slots are read up to fenceReadAhead
+// past the lowest undecided one; they are written only within the minted
+// window of it. A slot above the cut never holds the cut up.
+func (c *Chain) findCut(ctx context.Context, rec meta.Epoch, known *Known) (uint64, error) {
 	nonce, err := ParseNonce(rec.Params.Nonce)
 	if err != nil {
 		return 0, err
 	}
 	bs := c.buckets(rec.Params)
-	for from := rec.Checkpoint; ; from += fenceBatch {
-		fates := make([]Fate, fenceBatch)
-		errs := make([]error, fenceBatch)
-		var wg sync.WaitGroup
-		for i := range fenceBatch {
-			wg.Go(func() {
-				fates[i], errs[i] = c.fenceSlot(ctx, bs, rec, nonce, from+uint64(i))
-			})
-		}
-		wg.Wait()
-		for i := range fenceBatch {
-			if errs[i] != nil {
-				return 0, errs[i]
-			}
-			if fates[i] == Dead {
-				return from + uint64(i), nil
-			}
-		}
+	window := uint64(max(rec.Params.Window, 1))
+	lo := rec.Checkpoint
+	if known != nil {
+		lo = max(lo, known.Released)
 	}
-}
-
-// fenceSlot writes poison to the slot's buckets until its fate is decided.
-// Absence is never inferred from a 404: only a won poison write makes a
-// bucket's occupant permanent.
-func (c *Chain) fenceSlot(ctx context.Context, bs []objstore.Bucket, rec meta.Epoch, nonce format.Nonce, slot uint64) (Fate, error) {
-	key := c.slotKey(rec.Epoch, slot)
-	poison := format.EncodePoison(rec.Epoch, slot, c.fenceNonce)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type res struct {
-		i   int
-		occ Occupant
-		err error
-	}
-	results := make(chan res, len(bs))
-	for i, b := range bs {
-		go func() {
-			occ, err := c.poisonCopy(sctx, b, key, rec.Epoch, slot, nonce, poison)
-			results <- res{i, occ, err}
-		}()
-	}
-	t := NewTally(len(bs), rec.Params.W)
-	var lastErr error
-	for range bs {
-		r := <-results
-		if r.err != nil {
-			lastErr = r.err
-		}
-		t.Observe(r.i, r.occ)
-		if f := t.Fate(); f != Undecided {
-			return f, nil
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return Undecided, err
-	}
-	return Undecided, fmt.Errorf("chain: fence slot %s undecided: %w", key, lastErr)
-}
-
-// poisonCopy makes one bucket's occupant at key permanent and reports it.
-func (c *Chain) poisonCopy(ctx context.Context, b objstore.Bucket, key string, epoch, slot uint64, nonce format.Nonce, poison []byte) (Occupant, error) {
-	r := c.newRetrier("poison " + b.Name() + " " + key)
-	for {
-		actx, cancel := c.attempt(ctx)
-		_, err := b.PutIfAbsent(actx, key, poison)
-		cancel()
-		switch {
-		case err == nil:
-			return Poison, nil
-		case errors.Is(err, objstore.ErrExists) || objstore.IsIndefinite(err):
-			occ, perr := c.probe(ctx, b, key, epoch, slot, nonce)
-			if occ != Unknown {
-				return occ, nil
-			}
-			if perr != nil {
-				err = perr
-			}
-		}
-		if !r.wait(ctx) {
-			return Unknown, fmt.Errorf("chain: poison %s/%s: %w", b.Name(), key, err)
-		}
-	}
-}
-
-// SlotFooter is one committed slot as the walk reads it.
-type SlotFooter struct {
-	Slot     uint64
-	Bucket   string // a bucket holding a flight copy
-	Envelope format.Envelope
-	Footer   format.BundleFooter
-}
-
-// walkAhead is how many slots the walk reads ahead of its consumer.
-const walkAhead = 64
-
-// Walk reads the footer of every committed slot in [from, to) by point
-// lookups (never a listing) and hands them to fn in slot order.
-func (c *Chain) Walk(ctx context.Context, rec meta.Epoch, from, to uint64, fn func(SlotFooter) error) error {
-	nonce, err := ParseNonce(rec.Params.Nonce)
-	if err != nil {
-		return err
-	}
-	bs := c.buckets(rec.Params)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type res struct {
-		sf  SlotFooter
-		err error
-	}
-	queue := make(chan chan res, walkAhead)
-	go func() {
-		defer close(queue)
-		for s := from; s < to; s++ {
-			ch := make(chan res, 1)
-			select {
-			case queue <- ch:
-			case <-ctx.Done():
-				return
+
+	results := make(chan slotOutcome, fenceReadAhead)
+	race := &raceSignal{wake: make(chan struct{}, 1)}
+	gates := map[uint64]chan struct{}{}
+	decided := map[uint64]slotOutcome{}
+	launched := lo
+	running := 0
+	start := lo
+	launch := func() {
+		// Read-ahead starts at the window and grows with the committed
+		// slots behind it (a backlog), so a short epoch is not read 64
+		// slots past its cut.
+		ahead := min(max(fenceReadAhead, window), window+2*(lo-start))
+		for ; launched < lo+ahead; launched++ {
+			s := launched
+			if known != nil && known.Committed != nil && known.Committed(s) {
+				decided[s] = slotOutcome{slot: s, fate: Committed}
+				continue
 			}
+			gate := make(chan struct{})
+			gates[s] = gate
+			running++
 			go func() {
-				sf, err := c.ReadFooter(ctx, bs, rec.Epoch, s, nonce)
-				ch <- res{sf, err}
+				want := copyID{rec.Epoch, s, nonce}
+				results <- c.decideSlot(ctx, bs, want, rec.Params.W, gate, race)
 			}()
 		}
+		gate := lo + window
+		if race.seen.Load() {
+			gate = lo + ahead
+		}
+		for s, g := range gates {
+			if s < gate {
+				close(g)
+				delete(gates, s)
+			}
+		}
+	}
+	drain := func() {
+		cancel()
+		for ; running > 0; running-- {
+			<-results
+		}
+	}
+	var ownWait <-chan time.Time
+	var ownTimer *time.Timer
+	resetOwnWait := func() {
+		if known == nil {
+			return
+		}
+		if ownTimer != nil {
+			ownTimer.Stop()
+		}
+		ownTimer = time.NewTimer(c.ownFenceWait())
+		ownWait = ownTimer.C
+	}
+	defer func() {
+		if ownTimer != nil {
+			ownTimer.Stop()
+		}
 	}()
-	for ch := range queue {
-		r := <-ch
-		if r.err != nil {
-			return r.err
-		}
-		if err := fn(r.sf); err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
-}
-
-// ReadFooter finds a flight copy of a committed slot in any bucket of the
-// set and reads its footer, retrying while no copy is reachable.
-func (c *Chain) ReadFooter(ctx context.Context, bs []objstore.Bucket, epoch, slot uint64, nonce format.Nonce) (SlotFooter, error) {
-	key := c.slotKey(epoch, slot)
-	r := c.newRetrier("footer " + key)
-	var lastErr error
-	for attempt := 0; ; attempt++ {
-		for j := range bs {
-			b := bs[(int(slot)+attempt+j)%len(bs)] // spread reads over the set
-			actx, cancel := c.attempt(ctx)
-			head, err := b.Get(actx, key, 0, format.EnvelopeSize)
-			cancel()
-			if err != nil {
-				lastErr = err
+	launch()
+	resetOwnWait()
+	for {
+		// Advance over decided slots from the bottom: the first dead one
+		// is the cut; a stuck one below it stops the fence.
+		for {
+			o, ok := decided[lo]
+			if !ok {
+				break
+			}
+			switch {
+			case o.fate == Dead:
+				drain()
+				return lo, nil
+			case o.fate == Committed:
+				delete(decided, lo)
+				lo++
+				launch()
+				resetOwnWait()
 				continue
+			default:
+				drain()
+				return 0, c.undecidable(rec, o)
 			}
-			env, err := format.DecodeEnvelope(head)
-			if err != nil || env.Kind != format.KindFlight || env.Epoch != epoch || env.Slot != slot || env.Nonce != nonce {
-				continue // poison or a stranger: try another bucket
-			}
-			actx, cancel = c.attempt(ctx)
-			raw, err := b.Get(actx, key, int64(env.FooterOffset), int64(env.FooterLen))
-			cancel()
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			f, err := format.DecodeBundleFooter(raw)
-			if err != nil {
-				return SlotFooter{}, fmt.Errorf("chain: footer of %s/%s: %w", b.Name(), key, err)
-			}
-			return SlotFooter{Slot: slot, Bucket: b.Name(), Envelope: env, Footer: f}, nil
 		}
-		if !r.wait(ctx) {
-			return SlotFooter{}, fmt.Errorf("chain: no readable flight copy of committed slot %s: %v", key, lastErr)
+		select {
+		case o := <-results:
+			running--
+			decided[o.slot] = o
+		case <-race.wake:
+			launch() // widen the write gate
+		case <-ownWait:
+			// A slot the writer never released, undecidable without a
+			// bucket that does not answer: cut there on what it knows.
+			drain()
+			return lo, nil
+		case <-ctx.Done():
+			err := ctx.Err()
+			drain()
+			return 0, &UndecidableError{Key: c.slotKey(rec.Epoch, lo), Slot: lo, Buckets: rec.Params.Buckets,
+				Occupants: make([]Occupant, len(bs)), Err: err}
 		}
 	}
 }
 
-// ProbeGarbage makes every slot in (cut, cut+window) dead: slots the writer
-// may have uploaded in parallel but never released. Flight copies found
-// there are deleted and the bucket poisoned, so no reader ever meets them
-// and no late upload can land.
-func (c *Chain) ProbeGarbage(ctx context.Context, rec meta.Epoch, cut uint64) error {
-	nonce, err := ParseNonce(rec.Params.Nonce)
-	if err != nil {
-		return err
+func (c *Chain) ownFenceWait() time.Duration {
+	if c.OwnFenceWait > 0 {
+		return c.OwnFenceWait
 	}
-	bs := c.buckets(rec.Params)
-	var wg sync.WaitGroup
-	errs := make(chan error, len(bs)*rec.Params.Window)
-	for s := cut + 1; s < cut+uint64(rec.Params.Window); s++ {
-		key := c.slotKey(rec.Epoch, s)
-		poison := format.EncodePoison(rec.Epoch, s, c.fenceNonce)
-		for _, b := range bs {
-			wg.Go(func() {
-				r := c.newRetrier("reap " + b.Name() + " " + key)
-				for {
-					occ, err := c.poisonCopy(ctx, b, key, rec.Epoch, s, nonce, poison)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if occ == Poison {
-						return
-					}
-					actx, cancel := c.attempt(ctx)
-					err = b.Delete(actx, key)
-					cancel()
-					if err != nil && !r.wait(ctx) {
-						errs <- fmt.Errorf("chain: reap %s/%s: %w", b.Name(), key, err)
-						return
-					}
-				}
-			})
-		}
-	}
-	wg.Wait()
-	close(errs)
-	return errors.Join(func() []error {
-		var all []error
-		for e := range errs {
-			all = append(all, e)
-		}
-		return all
-	}()...)
+	return time.Second
 }
 
-// Classify reads the envelope of a slot in every bucket without writing:
-// for readers, tests and diagnostics. Unreachable buckets stay Unknown.
-func (c *Chain) Classify(ctx context.Context, rec meta.Epoch, slot uint64) (*Tally, error) {
-	nonce, err := ParseNonce(rec.Params.Nonce)
-	if err != nil {
-		return nil, err
+// undecidable describes a slot the fence stopped at.
+func (c *Chain) undecidable(rec meta.Epoch, o slotOutcome) error {
+	e := &UndecidableError{Key: c.slotKey(rec.Epoch, o.slot), Slot: o.slot, Buckets: rec.Params.Buckets,
+		Permanent: o.stuck, Err: o.err}
+	if o.tally != nil {
+		e.Occupants = o.tally.Occupants()
+	} else {
+		e.Occupants = make([]Occupant, len(rec.Params.Buckets))
 	}
-	bs := c.buckets(rec.Params)
-	t := NewTally(len(bs), rec.Params.W)
-	key := c.slotKey(rec.Epoch, slot)
-	var errs []error
+	return e
+}
+
+// raceSignal tells a fence's driver that a slot fence saw the writer win a
+// slot it had read absent.
+type raceSignal struct {
+	seen atomic.Bool
+	wake chan struct{}
+}
+
+func (r *raceSignal) set() {
+	if !r.seen.Swap(true) {
+		r.wake <- struct{}{}
+	}
+}
+
+// decideSlot drives one slotFence with I/O until the slot's fate is
+// decided, it is stuck, or ctx ends. Writes wait for write to close.
+func (c *Chain) decideSlot(ctx context.Context, bs []objstore.Bucket, want copyID, w int, write <-chan struct{}, race *raceSignal) slotOutcome {
+	key := c.slotKey(want.epoch, want.slot)
+	f := newSlotFence(len(bs), w)
+	out := slotOutcome{slot: want.slot, tally: f.tally}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan fenceObs, len(bs)) // one request per bucket at a time
+	retries := make(chan int, len(bs))
+	var timers []*time.Timer
+	defer func() {
+		for _, t := range timers {
+			t.Stop()
+		}
+	}()
+	backoff := make([]*retrier, len(bs))
 	for i, b := range bs {
-		occ, err := c.probe(ctx, b, key, rec.Epoch, slot, nonce)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		t.Observe(i, occ)
+		backoff[i] = c.newRetrier("fence " + b.Name() + " " + key)
 	}
-	return t, errors.Join(errs...)
+	poison := format.EncodePoison(want.epoch, want.slot, c.fenceNonce)
+	mayWrite := false
+	var lastErr error
+	for {
+		reqs, fate, stuck := f.plan(mayWrite)
+		if fate != Undecided || stuck {
+			out.fate, out.stuck = fate, stuck
+			return out
+		}
+		for _, r := range reqs {
+			body := poison
+			if r.op == opCopy {
+				body = f.copy
+			}
+			go func() { answers <- c.fenceRequest(sctx, bs[r.bucket], key, want, r, body) }()
+		}
+		select {
+		case o := <-answers:
+			f.observe(o)
+			if f.raced {
+				race.set()
+			}
+			if o.err != nil {
+				lastErr = o.err
+				i := o.req.bucket
+				timers = append(timers, time.AfterFunc(backoff[i].delay(), func() { retries <- i }))
+			}
+		case i := <-retries:
+			f.retry(i)
+		case <-write:
+			mayWrite, write = true, nil
+		case <-ctx.Done():
+			out.err = ctx.Err()
+			if lastErr != nil {
+				out.err = fmt.Errorf("%w (last bucket error: %v)", ctx.Err(), lastErr)
+			}
+			return out
+		}
+	}
 }
 
-// Trim deletes slots [rec.Trimmed, upTo) from every bucket of the set and
-// advances the epoch's trimmed cursor. Callers keep upTo ≤ rewritten and
-// wait out the read grace first; the auditor is the only caller.
-func (c *Chain) Trim(ctx context.Context, rec meta.Epoch, upTo uint64) error {
-	if upTo <= rec.Trimmed {
-		return nil
-	}
-	keys := make([]string, 0, upTo-rec.Trimmed)
-	for s := rec.Trimmed; s < upTo; s++ {
-		keys = append(keys, c.slotKey(rec.Epoch, s))
-	}
-	for _, b := range c.buckets(rec.Params) {
-		for i := 0; i < len(keys); i += 1000 {
-			if err := b.DeleteMany(ctx, keys[i:min(i+1000, len(keys))]); err != nil {
-				return fmt.Errorf("chain %s/%s: trim epoch %d in %s: %w", c.Star, c.Class, rec.Epoch, b.Name(), err)
-			}
+// fenceRequest makes one request a slot fence asked for.
+func (c *Chain) fenceRequest(ctx context.Context, b objstore.Bucket, key string, want copyID, r fenceReq, body []byte) fenceObs {
+	o := fenceObs{req: r}
+	actx, cancel := c.attempt(ctx)
+	defer cancel()
+	switch r.op {
+	case opRead:
+		raw, err := b.Get(actx, key, 0, format.EnvelopeSize)
+		o.absent = errors.Is(err, objstore.ErrNotFound)
+		o.occ, o.err = classify(raw, err, want, c.readVersion())
+	case opFetch:
+		raw, err := b.Get(actx, key, 0, -1)
+		if err != nil {
+			o.err = err
+			break
+		}
+		o.copy, o.bad = raw, !c.verifiedCopy(raw, want)
+	case opCopy, opPoison:
+		_, err := b.PutIfAbsent(actx, key, body)
+		switch {
+		case err == nil:
+			o.won = true
+		case errors.Is(err, objstore.ErrExists) || objstore.IsIndefinite(err):
+			o.recheck = true
+		default:
+			o.err = err
 		}
 	}
-	_, err := c.UpdateEpoch(ctx, rec.Epoch, func(e *meta.Epoch) bool {
-		if e.Trimmed >= upTo {
-			return false
-		}
-		e.Trimmed = upTo
-		return true
-	})
-	return err
+	if o.err != nil {
+		o.err = fmt.Errorf("chain: fence %s %s/%s: %w", r.op, b.Name(), key, o.err)
+	}
+	return o
+}
+
+// verifiedCopy reports whether obj is the writer's flight copy of want with
+// every CRC intact: only such bytes may be rolled forward.
+func (c *Chain) verifiedCopy(obj []byte, want copyID) bool {
+	env, err := format.DecodeEnvelopeUpTo(obj, c.readVersion())
+	if err != nil || env.Kind != format.KindFlight || env.Epoch != want.epoch || env.Slot != want.slot || env.Nonce != want.nonce {
+		return false
+	}
+	_, _, err = format.VerifyBundle(obj)
+	return err == nil
 }

@@ -33,9 +33,7 @@ func (c *Chain) newRetrier(what string) *retrier {
 
 // wait sleeps before the next attempt; false once ctx is done.
 func (r *retrier) wait(ctx context.Context) bool {
-	d := r.next/2 + time.Duration(r.rng.Int64N(int64(r.next)))
-	r.next = min(r.next*3/2, retryMax)
-	t := time.NewTimer(d)
+	t := time.NewTimer(r.delay())
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -43,4 +41,11 @@ func (r *retrier) wait(ctx context.Context) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// delay is the next wait, for drivers that keep their own timers.
+func (r *retrier) delay() time.Duration {
+	d := r.next/2 + time.Duration(r.rng.Int64N(int64(r.next)))
+	r.next = min(r.next*3/2, retryMax)
+	return d
 }

@@ -3,22 +3,34 @@
 // bucket set at W of K, classify a slot, fence an epoch to its cut, walk the
 // committed slots, probe for garbage above the cut and trim.
 //
-// The quorum arithmetic (Tally) is pure; everything else does I/O through
-// the objstore and meta contracts.
+// The decisions are pure functions of what was observed, each with its own
+// table or exhaustive test: the quorum arithmetic (Tally), what one
+// bucket's answer shows (classify), who owns a chain head (judgeHead) and
+// what a fence does next at one slot (slotFence). The rest drives them with
+// I/O through the objstore and meta contracts.
 package chain
 
 import "fmt"
 
-// Occupant is what one bucket holds at a slot's key.
+// Occupant is what one bucket holds at a slot's key, as one reader
+// classifies it for the slot's writer (its epoch, slot and nonce).
 type Occupant uint8
 
 const (
-	// Unknown: not observed yet (absent so far, unreachable, or indefinite).
+	// Unknown: not observed (absent so far, unreachable, or indefinite).
+	// Absence is never permanent: a create-once PUT may still land.
 	Unknown Occupant = iota
 	// Flight: a flight copy of this epoch and slot by the epoch's writer.
 	Flight
-	// Poison: a fencer's poison.
+	// Poison: an object that can never be the writer's copy: a fencer's
+	// poison, or a well-formed envelope of another slot or writer. Because
+	// the key is create-once, it blocks the writer's copy in that bucket
+	// forever.
 	Poison
+	// Unreadable: an object whose envelope does not decode (damage, or a
+	// version this build does not read). It may be the writer's copy or
+	// not, so it counts neither way: it never makes a slot dead.
+	Unreadable
 )
 
 func (o Occupant) String() string {
@@ -27,6 +39,8 @@ func (o Occupant) String() string {
 		return "flight"
 	case Poison:
 		return "poison"
+	case Unreadable:
+		return "unreadable"
 	default:
 		return "unknown"
 	}
@@ -54,8 +68,10 @@ func (f Fate) String() string {
 
 // Tally counts the occupants seen at one slot across a bucket set of K with
 // write quorum W. Because every bucket is written at most once (create-once
-// PUTs) an observed occupant never changes, so the decision is permanent:
-// W flights and K−W+1 poisons cannot both fit in K buckets.
+// PUTs) an observed flight or poison never changes, so the decision is
+// permanent: W flights and K−W+1 poisons cannot both fit in K buckets. An
+// unreadable occupant counts for neither, so it can only delay a decision,
+// never make a wrong one.
 type Tally struct {
 	K, W    int
 	seen    []Occupant
@@ -71,17 +87,22 @@ func NewTally(k, w int) *Tally {
 	return &Tally{K: k, W: w, seen: make([]Occupant, k)}
 }
 
-// Observe records the occupant of bucket i. Observing a bucket twice with
-// different occupants means the create-once guarantee was broken: it panics
-// rather than decide on a corrupt view.
+// Observe records the occupant of bucket i. A flight or poison, once seen,
+// stays: a later unreadable read of it is ignored (the bytes decoded once),
+// and an unreadable occupant that later decodes is upgraded. A flight that
+// becomes a poison or back means the create-once guarantee was broken: it
+// panics rather than decide on a corrupt view.
 func (t *Tally) Observe(i int, o Occupant) {
-	if o == Unknown {
+	prev := t.seen[i]
+	switch {
+	case o == Unknown || o == prev:
 		return
-	}
-	switch prev := t.seen[i]; {
-	case prev == o:
+	case o == Unreadable:
+		if prev == Unknown {
+			t.seen[i] = Unreadable
+		}
 		return
-	case prev != Unknown:
+	case prev == Flight || prev == Poison:
 		panic(fmt.Sprintf("chain: bucket %d changed occupant from %v to %v", i, prev, o))
 	}
 	t.seen[i] = o
@@ -95,7 +116,8 @@ func (t *Tally) Observe(i int, o Occupant) {
 // Seen is the occupant observed at bucket i.
 func (t *Tally) Seen(i int) Occupant { return t.seen[i] }
 
-// Flights and Poisons are the counts observed so far.
+// Flights and Poisons are the counts observed so far (Poisons counts every
+// occupant that can never be the writer's copy).
 func (t *Tally) Flights() int { return t.flights }
 func (t *Tally) Poisons() int { return t.poisons }
 
@@ -114,3 +136,6 @@ func (t *Tally) Fate() Fate {
 // CanCommit reports whether W flight copies can still be reached given the
 // poisons already standing.
 func (t *Tally) CanCommit() bool { return t.K-t.poisons >= t.W }
+
+// Occupants lists what each bucket was seen to hold (for errors and logs).
+func (t *Tally) Occupants() []Occupant { return append([]Occupant(nil), t.seen...) }

@@ -184,7 +184,7 @@ func parseBlockHeader(b []byte) (blockHeader, error) {
 	if [4]byte(b[0:4]) != blockMagic {
 		return blockHeader{}, corruptf("block: bad magic %x", b[0:4])
 	}
-	if v := b[blkOffVersion]; v != Version {
+	if v := b[blkOffVersion]; v < 1 || v > MaxVersion {
 		return blockHeader{}, versionErr("block", v)
 	}
 	if want, got := checksum(b[:blkOffHeadCRC]), le.Uint32(b[blkOffHeadCRC:]); want != got {

@@ -200,7 +200,7 @@ func DecodeBundleFooter(b []byte) (BundleFooter, error) {
 	if [4]byte(b[0:4]) != bundleFooterMagic {
 		return BundleFooter{}, corruptf("bundle footer: bad magic %x", b[0:4])
 	}
-	if v := b[4]; v != Version {
+	if v := b[4]; v < 1 || v > MaxVersion {
 		return BundleFooter{}, versionErr("bundle footer", v)
 	}
 	body := b[:len(b)-4]

@@ -1,5 +1,7 @@
 package format
 
+import "fmt"
+
 // EnvelopeSize is the size of the envelope at offset 0 of every slot object.
 // One GET of bytes [0, EnvelopeSize) classifies a slot and locates its footer.
 const EnvelopeSize = 60
@@ -84,7 +86,13 @@ func putEnvelope(b []byte, e Envelope) {
 // e.g. a whole object). It checks the magic, the version, the CRC, the kind,
 // the reserved bits and the footer coordinates: a flight's footer lies after
 // the envelope and ends the object; a poison is exactly the envelope.
-func DecodeEnvelope(b []byte) (Envelope, error) {
+func DecodeEnvelope(b []byte) (Envelope, error) { return DecodeEnvelopeUpTo(b, MaxVersion) }
+
+// DecodeEnvelopeUpTo is DecodeEnvelope for a reader of versions 1 to max.
+// Every version this package knows has version 1's envelope layout, so a
+// max above MaxVersion makes a caller act as a newer build would: the chain
+// tests run an older and a newer build on one chain that way.
+func DecodeEnvelopeUpTo(b []byte, max uint8) (Envelope, error) {
 	if len(b) < EnvelopeSize {
 		return Envelope{}, corruptf("envelope: %d bytes, need %d", len(b), EnvelopeSize)
 	}
@@ -92,8 +100,8 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 	if [4]byte(b[0:4]) != envelopeMagic {
 		return Envelope{}, corruptf("envelope: bad magic %x", b[0:4])
 	}
-	if v := b[envOffVersion]; v != Version {
-		return Envelope{}, versionErr("envelope", v)
+	if v := b[envOffVersion]; v < 1 || v > max {
+		return Envelope{}, fmt.Errorf("%w: envelope version %d, this reader reads 1 to %d", ErrVersion, v, max)
 	}
 	if want, got := checksum(b[:envOffCRC]), le.Uint32(b[envOffCRC:]); want != got {
 		return Envelope{}, corruptf("envelope: crc %08x, computed %08x", got, want)

@@ -5,10 +5,17 @@ import (
 	"fmt"
 )
 
-// Version is the layout version this package writes and the only one it
-// reads. Every layout carries it right after its magic, so a reader can tell
-// "written by a newer starlog" (ErrVersion) from "damaged" (ErrCorrupt).
-const Version = 1
+// Version is the layout version this package writes, and MaxVersion the
+// newest it reads: a reader accepts every version from 1 up to its own, and
+// a writer writes only a version every running reader accepts (a release
+// that introduces version N+1 first ships reading it while still writing N;
+// docs/format.md §7). Every layout carries its version right after its
+// magic, so a reader can tell "written by a newer starlog" (ErrVersion) from
+// "damaged" (ErrCorrupt).
+const (
+	Version    = 1
+	MaxVersion = 1
+)
 
 // Limits enforced by encoders and decoders. They bound what a decoder will
 // believe before it allocates, on top of checking every length against the
@@ -52,5 +59,5 @@ func invalidf(format string, args ...any) error {
 }
 
 func versionErr(layout string, v byte) error {
-	return fmt.Errorf("%w: %s version %d, this build reads %d", ErrVersion, layout, v, Version)
+	return fmt.Errorf("%w: %s version %d, this build reads 1 to %d", ErrVersion, layout, v, MaxVersion)
 }

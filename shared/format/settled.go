@@ -233,7 +233,7 @@ func DecodeSettledFooter(b []byte) (SettledFooter, error) {
 	if [4]byte(b[0:4]) != settledFooterMagic {
 		return SettledFooter{}, corruptf("settled footer: bad magic %x", b[0:4])
 	}
-	if v := b[4]; v != Version {
+	if v := b[4]; v < 1 || v > MaxVersion {
 		return SettledFooter{}, versionErr("settled footer", v)
 	}
 	body := b[:len(b)-4]

@@ -1,0 +1,434 @@
+package chain_test
+
+import (
+	"context"
+	"errors"
+	"hash/crc32"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/chain"
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/testsvc"
+)
+
+// faultEnv is a three-zone set behind the fault wrapper, with a log of
+// every create-once write by key.
+type faultEnv struct {
+	meta  meta.Store
+	mem   *mem.Store
+	store *faults.Store
+	puts  *putLog
+}
+
+func newFaultEnv(t testing.TB) faultEnv {
+	t.Helper()
+	m, err := mem.New(buckets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &putLog{keys: map[string]int{}}
+	return faultEnv{meta: testsvc.SQLite(t), mem: m, store: faults.Wrap(loggingStore{m, log}, faults.WithSeed(1)), puts: log}
+}
+
+func (e faultEnv) chain(star, me string) *chain.Chain {
+	c := chain.New(star, meta.Express, me, e.meta, e.store)
+	c.AttemptTimeout = 200 * time.Millisecond
+	c.OwnFenceWait = 300 * time.Millisecond
+	return c.Seed(7)
+}
+
+// putLog counts PutIfAbsent calls by key.
+type putLog struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+func (l *putLog) count(prefix string) (n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, c := range l.keys {
+		if strings.HasPrefix(k, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+type loggingStore struct {
+	objstore.Store
+	log *putLog
+}
+
+func (s loggingStore) Bucket(name string) objstore.Bucket {
+	return loggingBucket{s.Store.Bucket(name), s.log}
+}
+
+type loggingBucket struct {
+	objstore.Bucket
+	log *putLog
+}
+
+func (b loggingBucket) PutIfAbsent(ctx context.Context, key string, body []byte) (objstore.ObjectInfo, error) {
+	b.log.mu.Lock()
+	b.log.keys[key]++
+	b.log.mu.Unlock()
+	return b.Bucket.PutIfAbsent(ctx, key, body)
+}
+
+// place writes body at slot's key in the named buckets directly,
+// bypassing the writer (a copy the writer left, or an injected occupant).
+func (e faultEnv) place(t testing.TB, ep meta.Epoch, slot uint64, body []byte, in ...string) {
+	t.Helper()
+	key := chain.SlotKey("star1", meta.Express, ep.Epoch, slot)
+	for _, b := range in {
+		if _, err := e.mem.Bucket(b).PutIfAbsent(context.Background(), key, body); err != nil {
+			t.Fatalf("place %s in %s: %v", key, b, err)
+		}
+	}
+}
+
+// rewrite replaces the object at slot's key in bucket with f(its bytes):
+// damage at rest, which create-once writes can never do.
+func (e faultEnv) rewrite(t testing.TB, ep meta.Epoch, slot uint64, bucket string, f func([]byte) []byte) {
+	t.Helper()
+	ctx := context.Background()
+	key := chain.SlotKey("star1", meta.Express, ep.Epoch, slot)
+	b := e.mem.Bucket(bucket)
+	obj, err := b.Get(ctx, key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PutIfAbsent(ctx, key, f(obj)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func flipBit(obj []byte) []byte {
+	out := append([]byte(nil), obj...)
+	out[10] ^= 0x01 // in the epoch field: the envelope's CRC fails
+	return out
+}
+
+// asVersion rewrites the envelope's version byte and fixes its CRC: a copy
+// a newer build wrote.
+func asVersion(v byte) func([]byte) []byte {
+	return func(obj []byte) []byte {
+		out := append([]byte(nil), obj...)
+		out[4] = v
+		sum := crc32.Checksum(out[:56], crc32.MakeTable(crc32.Castagnoli))
+		out[56], out[57], out[58], out[59] = byte(sum), byte(sum>>8), byte(sum>>16), byte(sum>>24)
+		return out
+	}
+}
+
+// writeSlots mints epoch 1 for star1:1 and commits slots [0, n) through
+// the writer, with the given buckets down meanwhile (hanging).
+func (e faultEnv) writeSlots(t testing.TB, n uint64, down ...string) (*chain.Chain, *chain.Writer, meta.Epoch) {
+	t.Helper()
+	ctx := context.Background()
+	c := e.chain("star1", "star1:1")
+	ep, err := c.Mint(ctx, params(2, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Writer(ep, chain.WriterOptions{Deadline: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	for _, b := range down {
+		e.store.SetDown(b, faults.Down{Hang: true})
+	}
+	for s := range n {
+		if err := w.Commit(ctx, s, flightBody(t, w, s)); err != nil {
+			t.Fatalf("commit %d: %v", s, err)
+		}
+	}
+	w.Close() // no straggler lands later
+	for _, b := range down {
+		e.store.SetUp(b)
+	}
+	return c, w, ep
+}
+
+func fenceWithin(t testing.TB, c *chain.Chain, epoch uint64, d time.Duration) (uint64, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.Fence(ctx, epoch, false)
+}
+
+// Defect 1: an acknowledged slot committed at W=2 of 3 (its third copy
+// never landed) whose copy in one bucket is damaged at rest, or was
+// written by a newer build, is still committed: the unreadable copy counts
+// neither way, the lone good copy is rolled forward, and the cut is above
+// the slot. (The old probe counted the unreadable copy as poison and cut
+// at the acknowledged slot.)
+func TestUnreadableCopyIsNotPoison(t *testing.T) {
+	for name, damage := range map[string]func([]byte) []byte{"flipped bit": flipBit, "newer version": asVersion(2)} {
+		t.Run(name, func(t *testing.T) {
+			e := newFaultEnv(t)
+			_, w, ep := e.writeSlots(t, 4, "az3") // copies in az1 and az2 only
+			e.rewrite(t, ep, 2, "az1", damage)
+			succ := e.chain("star1", "star2:1")
+			cut, err := fenceWithin(t, succ, 1, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cut != 4 {
+				t.Fatalf("cut %d: the acknowledged slot 2 was disowned (want cut 4)", cut)
+			}
+			rec, _, _ := succ.Epoch(context.Background(), 1)
+			ta, _ := succ.Classify(context.Background(), rec, 2)
+			if ta.Fate() != chain.Committed || ta.Seen(0) != chain.Unreadable || ta.Seen(2) != chain.Flight {
+				t.Fatalf("slot 2 after the fence: %v %v (want the good copy rolled into az3)", ta.Fate(), ta.Occupants())
+			}
+			var walked []uint64
+			if err := succ.Walk(context.Background(), rec, 0, cut, func(sf chain.SlotFooter) error {
+				walked = append(walked, sf.Slot)
+				return nil
+			}); err != nil || len(walked) != 4 {
+				t.Fatalf("walk %v %v", walked, err)
+			}
+			_ = w
+		})
+	}
+}
+
+// A slot whose buckets hold one good copy and two unreadable ones can be
+// neither committed nor killed: the fence stops with a permanent
+// *UndecidableError naming the key, and writes nothing into the slot.
+func TestUndecidableSlotStopsTheFence(t *testing.T) {
+	e := newFaultEnv(t)
+	_, _, ep := e.writeSlots(t, 4)
+	e.rewrite(t, ep, 1, "az1", flipBit)
+	e.rewrite(t, ep, 1, "az2", asVersion(9))
+	key := chain.SlotKey("star1", meta.Express, 1, 1)
+	before := e.puts.count(key)
+	_, err := fenceWithin(t, e.chain("star1", "star2:1"), 1, 10*time.Second)
+	var ue *chain.UndecidableError
+	if !errors.As(err, &ue) || !ue.Permanent || ue.Key != key || ue.Slot != 1 {
+		t.Fatalf("fence: %v (want a permanent UndecidableError for %s)", err, key)
+	}
+	if !strings.Contains(err.Error(), key) {
+		t.Fatalf("error %q does not name the key", err)
+	}
+	if n := e.puts.count(key); n != before {
+		t.Fatalf("the fence wrote %d times into the undecidable slot", n-before)
+	}
+}
+
+// Defect 2: the fence decides slot by slot. With az3 black-holed, slot 6
+// holds one flight copy and one poison (undecidable until az3 returns),
+// but slot 5 is empty: the cut is 5 and the fence returns at once. (The
+// old fence waited for a whole round of 64 slots.)
+func TestUndecidableSlotAboveTheCutDoesNotHoldItUp(t *testing.T) {
+	e := newFaultEnv(t)
+	_, w, ep := e.writeSlots(t, 5)
+	e.place(t, ep, 6, flightBody(t, w, 6), "az1")
+	e.place(t, ep, 6, format.EncodePoison(1, 6, format.Nonce{7}), "az2")
+	e.store.SetDown("az3", faults.Down{Hang: true})
+	start := time.Now()
+	cut, err := fenceWithin(t, e.chain("star1", "star2:1"), 1, 5*time.Second)
+	if err != nil || cut != 5 {
+		t.Fatalf("fence with az3 down: cut %d, %v (want 5)", cut, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("fence took %v with one zone down", d)
+	}
+}
+
+// Defect 2, roll forward: with az3 black-holed, the first slot the writer
+// never released holds its copy in az1 only (its az3 copy may exist, so it
+// may have been acknowledged): the fence copies it into az2, commits it,
+// and cuts above it. A poison-only fence could not decide it.
+func TestOneZoneDownRollsALoneCopyForward(t *testing.T) {
+	e := newFaultEnv(t)
+	_, w, ep := e.writeSlots(t, 3)
+	e.place(t, ep, 3, flightBody(t, w, 3), "az1")
+	e.store.SetDown("az3", faults.Down{Hang: true})
+	succ := e.chain("star1", "star2:1")
+	cut, err := fenceWithin(t, succ, 1, 5*time.Second)
+	if err != nil || cut != 4 {
+		t.Fatalf("fence: cut %d, %v (want 4: slot 3 rolled forward)", cut, err)
+	}
+	e.store.SetUp("az3")
+	rec, _, _ := succ.Epoch(context.Background(), 1)
+	if ta, _ := succ.Classify(context.Background(), rec, 3); ta.Fate() != chain.Committed || ta.Seen(1) != chain.Flight {
+		t.Fatalf("slot 3: %v %v", ta.Fate(), ta.Occupants())
+	}
+	if ta, _ := succ.Classify(context.Background(), rec, 4); ta.Fate() != chain.Dead {
+		t.Fatalf("cut slot 4: %v %v", ta.Fate(), ta.Occupants())
+	}
+}
+
+// A fence writes at most the minted window past its cut.
+func TestFenceWritesAtMostTheWindowPastTheCut(t *testing.T) {
+	e := newFaultEnv(t)
+	_, _, ep := e.writeSlots(t, 10)
+	cut, err := fenceWithin(t, e.chain("star1", "star2:1"), 1, 5*time.Second)
+	if err != nil || cut != 10 {
+		t.Fatalf("fence: %d %v", cut, err)
+	}
+	var past int
+	for s := cut; s < cut+100; s++ {
+		past += e.puts.count(chain.SlotKey("star1", meta.Express, 1, s))
+	}
+	if limit := ep.Params.Window * len(buckets); past > limit {
+		t.Fatalf("%d poison writes at or past the cut, at most the window (%d slots × %d buckets = %d)", past, ep.Params.Window, len(buckets), limit)
+	}
+	if past < 2 {
+		t.Fatalf("only %d poison writes: the cut slot needs K−W+1", past)
+	}
+}
+
+// Defect 3: a zombie incarnation. star1:2 settled star1:1's epoch 1 and
+// minted epoch 2; star1:1's own fence and its mint report deposition
+// (before: the fence returned the recorded cut as if nothing happened and
+// the mint failed with the retryable ErrNotFenced forever). And once
+// star1:2's epoch is settled too, star1:1 still may not mint.
+func TestZombieIncarnationIsDeposed(t *testing.T) {
+	ctx := context.Background()
+	e := newFaultEnv(t)
+	old, _, _ := e.writeSlots(t, 3)
+	newer := e.chain("star1", "star1:2")
+	settleEpoch(t, newer, 1)
+	if ep, err := newer.Mint(ctx, params(2, 4)); err != nil || ep.Epoch != 2 {
+		t.Fatalf("restart mint: %+v %v", ep, err)
+	}
+	if _, err := old.Fence(ctx, 1, true); !errors.Is(err, chain.ErrDeposed) {
+		t.Fatalf("zombie's own fence: %v", err)
+	}
+	if _, err := old.FenceOwn(ctx, 1, chain.Known{Released: 3}); !errors.Is(err, chain.ErrDeposed) {
+		t.Fatalf("zombie's own fence with knowledge: %v", err)
+	}
+	if _, err := old.Mint(ctx, params(2, 4)); !errors.Is(err, chain.ErrDeposed) {
+		t.Fatalf("zombie's mint: %v", err)
+	}
+	// The janitor settles epoch 2 (star1:2 died): the zombie still loses.
+	settleEpoch(t, e.chain("star1", "auditor"), 2)
+	if _, err := old.Mint(ctx, params(2, 4)); !errors.Is(err, chain.ErrDeposed) {
+		t.Fatalf("zombie's mint over a later incarnation's settled epoch: %v", err)
+	}
+	if ep, err := e.chain("star1", "star1:3").Mint(ctx, params(2, 4)); err != nil || ep.Epoch != 3 {
+		t.Fatalf("a newer incarnation mints: %+v %v", ep, err)
+	}
+}
+
+// settleEpoch fences an epoch and marks it and the head settled, as
+// shared/settle does after its walk (the walk is not needed here).
+func settleEpoch(t testing.TB, c *chain.Chain, epoch uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Fence(ctx, epoch, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateEpoch(ctx, epoch, func(e *meta.Epoch) bool { e.Settled = true; return true }); err != nil {
+		t.Fatal(err)
+	}
+	h, ver, _, err := c.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.State = meta.HeadSettled
+	k := meta.HeadKey(c.Star, c.Class)
+	if _, err := c.Meta.Put(ctx, k.PK, k.SK, meta.Encode(h), meta.IfVer(ver)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A rolling upgrade: an older build (reads envelope version 1) and a newer
+// one (reads up to 2) on one chain. Following the policy, the newer build
+// still writes version 1, and either build fences the other's epoch. A
+// newer build that broke the policy and wrote version 2 leaves the older
+// build's fence stuck with a permanent UndecidableError (never a guess),
+// while a newer fencer decides it.
+func TestRollingUpgradeFencedByEither(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ writerVersion, fencerVersion uint8 }{{1, 2}, {2, 1}} {
+		e := newFaultEnv(t)
+		wc := e.chain("star1", "star1:1")
+		wc.ReadVersion = tc.writerVersion
+		ep, err := wc.Mint(ctx, params(2, 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _ := wc.Writer(ep, chain.WriterOptions{})
+		for s := range uint64(3) {
+			if err := w.Commit(ctx, s, flightBody(t, w, s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+		f := e.chain("star1", "star2:1")
+		f.ReadVersion = tc.fencerVersion
+		if cut, err := f.Fence(ctx, 1, false); err != nil || cut != 3 {
+			t.Fatalf("writer reads v%d, fencer reads v%d: cut %d, %v", tc.writerVersion, tc.fencerVersion, cut, err)
+		}
+	}
+	// The policy broken: a newer build wrote version 2 copies.
+	e := newFaultEnv(t)
+	_, _, ep := e.writeSlots(t, 3)
+	for _, b := range buckets {
+		e.rewrite(t, ep, 1, b, asVersion(2))
+	}
+	older := e.chain("star1", "star2:1")
+	_, err := older.Fence(ctx, 1, false)
+	var ue *chain.UndecidableError
+	if !errors.As(err, &ue) || !ue.Permanent || ue.Slot != 1 {
+		t.Fatalf("older fencer over version 2 copies: %v", err)
+	}
+	newerF := e.chain("star1", "star3:1")
+	newerF.ReadVersion = 2
+	if cut, err := newerF.Fence(ctx, 1, false); err != nil || cut != 3 {
+		t.Fatalf("newer fencer: cut %d, %v", cut, err)
+	}
+}
+
+// A writer fencing its own epoch with a zone black-holed: the first slot
+// it never released holds its copy in az2 and an injected poison in az1
+// (undecidable without az3). A successor would wait for az3; the writer,
+// which knows it never released the slot, cuts there within OwnFenceWait,
+// and mints the next epoch.
+func TestOwnFenceCutsAnUnreleasedSlotItCannotDecide(t *testing.T) {
+	ctx := context.Background()
+	e := newFaultEnv(t)
+	c, w, ep := e.writeSlots(t, 5)
+	e.place(t, ep, 5, format.EncodePoison(1, 5, format.Nonce{7}), "az1")
+	e.place(t, ep, 5, flightBody(t, w, 5), "az2")
+	e.store.SetDown("az3", faults.Down{Hang: true})
+
+	if _, err := fenceWithin(t, e.chain("star1", "star2:1"), 1, 800*time.Millisecond); err == nil {
+		t.Fatal("a successor decided slot 5 without az3")
+	} else if ue := (*chain.UndecidableError)(nil); !errors.As(err, &ue) || ue.Permanent || ue.Slot != 5 {
+		t.Fatalf("successor: %v (want a waiting UndecidableError at slot 5)", err)
+	}
+	// The successor's claim deposes the writer: start over with a writer
+	// that fences itself first.
+	e2 := newFaultEnv(t)
+	c, w, ep = e2.writeSlots(t, 5)
+	e2.place(t, ep, 5, format.EncodePoison(1, 5, format.Nonce{7}), "az1")
+	e2.place(t, ep, 5, flightBody(t, w, 5), "az2")
+	e2.store.SetDown("az3", faults.Down{Hang: true})
+	start := time.Now()
+	cut, err := c.FenceOwn(ctx, 1, chain.Known{Released: 5})
+	if err != nil || cut != 5 {
+		t.Fatalf("own fence: cut %d, %v", cut, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("own fence took %v", d)
+	}
+	if ep2, err := c.Mint(ctx, params(2, 4)); err != nil || ep2.Epoch != 2 {
+		t.Fatalf("mint after own fence: %+v %v", ep2, err)
+	}
+}
