@@ -238,3 +238,48 @@ func TestPropertySequencing(t *testing.T) {
 		}
 	})
 }
+
+// Every batch the facade accepts renders: the format's limits (records per
+// block, block size, fencing token, dense seqs, non-decreasing timestamps)
+// are never tighter than the facade's, so no failure can strike a batch
+// after it was sequenced (a seq hole for its stream). Bodies and headers
+// are drawn up to and past the batch limits.
+func TestAcceptedBatchesRender(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		now := uint64(1_000_000)
+		s := New(Config{Mode: Mode(rapid.IntRange(0, 2).Draw(t, "mode")), Uncapped: rapid.Bool().Draw(t, "uncapped")}, State{NextSeq: rapid.Uint64Range(0, 1<<40).Draw(t, "next")})
+		var batches []format.Batch
+		for i := range rapid.IntRange(1, 4).Draw(t, "batches") {
+			var req Request
+			n := rapid.IntRange(1, 1001).Draw(t, "records")
+			big := rapid.IntRange(0, 3000).Draw(t, "bodyMax")
+			for range n {
+				in := genInput(t, now)
+				if rapid.IntRange(0, 3).Draw(t, "big") == 0 {
+					in.Body = make([]byte, rapid.IntRange(0, big).Draw(t, "bodyLen"))
+				}
+				if rapid.IntRange(0, 9).Draw(t, "manyHeaders") == 0 {
+					for range rapid.IntRange(1, 40).Draw(t, "headers") {
+						in.Headers = append(in.Headers, format.Header{Name: []byte("h"), Value: make([]byte, rapid.IntRange(0, 64).Draw(t, "hv"))})
+					}
+				}
+				req.Records = append(req.Records, in)
+			}
+			if rapid.Bool().Draw(t, "token") {
+				tok := string(make([]byte, rapid.IntRange(0, 40).Draw(t, "tokLen")))
+				req.FencingToken = &tok
+			}
+			seq, err := s.Sequence(req, now+uint64(i))
+			if err != nil {
+				continue
+			}
+			batches = append(batches, format.Batch{StreamID: "0123456789abcdef0123456789abcdef", FencingToken: seq.FencingToken, Records: seq.Records})
+		}
+		if len(batches) == 0 {
+			return
+		}
+		if _, err := format.EncodeBundle(1, 0, format.Nonce{}, batches); err != nil {
+			t.Fatalf("an accepted batch does not render: %v", err)
+		}
+	})
+}

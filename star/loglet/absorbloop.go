@@ -68,9 +68,7 @@ func (l *Loglet) absorbLoop(ctx context.Context) {
 			waves := 3 + (streamsIn(slots[:n])+l.abs.Concurrency-1)/max(l.abs.Concurrency, 1)
 			l.backlog.setMetaSlow(took/time.Duration(waves) > l.cfg.SlowMetaOp)
 			l.metrics.absorbPass.Observe(took.Seconds())
-			bundleBytes, poolBytes := l.index.Absorbed(n)
-			l.backlog.release(n, bundleBytes)
-			l.pool.Release(poolBytes)
+			l.backlog.release(n, l.index.Absorbed(n))
 		}
 	}
 }

@@ -5,16 +5,12 @@ import (
 	"time"
 )
 
-// Stall causes, as the stall counter and the log name them.
-const (
-	CauseAbsorbLagging = "absorb_lagging"
-	CauseMetastoreSlow = "metastore_slow"
-	CauseEpochSettling = "epoch_settling"
-)
-
-// backlog is the budget of claimed-but-unabsorbed flights, in flights and
-// bytes. Tokens are taken when a flight is cut and returned when the absorb
-// checkpoints past it.
+// backlog is the budget of cut-but-unabsorbed flights, in flights and
+// bytes (--s3-chain-backlog-flights, --s3-chain-backlog-mib). Tokens are
+// taken when a flight is cut (a claimed slot must have one, so the chain
+// never runs further ahead of its absorb than the budget) and returned when
+// the absorb checkpoints past it; at most the window of them are not yet
+// released.
 type backlog struct {
 	mu         sync.Mutex
 	maxFlights int

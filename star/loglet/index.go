@@ -72,27 +72,35 @@ func (x *Index) Pending(max int) (uint64, []absorb.Slot) {
 }
 
 // Absorbed drops the n oldest flights (now covered by span refs) and
-// returns the bundle bytes they stood for and the pool bytes they held.
-func (x *Index) Absorbed(n int) (bundleBytes, poolBytes int64) {
+// returns the bundle bytes they stood for. Nothing keeps a dropped flight
+// reachable: its slots in the per-stream queues are cleared before the
+// queues are resliced, and a queue's backing array is reallocated once
+// most of it lies before its head.
+func (x *Index) Absorbed(n int) (bundleBytes int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, f := range x.flights[:n] {
 		bundleBytes += f.bodyLen
-		poolBytes += f.bytes
 		for _, e := range f.extents {
 			q := x.byStream[e.StreamID]
-			for len(q) > 0 && q[0].f == f {
-				q = q[1:]
+			i := 0
+			for i < len(q) && q[i].f == f {
+				q[i] = extentRef{}
+				i++
 			}
-			if len(q) == 0 {
+			switch q = q[i:]; {
+			case len(q) == 0:
 				delete(x.byStream, e.StreamID)
-			} else {
+			case cap(q) > 2*len(q)+8:
+				x.byStream[e.StreamID] = append([]extentRef(nil), q...)
+			default:
 				x.byStream[e.StreamID] = q
 			}
 		}
 	}
+	clear(x.flights[:n])
 	x.flights = append(x.flights[:0:0], x.flights[n:]...)
-	return bundleBytes, poolBytes
+	return bundleBytes
 }
 
 // Read returns up to limit records of a stream with seq ≥ from held in the

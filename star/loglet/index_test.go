@@ -1,7 +1,10 @@
 package loglet
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/starlog/starlog/shared/format"
 )
@@ -40,5 +43,45 @@ func TestIndexReadFromInsideAnExtent(t *testing.T) {
 				t.Fatalf("read(%d,%d)[%d] = seq %d", c.from, c.max, i, r.SeqNum)
 			}
 		}
+	}
+}
+
+// Defect 5: the flight index lets go of what the absorb took. A stream
+// that keeps live entries must not keep its absorbed flights (and their
+// bundles) reachable: each absorbed flight's bundle is collected.
+func TestAbsorbedFlightsAreCollected(t *testing.T) {
+	x := NewIndex()
+	var collected atomic.Int64
+	add := func(slot uint64) {
+		recs := []format.Record{{SeqNum: slot, Timestamp: 1, Body: make([]byte, 1<<10)}}
+		body, err := format.EncodeBundle(1, slot, format.Nonce{}, []format.Batch{{StreamID: "s", Records: recs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, footer, err := format.DecodeBundle(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &flight{epoch: 1, slot: slot, body: body, bodyLen: int64(len(body)), extents: footer.Extents}
+		runtime.AddCleanup(&f.body[0], func(int) { collected.Add(1) }, 0)
+		x.Add(f)
+	}
+	const absorbed = 100
+	for slot := range uint64(absorbed + 1) {
+		add(slot)
+	}
+	x.Absorbed(absorbed) // the stream still has one live entry
+	for range 50 {
+		runtime.GC()
+		if collected.Load() == absorbed {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := collected.Load(); got != absorbed {
+		t.Fatalf("%d of %d absorbed flights collected while the stream has a live entry", got, absorbed)
+	}
+	if recs, first, ok := x.Read("s", 0, 10); !ok || first != absorbed || len(recs) != 1 {
+		t.Fatalf("live entry: %d records from %d (%v)", len(recs), first, ok)
 	}
 }

@@ -5,8 +5,20 @@
 // into span refs, the backlog budget, and self-recovery when an epoch halts
 // (DESIGN §6, seeds/write-path.md).
 //
-// One goroutine (run) owns ordering: it cuts, claims, releases and recovers.
-// Uploads and the absorb run beside it and report back through channels.
+// One goroutine (run) owns ordering: it cuts, claims, releases and decides
+// recovery. Uploads, the absorb and recovery's fence and mint run beside it
+// and report back through channels.
+//
+// The two budgets are distinct: the pool holds admitted, uncut bytes
+// (PoolBudget); the backlog holds cut flights until the absorb covers them
+// (BacklogFlights and BacklogBytes; at most Window of them are not yet
+// released). A stalled absorb therefore binds at the backlog budget, and
+// every admission that blocks is counted with its cause and logged.
+//
+// A sequenced batch is never dropped while the loglet runs: it is
+// released, or republished into the next epoch with its seq nums, or
+// (when the loglet stops: deposed, closed, or a bug) failed together with
+// everything after it. So a stream's seq nums stay dense.
 package loglet
 
 import (
@@ -32,6 +44,13 @@ var ErrDeposed = errors.New("loglet: deposed: leadership moved to another star; 
 // ErrClosed fails appends after Close.
 var ErrClosed = errors.New("loglet: closed")
 
+// ErrUnavailable answers appends while a halted epoch cannot be recovered
+// (the object store refuses the fence or the next epoch's writes) for
+// longer than the recovery deadline. For a batch already sequenced it is
+// indefinite: the batch stays in the loglet and may still commit when the
+// store returns. For a new batch it is definite: nothing was sequenced.
+var ErrUnavailable = errors.New("loglet: cannot commit to the object store now; retry")
+
 // Config fixes one loglet.
 type Config struct {
 	Star        string
@@ -53,6 +72,10 @@ type Config struct {
 	BacklogBytes   int64
 	// FlightDeadline bounds the time a flight may take to reach W.
 	FlightDeadline time.Duration
+	// RecoveryDeadline bounds how long appends wait for a halted epoch to
+	// recover before they are answered ErrUnavailable (default the flight
+	// deadline). Recovery itself goes on until it succeeds or is deposed.
+	RecoveryDeadline time.Duration
 	// AbsorbInterval is the minimum time between absorb passes.
 	AbsorbInterval time.Duration
 	// AbsorbMaxSlots bounds one pass.
@@ -64,7 +87,14 @@ type Config struct {
 	// SlowMetaOp is the mean metastore round trip of an absorb pass above
 	// which a backlog stall is blamed on the metastore (default 50 ms).
 	SlowMetaOp time.Duration
+
+	// testRender, when set, fails the rendering of a flight (tests).
+	testRender func(epoch, slot uint64) error
 }
+
+// MaxTargetFlight bounds TargetFlight: a slot object's footer coordinates
+// are 32-bit, so a flight must render below 4 GiB whatever its batches.
+const MaxTargetFlight = 1 << 30
 
 func (c *Config) defaults() {
 	if c.Window <= 0 {
@@ -87,6 +117,9 @@ func (c *Config) defaults() {
 	}
 	if c.FlightDeadline <= 0 {
 		c.FlightDeadline = 10 * time.Second
+	}
+	if c.RecoveryDeadline <= 0 {
+		c.RecoveryDeadline = c.FlightDeadline
 	}
 	if c.AbsorbInterval <= 0 {
 		// A pass per 100 ms at most: the metastore sees (streams + 2) writes
@@ -113,6 +146,16 @@ type Batch struct {
 	// released (batches of one loglet complete in slot order, so a stream's
 	// batches complete in seq order), or the failure.
 	Done func(error)
+
+	answered bool // Done was called (owned by run)
+}
+
+// answer calls Done once.
+func (b *Batch) answer(err error) {
+	if !b.answered {
+		b.answered = true
+		b.Done(err)
+	}
 }
 
 // Loglet is one class's write core on one star.
@@ -136,24 +179,27 @@ type Loglet struct {
 	nextSlot     uint64
 	releaseAt    uint64
 	inflight     map[uint64]*flight
+	rec          *recovery // a halted epoch being fenced and replaced
 	deposedErr   error
 	stalledSince time.Time
+	blocked      blockedBy // why the last tryCut stopped cutting (for admission stalls)
 
 	index   *Index
 	backlog *backlog
+	admit   admitStalls
 
 	absorbNudge chan struct{}
 	absorbDone  chan struct{}
 
 	mu     sync.Mutex
 	closed error // set once the loglet stops taking batches
+	outage error // set while a recovery overran its deadline
 }
 
 type flight struct {
 	epoch     uint64
 	slot      uint64
 	batches   []*Batch
-	bytes     int64  // pool bytes charged
 	body      []byte // the rendered bundle, kept until absorbed
 	bodyLen   int64  // its size, charged to the backlog until absorbed
 	extents   []format.Extent
@@ -172,17 +218,15 @@ type uploadResult struct {
 // (fence, walk, absorb, probe), mints a new epoch and starts the loglet.
 func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.Context) error, m *Metrics, log *slog.Logger) (*Loglet, error) {
 	cfg.defaults()
+	if cfg.TargetFlight > MaxTargetFlight {
+		return nil, fmt.Errorf("loglet %s/%s: target flight of %d bytes exceeds %d", cfg.Star, cfg.Class, cfg.TargetFlight, MaxTargetFlight)
+	}
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("chain", cfg.Star+"/"+string(cfg.Class))
 	if m == nil {
 		m = NewMetrics(nil)
-	}
-	if settle != nil {
-		if err := settle(ctx); err != nil {
-			return nil, fmt.Errorf("loglet %s/%s: settle earlier epochs: %w", cfg.Star, cfg.Class, err)
-		}
 	}
 	l := &Loglet{
 		cfg: cfg, chain: c, log: log, metrics: m,
@@ -191,6 +235,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 		inflight:    map[uint64]*flight{},
 		index:       NewIndex(),
 		backlog:     newBacklog(cfg.BacklogFlights, cfg.BacklogBytes, 4*cfg.SlowMetaOp),
+		admit:       admitStalls{metrics: m, log: log},
 		absorbNudge: make(chan struct{}, 1),
 		absorbDone:  make(chan struct{}),
 		done:        make(chan struct{}),
@@ -199,7 +244,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 		Star: cfg.Star, Class: cfg.Class, Meta: c.Meta, Rip: cfg.Ripening,
 		Concurrency: cfg.MetaConcurrency, UpdateEpoch: c.UpdateEpoch,
 	}
-	if err := l.mint(ctx); err != nil {
+	if err := l.settleAndMint(ctx, settle); err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
@@ -227,15 +272,49 @@ func (l *Loglet) params() meta.EpochParams {
 	return meta.EpochParams{Buckets: l.cfg.Buckets, W: l.cfg.W, Window: l.cfg.Window}
 }
 
-func (l *Loglet) mint(ctx context.Context) error {
+// maxOpenRounds bounds Open's settle-then-mint rounds: another round is
+// needed only when an earlier incarnation minted between our settle and
+// our mint (ErrNotFenced), which a restart loop can do a few times at most.
+const maxOpenRounds = 4
+
+// settleAndMint settles what the star's earlier incarnations left on this
+// chain, then mints a new epoch; an earlier incarnation's epoch minted
+// in between (ErrNotFenced) is settled in another round.
+func (l *Loglet) settleAndMint(ctx context.Context, settle func(context.Context) error) error {
+	for round := 1; ; round++ {
+		if settle != nil {
+			if err := settle(ctx); err != nil {
+				return fmt.Errorf("loglet %s/%s: settle earlier epochs: %w", l.cfg.Star, l.cfg.Class, err)
+			}
+		}
+		e, w, err := l.mintEpoch(ctx)
+		if errors.Is(err, chain.ErrNotFenced) && round < maxOpenRounds {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		l.install(e, w)
+		return nil
+	}
+}
+
+// mintEpoch mints the next epoch and its writer; it touches no loglet
+// state, so recovery runs it beside the loop.
+func (l *Loglet) mintEpoch(ctx context.Context) (meta.Epoch, *chain.Writer, error) {
 	e, err := l.chain.Mint(ctx, l.params())
 	if err != nil {
-		return fmt.Errorf("loglet %s/%s: mint: %w", l.cfg.Star, l.cfg.Class, err)
+		return e, nil, fmt.Errorf("loglet %s/%s: mint: %w", l.cfg.Star, l.cfg.Class, err)
 	}
 	w, err := l.chain.Writer(e, chain.WriterOptions{Deadline: l.cfg.FlightDeadline, Observe: l.metrics.observePut})
 	if err != nil {
-		return err
+		return e, nil, err
 	}
+	return e, w, nil
+}
+
+// install makes e, written by w, the loglet's epoch.
+func (l *Loglet) install(e meta.Epoch, w *chain.Writer) {
 	if l.writer != nil {
 		l.writer.Close()
 	}
@@ -248,19 +327,33 @@ func (l *Loglet) mint(ctx context.Context) error {
 	l.epochCtx, l.epochStop = context.WithCancel(context.Background())
 	l.nextSlot, l.releaseAt = 0, 0
 	l.log.Info("epoch minted", "epoch", e.Epoch, "buckets", e.Params.Buckets, "w", e.Params.W, "window", e.Params.Window)
-	return nil
 }
 
 // Reserve charges a batch's bytes against the pool budget, blocking at the
 // budget (context-aware). Sequence the batch only after it succeeds, then
 // Push it with the reservation, or Cancel the reservation.
+//
+// An admission that must wait is a stall: it is counted once per stall
+// with the diagnosed cause and logged (admitStalls).
 func (l *Loglet) Reserve(ctx context.Context, size int64) (*pool.Reservation[*Batch], error) {
-	if err := l.closedErr(); err != nil {
+	if err := l.admitErr(); err != nil {
 		return nil, err
 	}
+	if r, ok := l.pool.TryReserve(size); ok {
+		l.metrics.admitWait.Observe(0)
+		return r, nil
+	}
 	start := time.Now()
+	l.admit.begin(start, l.blocked.load())
 	r, err := l.pool.Reserve(ctx, size)
+	l.admit.end(time.Now(), l.pool.Stats().Waiters)
 	l.metrics.admitWait.Observe(time.Since(start).Seconds())
+	if err == nil {
+		if aerr := l.admitErr(); aerr != nil { // stopped or out while we waited
+			r.Cancel()
+			return nil, aerr
+		}
+	}
 	return r, err
 }
 
@@ -279,6 +372,23 @@ func (l *Loglet) closedErr() error {
 	return l.closed
 }
 
+// admitErr is why a new batch is refused now: the loglet stopped, or a
+// recovery overran its deadline (the store refuses writes).
+func (l *Loglet) admitErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed != nil {
+		return l.closed
+	}
+	return l.outage
+}
+
+func (l *Loglet) setOutage(err error) {
+	l.mu.Lock()
+	l.outage = err
+	l.mu.Unlock()
+}
+
 // Close stops the loglet: batches not yet released fail with ErrClosed.
 func (l *Loglet) Close() {
 	l.mu.Lock()
@@ -292,7 +402,8 @@ func (l *Loglet) Close() {
 }
 
 // CommitErr is nil while the loglet can commit flights: it is closed,
-// deposed, or halted and unable to recover into a new epoch (the object
-// store refuses its writes) otherwise. /health reports not ready while it
-// is set, so a load balancer stops sending the star traffic.
-func (l *Loglet) CommitErr() error { return l.closedErr() }
+// deposed, or halted and unable to recover into a new epoch within the
+// recovery deadline (the object store refuses its writes) otherwise.
+// /health reports not ready while it is set, so a load balancer stops
+// sending the star traffic.
+func (l *Loglet) CommitErr() error { return l.admitErr() }

@@ -35,6 +35,7 @@ type harness struct {
 	meta   *mfaults.Store
 	reg    *prometheus.Registry
 	store  *faults.Store
+	inner  objstore.Store // the store behind the fault wrapper
 	cfg    loglet.Config
 	chain  *chain.Chain
 	loglet *loglet.Loglet
@@ -93,7 +94,7 @@ func newHarnessOn(t *testing.T, b backend, tweak func(*loglet.Config)) *harness 
 	default:
 		t.Fatalf("unknown backend %q", b)
 	}
-	h := &harness{t: t, meta: mfaults.New(ms, 1), reg: prometheus.NewRegistry(), store: faults.Wrap(inner, faults.WithSeed(1))}
+	h := &harness{t: t, meta: mfaults.New(ms, 1), reg: prometheus.NewRegistry(), store: faults.Wrap(inner, faults.WithSeed(1)), inner: inner}
 	h.cfg = loglet.Config{
 		Star: "star1", Incarnation: chain.Incarnation("star1", 1), Class: meta.Express,
 		Buckets: zones, W: 2, Window: 8,
@@ -252,12 +253,17 @@ func TestOneZoneDownKeepsAcking(t *testing.T) {
 }
 
 // Two zones down: nothing is released, the epoch halts at the flight
-// deadline; when the zones return, recovery fences, mints the next epoch
-// and every pending append acks with its original seq nums.
+// deadline and cannot be recovered while the zones stay down (no epoch can
+// reach W). When the zones return within the recovery deadline, recovery
+// fences, mints the next epoch and every pending append acks with its
+// original seq nums.
 func TestTwoZonesDownHaltThenRecover(t *testing.T) {
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
-			h := newHarnessOn(t, b, func(c *loglet.Config) { c.FlightDeadline = 150 * time.Millisecond })
+			h := newHarnessOn(t, b, func(c *loglet.Config) {
+				c.FlightDeadline = 150 * time.Millisecond
+				c.RecoveryDeadline = time.Minute
+			})
 			s := h.stream("a")
 			ctx := context.Background()
 			for i := range 5 {
@@ -292,14 +298,87 @@ func TestTwoZonesDownHaltThenRecover(t *testing.T) {
 					t.Fatalf("pending append %d acked at %d, want its original %d", i, ack.Start.SeqNum, want)
 				}
 			}
-			if e := h.loglet.Epoch(); e < 2 {
-				t.Fatalf("epoch %d: recovery must mint a new epoch", e)
-			}
+			waitFor(t, 10*time.Second, "a new epoch", func() bool { return h.loglet.Epoch() >= 2 })
 			if _, err := s.Append(ctx, batch("a", 99, 1)); err != nil {
 				t.Fatal(err)
 			}
 			h.checkRows(map[string]uint64{"a": 51})
 		})
+	}
+}
+
+// Defect 10: a storage outage answers rather than hangs. With two zones
+// down past the recovery deadline, the waiting appends are answered
+// ErrUnavailable (indefinite: their batches stay and commit once the
+// zones return, so seq nums stay dense), new appends are refused at once
+// with the same error before anything is sequenced, and CommitErr (what
+// /health reports) is set until recovery succeeds.
+func TestStorageOutageAnswersAppends(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			h := newHarnessOn(t, b, func(c *loglet.Config) {
+				c.FlightDeadline = 150 * time.Millisecond
+				c.RecoveryDeadline = 300 * time.Millisecond
+			})
+			s := h.stream("a")
+			ctx := context.Background()
+			for i := range 5 {
+				if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.store.SetDown("az2", faults.Down{Hang: true})
+			h.store.SetDown("az3", faults.Down{Hang: true})
+			start := time.Now()
+			var tickets []*streams.Ticket
+			for i := 5; i < 25; i++ {
+				tk, err := s.Submit(ctx, batch("a", i, 2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				tickets = append(tickets, tk)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			for i, tk := range tickets {
+				if _, err := tk.Wait(wctx); !errors.Is(err, loglet.ErrUnavailable) {
+					t.Fatalf("pending append %d during the outage: %v (want ErrUnavailable)", i, err)
+				}
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("appends answered after %v", d)
+			}
+			if err := h.loglet.CommitErr(); !errors.Is(err, loglet.ErrUnavailable) {
+				t.Fatalf("CommitErr during the outage: %v", err)
+			}
+			if _, err := s.Submit(ctx, batch("a", 50, 1)); !errors.Is(err, loglet.ErrUnavailable) {
+				t.Fatalf("new append during the outage: %v (want a definite ErrUnavailable)", err)
+			}
+			h.store.SetUp("az2")
+			h.store.SetUp("az3")
+			waitFor(t, 20*time.Second, "recovery", func() bool { return h.loglet.CommitErr() == nil })
+			ack, err := s.Append(wctx, batch("a", 99, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The answered batches were kept and committed: the new append
+			// lands after them, and the rows are dense.
+			if ack.Start.SeqNum != 50 {
+				t.Fatalf("append after the outage at %d, want 50 (the 20 answered batches kept their seq nums)", ack.Start.SeqNum)
+			}
+			h.checkRows(map[string]uint64{"a": 51})
+		})
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -20,6 +20,9 @@ type Metrics struct {
 	backlogFlights prometheus.Gauge
 	backlogAge     prometheus.Gauge
 	stalls         *prometheus.CounterVec
+	admitStalls    *prometheus.CounterVec
+	undecidable    prometheus.Counter
+	recoveries     *prometheus.CounterVec
 	absorbPass     prometheus.Observer
 	absorbErrors   prometheus.Counter
 	halts          prometheus.Counter
@@ -61,9 +64,12 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 	m.putLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Name: "put_latency_seconds", Help: "Slot PUT latency per bucket.", ConstLabels: cl, Buckets: lat}, []string{"bucket"})
 	m.putErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "put_errors_total", Help: "Slot PUTs that did not create the copy, per bucket.", ConstLabels: cl}, []string{"bucket"})
 	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "backlog_stalls_total", Help: "Times publishing blocked at the backlog budget, by diagnosed cause.", ConstLabels: cl}, []string{"cause"})
+	m.admitStalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "admission_stalls_total", Help: "Times appends had to wait for pool budget, by diagnosed cause (why the flusher was not draining the pool).", ConstLabels: cl}, []string{"cause"})
+	m.undecidable = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "fence_undecidable_total", Help: "Own fences that stopped at a slot they could not decide (unreadable occupants, or a bucket they need unreachable); the log names the key.", ConstLabels: cl})
+	m.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_recoveries_total", Help: "Halted epochs by how recovery ended: recovered (a new epoch), deposed, or late (appends answered unavailable before it ended).", ConstLabels: cl}, []string{"result"})
 	m.absorbErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_errors_total", Help: "Absorb passes that failed and were retried.", ConstLabels: cl})
 	m.halts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_halts_total", Help: "Epochs halted (foreign occupant or flight deadline).", ConstLabels: cl})
-	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.absorbErrors, m.halts} {
+	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.absorbErrors, m.halts} {
 		f(c)
 	}
 	return m

@@ -10,21 +10,30 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/format"
-	"github.com/starlog/starlog/star/pool"
+	"github.com/starlog/starlog/shared/meta"
 )
 
 // run is the one loop that cuts flights, claims their slots, releases them
-// in slot order and recovers from halts. Cut order is slot order because
-// nothing else claims slots.
+// in slot order and decides recovery from halts. Cut order is slot order
+// because nothing else claims slots.
 func (l *Loglet) run(ctx context.Context) {
 	defer close(l.done)
 	defer l.shutdown()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		if l.deposedErr != nil {
+		var recovered <-chan recovery
+		var late <-chan time.Time
+		switch {
+		case l.deposedErr != nil:
 			l.failPool(l.deposedErr)
-		} else {
+		case l.rec != nil:
+			// Nothing is cut or released until the next epoch is minted.
+			recovered, late = l.rec.done, l.rec.late.C
+			if l.rec.answered {
+				l.answerPool(l.rec.err)
+			}
+		default:
 			l.releaseReady()
 			if wait := l.tryCut(); wait > 0 {
 				timer.Reset(wait)
@@ -38,6 +47,10 @@ func (l *Loglet) run(ctx context.Context) {
 		case r := <-l.results:
 			l.onResult(ctx, r)
 		case <-l.backlog.freed():
+		case r := <-recovered:
+			l.finishRecovery(r)
+		case <-late:
+			l.recoveryLate()
 		}
 		timer.Stop()
 	}
@@ -50,20 +63,24 @@ func (l *Loglet) tryCut() time.Duration {
 	for {
 		n, bytes := l.pool.Len()
 		if n == 0 {
+			l.blocked.set("")
 			return 0
 		}
 		oldest, _ := l.pool.Oldest()
 		due := oldest.Add(l.cfg.FlushInterval)
 		if now := time.Now(); bytes < l.cfg.TargetFlight && now.Before(due) {
+			l.blocked.set("")
 			return due.Sub(now)
 		}
 		if len(l.inflight) >= l.cfg.Window {
+			l.blocked.set(CauseStorageSlow)
 			return 0 // an upload result frees a slot
 		}
 		if !l.backlog.tryAcquire() {
+			cause := l.backlog.cause()
+			l.blocked.set(cause)
 			if l.stalledSince.IsZero() { // one count and one log line per stall
 				l.stalledSince = time.Now()
-				cause := l.backlog.cause()
 				l.metrics.stalls.WithLabelValues(cause).Inc()
 				l.log.Warn("backlog budget stall: publishing blocks", "cause", cause,
 					"flights", l.backlog.flightsNow(), "bytes", l.backlog.bytesNow())
@@ -74,20 +91,25 @@ func (l *Loglet) tryCut() time.Duration {
 			l.log.Info("backlog budget stall over", "took", time.Since(l.stalledSince))
 			l.stalledSince = time.Time{}
 		}
-		l.cut()
+		if !l.cut() {
+			return 0
+		}
 	}
 }
 
 // cut takes one flight off the pool, groups its batches by stream (keeping
 // each stream's order, so a stream's blocks are contiguous in the bundle),
-// claims the next slot and starts its upload.
-func (l *Loglet) cut() {
+// claims the next slot and starts its upload. The batches' pool bytes are
+// released here: from now on the flight is the backlog's. It returns false
+// when the loglet stopped (a flight it cannot render).
+func (l *Loglet) cut() bool {
 	entries := l.pool.Cut(l.cfg.TargetFlight)
 	f := &flight{epoch: l.epoch.Epoch, slot: l.nextSlot, started: time.Now()}
 	var order []string
 	byStream := map[string][]*Batch{}
+	var poolBytes int64
 	for _, e := range entries {
-		f.bytes += e.Size
+		poolBytes += e.Size
 		id := e.Value.StreamID
 		if _, ok := byStream[id]; !ok {
 			order = append(order, id)
@@ -95,27 +117,36 @@ func (l *Loglet) cut() {
 		byStream[id] = append(byStream[id], e.Value)
 		l.metrics.poolWait.Observe(f.started.Sub(e.Admitted).Seconds())
 	}
+	l.pool.Release(poolBytes)
 	for _, id := range order {
 		f.batches = append(f.batches, byStream[id]...)
 	}
-	if err := l.render(f); err != nil {
-		// The facade validated every batch, so this is a bug: fail the
-		// batches rather than commit something unreadable.
-		l.log.Error("render flight", "err", err)
-		l.fail(f, err)
-		l.backlog.release(1, 0)
-		return
-	}
-	f.bodyLen = int64(len(f.body))
-	l.backlog.addBytes(f.bodyLen)
 	l.nextSlot++
 	l.inflight[f.slot] = f
+	if err := l.render(f); err != nil {
+		// The facade validated every batch, so this is a bug. Its batches
+		// are sequenced, and later batches of their streams may already
+		// be in flight: failing them alone would leave a hole in those
+		// streams' seq nums. The loglet stops instead, failing everything.
+		l.log.Error("render flight: stopping the loglet", "slot", f.slot, "err", err)
+		l.depose(fmt.Errorf("render slot %d: %w", f.slot, err))
+		return false
+	}
+	l.backlog.addBytes(f.bodyLen)
 	l.metrics.inflight.Set(float64(len(l.inflight)))
 	l.metrics.flightBytes.Observe(float64(len(f.body)))
 	l.upload(f)
+	return true
 }
 
+// render encodes f into its slot, replacing an earlier rendering's size
+// in the backlog's bytes.
 func (l *Loglet) render(f *flight) error {
+	if l.cfg.testRender != nil {
+		if err := l.cfg.testRender(f.epoch, f.slot); err != nil {
+			return err
+		}
+	}
 	bs := make([]format.Batch, len(f.batches))
 	for i, b := range f.batches {
 		bs[i] = format.Batch{StreamID: b.StreamID, FencingToken: b.Seq.FencingToken, Records: b.Seq.Records}
@@ -128,7 +159,7 @@ func (l *Loglet) render(f *flight) error {
 	if err != nil {
 		return fmt.Errorf("loglet: re-read rendered slot %d: %w", f.slot, err)
 	}
-	f.body, f.extents = body, footer.Extents
+	f.body, f.bodyLen, f.extents = body, int64(len(body)), footer.Extents
 	return nil
 }
 
@@ -141,8 +172,8 @@ func (l *Loglet) upload(f *flight) {
 }
 
 func (l *Loglet) onResult(ctx context.Context, r uploadResult) {
-	if r.epoch != l.epoch.Epoch {
-		return // a straggler of an epoch that recovery already settled
+	if r.epoch != l.epoch.Epoch || l.rec != nil {
+		return // a straggler of an epoch being (or already) recovered
 	}
 	f, ok := l.inflight[r.slot]
 	if !ok {
@@ -154,7 +185,7 @@ func (l *Loglet) onResult(ctx context.Context, r uploadResult) {
 		l.metrics.commitLatency.Observe(time.Since(f.started).Seconds())
 		return
 	}
-	l.recover(ctx, r)
+	l.startRecovery(ctx, r)
 }
 
 // releaseReady acknowledges, strictly in slot order, every committed flight
@@ -176,13 +207,13 @@ func (l *Loglet) release(f *flight) {
 	l.index.Add(f)
 	now := time.Now()
 	for _, b := range f.batches {
-		b.Done(nil)
+		b.answer(nil)
 	}
 	l.metrics.ackLatency.Observe(now.Sub(f.started).Seconds())
 	// From here the flight index serves the flight from its bundle: the
 	// batches (and the request buffers their records alias) are let go, so
-	// one copy of the bytes stays, charged to the pool until the absorb
-	// covers it: the pool budget bounds what the class holds in memory.
+	// one copy of the bytes stays, charged to the backlog until the absorb
+	// covers it.
 	f.batches = nil
 	select {
 	case l.absorbNudge <- struct{}{}:
@@ -190,26 +221,37 @@ func (l *Loglet) release(f *flight) {
 	}
 }
 
-func (l *Loglet) fail(f *flight, err error) {
-	for _, b := range f.batches {
-		b.Done(err)
-	}
-	l.pool.Release(f.bytes)
+// recovery is a halted epoch being fenced and replaced. Its fence and mint
+// run beside the loop (fenceAndMint), so the loop can answer the waiting
+// appends when recovery overruns its deadline.
+type recovery struct {
+	epoch    uint64
+	halted   uint64 // the slot that halted
+	started  time.Time
+	late     *time.Timer
+	answered bool  // the deadline passed: pending appends were answered
+	err      error // what they were answered
+	done     chan recovery
+
+	// results, filled by fenceAndMint
+	cut    uint64
+	next   meta.Epoch
+	writer *chain.Writer
+	fail   error
 }
 
-// recover handles a halted epoch: fence it (own), ack late every flight
-// found committed below the cut, mint the next epoch and republish the rest
-// into its first slots with the same seq nums. Losing either the fence claim
-// or the mint CAS means a successor exists: shed everything.
-func (l *Loglet) recover(ctx context.Context, r uploadResult) {
+// startRecovery handles a halted epoch (self-recovery, the seed's "When
+// the chain halts"): stop the epoch's uploads and wait until each has
+// reported and every background copy has ended, so nothing of this writer
+// lands after its fence reads; then fence it on what the loop knows, mint
+// the next epoch, and resume in finishRecovery.
+func (l *Loglet) startRecovery(ctx context.Context, r uploadResult) {
 	epoch := l.epoch.Epoch
 	l.log.Warn("epoch halted; recovering", "epoch", epoch, "slot", r.slot, "err", r.err)
 	l.metrics.halts.Inc()
 	l.backlog.setRecovering(true)
-	defer l.backlog.setRecovering(false)
+	l.blocked.set(CauseEpochSettling)
 
-	// Stop this epoch's uploads and wait until each has reported, so no
-	// result of it arrives after the epoch is gone.
 	l.epochStop()
 	for _, f := range l.inflight {
 		for !f.reported {
@@ -224,62 +266,124 @@ func (l *Loglet) recover(ctx context.Context, r uploadResult) {
 			}
 		}
 	}
+	l.writer.Close()
 
-	var cut uint64
-	if err := l.retry(ctx, "fence own epoch", func() (err error) {
-		cut, err = l.chain.Fence(ctx, epoch, true)
+	committed := map[uint64]bool{}
+	for s, f := range l.inflight {
+		if f.committed {
+			committed[s] = true
+		}
+	}
+	known := chain.Known{Released: l.releaseAt, Committed: func(s uint64) bool { return committed[s] }}
+	rec := &recovery{epoch: epoch, halted: r.slot, started: time.Now(), late: time.NewTimer(l.cfg.RecoveryDeadline), done: make(chan recovery, 1)}
+	l.rec = rec
+	go l.fenceAndMint(ctx, *rec, known)
+}
+
+// fenceAndMint fences the halted epoch on what the writer knows and mints
+// the next one, retrying everything but deposition until it succeeds or
+// the loglet closes: the loop answers the waiting appends meanwhile, and
+// recovery resumes as soon as the store takes writes again.
+func (l *Loglet) fenceAndMint(ctx context.Context, rec recovery, known chain.Known) {
+	defer func() { rec.done <- rec }()
+	rec.fail = l.retry(ctx, "fence own epoch", func() (err error) {
+		rec.cut, err = l.chain.FenceOwn(ctx, rec.epoch, known)
 		return err
-	}); err != nil {
-		l.depose(err)
+	})
+	if rec.fail != nil {
 		return
 	}
+	rec.fail = l.retry(ctx, "mint next epoch", func() (err error) {
+		rec.next, rec.writer, err = l.mintEpoch(ctx)
+		return err
+	})
+}
+
+// recoveryLate answers every waiting append once recovery overran its
+// deadline: ErrUnavailable, indefinite for the batches already sequenced
+// (they stay, and commit once the store returns), and new appends are
+// refused until then; /health says not ready.
+func (l *Loglet) recoveryLate() {
+	rec := l.rec
+	err := fmt.Errorf("%w: epoch %d halted at slot %d %v ago and is not yet recovered", ErrUnavailable, rec.epoch, rec.halted, time.Since(rec.started).Truncate(time.Millisecond))
+	rec.answered, rec.err = true, err
+	l.setOutage(err)
+	l.metrics.recoveries.WithLabelValues("late").Inc()
+	l.log.Error("recovery overran its deadline: answering waiting appends unavailable; new appends refused until the store takes writes", "epoch", rec.epoch, "after", time.Since(rec.started))
+	for _, f := range l.sortedInflight() {
+		for _, b := range f.batches {
+			b.answer(err)
+		}
+	}
+	l.answerPool(err)
+}
+
+// answerPool answers the uncut batches without dropping them.
+func (l *Loglet) answerPool(err error) {
+	for _, b := range l.pool.Uncut() {
+		b.answer(err)
+	}
+}
+
+// finishRecovery resumes after fenceAndMint: acknowledge late every
+// flight below the cut (they are committed), and republish the rest, same
+// seq nums, into the new epoch's first slots.
+func (l *Loglet) finishRecovery(rec recovery) {
+	l.rec.late.Stop()
+	l.rec = nil
+	l.backlog.setRecovering(false)
+	l.setOutage(nil)
+	if rec.fail != nil {
+		l.metrics.recoveries.WithLabelValues("deposed").Inc()
+		l.depose(rec.fail)
+		return
+	}
+	cut := rec.cut
 	if cut < l.releaseAt {
 		// Released slots are committed, so the cut can't be below them.
-		l.depose(fmt.Errorf("loglet: epoch %d cut %d below released slot %d", epoch, cut, l.releaseAt))
+		rec.writer.Close()
+		l.depose(fmt.Errorf("loglet: epoch %d cut %d below released slot %d", rec.epoch, cut, l.releaseAt))
 		return
 	}
 	for s := l.releaseAt; s < cut; s++ {
 		f, ok := l.inflight[s]
 		if !ok {
-			l.depose(fmt.Errorf("loglet: epoch %d: committed slot %d below cut %d is not ours", epoch, s, cut))
+			rec.writer.Close()
+			l.depose(fmt.Errorf("loglet: epoch %d: committed slot %d below cut %d is not ours", rec.epoch, s, cut))
 			return
 		}
 		f.committed = true
 	}
 	late := cut - l.releaseAt
 	l.releaseReady() // ack late: everything below the cut
-	rest := make([]*flight, 0, len(l.inflight))
-	for _, f := range l.inflight {
-		rest = append(rest, f)
-	}
-	slices.SortFunc(rest, func(a, b *flight) int { return cmp.Compare(a.slot, b.slot) })
+	rest := l.sortedInflight()
 	clear(l.inflight)
-
-	if err := l.retry(ctx, "mint next epoch", func() error { return l.mint(ctx) }); err != nil {
-		for _, f := range rest {
-			l.inflight[f.slot] = f
-		}
-		l.depose(err)
-		return
-	}
-	l.log.Info("epoch recovered", "halted", epoch, "cut", cut, "acked_late", late, "republished", len(rest), "epoch", l.epoch.Epoch)
+	l.install(rec.next, rec.writer)
+	l.metrics.recoveries.WithLabelValues("recovered").Inc()
+	l.log.Info("epoch recovered", "halted", rec.epoch, "cut", cut, "acked_late", late, "republished", len(rest), "epoch", l.epoch.Epoch, "took", time.Since(rec.started))
 	for _, f := range rest {
+		old := f.bodyLen
 		f.epoch, f.slot = l.epoch.Epoch, l.nextSlot
 		f.committed, f.reported, f.started = false, false, time.Now()
-		if err := l.render(f); err != nil {
-			l.log.Error("re-render flight", "err", err)
-			l.fail(f, err)
-			continue
-		}
 		l.nextSlot++
 		l.inflight[f.slot] = f
+		if err := l.render(f); err != nil {
+			l.log.Error("re-render flight: stopping the loglet", "slot", f.slot, "err", err)
+			l.depose(fmt.Errorf("re-render slot %d: %w", f.slot, err))
+			return
+		}
+		l.backlog.addBytes(f.bodyLen - old)
 		l.upload(f)
 	}
 }
 
-// retry runs op until it succeeds, ctx ends, or it reports deposition.
+// retry runs op until it succeeds, ctx ends, or it reports deposition (the
+// taxonomy in shared/chain/errors.go). Each attempt is bounded by the
+// chain's per-request timeouts; the retries are bounded by the loglet's
+// life, and the appends waiting on them by the recovery deadline.
 func (l *Loglet) retry(ctx context.Context, what string, op func() error) error {
 	r := 10 * time.Millisecond
+	var lastKey string
 	for {
 		err := op()
 		if err == nil || errors.Is(err, chain.ErrDeposed) {
@@ -288,7 +392,14 @@ func (l *Loglet) retry(ctx context.Context, what string, op func() error) error 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		l.log.Warn(what+" failed; retrying", "err", err, "in", r)
+		var ue *chain.UndecidableError
+		if errors.As(err, &ue) && ue.Key != lastKey {
+			lastKey = ue.Key
+			l.metrics.undecidable.Inc()
+			l.log.Error(what+": a slot cannot be decided; retrying (an unreadable occupant needs an operator)", "key", ue.Key, "permanent", ue.Permanent, "err", err)
+		} else {
+			l.log.Warn(what+" failed; retrying", "err", err, "in", r)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -298,8 +409,9 @@ func (l *Loglet) retry(ctx context.Context, what string, op func() error) error 
 	}
 }
 
-// depose sheds everything: a successor owns the chain (or the loglet can no
-// longer tell). Every batch not yet released fails indefinitely.
+// depose sheds everything: a successor owns the chain, or the loglet can no
+// longer tell (or met a bug). Every batch not yet released fails
+// indefinitely, and the loglet takes no more.
 func (l *Loglet) depose(cause error) {
 	err := fmt.Errorf("%w (%v)", ErrDeposed, cause)
 	if errors.Is(cause, context.Canceled) {
@@ -317,6 +429,12 @@ func (l *Loglet) depose(cause error) {
 	l.failPool(err)
 }
 
+func (l *Loglet) fail(f *flight, err error) {
+	for _, b := range f.batches {
+		b.answer(err)
+	}
+}
+
 func (l *Loglet) failPool(err error) {
 	for {
 		entries := l.pool.Cut(1 << 62)
@@ -324,7 +442,7 @@ func (l *Loglet) failPool(err error) {
 			return
 		}
 		for _, e := range entries {
-			e.Value.Done(err)
+			e.Value.answer(err)
 			l.pool.Release(e.Size)
 		}
 	}
@@ -354,9 +472,14 @@ func (l *Loglet) shutdown() {
 	}
 	clear(l.inflight)
 	l.failPool(err)
+	if l.rec != nil {
+		// fenceAndMint ends with the loop's context; a writer it minted
+		// meanwhile is closed unused.
+		if r := <-l.rec.done; r.writer != nil {
+			r.writer.Close()
+		}
+	}
 	if l.writer != nil {
 		l.writer.Close()
 	}
 }
-
-var _ = pool.Entry[*Batch]{}

@@ -2,11 +2,11 @@
 // one per storage class.
 //
 // Producers Admit batches, charging their size against a byte budget; the
-// flusher Cuts entries off the head into a flight and Releases their bytes
-// once the flight has been acknowledged or has failed. Bytes stay charged from
-// admission until Release, so the budget bounds everything the star holds in
-// memory for that class, pooled or in flight. At the budget admission blocks;
-// nothing is ever dropped.
+// flusher Cuts entries off the head into a flight and Releases their bytes.
+// Bytes stay charged from admission until Release; the loglet releases them
+// as it cuts, so the budget bounds what is admitted and not yet cut (a cut
+// flight is charged to the chain's backlog budget instead). At the budget
+// admission blocks; nothing is ever dropped.
 package pool
 
 import (
@@ -148,6 +148,33 @@ func (p *Pool[T]) Reserve(ctx context.Context, size int64) (*Reservation[T], err
 		return nil, err
 	}
 	return &Reservation[T]{p: p, size: size}, nil
+}
+
+// TryReserve is Reserve without waiting: false when the size does not fit
+// now (or earlier callers wait), and nothing is charged.
+func (p *Pool[T]) TryReserve(size int64) (*Reservation[T], bool) {
+	if size < 0 {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiters.Len() > 0 || !p.fits(size) {
+		return nil, false
+	}
+	p.charged += size
+	return &Reservation[T]{p: p, size: size}, true
+}
+
+// Uncut returns the values of the uncut entries, in admission order,
+// without removing them.
+func (p *Pool[T]) Uncut() []T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]T, 0, len(p.queue)-p.head)
+	for _, e := range p.queue[p.head:] {
+		out = append(out, e.Value)
+	}
+	return out
 }
 
 // wait charges w.size, and enqueues w.value if w.enqueue, as soon as it fits

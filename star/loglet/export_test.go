@@ -1,0 +1,5 @@
+package loglet
+
+// WithRenderFault makes rendering fail wherever fail says so (tests of a
+// failure after sequencing).
+func WithRenderFault(c *Config, fail func(epoch, slot uint64) error) { c.testRender = fail }
