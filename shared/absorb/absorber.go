@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 )
 
 // ErrNeedMore means an earlier run of this pass (one that crashed before its
-// checkpoint CAS) recorded a marker reaching past the slots given: the pass
-// waits for more slots so a re-run writes the very same rows.
+// checkpoint CAS, or a concurrent absorber) recorded a marker reaching past
+// the slots given: the pass waits for more slots so it writes the very same
+// rows.
 var ErrNeedMore = errors.New("absorb: pass needs more slots to match its recorded marker")
 
 // Absorber runs passes for one chain. It keeps each stream's chained totals
@@ -33,6 +35,10 @@ type Absorber struct {
 
 	mu     sync.Mutex
 	totals map[string]StreamTotals
+	// unproven are the span refs this absorber created that no checkpoint
+	// read has proven yet (see guard.go): a pass that ends finding its
+	// slots absorbed by another checks them for resurrections.
+	unproven []madeRef
 }
 
 // Seed tells the absorber a stream's totals at its durable tail (a leader
@@ -54,55 +60,104 @@ func (a *Absorber) Forget(streamID string) {
 }
 
 // Pass absorbs a prefix of slots (consecutive, of one epoch, starting at the
-// epoch's checkpoint) and returns how many it consumed: all of them, or
-// fewer when a marker recorded by an earlier run of this pass ends sooner.
-// Steps: span refs (idempotent conditional puts), the batch marker, then
-// the checkpoint CAS. A crash at any step followed by a re-run converges.
+// epoch's checkpoint) and returns how many it consumed: all of them, fewer
+// when the marker recorded for this pass ends sooner, or, when another
+// absorber already moved the checkpoint past the first slot, the slots
+// below the checkpoint, writing nothing.
+//
+// Steps: read the checkpoint; claim the pass's boundaries with its batch
+// marker (IfAbsent: the first claim stands, and every absorber of the pass
+// adopts it); read the checkpoint again; span refs (idempotent conditional
+// puts); the checkpoint CAS, whose read also tells whether another absorber
+// finished the pass meanwhile. A crash at any step followed by a re-run, or
+// any interleaving with another absorber of the epoch, converges to rows
+// that tile each stream without overlap (see the package doc).
 func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, error) {
 	if len(slots) == 0 {
 		return 0, nil
 	}
 	from := slots[0].Slot
-	mk := meta.MarkerKey(a.Star, a.Class, epoch, from)
-	if it, err := a.Meta.Get(ctx, mk.PK, mk.SK); err == nil {
-		var m meta.Marker
-		if err := meta.Decode(it.Val, &m); err != nil {
-			return 0, err
-		}
-		n := int(m.EndSlot - from)
-		if n > len(slots) {
-			return 0, ErrNeedMore
-		}
-		slots = slots[:n]
-	} else if !errors.Is(err, meta.ErrNotFound) {
-		return 0, fmt.Errorf("absorb: read marker %s: %w", mk.SK, err)
+	cp, err := a.checkpoint(ctx, epoch)
+	if err != nil {
+		return 0, err
 	}
-
+	if cp != from {
+		return a.behind(ctx, epoch, slots, cp)
+	}
 	prev, err := a.prevTotals(ctx, slots)
 	if err != nil {
+		// Rows that do not continue at the pass (a catalog row reaching
+		// past it) mean another absorber and a settle got here first while
+		// this one lagged: the checkpoint says so.
+		if cp, cerr := a.checkpoint(ctx, epoch); cerr == nil && cp != from {
+			return a.behind(ctx, epoch, slots, cp)
+		}
 		return 0, err
 	}
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
 	}
-	p, err := Plan(a.Star, a.Class, epoch, slots, prev, a.Rip, now())
+	birth := now()
+	p, err := Plan(a.Star, a.Class, epoch, slots, prev, a.Rip, birth)
 	if err != nil {
 		return 0, err
 	}
-	if err := a.writeRefs(ctx, p.Refs); err != nil {
+	mk := meta.MarkerKey(a.Star, a.Class, epoch, from)
+	claim, err := a.claimMarker(ctx, mk, p.Marker)
+	if err != nil {
 		return 0, err
 	}
-	if err := a.writeMarker(ctx, mk, p.Marker); err != nil {
+	if n := int(claim.m.EndSlot - from); n != len(slots) {
+		if n > len(slots) {
+			return 0, ErrNeedMore
+		}
+		slots = slots[:n]
+		if p, err = Plan(a.Star, a.Class, epoch, slots, prev, a.Rip, birth); err != nil {
+			return 0, err
+		}
+	}
+	// A claim that landed after the checkpoint passed from re-created a
+	// marker a settle had resolved: take it back and write no ref.
+	if cp, err = a.checkpoint(ctx, epoch); err != nil {
 		return 0, err
 	}
-	var gap error
-	_, err = a.UpdateEpoch(ctx, epoch, func(e *meta.Epoch) bool {
-		switch {
-		case e.Checkpoint >= p.End:
-			return false // a concurrent run got there
-		case e.Checkpoint < p.From:
-			gap = fmt.Errorf("absorb: epoch %d checkpoint %d is below pass start %d", epoch, e.Checkpoint, p.From)
+	if cp != from {
+		if claim.created && cp > from {
+			if err := a.deleteIfVer(ctx, mk, claim.ver); err != nil {
+				return 0, err
+			}
+		}
+		return a.behind(ctx, epoch, slots, cp)
+	}
+	if err := a.writeRefs(ctx, epoch, from, p.Refs); err != nil {
+		return 0, err
+	}
+	seen, err := a.advance(ctx, epoch, p)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case seen == p.From:
+		a.proven(epoch, from, p.Totals)
+		return len(slots), nil
+	case seen >= p.End:
+		// Another absorber of this very pass (same boundaries, from the
+		// marker) finished it first, and a settle may have taken its refs.
+		return a.behind(ctx, epoch, slots, seen)
+	default:
+		return 0, fmt.Errorf("absorb: epoch %d checkpoint %d moved inside pass [%d,%d), which its marker recorded", epoch, seen, p.From, p.End)
+	}
+}
+
+// advance CASes the checkpoint from the pass's first slot to its end, and
+// returns the checkpoint it read last: the pass's first slot when it won.
+// That read comes after every ref put of the pass (see guard.go).
+func (a *Absorber) advance(ctx context.Context, epoch uint64, p PassPlan) (uint64, error) {
+	var seen uint64
+	_, err := a.UpdateEpoch(ctx, epoch, func(e *meta.Epoch) bool {
+		seen = e.Checkpoint
+		if e.Checkpoint != p.From {
 			return false
 		}
 		e.Checkpoint = p.End
@@ -111,18 +166,59 @@ func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, e
 	if err != nil {
 		return 0, fmt.Errorf("absorb: checkpoint epoch %d to %d: %w", epoch, p.End, err)
 	}
-	if gap != nil {
-		return 0, gap
+	return seen, nil
+}
+
+// checkpoint reads the epoch's checkpoint.
+func (a *Absorber) checkpoint(ctx context.Context, epoch uint64) (uint64, error) {
+	k := meta.EpochKey(a.Star, a.Class, epoch)
+	it, err := a.Meta.Get(ctx, k.PK, k.SK)
+	if err != nil {
+		return 0, fmt.Errorf("absorb: read epoch %d: %w", epoch, err)
 	}
-	a.mu.Lock()
-	if a.totals == nil {
-		a.totals = map[string]StreamTotals{}
+	var e meta.Epoch
+	if err := meta.Decode(it.Val, &e); err != nil {
+		return 0, fmt.Errorf("absorb: epoch %d record: %w", epoch, err)
 	}
-	for id, t := range p.Totals {
-		a.totals[id] = t
+	return e.Checkpoint, nil
+}
+
+// markerClaim is the marker that decides a pass's boundaries.
+type markerClaim struct {
+	m       meta.Marker
+	ver     int64
+	created bool // by this call
+}
+
+// claimMarker puts the pass's marker if absent, or reads the one recorded
+// first (by a crashed run or a concurrent absorber), whose boundaries the
+// pass then takes.
+func (a *Absorber) claimMarker(ctx context.Context, k meta.Key, m meta.Marker) (markerClaim, error) {
+	for range 3 {
+		ver, err := a.Meta.Put(ctx, k.PK, k.SK, meta.Encode(m), meta.IfAbsent())
+		if err == nil {
+			return markerClaim{m: m, ver: ver, created: true}, nil
+		}
+		if !errors.Is(err, meta.ErrConditionFailed) {
+			return markerClaim{}, fmt.Errorf("absorb: put marker %s: %w", k.SK, err)
+		}
+		it, err := a.Meta.Get(ctx, k.PK, k.SK)
+		if errors.Is(err, meta.ErrNotFound) {
+			continue // resolved between the two calls: the re-read checkpoint says so
+		}
+		if err != nil {
+			return markerClaim{}, fmt.Errorf("absorb: read marker %s: %w", k.SK, err)
+		}
+		var have meta.Marker
+		if err := meta.Decode(it.Val, &have); err != nil {
+			return markerClaim{}, fmt.Errorf("absorb: marker %s: %w", k.SK, err)
+		}
+		if have.Epoch != m.Epoch || have.FromSlot != m.FromSlot || have.EndSlot <= m.FromSlot {
+			return markerClaim{}, fmt.Errorf("absorb: marker %s records epoch %d slots [%d,%d)", k.SK, have.Epoch, have.FromSlot, have.EndSlot)
+		}
+		return markerClaim{m: have, ver: it.Ver}, nil
 	}
-	a.mu.Unlock()
-	return len(slots), nil
+	return markerClaim{}, fmt.Errorf("absorb: marker %s keeps vanishing", k.SK)
 }
 
 // prevTotals returns, for every stream in the pass, the totals its first
@@ -148,6 +244,7 @@ func (a *Absorber) prevTotals(ctx context.Context, slots []Slot) (map[string]Str
 		}
 	}
 	a.mu.Unlock()
+	slices.Sort(missing) // one order of calls for one input (deterministic tests, simulation)
 	for _, id := range missing {
 		seq := first[id]
 		if seq == 0 {
@@ -174,7 +271,7 @@ func (a *Absorber) prevTotals(ctx context.Context, slots []Slot) (map[string]Str
 	return out, nil
 }
 
-func (a *Absorber) writeRefs(ctx context.Context, refs []RefWrite) error {
+func (a *Absorber) writeRefs(ctx context.Context, epoch, from uint64, refs []RefWrite) error {
 	g, gctx := errgroup.WithContext(ctx)
 	n := a.Concurrency
 	if n <= 0 {
@@ -182,35 +279,57 @@ func (a *Absorber) writeRefs(ctx context.Context, refs []RefWrite) error {
 	}
 	g.SetLimit(n)
 	for _, rw := range refs {
-		g.Go(func() error { return a.writeRef(gctx, rw.StreamID, rw.Ref) })
+		g.Go(func() error { return a.writeRef(gctx, epoch, from, rw.StreamID, rw.Ref, 0) })
 	}
 	return g.Wait()
 }
 
-// writeRef puts one span ref if absent. A row already at its key is the same
-// ref from an earlier run, a row that covers more (a catalog row, or an
-// earlier run with a longer pass), or a shorter ref from an earlier run with
-// other pass boundaries: then the remainder goes in at that row's end.
-func (a *Absorber) writeRef(ctx context.Context, streamID string, r meta.Ref) error {
-	for {
+// maxSplits bounds how many longer refs one ref write splits in a chain
+// (each sits on a later slot, so a pass of any size meets few).
+const maxSplits = 64
+
+// writeRef puts one span ref if absent. A row already at its key is the
+// same ref (another absorber of the pass), a catalog row (a settle took
+// the pass, which this absorber will find out at its checkpoint CAS), or
+// a ref left by a version that wrote refs before markers and crashed: a
+// shorter one makes the remainder go in at its end; a longer one is split
+// at this ref's end, so later passes never nest refs inside it.
+func (a *Absorber) writeRef(ctx context.Context, epoch, from uint64, streamID string, r meta.Ref, depth int) error {
+	for range len(r.Span.Slots) + 2 {
 		k := meta.RefKey(streamID, r.FirstSeq)
-		_, err := a.Meta.Put(ctx, k.PK, k.SK, meta.Encode(r), meta.IfAbsent())
+		ver, err := a.Meta.Put(ctx, k.PK, k.SK, meta.Encode(r), meta.IfAbsent())
 		if err == nil {
+			a.made(madeRef{epoch: epoch, from: from, streamID: streamID, first: r.FirstSeq, end: r.EndSeq, ver: ver})
 			return nil
 		}
 		if !errors.Is(err, meta.ErrConditionFailed) {
 			return fmt.Errorf("absorb: put ref %s %s: %w", streamID, k.SK, err)
 		}
 		it, err := a.Meta.Get(ctx, k.PK, k.SK)
+		if errors.Is(err, meta.ErrNotFound) {
+			// A row stood here and is gone: only a settle deletes span refs,
+			// once a catalog row covers them. Putting it again would
+			// resurrect it.
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("absorb: read ref %s %s: %w", streamID, k.SK, err)
 		}
 		var have meta.Ref
 		if err := meta.Decode(it.Val, &have); err != nil {
-			return err
+			return fmt.Errorf("absorb: ref %s %s: %w", streamID, k.SK, err)
 		}
-		if have.EndSeq >= r.EndSeq {
+		switch {
+		case have.EndSeq == r.EndSeq, have.EndSeq > r.EndSeq && have.Settled != nil:
 			return nil
+		case have.EndSeq > r.EndSeq:
+			if depth >= maxSplits {
+				return fmt.Errorf("absorb: stream %s: more than %d longer refs to split", streamID, maxSplits)
+			}
+			if err := a.split(ctx, epoch, from, streamID, it.Ver, have, r, depth); err != nil {
+				return err
+			}
+			continue // the row at the key is ours now, or a racer's: read it again
 		}
 		rest, ok := r.Span.From(have.EndSeq)
 		if !ok {
@@ -218,12 +337,32 @@ func (a *Absorber) writeRef(ctx context.Context, streamID string, r meta.Ref) er
 		}
 		r.FirstSeq, r.Span = have.EndSeq, rest
 	}
+	return fmt.Errorf("absorb: stream %s: ref at %d did not settle on the rows", streamID, r.FirstSeq)
 }
 
-func (a *Absorber) writeMarker(ctx context.Context, k meta.Key, m meta.Marker) error {
-	_, err := a.Meta.Put(ctx, k.PK, k.SK, meta.Encode(m), meta.IfAbsent())
-	if err == nil || errors.Is(err, meta.ErrConditionFailed) {
-		return nil // a re-run: the marker recorded first stands
+// split shrinks have, a longer span ref at r's key (at version ver), to r:
+// the rest of have goes in at r's end first and the CAS second, so every
+// seq stays covered in between (readers take the lower, longer row or the
+// rest; both hold the same slots).
+func (a *Absorber) split(ctx context.Context, epoch, from uint64, streamID string, ver int64, have, r meta.Ref, depth int) error {
+	if have.Span == nil || have.Span.Star != r.Span.Star || have.Span.Class != r.Span.Class || have.Span.Epoch != r.Span.Epoch {
+		return fmt.Errorf("absorb: stream %s: row at %d of another chain epoch reaches past %d", streamID, r.FirstSeq, r.EndSeq)
 	}
-	return fmt.Errorf("absorb: put marker %s: %w", k.SK, err)
+	sp, ok := have.Span.From(r.EndSeq)
+	if !ok {
+		return fmt.Errorf("absorb: stream %s: ref at %d ending at %d has no slot ref at %d", streamID, have.FirstSeq, have.EndSeq, r.EndSeq)
+	}
+	rest := have
+	rest.FirstSeq, rest.Span = r.EndSeq, sp
+	// Timestamps never decrease: the records before r.EndSeq bound the rest's.
+	rest.MinTimestamp = min(max(have.MinTimestamp, r.MaxTimestamp), have.MaxTimestamp)
+	if err := a.writeRef(ctx, epoch, from, streamID, rest, depth+1); err != nil {
+		return err
+	}
+	k := meta.RefKey(streamID, r.FirstSeq)
+	_, err := a.Meta.Put(ctx, k.PK, k.SK, meta.Encode(r), meta.IfVer(ver))
+	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("absorb: split ref %s %s at %d: %w", streamID, k.SK, r.EndSeq, err)
+	}
+	return nil
 }

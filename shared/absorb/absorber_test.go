@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,10 +99,17 @@ func (w world) absorber(ms meta.Store) *absorb.Absorber {
 	}
 }
 
-// run absorbs the slots in passes of two, as a leader would.
+// run absorbs the slots in passes of two, as a leader would; a pass that
+// must match a longer recorded one (ErrNeedMore) is offered more slots, as
+// a walk does.
 func run(ctx context.Context, a *absorb.Absorber, epoch uint64, ss []absorb.Slot) error {
 	for len(ss) > 0 {
-		n, err := a.Pass(ctx, epoch, ss[:min(2, len(ss))])
+		k := min(2, len(ss))
+		n, err := a.Pass(ctx, epoch, ss[:k])
+		for errors.Is(err, absorb.ErrNeedMore) && k < len(ss) {
+			k++
+			n, err = a.Pass(ctx, epoch, ss[:k])
+		}
 		if err != nil {
 			return err
 		}
@@ -214,4 +223,163 @@ func TestRerunWithOtherBoundariesCovers(t *testing.T) {
 			t.Fatalf("stream %s: no rows", id)
 		}
 	}
+}
+
+// rowsTile requires every stream's rows to tile [0, end) without gap or
+// overlap, and returns each stream's end.
+func rowsTile(t *testing.T, ms meta.Store) map[string]uint64 {
+	t.Helper()
+	ends := map[string]uint64{}
+	for _, id := range []string{"a", "b", "c"} {
+		pg, err := ms.Query(context.Background(), meta.Query{PK: "stream#" + id, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := uint64(0)
+		for _, it := range pg.Items {
+			var r meta.Ref
+			if err := meta.Decode(it.Val, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.FirstSeq != next {
+				t.Fatalf("stream %s: row [%d,%d) after rows ending at %d (gap or overlap)", id, r.FirstSeq, r.EndSeq, next)
+			}
+			next = r.EndSeq
+		}
+		ends[id] = next
+	}
+	return ends
+}
+
+// A ref left by a longer pass that crashed before its marker (the order
+// of an earlier version: refs first) is split to the boundaries of the
+// pass that runs now, so shorter passes after it never nest refs inside it.
+func TestLongerOrphanRefIsSplit(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	ss := slots()
+	p, err := absorb.Plan("star", meta.Standard, w.epoch, ss[:5], nil, absorb.Ripening{AgeCap: time.Minute}, time.UnixMilli(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rw := range p.Refs {
+		k := meta.RefKey(rw.StreamID, rw.Ref.FirstSeq)
+		if _, err := w.meta.Put(ctx, k.PK, k.SK, meta.Encode(rw.Ref), meta.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := run(ctx, w.absorber(w.meta), w.epoch, ss); err != nil {
+		t.Fatal(err)
+	}
+	ends := rowsTile(t, w.meta)
+	if ends["a"] == 0 || ends["b"] == 0 || ends["c"] == 0 {
+		t.Fatalf("stream ends %v", ends)
+	}
+}
+
+// settleAll stands in for a group settle of everything absorbed: each
+// stream's rows become one catalog row at its first seq (the pivot CAS),
+// the other span refs are deleted, and every marker is resolved.
+func settleAll(t *testing.T, ms meta.Store, epoch uint64) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "c"} {
+		pg, err := ms.Query(ctx, meta.Query{PK: "stream#" + id, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var end uint64
+		for _, it := range pg.Items {
+			var r meta.Ref
+			meta.Decode(it.Val, &r)
+			end = r.EndSeq
+		}
+		for i, it := range pg.Items {
+			if i == 0 {
+				cat := meta.Ref{FirstSeq: 0, EndSeq: end, Settled: &meta.Settled{Epoch: epoch, Bytes: 1}}
+				if _, err := ms.Put(ctx, it.PK, it.SK, meta.Encode(cat), meta.IfVer(it.Ver)); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err := ms.Delete(ctx, it.PK, it.SK, meta.IfVer(it.Ver)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pg, err := ms.Query(ctx, meta.Query{PK: meta.ChainPK("star", meta.Standard), From: meta.MarkerPrefix, To: meta.MarkerPrefix + "~"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range pg.Items {
+		if err := ms.Delete(ctx, it.PK, it.SK, meta.IfVer(it.Ver)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// onFirstRefPut runs fn once, just before the first span ref put lands.
+type onFirstRefPut struct {
+	meta.Store
+	once sync.Once
+	fn   func()
+}
+
+func (o *onFirstRefPut) Put(ctx context.Context, pk, sk string, val []byte, cond meta.Cond) (int64, error) {
+	if strings.HasPrefix(sk, meta.RefPrefix) {
+		o.once.Do(o.fn)
+	}
+	return o.Store.Put(ctx, pk, sk, val, cond)
+}
+
+// A deposed absorber whose pass runs after another absorbed the epoch and
+// a settle turned the refs into catalog rows and deleted them writes no
+// ref and no marker (it sees the checkpoint past its pass); one paused
+// just before its first ref put (the race no check before a write can
+// close) removes what it re-created before its pass returns.
+func TestDeposedPassResurrectsNothing(t *testing.T) {
+	ctx := context.Background()
+	ss := slots()
+	t.Run("late", func(t *testing.T) {
+		w := newWorld(t)
+		if err := run(ctx, w.absorber(w.meta), w.epoch, ss); err != nil {
+			t.Fatal(err)
+		}
+		settleAll(t, w.meta, w.epoch)
+		want := dump(t, w.meta, w.epoch)
+		n, err := w.absorber(w.meta).Pass(ctx, w.epoch, ss[2:5])
+		if err != nil || n != 3 {
+			t.Fatalf("deposed pass: %d, %v", n, err)
+		}
+		if got := dump(t, w.meta, w.epoch); !reflect.DeepEqual(got, want) {
+			t.Fatalf("deposed pass changed the rows\n got %v\nwant %v", got, want)
+		}
+	})
+	t.Run("paused-at-its-first-ref", func(t *testing.T) {
+		w := newWorld(t)
+		if err := run(ctx, w.absorber(w.meta), w.epoch, ss[:2]); err != nil {
+			t.Fatal(err)
+		}
+		var want map[string]string
+		hook := &onFirstRefPut{Store: w.meta, fn: func() {
+			// While the deposed pass is paused: a successor absorbs the rest
+			// with its own passes, and everything settles.
+			if err := run(ctx, w.absorber(w.meta), w.epoch, ss[2:]); err != nil {
+				t.Error(err)
+			}
+			settleAll(t, w.meta, w.epoch)
+			want = dump(t, w.meta, w.epoch)
+		}}
+		n, err := w.absorber(hook).Pass(ctx, w.epoch, ss[2:6])
+		if err != nil || n != 4 {
+			t.Fatalf("deposed pass: %d, %v", n, err)
+		}
+		if want == nil {
+			t.Fatal("the deposed pass wrote no ref")
+		}
+		if got := dump(t, w.meta, w.epoch); !reflect.DeepEqual(got, want) {
+			t.Fatalf("deposed pass left rows behind\n got %v\nwant %v", got, want)
+		}
+		rowsTile(t, w.meta)
+	})
 }

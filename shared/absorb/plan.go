@@ -1,9 +1,23 @@
-// Package absorb turns released flights into span refs: one immutable
-// metastore row per stream per pass, then one batch marker per pass, then
-// the epoch checkpoint by CAS. The live leader feeds it from its flight
-// index and a chain settlement feeds it from a walk of slot footers, through
-// the same Absorber, so the two paths cannot diverge. Metadata only: it
-// never touches object storage.
+// Package absorb turns released flights into span refs: per pass, one
+// batch marker, then one immutable metastore row per stream, then the
+// epoch checkpoint by CAS. The live leader feeds it from its flight index
+// and a chain settlement feeds it from a walk of slot footers, through the
+// same Absorber, so the two paths cannot diverge. Metadata only: it never
+// touches object storage.
+//
+// Two absorbers may meet on one epoch with their own pass sizes (a walk
+// beside a live or paused leader). The marker, keyed by the pass's first
+// slot and written first (IfAbsent), decides the pass's boundaries for all
+// of them. Refs are written only after a checkpoint read, taken after the
+// claim, finds the checkpoint at that slot; since a marker is deleted only
+// once the checkpoint is past that slot, every absorber writing refs there
+// holds the same marker, and the CAS moves the checkpoint only from that
+// slot to the marker's end. So passes tile the slots, any two absorbers of
+// a pass write the same refs, and a stream's rows never overlap.
+//
+// An absorber that lags behind a settle is guarded by checkpoint reads
+// before and after its ref puts (guard.go); docs/write-path.md ("Absorb")
+// gives the whole argument and what is left.
 package absorb
 
 import (

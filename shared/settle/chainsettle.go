@@ -78,8 +78,9 @@ func chainThrough(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, las
 // The fence claims the epoch's cut on the head, or adopts the cut already
 // recorded (all a fence of an epoch below the mint head does); the walk
 // feeds the committed slots [checkpoint, cut) to abs in passes, a pass
-// that an earlier crashed run recorded with more slots (absorb.ErrNeedMore)
-// waiting for them so a re-run writes the very same rows; the garbage
+// whose marker another run (crashed, or a leader still absorbing beside
+// the walk) recorded with more slots (absorb.ErrNeedMore) waiting for them
+// so the walk writes the very same rows; the garbage
 // window above the cut is made dead; and the record is marked settled.
 // Every step is idempotent and CAS-guarded, so Epoch is safe to run twice
 // at once and again after settlement (concurrent settlers serialise on

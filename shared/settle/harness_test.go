@@ -233,8 +233,8 @@ func (e *env) waitAbsorbed() {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	// The refs land before the pass's marker and checkpoint CAS: wait for
-	// the flight index to drain too, which happens only after both.
+	// The refs land before the pass's checkpoint CAS: wait for the flight
+	// index to drain too, which happens only after it.
 	for e.loglet.Index().Len() > 0 {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("flight index still holds %d flights", e.loglet.Index().Len())

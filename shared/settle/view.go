@@ -143,8 +143,10 @@ type epochRef struct {
 }
 
 // absorbed reports whether every slot of sp is below its epoch's known
-// checkpoint: its pass is complete, so no absorb re-run can write its ref
-// again after a settle deletes it.
+// checkpoint: its pass is complete, so every ref of it is written, and an
+// absorber still running that pass finds the checkpoint past it and writes
+// nothing, or takes back a ref it re-created after a settle deleted it
+// (absorb's guard).
 func (e *eraSet) absorbed(sp *meta.Span) bool {
 	e.mu.Lock()
 	cp, ok := e.checkpoints[epochRef{ChainRef{sp.Star, sp.Class}, sp.Epoch}]
