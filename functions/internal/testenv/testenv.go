@@ -107,7 +107,7 @@ func New(t testing.TB, dyn *testsvc.SharedDynamo) *Env {
 		Star: Star, Incarnation: chain.Incarnation(Star, 1), Class: meta.Express,
 		Buckets: Zones, W: 2, Window: 4,
 		FlushInterval: 2 * time.Millisecond, TargetFlight: 64 << 10, PoolBudget: 32 << 20,
-		FlightDeadline: 300 * time.Millisecond, AbsorbInterval: 10 * time.Millisecond,
+		FlightDeadline: 300 * time.Millisecond, RecoveryDeadline: time.Minute, AbsorbInterval: 10 * time.Millisecond,
 		Ripening: e.Policy.WithDefaults().Ripening(meta.Express),
 	}
 	c := chain.New(cfg.Star, cfg.Class, cfg.Incarnation, e.Meta, e.Objects)
