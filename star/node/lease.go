@@ -99,11 +99,14 @@ func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered ti
 	return ls, nil
 }
 
-// beatAt records a heartbeat written at t (monotonic).
+// beatAt records a heartbeat written at t (monotonic). Only the heartbeat
+// goroutine calls it and beatFailed; connected is stored before failing
+// clears, so a reader that sees failing false sees the new connected.
 func (ls *leadership) beatAt(t time.Time) {
 	ls.lastBeat.Store(int64(t.Sub(ls.base)))
-	if ls.failing.CompareAndSwap(true, false) {
+	if ls.failing.Load() {
 		ls.connected.Store(int64(t.Sub(ls.base)))
+		ls.failing.Store(false)
 	}
 }
 
@@ -111,8 +114,13 @@ func (ls *leadership) beatAt(t time.Time) {
 func (ls *leadership) beatFailed() { ls.failing.Store(true) }
 
 // sinceConnected is how long the star has reached the metastore without a
-// failed heartbeat (since its registration at most).
+// failed heartbeat (since its registration at most); zero while the last
+// heartbeat failed, so a star back from an outage judges nobody before its
+// own first beat lands.
 func (ls *leadership) sinceConnected() time.Duration {
+	if ls.failing.Load() {
+		return 0
+	}
 	return time.Since(ls.base) - time.Duration(ls.connected.Load())
 }
 
