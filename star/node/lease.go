@@ -202,62 +202,204 @@ func (n *Node) selfLive() error {
 	return nil
 }
 
+// claimAction is what this star does about a stream's lease.
+type claimAction uint8
+
+const (
+	// claimHeld: this incarnation holds the lease; serve.
+	claimHeld claimAction = iota + 1
+	// claimForward: a live peer leads the stream, or it was handed to one.
+	claimForward
+	// claimAcquire: unled, released, or led by a star that is not live;
+	// take it by CAS.
+	claimAcquire
+	// claimMarkDead: the holder's heartbeat is stale; mark it dead by CAS
+	// on the row read, then judge again.
+	claimMarkDead
+	// claimWait: the holder looks stale, but this star has not been
+	// connected for a whole dead-after bound, so the staleness may be the
+	// outage it just came out of; retry.
+	claimWait
+	// claimNoAddress: a live holder advertises nowhere to forward to.
+	claimNoAddress
+)
+
+// claimView is what decideClaim judges: the lease as read, the
+// registration of the star it points at (regStar), and this star's clock
+// and own connectedness.
+type claimView struct {
+	me     meta.LeaseHolder
+	lease  meta.Lease
+	leased bool // the lease row exists
+	// reg is regStar's registration; registered says it exists.
+	reg            meta.Registration
+	registered     bool
+	now            time.Time
+	deadAfter      time.Duration
+	sinceConnected time.Duration
+}
+
+// claimDecision is decideClaim's verdict.
+type claimDecision struct {
+	act claimAction
+	// from names what an acquired lease is taken from (unled, released,
+	// dead, own): the label of starlog_leader_lease_acquisitions_total.
+	from string
+	// target and address name the leader to forward to.
+	target  meta.LeaseHolder
+	address string
+}
+
+// regStar is the star whose registration decideClaim needs for a lease:
+// the star a released lease was handed to, or the holder of a held one;
+// "" when there is none (unled, released to nobody or to this star, held
+// by this incarnation).
+func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
+	switch {
+	case !leased:
+		return ""
+	case l.Released:
+		if l.To == me.Star {
+			return ""
+		}
+		return l.To
+	case l.LeaseHolder == me:
+		return ""
+	}
+	return l.Star
+}
+
+// decideClaim judges a stream's lease (DESIGN §9), doing no I/O:
+//
+//   - this incarnation's unreleased lease is held;
+//   - a lease released to another star is forwarded there while that
+//     star is live (state live, not draining) and has an address, so a
+//     handoff is not undone by a peer or the releasing star taking the
+//     lease first; otherwise anyone may take it;
+//   - a lease held by a live incarnation is forwarded to it;
+//   - a holder whose heartbeat is stale is marked dead first, but only by
+//     a star connected for a whole dead-after bound: after a metastore
+//     outage every star looks stale, and the first one back must not
+//     depose the rest;
+//   - anything else (unled, dead, stopped, superseded, never registered,
+//     an earlier incarnation of this star) is acquired.
+//
+// The table test in lease_internal_test.go covers every case.
+func decideClaim(v claimView) claimDecision {
+	if !v.leased {
+		return claimDecision{act: claimAcquire, from: "unled"}
+	}
+	l := v.lease
+	if l.Released {
+		if v.registered && l.To != "" && l.To != v.me.Star && v.reg.State == meta.StarLive &&
+			leader.Live(v.reg, v.reg.Incarnation, v.now, v.deadAfter) && v.reg.Address != "" {
+			return claimDecision{act: claimForward, target: meta.LeaseHolder{Star: l.To, Incarnation: v.reg.Incarnation}, address: v.reg.Address}
+		}
+		return claimDecision{act: claimAcquire, from: "released"}
+	}
+	if l.LeaseHolder == v.me {
+		return claimDecision{act: claimHeld}
+	}
+	if v.registered && leader.Live(v.reg, l.Incarnation, v.now, v.deadAfter) {
+		if v.reg.Address == "" {
+			return claimDecision{act: claimNoAddress}
+		}
+		return claimDecision{act: claimForward, target: l.LeaseHolder, address: v.reg.Address}
+	}
+	// This star's own row is never judged stale here: an earlier
+	// incarnation's lease is simply this incarnation's to take.
+	if l.Star != v.me.Star && v.registered && leader.Stale(v.reg, v.now, v.deadAfter) {
+		if v.sinceConnected < v.deadAfter {
+			return claimDecision{act: claimWait}
+		}
+		return claimDecision{act: claimMarkDead}
+	}
+	if l.Star == v.me.Star {
+		return claimDecision{act: claimAcquire, from: "own"}
+	}
+	return claimDecision{act: claimAcquire, from: "dead"}
+}
+
+// readClaim reads what decideClaim judges for stream id: the lease (and
+// its version) and the registration regStar names.
+func (n *Node) readClaim(ctx context.Context, id string) (claimView, int64, error) {
+	v := claimView{me: n.lease.me, deadAfter: n.cfg.DeadAfter, sinceConnected: n.lease.sinceConnected()}
+	l, ver, ok, err := leader.ReadLease(ctx, n.meta, id)
+	if err != nil {
+		return v, 0, err
+	}
+	v.lease, v.leased = l, ok
+	if star := regStar(l, ok, n.lease.me); star != "" {
+		if v.reg, _, v.registered, err = leader.ReadRegistration(ctx, n.meta, star); err != nil {
+			return v, 0, err
+		}
+	}
+	v.now = time.Now()
+	return v, ver, nil
+}
+
+// judge reads and judges stream id's lease; a stale holder is marked dead
+// (the janitor does the same) and the lease judged once more.
+func (n *Node) judge(ctx context.Context, id string) (claimView, int64, claimDecision, error) {
+	v, ver, err := n.readClaim(ctx, id)
+	if err != nil {
+		return v, 0, claimDecision{}, err
+	}
+	d := decideClaim(v)
+	if d.act != claimMarkDead {
+		return v, ver, d, nil
+	}
+	r, dead, err := leader.MarkDead(ctx, n.meta, v.lease.Star, v.now, n.cfg.DeadAfter)
+	if err != nil {
+		return v, 0, claimDecision{}, err
+	}
+	if dead {
+		n.log.Warn("marked star dead: heartbeat too old", "dead_star", v.lease.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat))
+	}
+	// MarkDead returns the row as it stands: dead or stopped now, or live
+	// again (a heartbeat landed first), never stale.
+	v.reg, v.registered, v.now = r, true, time.Now()
+	if d = decideClaim(v); d.act == claimMarkDead {
+		return v, 0, claimDecision{}, fmt.Errorf("star %s: still stale after marking it dead", v.lease.Star)
+	}
+	return v, ver, d, nil
+}
+
 // claim returns the stream's lease once this incarnation holds it,
-// acquiring it by CAS when the stream is unled, released, or led by a star
-// that is not live (marking a stale one dead first). A live peer's lease
-// is a *NotLeaderError.
+// acquiring it by CAS when decideClaim says so. A live peer's lease is a
+// *NotLeaderError.
 func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, error) {
 	for {
-		cur, ver, ok, err := leader.ReadLease(ctx, n.meta, id)
+		v, ver, d, err := n.judge(ctx, id)
 		if err != nil {
-			return meta.Lease{}, 0, n.storageErr("read lease", err)
+			return meta.Lease{}, 0, n.storageErr("resolve lease", err)
 		}
-		// A lease this incarnation released is taken again by CAS like any
-		// released lease: a peer may be taking it at the same time.
-		if ok && cur.LeaseHolder == n.lease.me && !cur.Released {
-			return cur, ver, nil
+		switch d.act {
+		case claimHeld:
+			return v.lease, ver, nil
+		case claimForward:
+			f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
+			n.lease.remember(f, n.cfg.LeaseCacheTTL)
+			n.lease.forwards.Inc()
+			return meta.Lease{}, 0, f
+		case claimWait:
+			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, whose heartbeat looks stale, but this star only just regained the metastore; retry", name, v.lease.Star)
+		case claimNoAddress:
+			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, which advertises no address", name, v.lease.Star)
 		}
-		from := "unled"
-		var prev *meta.Lease
-		if ok {
-			prev, from = &cur, "released"
-			if f, err := n.handedTo(ctx, id, cur); f != nil || err != nil {
-				if err != nil {
-					return meta.Lease{}, 0, n.storageErr("read handoff target registration", err)
-				}
-				n.lease.remember(f, n.cfg.LeaseCacheTTL)
-				n.lease.forwards.Inc()
-				return meta.Lease{}, 0, f
-			}
-			if !cur.Released {
-				reg, live, err := n.holderLive(ctx, cur.LeaseHolder)
-				if errors.Is(err, errNotJudged) {
-					return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, whose heartbeat looks stale, but this star only just regained the metastore; retry", name, cur.Star)
-				}
-				if err != nil {
-					return meta.Lease{}, 0, n.storageErr("read leader registration", err)
-				}
-				if live {
-					if reg.Address == "" {
-						return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, which advertises no address", name, cur.Star)
-					}
-					f := &NotLeaderError{StreamID: id, Leader: cur.LeaseHolder, Address: reg.Address}
-					n.lease.remember(f, n.cfg.LeaseCacheTTL)
-					n.lease.forwards.Inc()
-					return meta.Lease{}, 0, f
-				}
-				from = "dead"
-				if cur.Star == n.lease.me.Star {
-					from = "own"
-				}
-			}
-		}
-		// A draining star forwards to live leaders but takes no lease.
+		// claimAcquire. A draining star forwards to live leaders but takes
+		// no lease.
 		if err := n.drainingErr(id); err != nil {
 			return meta.Lease{}, 0, err
 		}
+		var prev *meta.Lease
+		if v.leased {
+			prev = &v.lease
+		}
+		// A lease this incarnation released is taken again by CAS like any
+		// released lease: a peer may be taking it at the same time.
 		next := leader.Successor(prev, n.lease.me, time.Now())
-		v, err := leader.Acquire(ctx, n.meta, id, next, ver)
+		nv, err := leader.Acquire(ctx, n.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
 			if err := ctx.Err(); err != nil {
 				return meta.Lease{}, 0, contextError(err)
@@ -267,66 +409,10 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		if err != nil {
 			return meta.Lease{}, 0, n.storageErr("acquire lease", err)
 		}
-		n.lease.acquired.WithLabelValues(from).Inc()
-		n.log.Info("lease acquired", "stream", name, "id", id, "from", from, "version", next.Version, "pending", len(next.Pending))
-		return next, v, nil
+		n.lease.acquired.WithLabelValues(d.from).Inc()
+		n.log.Info("lease acquired", "stream", name, "id", id, "from", d.from, "version", next.Version, "pending", len(next.Pending))
+		return next, nv, nil
 	}
-}
-
-// handedTo is where a lease released to another star sends this star's
-// requests: that star while it is live, so a handoff is not undone by a
-// peer (or the releasing star) taking the lease first. Nil when the lease
-// is not such a release, or its target is not live (anyone may take it).
-func (n *Node) handedTo(ctx context.Context, id string, l meta.Lease) (*NotLeaderError, error) {
-	if !l.Released || l.To == "" || l.To == n.lease.me.Star {
-		return nil, nil
-	}
-	reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, l.To)
-	if err != nil || !ok {
-		return nil, err
-	}
-	// A target that started draining takes no lease: anyone may take it.
-	if reg.State != meta.StarLive || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) || reg.Address == "" {
-		return nil, nil
-	}
-	f := &NotLeaderError{StreamID: id, Address: reg.Address}
-	f.Leader.Star, f.Leader.Incarnation = l.To, reg.Incarnation
-	return f, nil
-}
-
-// errNotJudged: a peer's heartbeat looks too old, but this star has not
-// itself been connected to the metastore for a whole dead-after bound, so
-// the staleness may be the outage it just came out of, not the peer's.
-var errNotJudged = errors.New("heartbeat looks stale, but this star only just regained the metastore")
-
-// holderLive reads h's registration and judges it; a stale one is marked
-// dead by CAS on the row read (the janitor does the same), but only by a
-// star whose own heartbeats have succeeded for at least the dead-after
-// bound: after a metastore outage every star looks stale, and the first
-// one back must not depose the others before they could beat again.
-func (n *Node) holderLive(ctx context.Context, h meta.LeaseHolder) (meta.Registration, bool, error) {
-	now := time.Now()
-	reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, h.Star)
-	if err != nil || !ok {
-		return reg, false, err
-	}
-	if leader.Live(reg, h.Incarnation, now, n.cfg.DeadAfter) {
-		return reg, true, nil
-	}
-	if leader.Stale(reg, now, n.cfg.DeadAfter) {
-		if d := n.lease.sinceConnected(); d < n.cfg.DeadAfter {
-			return reg, false, fmt.Errorf("star %s: %w (connected %v ago)", h.Star, errNotJudged, d.Truncate(time.Millisecond))
-		}
-		r, dead, err := leader.MarkDead(ctx, n.meta, h.Star, now, n.cfg.DeadAfter)
-		if err != nil {
-			return reg, false, err
-		}
-		if dead {
-			n.log.Warn("marked star dead: heartbeat too old", "dead_star", h.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat))
-		}
-		return r, leader.Live(r, h.Incarnation, now, n.cfg.DeadAfter), nil
-	}
-	return reg, false, nil
 }
 
 // gate is the open gate of a lease this star holds: every earlier holder
@@ -548,22 +634,11 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if f := n.lease.cachedForward(id); f != nil {
 		return f
 	}
-	l, _, ok, err := leader.ReadLease(ctx, n.meta, id)
-	if err != nil || !ok {
+	_, _, d, err := n.judge(ctx, id)
+	if err != nil || d.act != claimForward {
 		return nil
 	}
-	if f, err := n.handedTo(ctx, id, l); f != nil && err == nil {
-		n.lease.remember(f, n.cfg.LeaseCacheTTL)
-		return f
-	}
-	if l.Released || l.LeaseHolder == n.lease.me {
-		return nil
-	}
-	reg, live, err := n.holderLive(ctx, l.LeaseHolder)
-	if err != nil || !live || reg.Address == "" {
-		return nil
-	}
-	f := &NotLeaderError{StreamID: id, Leader: l.LeaseHolder, Address: reg.Address}
+	f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
 	n.lease.remember(f, n.cfg.LeaseCacheTTL)
 	return f
 }
