@@ -56,9 +56,7 @@ type leadership struct {
 	connected atomic.Int64
 	failing   atomic.Bool
 
-	mu      sync.Mutex
-	forward map[string]forwardEntry // by stream id
-
+	fwd    *forwardCache
 	runner *settleRunner
 
 	acquired *prometheus.CounterVec
@@ -66,16 +64,11 @@ type leadership struct {
 	shed     prometheus.Counter
 }
 
-type forwardEntry struct {
-	err   *NotLeaderError
-	until time.Time
-}
-
 // newLeadership starts the leadership state of incarnation me, whose
 // registration was written at registered.
 func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered time.Time) (*leadership, error) {
 	ls := &leadership{
-		me: me, base: registered, forward: map[string]forwardEntry{},
+		me: me, base: registered, fwd: newForwardCache(),
 		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "starlog", Subsystem: "leader", Name: "lease_acquisitions_total",
 			Help: "Stream leases this star acquired, by what it took them from (unled, dead, released, own).",
@@ -129,27 +122,6 @@ func (ls *leadership) sinceBeat() time.Duration {
 	return time.Since(ls.base) - time.Duration(ls.lastBeat.Load())
 }
 
-func (ls *leadership) cachedForward(id string) *NotLeaderError {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	f, ok := ls.forward[id]
-	if !ok {
-		return nil
-	}
-	if time.Now().After(f.until) {
-		delete(ls.forward, id)
-		return nil
-	}
-	ls.forwards.Inc()
-	return f.err
-}
-
-func (ls *leadership) remember(f *NotLeaderError, ttl time.Duration) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	ls.forward[f.StreamID] = forwardEntry{err: f, until: time.Now().Add(ttl)}
-}
-
 type forwardedKey struct{}
 
 // Forwarded marks ctx as a request another star forwarded here: the
@@ -161,14 +133,6 @@ func Forwarded(ctx context.Context) context.Context {
 }
 
 func forwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != nil }
-
-// ForgetLeader drops what this star remembers about who leads streamID,
-// so the next request reads the lease again (a forward failed).
-func (n *Node) ForgetLeader(streamID string) {
-	n.lease.mu.Lock()
-	defer n.lease.mu.Unlock()
-	delete(n.lease.forward, streamID)
-}
 
 // zombie is the permanent loss of leadership of this incarnation: a later
 // incarnation of this star id registered, or peers marked it dead, or a
@@ -186,12 +150,18 @@ func (n *Node) zombie() error {
 	return nil
 }
 
-// selfLive is nil while this star may serve the streams it leads: it is
-// no zombie and its last heartbeat was written less than half the
-// dead-after bound ago, so it stops serving before any peer can presume it
-// dead (the margin absorbs clock rate differences and pauses). Safety does
-// not depend on this: it keeps a cut-off star from answering reads and
-// check-tails with a stale tail.
+// selfLive is nil while this star's heartbeat is recent: it is no zombie
+// and its last heartbeat was written less than half the dead-after bound
+// ago, so it yields before any peer can presume it dead (the margin
+// absorbs clock rate differences and pauses). It guards only what this
+// star answers from its own memory (check-tail, the tail window and tail
+// of reads) and what it starts (a new lease, a balancer round). The
+// append path does not use it: a cut-off star may go on acknowledging,
+// because a successor fences its chain before it opens a stream, so the
+// next slot this star writes meets poison and it is deposed, and every
+// ack it released lies below the cut. An idle cut-off star meets no
+// poison, though, and would answer a stale tail after a successor took
+// over: that, not safety of acks, is what the clock guard is for.
 func (n *Node) selfLive() error {
 	if err := n.zombie(); err != nil {
 		return err
@@ -379,7 +349,7 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 			return v.lease, ver, nil
 		case claimForward:
 			f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
-			n.lease.remember(f, n.cfg.LeaseCacheTTL)
+			n.lease.fwd.remember(f, n.cfg.LeaseCacheTTL)
 			n.lease.forwards.Inc()
 			return meta.Lease{}, 0, f
 		case claimWait:
@@ -631,7 +601,7 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if n.ledIfOpen(id) != nil {
 		return nil
 	}
-	if f := n.lease.cachedForward(id); f != nil {
+	if f := n.cachedForward(id); f != nil {
 		return f
 	}
 	_, _, d, err := n.judge(ctx, id)
@@ -639,6 +609,6 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 		return nil
 	}
 	f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
-	n.lease.remember(f, n.cfg.LeaseCacheTTL)
+	n.lease.fwd.remember(f, n.cfg.LeaseCacheTTL)
 	return f
 }

@@ -192,3 +192,45 @@ func TestRegStar(t *testing.T) {
 		}
 	}
 }
+
+// decideForward keeps what the star knew while the metastore cannot say
+// better, follows the lease to a live leader, and leaves every other case
+// to the request path.
+func TestDecideForward(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	const deadAfter = 30 * time.Second
+	me := meta.LeaseHolder{Star: "me", Incarnation: 4}
+	a := meta.LeaseHolder{Star: "a", Incarnation: 2}
+	cached := &NotLeaderError{StreamID: "s", Leader: a, Address: "a:1"}
+	live := meta.Registration{Incarnation: 2, State: meta.StarLive, Heartbeat: now.Add(-time.Second).UnixMilli(), Address: "a:2"}
+	stale := live
+	stale.Heartbeat = now.Add(-deadAfter).UnixMilli()
+	view := func(l meta.Lease, reg meta.Registration, connected time.Duration) claimView {
+		return claimView{me: me, lease: l, leased: true, reg: reg, registered: true, now: now, deadAfter: deadAfter, sinceConnected: connected}
+	}
+	for _, c := range []struct {
+		name    string
+		v       claimView
+		readErr error
+		want    forwardVerdict
+		next    *NotLeaderError
+	}{
+		{name: "metastore unreadable", readErr: errors.New("down"), want: forwardKeep},
+		{name: "leader live (its address moved)", v: view(meta.Lease{LeaseHolder: a}, live, time.Hour), want: forwardReplace,
+			next: &NotLeaderError{StreamID: "s", Leader: a, Address: "a:2"}},
+		{name: "handed to a live star", v: view(meta.Lease{LeaseHolder: a, Released: true, To: "q"}, meta.Registration{Incarnation: 9, State: meta.StarLive, Heartbeat: live.Heartbeat, Address: "q:1"}, time.Hour),
+			want: forwardReplace, next: &NotLeaderError{StreamID: "s", Leader: meta.LeaseHolder{Star: "q", Incarnation: 9}, Address: "q:1"}},
+		{name: "leader stale, this star just reconnected", v: view(meta.Lease{LeaseHolder: a}, stale, time.Second), want: forwardKeep},
+		{name: "leader stale to a connected star", v: view(meta.Lease{LeaseHolder: a}, stale, time.Hour), want: forwardDrop},
+		{name: "released to nobody", v: view(meta.Lease{LeaseHolder: a, Released: true}, meta.Registration{}, time.Hour), want: forwardDrop},
+		{name: "this star holds it", v: view(meta.Lease{LeaseHolder: me}, meta.Registration{}, time.Hour), want: forwardDrop},
+		{name: "unled", v: claimView{me: me, now: now, deadAfter: deadAfter}, want: forwardDrop},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, next := decideForward(cached, c.v, c.readErr)
+			if got != c.want || (next == nil) != (c.next == nil) || next != nil && *next != *c.next {
+				t.Fatalf("decideForward = %v %+v, want %v %+v", got, next, c.want, c.next)
+			}
+		})
+	}
+}
