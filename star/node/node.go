@@ -271,6 +271,11 @@ func (n *Node) Healthy() error {
 	return nil
 }
 
+// HeartbeatAge is the time since this star's last registry heartbeat was
+// written: a metastore outage shows here (and in the log), not as
+// unreadiness.
+func (n *Node) HeartbeatAge() time.Duration { return n.lease.sinceBeat() }
+
 // commitSource is one loglet as Healthy sees it (an interface, so a test
 // can stand in a condition a real loglet cannot be put in on demand).
 type commitSource struct {
