@@ -349,3 +349,100 @@ func TestAckPathTouchesNoMetastore(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // past the TTL every other round
 	}
 }
+
+// refEnd is the end of stream's greatest ref row (0: none).
+func refEnd(t *testing.T, st stores, stream string) uint64 {
+	t.Helper()
+	id := streamID(t, st, stream)
+	pg, err := st.meta.Query(context.Background(), meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: "r$", Backward: true, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pg.Items) == 0 {
+		return 0
+	}
+	var r meta.Ref
+	if err := meta.Decode(pg.Items[0].Val, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.EndSeq
+}
+
+// The clock guard covers what a star answers from its memory and nothing
+// else: with its heartbeat writes failing (the metastore still answers
+// reads), the leader still acknowledges, serves reads of what the rows
+// cover, and refuses (503) check-tail, a read that reaches the tail window
+// and a read from a tail offset.
+func TestClockGuardOnlyOnMemory(t *testing.T) {
+	ctx := context.Background()
+	st := newStores(t)
+	ms := &writeFailing{Store: st.meta}
+	c := clusterConfig("a")
+	c.BalanceEvery = 0
+	a := openOn(t, ms, st.objects, c)
+	t.Cleanup(func() { ms.on.Store(false) }) // before the close
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := a.Append(ctx, "basin-one", "s1", records(fmt.Sprint(i), 4), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the absorb covers the appends", 5*time.Second, func() bool { return refEnd(t, st, "s1") == 12 })
+	// Writes fail from now on (heartbeats among them); reads answer.
+	ms.on.Store(true)
+	time.Sleep(c.DeadAfter)
+
+	ack, err := a.Append(ctx, "basin-one", "s1", records("late", 1), nil)
+	if err != nil || ack.Start.SeqNum != 12 {
+		t.Fatalf("append with a stale heartbeat: %+v %v", ack, err)
+	}
+	_, err = a.CheckTail(ctx, "basin-one", "s1", nil)
+	apiErr(t, err, 503, api.CodeUnavailable)
+	b, err := a.Read(ctx, "basin-one", "s1", api.ReadRequest{From: api.FromSeqNum, Value: 2, Count: api.Uint64(100)}, nil)
+	if err != nil || len(b.Records) != 10 || string(b.Records[0].Body) != "0-2" {
+		t.Fatalf("read of ref-covered records with a stale heartbeat: %d records, %v", len(b.Records), err)
+	}
+	_, err = a.Read(ctx, "basin-one", "s1", api.ReadRequest{From: api.FromSeqNum, Value: 12}, nil)
+	apiErr(t, err, 503, api.CodeUnavailable)
+	_, err = a.Read(ctx, "basin-one", "s1", api.ReadRequest{From: api.FromTailOffset, Value: 1}, nil)
+	apiErr(t, err, 503, api.CodeUnavailable)
+}
+
+// writeFailing fails every metastore write while on (a throttled table:
+// reads answer, heartbeats do not land).
+type writeFailing struct {
+	meta.Store
+	on atomic.Bool
+}
+
+var errThrottled = errors.New("test: metastore writes throttled")
+
+func (m *writeFailing) Put(ctx context.Context, pk, sk string, val []byte, cond meta.Cond) (int64, error) {
+	if m.on.Load() {
+		return 0, errThrottled
+	}
+	return m.Store.Put(ctx, pk, sk, val, cond)
+}
+
+func (m *writeFailing) Delete(ctx context.Context, pk, sk string, cond meta.Cond) error {
+	if m.on.Load() {
+		return errThrottled
+	}
+	return m.Store.Delete(ctx, pk, sk, cond)
+}
+
+func (m *writeFailing) BatchPut(ctx context.Context, items []meta.Item) error {
+	if m.on.Load() {
+		return errThrottled
+	}
+	return m.Store.BatchPut(ctx, items)
+}
+
+func (m *writeFailing) BatchDelete(ctx context.Context, keys []meta.Key) error {
+	if m.on.Load() {
+		return errThrottled
+	}
+	return m.Store.BatchDelete(ctx, keys)
+}
