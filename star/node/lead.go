@@ -116,6 +116,10 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	if err := n.selfLive(); err != nil {
 		return nil, err
 	}
+	b, e, err := n.freshRows(ctx, e)
+	if err != nil {
+		return nil, err
+	}
 	lease, ver, err := n.claim(ctx, id, e.key.name)
 	if err != nil {
 		return nil, err
