@@ -66,6 +66,16 @@ func (c *forwardCache) get(id string) (f *NotLeaderError, refresh bool) {
 	return e.err, refresh
 }
 
+// fresh returns the entry of stream id while it is younger than its TTL.
+func (c *forwardCache) fresh(id string) *NotLeaderError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[id]; ok && time.Now().Before(e.until) {
+		return e.err
+	}
+	return nil
+}
+
 func (c *forwardCache) remember(f *NotLeaderError, ttl time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -601,7 +601,10 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if n.ledIfOpen(id) != nil {
 		return nil
 	}
-	if f := n.cachedForward(id); f != nil {
+	// A change writes the metastore anyway: an old cache entry is judged
+	// again here rather than trusted, so it reaches the leader of now.
+	if f := n.lease.fwd.fresh(id); f != nil {
+		n.lease.forwards.Inc()
 		return f
 	}
 	_, _, d, err := n.judge(ctx, id)
