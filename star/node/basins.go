@@ -12,7 +12,9 @@ import (
 )
 
 // basin returns the basin's cached entry, reading it on a miss; nil when
-// the basin does not exist.
+// the basin does not exist. Entries stay until this star writes the row
+// (the append path of an open stream reads no row); a star taking a
+// stream on reads them again (freshRows).
 func (n *Node) basin(ctx context.Context, name string) (*basinEntry, error) {
 	n.mu.Lock()
 	e := n.basins[name]
@@ -20,6 +22,12 @@ func (n *Node) basin(ctx context.Context, name string) (*basinEntry, error) {
 	if e != nil {
 		return e, nil
 	}
+	return n.readBasin(ctx, name)
+}
+
+// readBasin reads the basin's row and caches it; nil when the basin does
+// not exist.
+func (n *Node) readBasin(ctx context.Context, name string) (*basinEntry, error) {
 	k := meta.BasinKey(name)
 	it, err := n.meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
@@ -32,7 +40,7 @@ func (n *Node) basin(ctx context.Context, name string) (*basinEntry, error) {
 	if err != nil {
 		return nil, n.storageErr("decode basin", err)
 	}
-	e = &basinEntry{row: row, ver: it.Ver}
+	e := &basinEntry{row: row, ver: it.Ver}
 	n.cacheBasin(name, e)
 	return e, nil
 }
@@ -54,6 +62,11 @@ func (n *Node) liveBasin(ctx context.Context, name string) (*basinEntry, error) 
 	if err != nil {
 		return nil, err
 	}
+	return n.checkBasin(name, e)
+}
+
+// checkBasin is liveBasin's judgment of entry e (nil: no such basin).
+func (n *Node) checkBasin(name string, e *basinEntry) (*basinEntry, error) {
 	if e == nil {
 		return nil, api.BasinNotFound("basin %q not found", name)
 	}

@@ -53,14 +53,18 @@ type Config struct {
 	Settle settle.Config
 
 	// DeadAfter is how old a star's heartbeat may get before peers presume
-	// it dead and take its streams over (DESIGN §9). A star stops serving
-	// its own streams once half of it has passed without a successful
-	// heartbeat, so it yields before peers take over. Must exceed twice
-	// HeartbeatEvery.
+	// it dead and take its streams over (DESIGN §9). Once half of it has
+	// passed without a successful heartbeat, a star stops answering from
+	// its memory (check-tail, the tail window of reads) and takes no new
+	// lease, so it yields before peers take over; appends to the streams
+	// it has open go on (the fence keeps them safe, not the clock). Must
+	// exceed twice HeartbeatEvery.
 	DeadAfter time.Duration
-	// LeaseCacheTTL is how long a star remembers that another star leads a
-	// stream before it reads the lease again (a failed forward forgets it
-	// at once).
+	// LeaseCacheTTL is how long a star trusts what it remembers about
+	// another star leading a stream before it re-reads the lease, in the
+	// background: it forwards to the leader it knew meanwhile, and for as
+	// long as the metastore cannot be read. A failed or refused forward
+	// forgets it at once.
 	LeaseCacheTTL time.Duration
 	// BalanceEvery is the period of the balancer's rounds: a star leading
 	// more than its fair share of the streams led by live stars hands the

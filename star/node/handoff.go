@@ -114,7 +114,7 @@ func (n *Node) release(ctx context.Context, id string, l *ledStream, target *Not
 	// The target is remembered before the drop: a request in between
 	// would otherwise find the stream unled here and take the lease back.
 	if target != nil {
-		n.lease.remember(target, n.cfg.LeaseCacheTTL)
+		n.lease.fwd.remember(target, n.cfg.LeaseCacheTTL)
 	}
 	n.drop(id, l)
 	if errors.Is(err, leader.ErrNotHolder) {

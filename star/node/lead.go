@@ -25,8 +25,8 @@ type ledStream struct {
 	loglet *loglet.Loglet
 	// deleted ends sessions still holding the stream after its delete.
 	deleted atomic.Bool
-	// live is the node's own liveness (selfLive).
-	live func() error
+	// lost is the node's permanent loss of leadership (zombie).
+	lost func() error
 
 	// admit orders Submit (read side) against a handoff's stop (write
 	// side), so the stop sees the end of every batch admitted before it.
@@ -48,8 +48,11 @@ func (l *ledStream) movingErr() error {
 }
 
 // gone is the error of a request or session on a stream this star must
-// not serve any more: deleted under it, or shed because the star lost
-// leadership (its loglet was deposed, or peers may presume it dead).
+// not serve any more: deleted under it, handed off, or shed because the
+// star lost leadership for good (its loglet was deposed, or it is a
+// zombie). A late heartbeat is not among them: appends go on through a
+// metastore outage (see selfLive), and answers from memory check the
+// clock guard themselves.
 func (l *ledStream) gone() error {
 	if l.deleted.Load() {
 		return api.StreamDeletionPending("stream %q is being deleted", l.name)
@@ -63,8 +66,8 @@ func (l *ledStream) gone() error {
 	if err := l.movingErr(); err != nil {
 		return err
 	}
-	if l.live != nil {
-		return l.live()
+	if l.lost != nil {
+		return l.lost()
 	}
 	return nil
 }
@@ -80,11 +83,15 @@ type ledSlot struct {
 // lead returns the led stream for e, or a *NotLeaderError naming the star
 // to forward to. This is the one leadership check (DESIGN §9):
 //
-//   - a stream open here is served while this star is live and its loglet
-//     is not deposed; otherwise it is shed (dropped, so the next request
-//     resolves the lease again);
-//   - otherwise the lease decides: led by a live peer, forward; unled, led
-//     by a star that is not live, or released, acquire it by CAS;
+//   - a stream open here is served until this star loses it for good (its
+//     loglet deposed, or it is a zombie), then shed (dropped, so the next
+//     request resolves the lease again); no metastore operation, and no
+//     clock: see selfLive;
+//   - a stream this star knows to be led elsewhere is forwarded from the
+//     forward cache, also without a metastore operation (forward.go);
+//   - otherwise, while this star's heartbeat is recent, the lease decides
+//     (decideClaim): led by a live peer, forward; unled, led by a star
+//     that is not live, or released, acquire it by CAS;
 //   - a new holder passes the open gate (settles every earlier holder's
 //     chain that may hold records no row covers) and opens the stream at
 //     the end of its greatest row.
@@ -94,16 +101,24 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	if l, err := n.ledOpen(slot, e.key.name); l != nil || err != nil {
 		return l, err
 	}
-	if err := n.selfLive(); err != nil {
+	if err := n.zombie(); err != nil {
 		return nil, err
 	}
 	if n.isClosed() {
 		return nil, api.Unavailable("this star is shutting down; retry")
 	}
 	if !forwarded(ctx) {
-		if f := n.lease.cachedForward(id); f != nil {
+		if f := n.cachedForward(id); f != nil {
 			return nil, f
 		}
+	}
+	// No new lease for a star its peers may be about to presume dead.
+	if err := n.selfLive(); err != nil {
+		return nil, err
+	}
+	b, e, err := n.freshRows(ctx, e)
+	if err != nil {
+		return nil, err
 	}
 	lease, ver, err := n.claim(ctx, id, e.key.name)
 	if err != nil {
@@ -136,7 +151,7 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	if err != nil {
 		return nil, n.storageErr("open stream", err)
 	}
-	slot.l = &ledStream{s: s, name: e.key.name, class: class, loglet: l, live: n.selfLive}
+	slot.l = &ledStream{s: s, name: e.key.name, class: class, loglet: l, lost: n.zombie}
 	n.log.Debug("leading stream", "basin", e.key.basin, "stream", e.key.name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
 	return slot.l, nil
 }
@@ -182,8 +197,7 @@ func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, error) {
 		return nil, err
 	}
 	if err := slot.l.gone(); err != nil {
-		// Only a permanent loss sheds: a star whose heartbeat is merely
-		// late keeps the stream and serves it again once it beats, since
+		// Only a permanent loss sheds (a handoff drops the stream itself):
 		// reopening in this incarnation could reassign the seq nums of
 		// flights still in its pool or flight index.
 		if n.zombie() != nil || errors.Is(slot.l.loglet.Err(), loglet.ErrDeposed) {

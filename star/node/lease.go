@@ -56,9 +56,7 @@ type leadership struct {
 	connected atomic.Int64
 	failing   atomic.Bool
 
-	mu      sync.Mutex
-	forward map[string]forwardEntry // by stream id
-
+	fwd    *forwardCache
 	runner *settleRunner
 
 	acquired *prometheus.CounterVec
@@ -66,16 +64,11 @@ type leadership struct {
 	shed     prometheus.Counter
 }
 
-type forwardEntry struct {
-	err   *NotLeaderError
-	until time.Time
-}
-
 // newLeadership starts the leadership state of incarnation me, whose
 // registration was written at registered.
 func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered time.Time) (*leadership, error) {
 	ls := &leadership{
-		me: me, base: registered, forward: map[string]forwardEntry{},
+		me: me, base: registered, fwd: newForwardCache(),
 		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "starlog", Subsystem: "leader", Name: "lease_acquisitions_total",
 			Help: "Stream leases this star acquired, by what it took them from (unled, dead, released, own).",
@@ -99,11 +92,14 @@ func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered ti
 	return ls, nil
 }
 
-// beatAt records a heartbeat written at t (monotonic).
+// beatAt records a heartbeat written at t (monotonic). Only the heartbeat
+// goroutine calls it and beatFailed; connected is stored before failing
+// clears, so a reader that sees failing false sees the new connected.
 func (ls *leadership) beatAt(t time.Time) {
 	ls.lastBeat.Store(int64(t.Sub(ls.base)))
-	if ls.failing.CompareAndSwap(true, false) {
+	if ls.failing.Load() {
 		ls.connected.Store(int64(t.Sub(ls.base)))
+		ls.failing.Store(false)
 	}
 }
 
@@ -111,35 +107,19 @@ func (ls *leadership) beatAt(t time.Time) {
 func (ls *leadership) beatFailed() { ls.failing.Store(true) }
 
 // sinceConnected is how long the star has reached the metastore without a
-// failed heartbeat (since its registration at most).
+// failed heartbeat (since its registration at most); zero while the last
+// heartbeat failed, so a star back from an outage judges nobody before its
+// own first beat lands.
 func (ls *leadership) sinceConnected() time.Duration {
+	if ls.failing.Load() {
+		return 0
+	}
 	return time.Since(ls.base) - time.Duration(ls.connected.Load())
 }
 
 // sinceBeat is the time since the last heartbeat that was written.
 func (ls *leadership) sinceBeat() time.Duration {
 	return time.Since(ls.base) - time.Duration(ls.lastBeat.Load())
-}
-
-func (ls *leadership) cachedForward(id string) *NotLeaderError {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	f, ok := ls.forward[id]
-	if !ok {
-		return nil
-	}
-	if time.Now().After(f.until) {
-		delete(ls.forward, id)
-		return nil
-	}
-	ls.forwards.Inc()
-	return f.err
-}
-
-func (ls *leadership) remember(f *NotLeaderError, ttl time.Duration) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	ls.forward[f.StreamID] = forwardEntry{err: f, until: time.Now().Add(ttl)}
 }
 
 type forwardedKey struct{}
@@ -153,14 +133,6 @@ func Forwarded(ctx context.Context) context.Context {
 }
 
 func forwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != nil }
-
-// ForgetLeader drops what this star remembers about who leads streamID,
-// so the next request reads the lease again (a forward failed).
-func (n *Node) ForgetLeader(streamID string) {
-	n.lease.mu.Lock()
-	defer n.lease.mu.Unlock()
-	delete(n.lease.forward, streamID)
-}
 
 // zombie is the permanent loss of leadership of this incarnation: a later
 // incarnation of this star id registered, or peers marked it dead, or a
@@ -178,12 +150,18 @@ func (n *Node) zombie() error {
 	return nil
 }
 
-// selfLive is nil while this star may serve the streams it leads: it is
-// no zombie and its last heartbeat was written less than half the
-// dead-after bound ago, so it stops serving before any peer can presume it
-// dead (the margin absorbs clock rate differences and pauses). Safety does
-// not depend on this: it keeps a cut-off star from answering reads and
-// check-tails with a stale tail.
+// selfLive is nil while this star's heartbeat is recent: it is no zombie
+// and its last heartbeat was written less than half the dead-after bound
+// ago, so it yields before any peer can presume it dead (the margin
+// absorbs clock rate differences and pauses). It guards only what this
+// star answers from its own memory (check-tail, the tail window and tail
+// of reads) and what it starts (a new lease, a balancer round). The
+// append path does not use it: a cut-off star may go on acknowledging,
+// because a successor fences its chain before it opens a stream, so the
+// next slot this star writes meets poison and it is deposed, and every
+// ack it released lies below the cut. An idle cut-off star meets no
+// poison, though, and would answer a stale tail after a successor took
+// over: that, not safety of acks, is what the clock guard is for.
 func (n *Node) selfLive() error {
 	if err := n.zombie(); err != nil {
 		return err
@@ -194,62 +172,204 @@ func (n *Node) selfLive() error {
 	return nil
 }
 
+// claimAction is what this star does about a stream's lease.
+type claimAction uint8
+
+const (
+	// claimHeld: this incarnation holds the lease; serve.
+	claimHeld claimAction = iota + 1
+	// claimForward: a live peer leads the stream, or it was handed to one.
+	claimForward
+	// claimAcquire: unled, released, or led by a star that is not live;
+	// take it by CAS.
+	claimAcquire
+	// claimMarkDead: the holder's heartbeat is stale; mark it dead by CAS
+	// on the row read, then judge again.
+	claimMarkDead
+	// claimWait: the holder looks stale, but this star has not been
+	// connected for a whole dead-after bound, so the staleness may be the
+	// outage it just came out of; retry.
+	claimWait
+	// claimNoAddress: a live holder advertises nowhere to forward to.
+	claimNoAddress
+)
+
+// claimView is what decideClaim judges: the lease as read, the
+// registration of the star it points at (regStar), and this star's clock
+// and own connectedness.
+type claimView struct {
+	me     meta.LeaseHolder
+	lease  meta.Lease
+	leased bool // the lease row exists
+	// reg is regStar's registration; registered says it exists.
+	reg            meta.Registration
+	registered     bool
+	now            time.Time
+	deadAfter      time.Duration
+	sinceConnected time.Duration
+}
+
+// claimDecision is decideClaim's verdict.
+type claimDecision struct {
+	act claimAction
+	// from names what an acquired lease is taken from (unled, released,
+	// dead, own): the label of starlog_leader_lease_acquisitions_total.
+	from string
+	// target and address name the leader to forward to.
+	target  meta.LeaseHolder
+	address string
+}
+
+// regStar is the star whose registration decideClaim needs for a lease:
+// the star a released lease was handed to, or the holder of a held one;
+// "" when there is none (unled, released to nobody or to this star, held
+// by this incarnation).
+func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
+	switch {
+	case !leased:
+		return ""
+	case l.Released:
+		if l.To == me.Star {
+			return ""
+		}
+		return l.To
+	case l.LeaseHolder == me:
+		return ""
+	}
+	return l.Star
+}
+
+// decideClaim judges a stream's lease (DESIGN §9), doing no I/O:
+//
+//   - this incarnation's unreleased lease is held;
+//   - a lease released to another star is forwarded there while that
+//     star is live (state live, not draining) and has an address, so a
+//     handoff is not undone by a peer or the releasing star taking the
+//     lease first; otherwise anyone may take it;
+//   - a lease held by a live incarnation is forwarded to it;
+//   - a holder whose heartbeat is stale is marked dead first, but only by
+//     a star connected for a whole dead-after bound: after a metastore
+//     outage every star looks stale, and the first one back must not
+//     depose the rest;
+//   - anything else (unled, dead, stopped, superseded, never registered,
+//     an earlier incarnation of this star) is acquired.
+//
+// The table test in lease_internal_test.go covers every case.
+func decideClaim(v claimView) claimDecision {
+	if !v.leased {
+		return claimDecision{act: claimAcquire, from: "unled"}
+	}
+	l := v.lease
+	if l.Released {
+		if v.registered && l.To != "" && l.To != v.me.Star && v.reg.State == meta.StarLive &&
+			leader.Live(v.reg, v.reg.Incarnation, v.now, v.deadAfter) && v.reg.Address != "" {
+			return claimDecision{act: claimForward, target: meta.LeaseHolder{Star: l.To, Incarnation: v.reg.Incarnation}, address: v.reg.Address}
+		}
+		return claimDecision{act: claimAcquire, from: "released"}
+	}
+	if l.LeaseHolder == v.me {
+		return claimDecision{act: claimHeld}
+	}
+	if v.registered && leader.Live(v.reg, l.Incarnation, v.now, v.deadAfter) {
+		if v.reg.Address == "" {
+			return claimDecision{act: claimNoAddress}
+		}
+		return claimDecision{act: claimForward, target: l.LeaseHolder, address: v.reg.Address}
+	}
+	// This star's own row is never judged stale here: an earlier
+	// incarnation's lease is simply this incarnation's to take.
+	if l.Star != v.me.Star && v.registered && leader.Stale(v.reg, v.now, v.deadAfter) {
+		if v.sinceConnected < v.deadAfter {
+			return claimDecision{act: claimWait}
+		}
+		return claimDecision{act: claimMarkDead}
+	}
+	if l.Star == v.me.Star {
+		return claimDecision{act: claimAcquire, from: "own"}
+	}
+	return claimDecision{act: claimAcquire, from: "dead"}
+}
+
+// readClaim reads what decideClaim judges for stream id: the lease (and
+// its version) and the registration regStar names.
+func (n *Node) readClaim(ctx context.Context, id string) (claimView, int64, error) {
+	v := claimView{me: n.lease.me, deadAfter: n.cfg.DeadAfter, sinceConnected: n.lease.sinceConnected()}
+	l, ver, ok, err := leader.ReadLease(ctx, n.meta, id)
+	if err != nil {
+		return v, 0, err
+	}
+	v.lease, v.leased = l, ok
+	if star := regStar(l, ok, n.lease.me); star != "" {
+		if v.reg, _, v.registered, err = leader.ReadRegistration(ctx, n.meta, star); err != nil {
+			return v, 0, err
+		}
+	}
+	v.now = time.Now()
+	return v, ver, nil
+}
+
+// judge reads and judges stream id's lease; a stale holder is marked dead
+// (the janitor does the same) and the lease judged once more.
+func (n *Node) judge(ctx context.Context, id string) (claimView, int64, claimDecision, error) {
+	v, ver, err := n.readClaim(ctx, id)
+	if err != nil {
+		return v, 0, claimDecision{}, err
+	}
+	d := decideClaim(v)
+	if d.act != claimMarkDead {
+		return v, ver, d, nil
+	}
+	r, dead, err := leader.MarkDead(ctx, n.meta, v.lease.Star, v.now, n.cfg.DeadAfter)
+	if err != nil {
+		return v, 0, claimDecision{}, err
+	}
+	if dead {
+		n.log.Warn("marked star dead: heartbeat too old", "dead_star", v.lease.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat))
+	}
+	// MarkDead returns the row as it stands: dead or stopped now, or live
+	// again (a heartbeat landed first), never stale.
+	v.reg, v.registered, v.now = r, true, time.Now()
+	if d = decideClaim(v); d.act == claimMarkDead {
+		return v, 0, claimDecision{}, fmt.Errorf("star %s: still stale after marking it dead", v.lease.Star)
+	}
+	return v, ver, d, nil
+}
+
 // claim returns the stream's lease once this incarnation holds it,
-// acquiring it by CAS when the stream is unled, released, or led by a star
-// that is not live (marking a stale one dead first). A live peer's lease
-// is a *NotLeaderError.
+// acquiring it by CAS when decideClaim says so. A live peer's lease is a
+// *NotLeaderError.
 func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, error) {
 	for {
-		cur, ver, ok, err := leader.ReadLease(ctx, n.meta, id)
+		v, ver, d, err := n.judge(ctx, id)
 		if err != nil {
-			return meta.Lease{}, 0, n.storageErr("read lease", err)
+			return meta.Lease{}, 0, n.storageErr("resolve lease", err)
 		}
-		// A lease this incarnation released is taken again by CAS like any
-		// released lease: a peer may be taking it at the same time.
-		if ok && cur.LeaseHolder == n.lease.me && !cur.Released {
-			return cur, ver, nil
+		switch d.act {
+		case claimHeld:
+			return v.lease, ver, nil
+		case claimForward:
+			f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
+			n.lease.fwd.remember(f, n.cfg.LeaseCacheTTL)
+			n.lease.forwards.Inc()
+			return meta.Lease{}, 0, f
+		case claimWait:
+			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, whose heartbeat looks stale, but this star only just regained the metastore; retry", name, v.lease.Star)
+		case claimNoAddress:
+			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, which advertises no address", name, v.lease.Star)
 		}
-		from := "unled"
-		var prev *meta.Lease
-		if ok {
-			prev, from = &cur, "released"
-			if f, err := n.handedTo(ctx, id, cur); f != nil || err != nil {
-				if err != nil {
-					return meta.Lease{}, 0, n.storageErr("read handoff target registration", err)
-				}
-				n.lease.remember(f, n.cfg.LeaseCacheTTL)
-				n.lease.forwards.Inc()
-				return meta.Lease{}, 0, f
-			}
-			if !cur.Released {
-				reg, live, err := n.holderLive(ctx, cur.LeaseHolder)
-				if errors.Is(err, errNotJudged) {
-					return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, whose heartbeat looks stale, but this star only just regained the metastore; retry", name, cur.Star)
-				}
-				if err != nil {
-					return meta.Lease{}, 0, n.storageErr("read leader registration", err)
-				}
-				if live {
-					if reg.Address == "" {
-						return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, which advertises no address", name, cur.Star)
-					}
-					f := &NotLeaderError{StreamID: id, Leader: cur.LeaseHolder, Address: reg.Address}
-					n.lease.remember(f, n.cfg.LeaseCacheTTL)
-					n.lease.forwards.Inc()
-					return meta.Lease{}, 0, f
-				}
-				from = "dead"
-				if cur.Star == n.lease.me.Star {
-					from = "own"
-				}
-			}
-		}
-		// A draining star forwards to live leaders but takes no lease.
+		// claimAcquire. A draining star forwards to live leaders but takes
+		// no lease.
 		if err := n.drainingErr(id); err != nil {
 			return meta.Lease{}, 0, err
 		}
+		var prev *meta.Lease
+		if v.leased {
+			prev = &v.lease
+		}
+		// A lease this incarnation released is taken again by CAS like any
+		// released lease: a peer may be taking it at the same time.
 		next := leader.Successor(prev, n.lease.me, time.Now())
-		v, err := leader.Acquire(ctx, n.meta, id, next, ver)
+		nv, err := leader.Acquire(ctx, n.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
 			if err := ctx.Err(); err != nil {
 				return meta.Lease{}, 0, contextError(err)
@@ -259,66 +379,10 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		if err != nil {
 			return meta.Lease{}, 0, n.storageErr("acquire lease", err)
 		}
-		n.lease.acquired.WithLabelValues(from).Inc()
-		n.log.Info("lease acquired", "stream", name, "id", id, "from", from, "version", next.Version, "pending", len(next.Pending))
-		return next, v, nil
+		n.lease.acquired.WithLabelValues(d.from).Inc()
+		n.log.Info("lease acquired", "stream", name, "id", id, "from", d.from, "version", next.Version, "pending", len(next.Pending))
+		return next, nv, nil
 	}
-}
-
-// handedTo is where a lease released to another star sends this star's
-// requests: that star while it is live, so a handoff is not undone by a
-// peer (or the releasing star) taking the lease first. Nil when the lease
-// is not such a release, or its target is not live (anyone may take it).
-func (n *Node) handedTo(ctx context.Context, id string, l meta.Lease) (*NotLeaderError, error) {
-	if !l.Released || l.To == "" || l.To == n.lease.me.Star {
-		return nil, nil
-	}
-	reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, l.To)
-	if err != nil || !ok {
-		return nil, err
-	}
-	// A target that started draining takes no lease: anyone may take it.
-	if reg.State != meta.StarLive || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) || reg.Address == "" {
-		return nil, nil
-	}
-	f := &NotLeaderError{StreamID: id, Address: reg.Address}
-	f.Leader.Star, f.Leader.Incarnation = l.To, reg.Incarnation
-	return f, nil
-}
-
-// errNotJudged: a peer's heartbeat looks too old, but this star has not
-// itself been connected to the metastore for a whole dead-after bound, so
-// the staleness may be the outage it just came out of, not the peer's.
-var errNotJudged = errors.New("heartbeat looks stale, but this star only just regained the metastore")
-
-// holderLive reads h's registration and judges it; a stale one is marked
-// dead by CAS on the row read (the janitor does the same), but only by a
-// star whose own heartbeats have succeeded for at least the dead-after
-// bound: after a metastore outage every star looks stale, and the first
-// one back must not depose the others before they could beat again.
-func (n *Node) holderLive(ctx context.Context, h meta.LeaseHolder) (meta.Registration, bool, error) {
-	now := time.Now()
-	reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, h.Star)
-	if err != nil || !ok {
-		return reg, false, err
-	}
-	if leader.Live(reg, h.Incarnation, now, n.cfg.DeadAfter) {
-		return reg, true, nil
-	}
-	if leader.Stale(reg, now, n.cfg.DeadAfter) {
-		if d := n.lease.sinceConnected(); d < n.cfg.DeadAfter {
-			return reg, false, fmt.Errorf("star %s: %w (connected %v ago)", h.Star, errNotJudged, d.Truncate(time.Millisecond))
-		}
-		r, dead, err := leader.MarkDead(ctx, n.meta, h.Star, now, n.cfg.DeadAfter)
-		if err != nil {
-			return reg, false, err
-		}
-		if dead {
-			n.log.Warn("marked star dead: heartbeat too old", "dead_star", h.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat))
-		}
-		return r, leader.Live(r, h.Incarnation, now, n.cfg.DeadAfter), nil
-	}
-	return reg, false, nil
 }
 
 // gate is the open gate of a lease this star holds: every earlier holder
@@ -537,25 +601,17 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if n.ledIfOpen(id) != nil {
 		return nil
 	}
-	if f := n.lease.cachedForward(id); f != nil {
+	// A change writes the metastore anyway: an old cache entry is judged
+	// again here rather than trusted, so it reaches the leader of now.
+	if f := n.lease.fwd.fresh(id); f != nil {
+		n.lease.forwards.Inc()
 		return f
 	}
-	l, _, ok, err := leader.ReadLease(ctx, n.meta, id)
-	if err != nil || !ok {
+	_, _, d, err := n.judge(ctx, id)
+	if err != nil || d.act != claimForward {
 		return nil
 	}
-	if f, err := n.handedTo(ctx, id, l); f != nil && err == nil {
-		n.lease.remember(f, n.cfg.LeaseCacheTTL)
-		return f
-	}
-	if l.Released || l.LeaseHolder == n.lease.me {
-		return nil
-	}
-	reg, live, err := n.holderLive(ctx, l.LeaseHolder)
-	if err != nil || !live || reg.Address == "" {
-		return nil
-	}
-	f := &NotLeaderError{StreamID: id, Leader: l.LeaseHolder, Address: reg.Address}
-	n.lease.remember(f, n.cfg.LeaseCacheTTL)
+	f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
+	n.lease.fwd.remember(f, n.cfg.LeaseCacheTTL)
 	return f
 }

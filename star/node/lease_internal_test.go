@@ -103,3 +103,134 @@ func TestSettleRunnerClose(t *testing.T) {
 		t.Fatal("close returned before the run ended")
 	}
 }
+
+// decideClaim over every kind of lease and registration it can meet.
+func TestDecideClaim(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	const deadAfter = 30 * time.Second
+	me := meta.LeaseHolder{Star: "me", Incarnation: 4}
+	peer := meta.LeaseHolder{Star: "p", Incarnation: 2}
+	fresh := now.Add(-time.Second).UnixMilli()
+	stale := now.Add(-deadAfter).UnixMilli()
+	reg := func(inc uint64, state string, beat int64, addr string) meta.Registration {
+		return meta.Registration{Incarnation: inc, State: state, Heartbeat: beat, Address: addr}
+	}
+	held := func(h meta.LeaseHolder) meta.Lease { return meta.Lease{LeaseHolder: h, Version: 3} }
+	released := func(h meta.LeaseHolder, to string) meta.Lease {
+		return meta.Lease{LeaseHolder: h, Version: 3, Released: true, To: to}
+	}
+	for _, c := range []struct {
+		name       string
+		lease      meta.Lease
+		leased     bool
+		reg        meta.Registration
+		registered bool
+		connected  time.Duration
+		want       claimDecision
+	}{
+		{name: "unled", want: claimDecision{act: claimAcquire, from: "unled"}},
+		{name: "held by me", lease: held(me), leased: true, want: claimDecision{act: claimHeld}},
+		{name: "released by me to nobody", lease: released(me, ""), leased: true, want: claimDecision{act: claimAcquire, from: "released"}},
+		{name: "released to me", lease: released(peer, "me"), leased: true, want: claimDecision{act: claimAcquire, from: "released"}},
+		{name: "released to a live peer", lease: released(me, "q"), leased: true, reg: reg(7, meta.StarLive, fresh, "q:1"), registered: true,
+			want: claimDecision{act: claimForward, target: meta.LeaseHolder{Star: "q", Incarnation: 7}, address: "q:1"}},
+		{name: "released to a draining peer", lease: released(me, "q"), leased: true, reg: reg(7, meta.StarDraining, fresh, "q:1"), registered: true,
+			want: claimDecision{act: claimAcquire, from: "released"}},
+		{name: "released to a stale peer", lease: released(me, "q"), leased: true, reg: reg(7, meta.StarLive, stale, "q:1"), registered: true,
+			want: claimDecision{act: claimAcquire, from: "released"}},
+		{name: "released to a peer without address", lease: released(me, "q"), leased: true, reg: reg(7, meta.StarLive, fresh, ""), registered: true,
+			want: claimDecision{act: claimAcquire, from: "released"}},
+		{name: "released to an unregistered peer", lease: released(me, "q"), leased: true, want: claimDecision{act: claimAcquire, from: "released"}},
+		{name: "held by a live peer", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, fresh, "p:1"), registered: true, connected: time.Hour,
+			want: claimDecision{act: claimForward, target: peer, address: "p:1"}},
+		{name: "held by a draining peer", lease: held(peer), leased: true, reg: reg(2, meta.StarDraining, fresh, "p:1"), registered: true,
+			want: claimDecision{act: claimForward, target: peer, address: "p:1"}},
+		{name: "held by a live peer without address", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, fresh, ""), registered: true,
+			want: claimDecision{act: claimNoAddress}},
+		{name: "held by a superseded incarnation", lease: held(peer), leased: true, reg: reg(3, meta.StarLive, fresh, "p:1"), registered: true,
+			want: claimDecision{act: claimAcquire, from: "dead"}},
+		{name: "held by a stale peer", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, stale, "p:1"), registered: true, connected: deadAfter,
+			want: claimDecision{act: claimMarkDead}},
+		{name: "held by a stale peer, just reconnected", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, stale, "p:1"), registered: true, connected: deadAfter - 1,
+			want: claimDecision{act: claimWait}},
+		{name: "held by a dead peer", lease: held(peer), leased: true, reg: reg(2, meta.StarDead, stale, "p:1"), registered: true, connected: time.Hour,
+			want: claimDecision{act: claimAcquire, from: "dead"}},
+		{name: "held by a stopped peer", lease: held(peer), leased: true, reg: reg(2, meta.StarStopped, fresh, "p:1"), registered: true,
+			want: claimDecision{act: claimAcquire, from: "dead"}},
+		{name: "held by a never registered peer", lease: held(peer), leased: true, want: claimDecision{act: claimAcquire, from: "dead"}},
+		{name: "held by my earlier incarnation", lease: held(meta.LeaseHolder{Star: "me", Incarnation: 3}), leased: true, reg: reg(4, meta.StarLive, fresh, "me:1"), registered: true,
+			want: claimDecision{act: claimAcquire, from: "own"}},
+		{name: "held by my earlier incarnation, my row stale", lease: held(meta.LeaseHolder{Star: "me", Incarnation: 3}), leased: true, reg: reg(4, meta.StarLive, stale, "me:1"), registered: true, connected: time.Hour,
+			want: claimDecision{act: claimAcquire, from: "own"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := claimView{me: me, lease: c.lease, leased: c.leased, reg: c.reg, registered: c.registered, now: now, deadAfter: deadAfter, sinceConnected: c.connected}
+			if got := decideClaim(v); got != c.want {
+				t.Fatalf("decideClaim = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestRegStar(t *testing.T) {
+	me := meta.LeaseHolder{Star: "me", Incarnation: 4}
+	for _, c := range []struct {
+		l      meta.Lease
+		leased bool
+		want   string
+	}{
+		{meta.Lease{}, false, ""},
+		{meta.Lease{LeaseHolder: me}, true, ""},
+		{meta.Lease{LeaseHolder: meta.LeaseHolder{Star: "me", Incarnation: 3}}, true, "me"},
+		{meta.Lease{LeaseHolder: meta.LeaseHolder{Star: "p", Incarnation: 1}}, true, "p"},
+		{meta.Lease{LeaseHolder: me, Released: true}, true, ""},
+		{meta.Lease{LeaseHolder: me, Released: true, To: "q"}, true, "q"},
+		{meta.Lease{LeaseHolder: meta.LeaseHolder{Star: "p"}, Released: true, To: "me"}, true, ""},
+	} {
+		if got := regStar(c.l, c.leased, me); got != c.want {
+			t.Errorf("regStar(%+v, %v) = %q, want %q", c.l, c.leased, got, c.want)
+		}
+	}
+}
+
+// decideForward keeps what the star knew while the metastore cannot say
+// better, follows the lease to a live leader, and leaves every other case
+// to the request path.
+func TestDecideForward(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	const deadAfter = 30 * time.Second
+	me := meta.LeaseHolder{Star: "me", Incarnation: 4}
+	a := meta.LeaseHolder{Star: "a", Incarnation: 2}
+	cached := &NotLeaderError{StreamID: "s", Leader: a, Address: "a:1"}
+	live := meta.Registration{Incarnation: 2, State: meta.StarLive, Heartbeat: now.Add(-time.Second).UnixMilli(), Address: "a:2"}
+	stale := live
+	stale.Heartbeat = now.Add(-deadAfter).UnixMilli()
+	view := func(l meta.Lease, reg meta.Registration, connected time.Duration) claimView {
+		return claimView{me: me, lease: l, leased: true, reg: reg, registered: true, now: now, deadAfter: deadAfter, sinceConnected: connected}
+	}
+	for _, c := range []struct {
+		name    string
+		v       claimView
+		readErr error
+		want    forwardVerdict
+		next    *NotLeaderError
+	}{
+		{name: "metastore unreadable", readErr: errors.New("down"), want: forwardKeep},
+		{name: "leader live (its address moved)", v: view(meta.Lease{LeaseHolder: a}, live, time.Hour), want: forwardReplace,
+			next: &NotLeaderError{StreamID: "s", Leader: a, Address: "a:2"}},
+		{name: "handed to a live star", v: view(meta.Lease{LeaseHolder: a, Released: true, To: "q"}, meta.Registration{Incarnation: 9, State: meta.StarLive, Heartbeat: live.Heartbeat, Address: "q:1"}, time.Hour),
+			want: forwardReplace, next: &NotLeaderError{StreamID: "s", Leader: meta.LeaseHolder{Star: "q", Incarnation: 9}, Address: "q:1"}},
+		{name: "leader stale, this star just reconnected", v: view(meta.Lease{LeaseHolder: a}, stale, time.Second), want: forwardKeep},
+		{name: "leader stale to a connected star", v: view(meta.Lease{LeaseHolder: a}, stale, time.Hour), want: forwardDrop},
+		{name: "released to nobody", v: view(meta.Lease{LeaseHolder: a, Released: true}, meta.Registration{}, time.Hour), want: forwardDrop},
+		{name: "this star holds it", v: view(meta.Lease{LeaseHolder: me}, meta.Registration{}, time.Hour), want: forwardDrop},
+		{name: "unled", v: claimView{me: me, now: now, deadAfter: deadAfter}, want: forwardDrop},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, next := decideForward(cached, c.v, c.readErr)
+			if got != c.want || (next == nil) != (c.next == nil) || next != nil && *next != *c.next {
+				t.Fatalf("decideForward = %v %+v, want %v %+v", got, next, c.want, c.next)
+			}
+		})
+	}
+}

@@ -288,3 +288,39 @@ func TestDeposedWriterNeverAcksPastTheCut(t *testing.T) {
 		}
 	}
 }
+
+// A star's cached rows never expire (the append path reads none), so a
+// star taking a stream on reads them again: a stream its leader deleted
+// is not reopened by a peer that cached it alive, once the leader is gone.
+func TestTakeoverReadsRowsAgain(t *testing.T) {
+	st := newStores(t)
+	a := open(t, st, clusterConfig("a"))
+	b := open(t, st, clusterConfig("b"))
+	ctx := context.Background()
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, "basin-one", "s1", records("a", 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Append(ctx, "basin-one", "s1", records("b", 1), nil) // b caches s1 alive
+	notLeader(t, err)
+	if err := a.DeleteStream(ctx, "basin-one", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b forwards to a until its forward cache learns a is gone (one TTL).
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ack, err := b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
+		if err == nil {
+			t.Fatalf("b reopened the deleted stream and acknowledged seq %d", ack.Start.SeqNum)
+		}
+		var e *api.Error
+		if errors.As(err, &e) && (e.Code == api.CodeStreamDeletionPending || e.Code == api.CodeStreamNotFound) {
+			return
+		}
+	}
+	t.Fatal("b never learned that s1 was deleted")
+}

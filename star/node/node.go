@@ -56,6 +56,7 @@ type Node struct {
 	now     func() time.Time
 	reader  *reader.Reader
 	loglets map[meta.Class]*loglet.Loglet
+	commits []commitSource // the loglets, Standard first
 
 	ownMeta meta.Store // closed by Close when Open opened it
 	regn    Registration
@@ -79,6 +80,9 @@ type Node struct {
 	ownSettled atomic.Bool
 	drainErr   atomic.Value
 
+	// opened is set once Open has written every field (the heartbeat
+	// runs from before the loglets are open).
+	opened     atomic.Bool
 	zombied    chan struct{} // closed by markZombie
 	zombieOnce sync.Once
 	drainCtx   context.Context
@@ -172,6 +176,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 		n.loglets[class] = l
+		n.commits = append(n.commits, commitSource{class: class, src: l})
 	}
 
 	n.reader, err = reader.New(reader.Config{
@@ -185,6 +190,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 
+	n.opened.Store(true)
 	n.startBalancer()
 	n.log.Info("star ready")
 	return n, nil
@@ -243,20 +249,38 @@ func (n *Node) isClosed() bool {
 	return n.closed
 }
 
-// Healthy reports whether the star serves: both loglets take appends.
+// Healthy is nil while the star is ready for traffic (GET /health): it is
+// open, no zombie, and every loglet can commit (CommitErr: not closed,
+// deposed, or halted with the object store refusing its writes). Its
+// heartbeat is not asked: through a metastore outage the star still
+// acknowledges appends from the buckets and forwards on what it knows,
+// so a load balancer that drained every star for it would turn the
+// outage into a total one. It does no I/O, so health checks stay cheap.
 func (n *Node) Healthy() error {
-	n.closeMu.Lock()
-	closed := n.closed
-	n.closeMu.Unlock()
-	if closed {
+	if n.isClosed() {
 		return errors.New("star is closed")
 	}
-	for class, l := range n.loglets {
-		if err := l.Err(); err != nil {
-			return fmt.Errorf("%s loglet: %w", class, err)
+	if err := n.zombie(); err != nil {
+		return err
+	}
+	for _, c := range n.commits {
+		if err := c.src.CommitErr(); err != nil {
+			return fmt.Errorf("%s loglet cannot commit: %w", c.class, err)
 		}
 	}
-	return n.selfLive()
+	return nil
+}
+
+// HeartbeatAge is the time since this star's last registry heartbeat was
+// written: a metastore outage shows here (and in the log), not as
+// unreadiness.
+func (n *Node) HeartbeatAge() time.Duration { return n.lease.sinceBeat() }
+
+// commitSource is one loglet as Healthy sees it (an interface, so a test
+// can stand in a condition a real loglet cannot be put in on demand).
+type commitSource struct {
+	class meta.Class
+	src   interface{ CommitErr() error }
 }
 
 // heartbeat refreshes the registry row until stopped, retrying sooner
@@ -302,7 +326,9 @@ func (n *Node) heartbeat(ctx context.Context) {
 			n.regVer = v
 			n.lease.beatAt(sent)
 		}
-		if n.zombie() != nil {
+		// The loglets are Open's to write until it is done: the heartbeat
+		// starts before them.
+		if n.opened.Load() && n.zombie() != nil {
 			n.markZombie()
 		}
 		t.Reset(next)
@@ -333,6 +359,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.stopBeat()
 	<-n.beatDone
 	n.lease.runner.close()
+	n.lease.fwd.close()
 	// Absorb to the head (bounded: what is left, the settle walks), then
 	// stop the loglets: the chains' head epochs will not be written again.
 	actx, cancel := context.WithTimeout(ctx, closeAbsorbWait)
@@ -392,6 +419,7 @@ func (n *Node) abort() {
 	}
 	if n.lease != nil {
 		n.lease.runner.close()
+		n.lease.fwd.close()
 	}
 	for _, l := range n.loglets {
 		l.Close()

@@ -175,10 +175,19 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 	bMeta.SetUnavailable(true)
 	time.Sleep(2 * cb.DeadAfter)
 	bMeta.SetUnavailable(false)
-	waitFor(t, "b heartbeats again", 5*time.Second, func() bool { return b.Healthy() == nil })
+	// Before its first beat lands and after, b does not judge a yet.
+	_, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
+	apiErr(t, err, 503, api.CodeUnavailable)
+	if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
+		t.Fatalf("a's registration right after b came back: %+v %v", reg, err)
+	}
+	waitFor(t, "b heartbeats again", 5*time.Second, func() bool {
+		r, _, _, err := leader.ReadRegistration(ctx, st.meta, "b")
+		return err == nil && time.Since(time.UnixMilli(r.Heartbeat)) < cb.HeartbeatEvery*4
+	})
 	_, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
 	if e := apiErr(t, err, 503, api.CodeUnavailable); !strings.Contains(e.Message, "only just regained the metastore") {
-		t.Fatalf("b right after the outage: %s", e.Message)
+		t.Fatalf("b once it heartbeats again: %s", e.Message)
 	}
 	if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
 		t.Fatalf("a's registration after b came back: %+v %v", reg, err)

@@ -41,6 +41,10 @@ func (n *Node) CheckTail(ctx context.Context, basin, name string, create *api.St
 	if err != nil {
 		return api.StreamPosition{}, err
 	}
+	// The tail is this star's memory: the clock guard (selfLive).
+	if err := n.selfLive(); err != nil {
+		return api.StreamPosition{}, err
+	}
 	return position(l.s.Tail()), nil
 }
 
@@ -74,24 +78,41 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 	if err != nil {
 		return nil, err
 	}
-	start, aerr := ResolveStart(req, position(l.s.Tail()))
-	if aerr != nil {
-		return nil, aerr
+	var start reader.Start
+	var unresolved *api.ReadRequest
+	if guard := n.selfLive(); guard == nil {
+		var aerr *api.Error
+		if start, aerr = ResolveStart(req, position(l.s.Tail())); aerr != nil {
+			return nil, aerr
+		}
+	} else {
+		// This star's tail may be stale (the clock guard): a start by seq
+		// num or timestamp is placed on the rows alone and resolved against
+		// the tail later (Next); a tail offset needs the tail now.
+		if req.From != api.FromSeqNum && req.From != api.FromTimestamp {
+			return nil, guard
+		}
+		start = reader.AtSeq(req.Value)
+		if req.From == api.FromTimestamp {
+			start = reader.AtTimestamp(req.Value)
+		}
+		unresolved = &req
 	}
 	wait, forever := req.EffectiveWait()
 	c := &Cursor{
 		n: n, l: l,
-		stream:    reader.Stream{ID: e.row.ID, Basin: basin},
-		start:     start,
-		count:     req.Count,
-		bytes:     req.Bytes,
-		until:     req.Until,
-		wait:      wait,
-		forever:   forever,
-		heartbeat: opts.Heartbeats,
-		hbMin:     opts.HeartbeatMin,
-		hbMax:     opts.HeartbeatMax,
-		idleSince: time.Now(),
+		stream:     reader.Stream{ID: e.row.ID, Basin: basin},
+		start:      start,
+		unresolved: unresolved,
+		count:      req.Count,
+		bytes:      req.Bytes,
+		until:      req.Until,
+		wait:       wait,
+		forever:    forever,
+		heartbeat:  opts.Heartbeats,
+		hbMin:      opts.HeartbeatMin,
+		hbMax:      opts.HeartbeatMax,
+		idleSince:  time.Now(),
 	}
 	if c.hbMin <= 0 {
 		c.hbMin = DefaultHeartbeatMin
@@ -166,6 +187,10 @@ type Cursor struct {
 	l      *ledStream
 	stream reader.Stream
 	start  reader.Start
+	// unresolved is the request whose start was placed without the tail
+	// (the clock guard failed at open): resolved once the guard passes,
+	// or settled by the rows returning records from it.
+	unresolved *api.ReadRequest
 
 	count, bytes *uint64 // remaining; nil is unbounded
 	until        *uint64
@@ -193,18 +218,35 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 		if err := c.l.gone(); err != nil {
 			return Event{}, err
 		}
+		// The tail and the tail window are this star's memory, served only
+		// under the clock guard (selfLive); the rows need none: what they
+		// cover is acknowledged and never changes.
+		guard := c.n.selfLive()
 		// Take the wake channel before reading, so a release between the
 		// read and the wait is not missed.
 		idx := c.l.loglet.Index()
 		wake := idx.Released()
 		tail := c.l.s.Tail()
+		var window *reader.Tail
+		if guard == nil {
+			if c.unresolved != nil {
+				start, aerr := ResolveStart(*c.unresolved, position(tail))
+				if aerr != nil {
+					return Event{}, aerr
+				}
+				c.start, c.unresolved = start, nil
+			}
+			window = &reader.Tail{Window: idx, End: tail.SeqNum}
+		}
 		lim := reader.Limits{Count: limitInt(c.count), Bytes: limitInt(c.bytes), Until: c.until}
-		res, err := c.read(ctx, lim, &reader.Tail{Window: idx, End: tail.SeqNum})
+		res, err := c.read(ctx, lim, window)
 		if err != nil {
 			return Event{}, c.n.readErr(err)
 		}
 		c.start = reader.AtSeq(res.Next)
 		if len(res.Records) > 0 {
+			// Records from the start on: it lies below the tail.
+			c.unresolved = nil
 			sub(c.count, uint64(len(res.Records)))
 			sub(c.bytes, uint64(res.Bytes))
 			switch res.Stop {
@@ -216,7 +258,7 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			c.scheduleBeat(now)
 			b := api.ReadBatch{Records: apiRecords(res.Records)}
 			if c.following {
-				t := c.liveTail(res.Records[len(res.Records)-1])
+				t := c.liveTail(res.Records[len(res.Records)-1], guard == nil)
 				b.Tail = &t
 			}
 			return Event{Kind: EventBatch, Batch: b}, nil
@@ -226,8 +268,11 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			c.done = true
 			continue
 		case reader.StopFrontier:
-			// Only a star that does not lead the stream gets this; leading
-			// is checked above, so it is a bug, not a client error.
+			if guard != nil {
+				return Event{}, guard
+			}
+			// Only a read without the tail window gets this; this star
+			// leads the stream and passed the guard, so it is a bug.
 			return Event{}, api.Other("read reached the ref-covered frontier without a tail window")
 		}
 		if !c.forever && c.wait <= 0 {
@@ -246,6 +291,9 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			return Event{}, err
 		}
 		if c.beatDue() {
+			if err := c.n.selfLive(); err != nil {
+				return Event{}, err // a heartbeat reports the tail: memory
+			}
 			c.scheduleBeat(time.Now())
 			return Event{Kind: EventHeartbeat, Tail: position(c.l.s.Tail())}, nil
 		}
@@ -323,9 +371,13 @@ func (c *Cursor) scheduleBeat(now time.Time) {
 
 // liveTail is the tail a live batch reports: the stream's durable tail, or
 // the batch's end when the tail has not caught up yet (a flight enters the
-// flight index just before its batches are acknowledged).
-func (c *Cursor) liveTail(last format.Record) api.StreamPosition {
-	t := position(c.l.s.Tail())
+// flight index just before its batches are acknowledged) or this star's
+// tail is not to be trusted (fresh false: the clock guard failed).
+func (c *Cursor) liveTail(last format.Record, fresh bool) api.StreamPosition {
+	var t api.StreamPosition
+	if fresh {
+		t = position(c.l.s.Tail())
+	}
 	if t.SeqNum <= last.SeqNum {
 		t = api.StreamPosition{SeqNum: last.SeqNum + 1, Timestamp: last.Timestamp}
 	}

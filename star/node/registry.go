@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 )
 
@@ -84,15 +85,40 @@ var errSuperseded = errors.New("registry: this incarnation's row changed: a late
 
 // beat rewrites the registry row at version ver (ours since we wrote it)
 // with a fresh heartbeat and state. It never overwrites another
-// incarnation's row: a lost CAS is errSuperseded.
+// incarnation's row: errSuperseded when the row says a later incarnation
+// registered or peers presumed this one dead. A lost CAS alone does not
+// say so: an earlier beat whose reply was lost (a metastore timeout)
+// moved the row past ver, and a star that read that as its deposition
+// would depose itself after every flaky outage. So the row is read again,
+// and a row that is still this incarnation's, live or draining (only this
+// process writes those), is adopted.
 func beat(ctx context.Context, ms meta.Store, star string, reg Registration, ver int64) (int64, error) {
 	k := meta.RegistryKey(star)
 	v, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), meta.IfVer(ver))
-	if errors.Is(err, meta.ErrConditionFailed) {
-		return ver, errSuperseded
+	if err == nil {
+		return v, nil
 	}
-	if err != nil {
+	if !errors.Is(err, meta.ErrConditionFailed) {
 		return ver, fmt.Errorf("registry %s: heartbeat: %w", star, err)
 	}
+	cur, cver, ok, err := leader.ReadRegistration(ctx, ms, star)
+	if err != nil {
+		return ver, fmt.Errorf("registry %s: heartbeat lost its CAS and the row could not be read again: %w", star, err)
+	}
+	if !ok || !ownRow(cur, reg.Incarnation) {
+		return ver, errSuperseded
+	}
+	v, err = ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), meta.IfVer(cver))
+	if err != nil {
+		// Not a verdict either: the next beat reads the row again.
+		return ver, fmt.Errorf("registry %s: heartbeat over this incarnation's own newer row: %w", star, err)
+	}
 	return v, nil
+}
+
+// ownRow reports whether a registry row is still incarnation inc's own:
+// peers and the janitor only ever write dead, and a restart writes a
+// later incarnation.
+func ownRow(cur Registration, inc uint64) bool {
+	return cur.Incarnation == inc && (cur.State == StateLive || cur.State == StateDraining)
 }

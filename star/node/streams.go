@@ -17,25 +17,67 @@ func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*
 	e := n.streams[key]
 	n.mu.Unlock()
 	if e == nil {
-		k := meta.StreamNameKey(basin, name)
-		it, err := n.meta.Get(ctx, k.PK, k.SK)
-		if errors.Is(err, meta.ErrNotFound) {
-			return nil, nil
+		var err error
+		if e, err = n.readStream(ctx, key); err != nil || e == nil {
+			return nil, err
 		}
-		if err != nil {
-			return nil, n.storageErr("read stream", err)
-		}
-		row, err := decodeStreamRow(it)
-		if err != nil {
-			return nil, n.storageErr("decode stream", err)
-		}
-		e = &streamEntry{key: key, row: row, ver: it.Ver}
-		n.cacheStream(e)
 	}
 	if e.row.BasinID != b.row.ID {
 		return nil, nil // a stream of an earlier basin of this name
 	}
 	return e, nil
+}
+
+// readStream reads the stream's name row and caches it; nil when there is
+// none.
+func (n *Node) readStream(ctx context.Context, key streamKey) (*streamEntry, error) {
+	k := meta.StreamNameKey(key.basin, key.name)
+	it, err := n.meta.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, n.storageErr("read stream", err)
+	}
+	row, err := decodeStreamRow(it)
+	if err != nil {
+		return nil, n.storageErr("decode stream", err)
+	}
+	e := &streamEntry{key: key, row: row, ver: it.Ver}
+	n.cacheStream(e)
+	return e, nil
+}
+
+// freshRows reads e's basin and stream rows again, for a star about to
+// take the stream on: its cached rows may be stale, since a peer that led
+// the stream may have deleted or reconfigured it. Off the ack path (an
+// open does metastore work anyway), it fails as the request would on the
+// rows as they stand.
+func (n *Node) freshRows(ctx context.Context, e *streamEntry) (*basinEntry, *streamEntry, error) {
+	b, err := n.readBasin(ctx, e.key.basin)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b, err = n.checkBasin(e.key.basin, b); err != nil {
+		return nil, nil, err
+	}
+	cur, err := n.readStream(ctx, e.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	state := gone
+	if cur != nil && cur.row.BasinID == b.row.ID {
+		state = lifecycleOf(cur.row.DeletedAt, n.cfg.DeletionPending, n.now())
+	}
+	switch {
+	case state == deleting:
+		return nil, nil, api.StreamDeletionPending("stream %q is being deleted", e.key.name)
+	case state == gone:
+		return nil, nil, api.StreamNotFound("stream %q not found in basin %q", e.key.name, e.key.basin)
+	case cur.row.ID != e.row.ID:
+		return nil, nil, api.Unavailable("stream %q was replaced while this star opened it; retry", e.key.name)
+	}
+	return b, cur, nil
 }
 
 // A row's version only grows (this package never deletes the row, and a

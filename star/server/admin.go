@@ -59,7 +59,7 @@ func (s *Server) handoff(w http.ResponseWriter, r *http.Request, name string) {
 			if b, err := json.Marshal(req); err == nil {
 				r.Body, r.ContentLength = newBody(b), int64(len(b))
 			}
-			if s.fwd.serve(w, r, nl) {
+			if s.fwd.serve(w, r, nl, nil) {
 				return
 			}
 		}

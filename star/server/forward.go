@@ -1,14 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,24 +35,49 @@ const HeaderNotLeader = "Starlog-Not-Leader"
 // streaming bodies both ways and flushing every response write, so append
 // and read sessions (S2S, SSE) work through it.
 type forwarder struct {
+	s       *Server
 	n       *node.Node
 	proxy   *httputil.ReverseProxy
 	results *prometheus.CounterVec
 }
 
+// A target that answers "not the leader" refused the request before
+// acting on it (it checks leadership before it sequences anything), so
+// the forwarder may send it again: during a handoff the old leader
+// refuses until the new one holds the lease. The retries are bounded in
+// count and time; the backoff doubles from forwardRetryBackoff.
+const (
+	maxForwardAttempts  = 10
+	forwardRetryFor     = 2 * time.Second
+	forwardRetryBackoff = 10 * time.Millisecond
+	maxForwardBackoff   = 200 * time.Millisecond
+	// maxReplayBytes bounds the body a forward keeps for a retry: the
+	// largest unary request body.
+	maxReplayBytes = api.MaxAppendJSONBodyBytes
+)
+
+// errRetryForward is how ModifyResponse tells serve to send again.
+var errRetryForward = errors.New("server: forward target is not the leader; resolving again")
+
 type forwardKey struct{}
 
-// forwardTarget is one forwarded request's destination.
+// forwardTarget is one forwarded attempt's destination and outcome.
 type forwardTarget struct {
 	url      *url.URL
 	streamID string
+	body     *replayBody
+	// mayRetry says serve would send again after a not-leader refusal;
+	// retried says ModifyResponse asked it to.
+	mayRetry, retried bool
 }
 
+func targetOf(ctx context.Context) *forwardTarget { return ctx.Value(forwardKey{}).(*forwardTarget) }
+
 func newForwarder(s *Server) (*forwarder, error) {
-	f := &forwarder{n: s.n}
+	f := &forwarder{s: s, n: s.n}
 	f.results = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "forwarded_total",
-		Help: "Requests forwarded to the leader of their stream, by result (ok, not_leader, error).",
+		Help: "Requests forwarded to the leader of their stream, by result (ok, not_leader, retried, error).",
 	}, []string{"result"})
 	if err := s.n.Registry().Register(f.results); err != nil {
 		return nil, err
@@ -78,15 +106,19 @@ func newForwarder(s *Server) (*forwarder, error) {
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			t := pr.In.Context().Value(forwardKey{}).(forwardTarget)
+			t := targetOf(pr.In.Context())
 			pr.Out.URL.Scheme, pr.Out.URL.Host = t.url.Scheme, t.url.Host
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(HeaderForwardedBy, me)
 		},
 		ModifyResponse: func(res *http.Response) error {
-			t := res.Request.Context().Value(forwardKey{}).(forwardTarget)
+			t := targetOf(res.Request.Context())
 			if res.Header.Get(HeaderNotLeader) != "" {
 				f.n.ForgetLeader(t.streamID)
+				if t.mayRetry && res.StatusCode == http.StatusServiceUnavailable && t.body.replayable() {
+					t.retried = true
+					return errRetryForward
+				}
 				f.results.WithLabelValues("not_leader").Inc()
 				return nil
 			}
@@ -94,7 +126,10 @@ func newForwarder(s *Server) (*forwarder, error) {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			t := r.Context().Value(forwardKey{}).(forwardTarget)
+			t := targetOf(r.Context())
+			if errors.Is(err, errRetryForward) {
+				return // serve sends it again; nothing was written
+			}
 			f.n.ForgetLeader(t.streamID)
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away
@@ -107,15 +142,134 @@ func newForwarder(s *Server) (*forwarder, error) {
 	return f, nil
 }
 
-// serve forwards r to the leader named by nl.
-func (f *forwarder) serve(w http.ResponseWriter, r *http.Request, nl *node.NotLeaderError) bool {
-	u, err := leaderURL(nl.Address)
-	if err != nil {
-		return false
+// serve forwards r to the leader named by nl and reports whether it
+// answered r. With reroute set (a data request), a target that refuses
+// because it is not the leader is not the end: the lease is resolved
+// again (reroute, the leadership check) and the request sent to the
+// leader named now, within maxForwardAttempts and forwardRetryFor. A
+// reroute that finds this star the leader returns false with r.Body
+// replayed, for the caller to serve here. Only a body read to its end is
+// sent again (unary requests); a session's refusal goes to the client.
+func (f *forwarder) serve(w http.ResponseWriter, r *http.Request, nl *node.NotLeaderError, reroute func(context.Context) error) bool {
+	body := newReplayBody(r)
+	deadline := time.Now().Add(forwardRetryFor)
+	backoff := forwardRetryBackoff
+	for attempt := 1; ; attempt++ {
+		u, err := leaderURL(nl.Address)
+		if err != nil {
+			if attempt == 1 {
+				return false // the handler answers it
+			}
+			f.s.writeError(w, r, nl)
+			return true
+		}
+		t := &forwardTarget{url: u, streamID: nl.StreamID, body: body,
+			mayRetry: reroute != nil && attempt < maxForwardAttempts && time.Now().Before(deadline)}
+		out := r.WithContext(context.WithValue(r.Context(), forwardKey{}, t))
+		out.Body = body
+		f.proxy.ServeHTTP(w, out)
+		if !t.retried {
+			body.stop()
+			return true
+		}
+		f.results.WithLabelValues("retried").Inc()
+		body = body.replay()
+		if !sleepCtx(r.Context(), backoff) {
+			return true // the client went away
+		}
+		backoff = min(2*backoff, maxForwardBackoff)
+		err = reroute(r.Context())
+		switch {
+		case err == nil:
+			r.Body = body
+			return false
+		case errors.As(err, &nl):
+		default:
+			f.s.writeError(w, r, err)
+			return true
+		}
 	}
-	ctx := context.WithValue(r.Context(), forwardKey{}, forwardTarget{url: u, streamID: nl.StreamID})
-	f.proxy.ServeHTTP(w, r.WithContext(ctx))
-	return true
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// replayBody records what a forward reads of the request body, so a
+// request the target refused can be sent again. It is replayable only
+// once read to its end (or empty): a streaming body could still be read by
+// the refused attempt's transport, and bytes it took would be lost.
+type replayBody struct {
+	mu       sync.Mutex
+	src      io.Reader
+	buf      []byte
+	eof      bool
+	over     bool // more than maxReplayBytes was read
+	stopped  bool // the answer was relayed: nothing more to keep
+	detached bool // a later attempt replays it: this one reads no more
+}
+
+func newReplayBody(r *http.Request) *replayBody {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return &replayBody{src: bytes.NewReader(nil), eof: true}
+	}
+	return &replayBody{src: r.Body}
+}
+
+func (b *replayBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	detached := b.detached
+	b.mu.Unlock()
+	if detached {
+		return 0, errors.New("server: request body replayed to another forward")
+	}
+	n, err := b.src.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.stopped || b.over:
+	case len(b.buf)+n > maxReplayBytes:
+		b.over, b.buf = true, nil
+	default:
+		b.buf = append(b.buf, p[:n]...)
+	}
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// Close does not close the request body: the server does, and a retry
+// may still need it.
+func (b *replayBody) Close() error { return nil }
+
+func (b *replayBody) replayable() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof && !b.over && !b.stopped && !b.detached
+}
+
+// replay detaches b and returns a body that reads what b read (all of
+// it: b is replayable).
+func (b *replayBody) replay() *replayBody {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.detached = true
+	return &replayBody{src: bytes.NewReader(b.buf)}
+}
+
+// stop drops what b kept: the answer was relayed.
+func (b *replayBody) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped, b.buf = true, nil
 }
 
 // leaderURL turns an advertised address (host:port or a URL) into the
@@ -144,12 +298,12 @@ func (s *Server) forwardIfLed(w http.ResponseWriter, r *http.Request, basin, nam
 	if cerr != nil {
 		return false
 	}
-	err := s.n.Route(r.Context(), basin, name, create, onAppend)
+	route := func(ctx context.Context) error { return s.n.Route(ctx, basin, name, create, onAppend) }
 	var nl *node.NotLeaderError
-	if !errors.As(err, &nl) {
+	if !errors.As(route(r.Context()), &nl) {
 		return false
 	}
-	return s.fwd.serve(w, r, nl)
+	return s.fwd.serve(w, r, nl, route)
 }
 
 // forwardIfLedMutation forwards a change of a stream (PUT, PATCH, DELETE
@@ -163,5 +317,5 @@ func (s *Server) forwardIfLedMutation(w http.ResponseWriter, r *http.Request, ba
 	if nl == nil {
 		return false
 	}
-	return s.fwd.serve(w, r, nl)
+	return s.fwd.serve(w, r, nl, nil)
 }

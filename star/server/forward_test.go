@@ -2,14 +2,18 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
@@ -21,6 +25,12 @@ import (
 // loopback port it advertises in its registry row.
 func starOn(t *testing.T, id string, ms meta.Store, objs objstore.Store) *env {
 	t.Helper()
+	return starWith(t, id, ms, objs, nil)
+}
+
+// starWith is starOn with tweak applied to the star's config.
+func starWith(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak func(*node.Config)) *env {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +40,9 @@ func starOn(t *testing.T, id string, ms meta.Store, objs objstore.Store) *env {
 	cfg.Standard.FlushInterval = time.Millisecond
 	cfg.Express.FlushInterval = time.Millisecond
 	cfg.HeartbeatEvery, cfg.DeadAfter = 50*time.Millisecond, time.Second
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	n, err := node.Open(context.Background(), cfg, node.Deps{Meta: ms, Objects: objs, Logger: testLog()})
 	if err != nil {
 		t.Fatal(err)
@@ -153,4 +166,189 @@ func TestForwardFailsOverWhenLeaderStops(t *testing.T) {
 	if ack, _ := api.DecodeAppendAckJSON(r.body); ack.Start.SeqNum != 4 {
 		t.Fatalf("successor appended at %d, want 4", ack.Start.SeqNum)
 	}
+}
+
+// appendLoop appends one record at a time to stream through e (HTTP/1.1,
+// no client retry) until stop, and reports the statuses and the acked
+// seq nums with their bodies.
+func appendLoop(e *env, basin, stream, prefix string, stop <-chan struct{}) (statuses map[int]int, acked map[uint64]string) {
+	statuses, acked = map[int]int{}, map[uint64]string{}
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return statuses, acked
+		default:
+		}
+		body := fmt.Sprintf("%s-%d", prefix, i)
+		req, _ := http.NewRequest("POST", e.base+"/v1/streams/"+stream+"/records", strings.NewReader(`{"records":[{"body":"`+body+`"}]}`))
+		req.Header.Set("s2-basin", basin)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := e.h1.Do(req)
+		if err != nil {
+			statuses[-1]++
+			continue
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		statuses[res.StatusCode]++
+		if res.StatusCode == 200 {
+			if ack, err := api.DecodeAppendAckJSON(b); err == nil {
+				acked[ack.Start.SeqNum] = body
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkAcked reads stream back through e and checks every acked record.
+func checkAcked(t *testing.T, e *env, basin, stream string, acked map[uint64]string) {
+	t.Helper()
+	var got []api.Record
+	for {
+		batch, r := e.readJSON(basin, stream, fmt.Sprintf("seq_num=%d", len(got)))
+		if r.status == 416 {
+			break
+		}
+		want(t, r, 200, "")
+		got = append(got, batch.Records...)
+	}
+	for seq, body := range acked {
+		if seq >= uint64(len(got)) || string(got[seq].Body) != body {
+			t.Fatalf("seq %d was acknowledged as %q; %d records read back", seq, body, len(got))
+		}
+	}
+}
+
+// A request the forwarding star sends to the old leader while it hands
+// the stream off is refused there before anything is sequenced ("not
+// the leader"); the forwarding star resolves the lease again and sends
+// it to the new leader (to c), or serves it itself once it is the new
+// leader (to b), instead of answering 503. Clients appending through b
+// see no error across the move, and every ack reads back at its seq.
+func TestForwardFollowsHandoff(t *testing.T) {
+	for _, to := range []string{"c", "b"} {
+		t.Run("to "+to, func(t *testing.T) {
+			objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms := testsvc.SQLite(t)
+			off := func(c *node.Config) { c.BalanceEvery = 0 }
+			a, b := starWith(t, "a", ms, objs, off), starWith(t, "b", ms, objs, off)
+			starWith(t, "c", ms, objs, off)
+			a.setupBasin("hand-basin")
+			want(t, a.appendJSON("hand-basin", "s", textRecords("a", 1)), 200, "")
+			want(t, b.appendJSON("hand-basin", "s", textRecords("b", 1)), 200, "")
+
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			var statuses map[int]int
+			var acked map[uint64]string
+			go func() {
+				defer close(done)
+				statuses, acked = appendLoop(b, "hand-basin", "s", "through-b", stop)
+			}()
+			time.Sleep(100 * time.Millisecond)
+			res, err := a.n.Handoff(context.Background(), "hand-basin", "s", to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			close(stop)
+			<-done
+			retried := metricValue(t, b, `starlog_http_forwarded_total{result="retried"}`)
+			t.Logf("handoff a→%s took %v; appends through b: %v; forwards retried: %v", to, res.Took.Round(time.Millisecond), statuses, retried)
+			if len(statuses) != 1 || statuses[200] == 0 {
+				t.Fatalf("appends through b across the handoff: %v, want only 200s", statuses)
+			}
+			if retried == 0 {
+				t.Fatal("no forward was retried: the test did not hit the handoff")
+			}
+			checkAcked(t, b, "hand-basin", "s", acked)
+		})
+	}
+}
+
+// metricValue is e's sample of series (name{labels} as exposed), 0 when absent.
+func metricValue(t *testing.T, e *env, series string) float64 {
+	t.Helper()
+	r := e.call("GET", "/metrics", nil)
+	want(t, r, 200, "")
+	for _, line := range strings.Split(string(r.body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", series, v)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// Through a metastore outage of ten dead-after bounds, appends through a
+// star that forwards to the leader keep being acknowledged, end to end
+// over HTTP, and /health stays 200 on both stars; afterwards both go on.
+func TestForwardThroughMetastoreOutage(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	aMeta, bMeta := mfaults.New(ms, 1), mfaults.New(ms, 2)
+	tweak := func(c *node.Config) {
+		c.BalanceEvery, c.HeartbeatEvery, c.DeadAfter, c.LeaseCacheTTL = 0, 20*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond
+		c.BacklogFlights = 1 << 14 // the outage must not fill the backlog budget
+	}
+	a, b := starWith(t, "a", aMeta, objs, tweak), starWith(t, "b", bMeta, objs, tweak)
+	t.Cleanup(func() { aMeta.SetUnavailable(false); bMeta.SetUnavailable(false) })
+	a.setupBasin("out-basin")
+	want(t, a.appendJSON("out-basin", "s", textRecords("a", 1)), 200, "")
+	want(t, b.appendJSON("out-basin", "s", textRecords("b", 1)), 200, "")
+
+	aMeta.SetUnavailable(true)
+	bMeta.SetUnavailable(true)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var statuses map[int]int
+	var acked map[uint64]string
+	go func() {
+		defer close(done)
+		statuses, acked = appendLoop(b, "out-basin", "s", "through-b", stop)
+	}()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, e := range []*env{a, b} {
+			if r := e.call("GET", "/health", nil); r.status != 200 {
+				t.Errorf("/health of %s during the metastore outage: %s", e.n.StarID(), r)
+			}
+		}
+	}
+	close(stop)
+	<-done
+	t.Logf("appends through b during a 3 s metastore outage (dead-after 300 ms): %v", statuses)
+	if len(statuses) != 1 || statuses[200] == 0 {
+		t.Fatalf("appends through b during the outage: %v, want only 200s", statuses)
+	}
+	aMeta.SetUnavailable(false)
+	bMeta.SetUnavailable(false)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := b.appendJSON("out-basin", "s", textRecords("after", 1))
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("append through b after the outage: %s", r)
+		}
+	}
+	// Reads answer from a's memory again once its heartbeat has landed.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := b.stream("out-basin", "GET", "streams/s/records/tail", nil)
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("check-tail through b after the outage: %s", r)
+		}
+	}
+	checkAcked(t, b, "out-basin", "s", acked)
 }

@@ -323,17 +323,27 @@ func basinHeader(r *http.Request) (string, *api.Error) {
 	return vs[0], nil
 }
 
+// health is the readiness check (node.Healthy): 503 with the reason while
+// the star cannot commit, is closed or a zombie, or the server drains. A
+// metastore outage leaves it ready (the star still acknowledges and
+// forwards); the answer shows it as the age of the last heartbeat. It
+// touches neither the metastore nor the buckets.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if s.drain.Err() != nil {
 		s.writeError(w, r, api.Unavailable("draining for shutdown"))
 		return
 	}
 	if err := s.n.Healthy(); err != nil {
-		s.writeError(w, r, api.Unavailable("%v", err))
+		msg := err.Error()
+		if e, ok := errors.AsType[*api.Error](err); ok {
+			msg = e.Message
+		}
+		s.writeError(w, r, api.Unavailable("not ready: %s", msg))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"status": "ok", "star": s.n.StarID(), "incarnation": s.n.Incarnation(),
+		"heartbeat_age_ms": s.n.HeartbeatAge().Milliseconds(),
 	})
 }
 

@@ -1,0 +1,15 @@
+package node
+
+import "github.com/starlog/starlog/shared/meta"
+
+// StandInCommit makes Healthy also ask commitErr whether the star can
+// commit, as if it were class's loglet: a condition (halted, the object
+// store refusing writes) a real loglet cannot be put in on demand. Call
+// it before anything calls Healthy.
+func (n *Node) StandInCommit(class meta.Class, commitErr func() error) {
+	n.commits = append(n.commits, commitSource{class: class, src: commitFunc(commitErr)})
+}
+
+type commitFunc func() error
+
+func (f commitFunc) CommitErr() error { return f() }
