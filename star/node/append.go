@@ -121,6 +121,11 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 			return api.Unavailable("the star stopped leading this stream before the append was acknowledged; it may or may not be durable")
 		}
 		return api.Unavailable("the star is not taking appends for this stream; retry")
+	case errors.Is(err, loglet.ErrUnavailable):
+		if sequenced {
+			return api.Unavailable("the object store is not taking this star's writes; the append may or may not become durable")
+		}
+		return api.Unavailable("the object store is not taking this star's writes; retry")
 	case errors.Is(err, streams.ErrAckUnknown):
 		return api.Unavailable("stopped waiting for the acknowledgement; the append may or may not be durable")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

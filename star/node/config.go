@@ -29,7 +29,7 @@ type Config struct {
 	Standard ClassConfig
 	Express  ClassConfig
 
-	// BacklogFlights bounds released-but-unabsorbed flights per chain
+	// BacklogFlights bounds cut-but-unabsorbed flights per chain
 	// (--s3-chain-backlog-flights).
 	BacklogFlights int
 	// BacklogBytes bounds their bytes per chain.
@@ -309,13 +309,14 @@ func SanitizeStarID(s string) string {
 }
 
 // MemoryLimit is the soft limit a star process gives the Go runtime when
-// GOMEMLIMIT is not set: the pool budgets plus a quarter (the budgets bound
-// every record the star holds for writing, from admission until the absorb
-// covers it). Without it the garbage collector lets the heap grow to twice
+// GOMEMLIMIT is not set: the pool budgets (admitted, uncut bytes) and the
+// two chains' backlog byte bounds (rendered flights from cut to absorb)
+// plus a quarter: together they bound every record the star holds for
+// writing. Without it the garbage collector lets the heap grow to twice
 // what is live; with it the star keeps to its budgets under write load (the
 // read cache, ReadCacheBytes, comes on top when readers are cold).
 func (c Config) MemoryLimit() int64 {
 	c = c.withDefaults()
-	pools := c.Standard.MemoryBufferBytes + c.Express.MemoryBufferBytes
-	return pools + pools/4
+	budgets := c.Standard.MemoryBufferBytes + c.Express.MemoryBufferBytes + 2*c.BacklogBytes
+	return budgets + budgets/4
 }

@@ -79,6 +79,7 @@ type common struct {
 	linger, expLinger         time.Duration
 	ageCap, expAgeCap         time.Duration
 	backlogFlights            int
+	backlogMiB                int
 	settleTriggerMiB          int
 	settleOutputCapMiB        int
 	readGrace                 time.Duration
@@ -103,7 +104,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.StringSliceVar(&c.expressBuckets, "express-buckets", d.Express.Buckets, "the Express chain's bucket set, one directory bucket per zone (K = count)")
 	fs.IntVar(&c.expressW, "express-w", d.Express.W, "Express copies that must confirm a slot (W ≤ K)")
 
-	fs.IntVar(&c.memMiB, "s3-memory-buffer-mib", int(d.Standard.MemoryBufferBytes>>20), "Standard pool budget: admitted, unflushed bytes before appends block")
+	fs.IntVar(&c.memMiB, "s3-memory-buffer-mib", int(d.Standard.MemoryBufferBytes>>20), "Standard pool budget: admitted, uncut bytes before appends block")
 	fs.IntVar(&c.expMemMiB, "s3-express-memory-buffer-mib", int(d.Express.MemoryBufferBytes>>20), "Express pool budget")
 	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: the oldest pooled byte waits at most this long for a flight")
 	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: the oldest pooled byte waits at most this long for a flight")
@@ -113,7 +114,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.IntVar(&c.expFlightKiB, "s3-express-target-flight-kib", int(d.Express.TargetFlightBytes>>10), "Express: cut a flight early once it reaches this size")
 	fs.DurationVar(&c.deadline, "s3-flight-deadline", d.Standard.FlightDeadline, "Standard: a flight not at W by then halts the epoch (it recovers into the next)")
 	fs.DurationVar(&c.expDeadline, "s3-express-flight-deadline", d.Express.FlightDeadline, "Express: flight deadline")
-	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "released flights a chain may hold unabsorbed before publishing blocks")
+	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "flights a chain may hold cut but unabsorbed (released, or at most the window uploading) before publishing blocks: it bounds a successor's settle")
+	fs.IntVar(&c.backlogMiB, "s3-chain-backlog-mib", int(d.BacklogBytes>>20), "the same bound in bytes of rendered flights, per chain (the flight index holds them in memory)")
 	sd := d.Settle
 	fs.IntVar(&c.settleTriggerMiB, "settle-trigger-mib", int(sd.Trigger>>20), "un-settled bytes per stream that ripen its batches at the linger")
 	fs.DurationVar(&c.linger, "settle-linger", sd.Standard.Linger, "Standard: a batch past the size trigger ripens this long after its birth (plus jitter)")
@@ -128,7 +130,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.heartbeatMin, "session-heartbeat-min", 5*time.Second, "idle read sessions get a heartbeat every random min..max")
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
 	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
-	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat)")
+	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat); a star whose own heartbeat is half this old stops answering check-tails and tail reads from memory, but keeps acknowledging appends (the chain's fence, not the clock, keeps those safe)")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
 
@@ -146,6 +148,7 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Express.TargetFlightBytes = int64(c.expFlightKiB) << 10
 	cfg.Standard.FlightDeadline, cfg.Express.FlightDeadline = c.deadline, c.expDeadline
 	cfg.BacklogFlights = c.backlogFlights
+	cfg.BacklogBytes = int64(c.backlogMiB) << 20
 	cfg.Settle = c.settleConfig()
 	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20

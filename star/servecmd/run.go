@@ -66,7 +66,7 @@ func run(o runOptions) error {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		lim := o.cfg.MemoryLimit()
 		debug.SetMemoryLimit(lim)
-		o.log.Info("soft memory limit from the pool budgets", "mib", lim>>20)
+		o.log.Info("soft memory limit from the pool and backlog budgets", "mib", lim>>20)
 	}
 	n, err := node.Open(ctx, o.cfg, o.deps)
 	if err != nil {
