@@ -124,7 +124,10 @@ func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, e
 	}
 	if cp != from {
 		if claim.created && cp > from {
-			if err := a.deleteIfVer(ctx, mk, claim.ver); err != nil {
+			cctx, cancel := cleanupCtx(ctx)
+			err := a.deleteIfVer(cctx, mk, claim.ver)
+			cancel()
+			if err != nil {
 				return 0, err
 			}
 		}

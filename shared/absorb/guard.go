@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 )
@@ -31,6 +32,16 @@ import (
 //
 // A created row is remembered until one of those reads judges it, so a
 // pass that fails after its puts (a reply lost) is judged on its re-run.
+
+// cleanupTimeout bounds taking back what a late pass re-created. The
+// cleanup does not stop with the pass's context: a deposed star that wakes
+// from a pause learns it is a zombie and closes at once, and a cleanup cut
+// short there would leave the resurrected row behind for good.
+const cleanupTimeout = 10 * time.Second
+
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
 
 // madeRef is a span ref row this absorber created (its IfAbsent put won).
 type madeRef struct {
@@ -79,8 +90,10 @@ func (a *Absorber) behind(ctx context.Context, epoch uint64, slots []Slot, cp ui
 		}
 	}
 	a.mu.Unlock()
+	cctx, cancel := cleanupCtx(ctx)
+	defer cancel()
 	for _, r := range judge {
-		if err := a.retire(ctx, r); err != nil {
+		if err := a.retire(cctx, r); err != nil {
 			return 0, err
 		}
 		a.mu.Lock()
