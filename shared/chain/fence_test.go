@@ -94,6 +94,29 @@ func (e faultEnv) place(t testing.TB, ep meta.Epoch, slot uint64, body []byte, i
 	}
 }
 
+// fill copies slot's flight copy into every bucket that lacks it: a
+// commit returns at W copies and the writer's Close cancels the rest.
+func (e faultEnv) fill(t testing.TB, ep meta.Epoch, slot uint64) {
+	t.Helper()
+	ctx := context.Background()
+	key := chain.SlotKey("star1", meta.Express, ep.Epoch, slot)
+	var obj []byte
+	for _, b := range buckets {
+		if got, err := e.mem.Bucket(b).Get(ctx, key, 0, -1); err == nil {
+			obj = got
+			break
+		}
+	}
+	if obj == nil {
+		t.Fatalf("no copy of %s", key)
+	}
+	for _, b := range buckets {
+		if _, err := e.mem.Bucket(b).PutIfAbsent(ctx, key, obj); err != nil && !errors.Is(err, objstore.ErrExists) {
+			t.Fatal(err)
+		}
+	}
+}
+
 // rewrite replaces the object at slot's key in bucket with f(its bytes):
 // damage at rest, which create-once writes can never do.
 func (e faultEnv) rewrite(t testing.TB, ep meta.Epoch, slot uint64, bucket string, f func([]byte) []byte) {
@@ -211,6 +234,7 @@ func TestUnreadableCopyIsNotPoison(t *testing.T) {
 func TestUndecidableSlotStopsTheFence(t *testing.T) {
 	e := newFaultEnv(t)
 	_, _, ep := e.writeSlots(t, 4)
+	e.fill(t, ep, 1)
 	e.rewrite(t, ep, 1, "az1", flipBit)
 	e.rewrite(t, ep, 1, "az2", asVersion(9))
 	key := chain.SlotKey("star1", meta.Express, 1, 1)
@@ -379,6 +403,7 @@ func TestRollingUpgradeFencedByEither(t *testing.T) {
 	// The policy broken: a newer build wrote version 2 copies.
 	e := newFaultEnv(t)
 	_, _, ep := e.writeSlots(t, 3)
+	e.fill(t, ep, 1)
 	for _, b := range buckets {
 		e.rewrite(t, ep, 1, b, asVersion(2))
 	}
