@@ -73,12 +73,12 @@ func (l *Loglet) tryCut() time.Duration {
 			return due.Sub(now)
 		}
 		if len(l.inflight) >= l.cfg.Window {
-			l.blocked.set(CauseStorageSlow)
+			l.noteBlocked(CauseStorageSlow)
 			return 0 // an upload result frees a slot
 		}
 		if !l.backlog.tryAcquire() {
 			cause := l.backlog.cause()
-			l.blocked.set(cause)
+			l.noteBlocked(cause)
 			if l.stalledSince.IsZero() { // one count and one log line per stall
 				l.stalledSince = time.Now()
 				l.metrics.stalls.WithLabelValues(cause).Inc()
@@ -94,6 +94,14 @@ func (l *Loglet) tryCut() time.Duration {
 		if !l.cut() {
 			return 0
 		}
+	}
+}
+
+// noteBlocked records why the flusher stopped cutting; an admission stall
+// in progress takes the new cause.
+func (l *Loglet) noteBlocked(cause string) {
+	if l.blocked.set(cause) {
+		l.admit.recause(cause)
 	}
 }
 
@@ -250,7 +258,7 @@ func (l *Loglet) startRecovery(ctx context.Context, r uploadResult) {
 	l.log.Warn("epoch halted; recovering", "epoch", epoch, "slot", r.slot, "err", r.err)
 	l.metrics.halts.Inc()
 	l.backlog.setRecovering(true)
-	l.blocked.set(CauseEpochSettling)
+	l.noteBlocked(CauseEpochSettling)
 
 	l.epochStop()
 	for _, f := range l.inflight {

@@ -319,7 +319,15 @@ func TestStalledAbsorbBindsAtTheBacklog(t *testing.T) {
 			tickets = append(tickets, tk)
 		}
 	}()
-	waitFor(t, 20*time.Second, "an admission stall", func() bool { return counter(h, "starlog_admission_stalls_total", loglet.CauseMetastoreSlow) > 0 })
+	deadline := time.Now().Add(20 * time.Second)
+	for counter(h, "starlog_admission_stalls_total", loglet.CauseMetastoreSlow) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no admission stall blamed on the metastore: %d flights released; admission stalls absorb_lagging %v, storage_slow %v, ingest_burst %v; backlog stalls metastore_slow %v, absorb_lagging %v",
+				h.loglet.Index().Len(), counter(h, "starlog_admission_stalls_total", loglet.CauseAbsorbLagging), counter(h, "starlog_admission_stalls_total", loglet.CauseStorageSlow),
+				counter(h, "starlog_admission_stalls_total", loglet.CauseIngestBurst), counter(h, "starlog_backlog_stalls_total", loglet.CauseMetastoreSlow), counter(h, "starlog_backlog_stalls_total", loglet.CauseAbsorbLagging))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := h.loglet.Index().Len(); got < flights-h.cfg.Window {
 		t.Fatalf("admission stalled with %d flights released; the backlog bound is %d: the pool bound first", got, flights)
 	}

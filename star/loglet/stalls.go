@@ -26,7 +26,11 @@ const (
 // admission stall.
 type blockedBy struct{ v atomic.Value }
 
-func (b *blockedBy) set(cause string) { b.v.Store(cause) }
+// set records cause and reports whether it changed.
+func (b *blockedBy) set(cause string) bool {
+	old, _ := b.v.Swap(cause).(string)
+	return old != cause
+}
 
 func (b *blockedBy) load() string {
 	if s, _ := b.v.Load().(string); s != "" {
@@ -66,6 +70,20 @@ func (a *admitStalls) begin(now time.Time, cause string) {
 	}
 	if !ongoing {
 		a.since = now
+	}
+	a.cause = cause
+	a.metrics.admitStalls.WithLabelValues(cause).Inc()
+	a.log.Warn("admission stall: appends wait for pool budget", "cause", cause)
+}
+
+// recause notes the flusher's new reason for not draining the pool: a
+// stall in progress whose cause changed (a burst that became a stalled
+// absorb) is counted and logged again under the new cause.
+func (a *admitStalls) recause(cause string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting == 0 || cause == a.cause {
+		return
 	}
 	a.cause = cause
 	a.metrics.admitStalls.WithLabelValues(cause).Inc()
