@@ -20,15 +20,7 @@ func TestIndexReadFromInsideAnExtent(t *testing.T) {
 			recs = append(recs, format.Record{SeqNum: seq, Timestamp: 1, Body: []byte("r")})
 			seq++
 		}
-		body, err := format.EncodeBundle(1, slot, format.Nonce{}, []format.Batch{{StreamID: "s", Records: recs}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, footer, err := format.DecodeBundle(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x.Add(&flight{epoch: 1, slot: slot, body: body, extents: footer.Extents})
+		x.Add(testFlight(t, slot, recs))
 	}
 	for _, c := range []struct{ from, max, want uint64 }{{4, 17, 17}, {9, 1, 1}, {0, 30, 30}, {25, 17, 5}, {14, 16, 16}} {
 		recs, first, ok := x.Read("s", c.from, int(c.max))
@@ -53,16 +45,7 @@ func TestAbsorbedFlightsAreCollected(t *testing.T) {
 	x := NewIndex()
 	var collected atomic.Int64
 	add := func(slot uint64) {
-		recs := []format.Record{{SeqNum: slot, Timestamp: 1, Body: make([]byte, 1<<10)}}
-		body, err := format.EncodeBundle(1, slot, format.Nonce{}, []format.Batch{{StreamID: "s", Records: recs}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, footer, err := format.DecodeBundle(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := &flight{epoch: 1, slot: slot, body: body, bodyLen: int64(len(body)), extents: footer.Extents}
+		f := testFlight(t, slot, []format.Record{{SeqNum: slot, Timestamp: 1, Body: make([]byte, 1<<10)}})
 		runtime.AddCleanup(&f.body[0], func(int) { collected.Add(1) }, 0)
 		x.Add(f)
 	}
@@ -84,4 +67,18 @@ func TestAbsorbedFlightsAreCollected(t *testing.T) {
 	if recs, first, ok := x.Read("s", 0, 10); !ok || first != absorbed || len(recs) != 1 {
 		t.Fatalf("live entry: %d records from %d (%v)", len(recs), first, ok)
 	}
+}
+
+// testFlight renders recs of stream "s" as a released flight of epoch 1.
+func testFlight(t *testing.T, slot uint64, recs []format.Record) *flight {
+	t.Helper()
+	body, err := format.EncodeBundle(1, slot, format.Nonce{}, []format.Batch{{StreamID: "s", Records: recs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, footer, err := format.DecodeBundle(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &flight{epoch: 1, slot: slot, body: body, bodyLen: int64(len(body)), extents: footer.Extents}
 }

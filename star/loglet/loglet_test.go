@@ -144,31 +144,13 @@ func batch(stream string, i, n int) facade.Request {
 // want[stream] (the acknowledged count): no ack disowned, no seq twice.
 func (h *harness) checkRows(want map[string]uint64) {
 	h.t.Helper()
-	ctx := context.Background()
-	h.loglet.Close()
-	succ := chain.New(h.cfg.Star, h.cfg.Class, chain.Incarnation(h.cfg.Star, 99), h.meta, h.store)
-	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: succ.UpdateEpoch}
-	if err := settle.Chain(ctx, succ, abs); err != nil {
-		h.t.Fatalf("settle: %v", err)
+	var ids []string
+	for id := range want {
+		ids = append(ids, id)
 	}
-	for id, n := range want {
-		pg, err := h.meta.Query(ctx, meta.Query{PK: "stream#" + id, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		next := uint64(0)
-		for _, it := range pg.Items {
-			var r meta.Ref
-			if err := meta.Decode(it.Val, &r); err != nil {
-				h.t.Fatal(err)
-			}
-			if r.FirstSeq != next {
-				h.t.Fatalf("stream %s: row at %d after end %d (gap or overlap)", id, r.FirstSeq, next)
-			}
-			next = r.EndSeq
-		}
-		if next != n {
-			h.t.Fatalf("stream %s: rows end at %d, acknowledged %d", id, next, n)
+	for id, end := range h.denseRows(ids) {
+		if end != want[id] {
+			h.t.Fatalf("stream %s: rows end at %d, acknowledged %d", id, end, want[id])
 		}
 	}
 }
@@ -264,23 +246,8 @@ func TestTwoZonesDownHaltThenRecover(t *testing.T) {
 				c.FlightDeadline = 150 * time.Millisecond
 				c.RecoveryDeadline = time.Minute
 			})
-			s := h.stream("a")
+			s, tickets := h.twoZonesDownWithPending()
 			ctx := context.Background()
-			for i := range 5 {
-				if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			h.store.SetDown("az2", faults.Down{Hang: true})
-			h.store.SetDown("az3", faults.Down{Hang: true})
-			var tickets []*streams.Ticket
-			for i := 5; i < 25; i++ {
-				tk, err := s.Submit(ctx, batch("a", i, 2))
-				if err != nil {
-					t.Fatal(err)
-				}
-				tickets = append(tickets, tk)
-			}
 			time.Sleep(600 * time.Millisecond)
 			if tail := s.Tail(); tail.SeqNum != 10 {
 				t.Fatalf("tail moved to %d with two zones down", tail.SeqNum)
@@ -320,24 +287,9 @@ func TestStorageOutageAnswersAppends(t *testing.T) {
 				c.FlightDeadline = 150 * time.Millisecond
 				c.RecoveryDeadline = 300 * time.Millisecond
 			})
-			s := h.stream("a")
-			ctx := context.Background()
-			for i := range 5 {
-				if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			h.store.SetDown("az2", faults.Down{Hang: true})
-			h.store.SetDown("az3", faults.Down{Hang: true})
 			start := time.Now()
-			var tickets []*streams.Ticket
-			for i := 5; i < 25; i++ {
-				tk, err := s.Submit(ctx, batch("a", i, 2))
-				if err != nil {
-					t.Fatal(err)
-				}
-				tickets = append(tickets, tk)
-			}
+			s, tickets := h.twoZonesDownWithPending()
+			ctx := context.Background()
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			for i, tk := range tickets {
@@ -369,6 +321,30 @@ func TestStorageOutageAnswersAppends(t *testing.T) {
 			h.checkRows(map[string]uint64{"a": 51})
 		})
 	}
+}
+
+// twoZonesDownWithPending acks 5 batches of 2 records on stream "a", takes
+// az2 and az3 down (hanging), and submits 20 more: seqs 10 to 50 pending.
+func (h *harness) twoZonesDownWithPending() (*streams.Stream, []*streams.Ticket) {
+	h.t.Helper()
+	s := h.stream("a")
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	h.store.SetDown("az2", faults.Down{Hang: true})
+	h.store.SetDown("az3", faults.Down{Hang: true})
+	var tickets []*streams.Ticket
+	for i := 5; i < 25; i++ {
+		tk, err := s.Submit(ctx, batch("a", i, 2))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	return s, tickets
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {

@@ -244,7 +244,7 @@ func TestFailureAfterSequencingLeavesNoHole(t *testing.T) {
 				}
 			}
 			// A new incarnation continues right after the durable rows.
-			h.cfg.Incarnation = chain.Incarnation(h.cfg.Star, 3)
+			h.cfg.Incarnation = chain.Incarnation(h.cfg.Star, 100) // after denseRows' successor, 99
 			loglet.WithRenderFault(&h.cfg, nil)
 			h.reg = prometheus.NewRegistry()
 			h.open()
@@ -264,7 +264,7 @@ func (h *harness) denseRows(ids []string) map[string]uint64 {
 	h.t.Helper()
 	ctx := context.Background()
 	h.loglet.Close()
-	succ := chain.New(h.cfg.Star, h.cfg.Class, chain.Incarnation(h.cfg.Star, 2), h.meta, h.store)
+	succ := chain.New(h.cfg.Star, h.cfg.Class, chain.Incarnation(h.cfg.Star, 99), h.meta, h.store)
 	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: succ.UpdateEpoch}
 	if err := settle.Chain(ctx, succ, abs); err != nil {
 		h.t.Fatalf("settle: %v", err)
