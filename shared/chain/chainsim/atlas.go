@@ -194,11 +194,13 @@ func (c *checker) liveDemand() string {
 	return ""
 }
 
-// fenced: every unsettled epoch has a recorded cut.
+// fenced: the lowest unsettled epoch (the one a settlement works on, in
+// order) has a recorded cut, so what is stuck is its walk, absorb or
+// garbage probe, not its fence.
 func (c *checker) fenced() bool {
-	for _, ev := range c.epochs {
-		if !ev.settled && ev.cut == nil {
-			return false
+	for _, ev := range c.sortedEpochs() {
+		if !ev.settled {
+			return ev.cut != nil
 		}
 	}
 	return true
@@ -214,10 +216,16 @@ func (c *checker) stuckWhere() string {
 		}
 		parts = append(parts, fmt.Sprintf("head e%d %s owner %s fencer %s cut %s", c.head.Epoch, c.head.State, c.head.Owner, c.head.Fencer, cut))
 	}
+	first := true
 	for _, ev := range c.sortedEpochs() {
-		if !ev.settled {
-			parts = append(parts, fmt.Sprintf("e%d unsettled (checkpoint %d)", ev.epoch, ev.checkpoint))
+		if ev.settled {
+			continue
 		}
+		parts = append(parts, fmt.Sprintf("e%d unsettled (checkpoint %d)", ev.epoch, ev.checkpoint))
+		for s := ev.checkpoint; first && s <= min(ev.maxSlot, ev.checkpoint+uint64(ev.window)); s++ {
+			parts = append(parts, fmt.Sprintf("e%d/%d: %s", ev.epoch, s, c.describe(ev, s)))
+		}
+		first = false
 	}
 	c.s.mu.Lock()
 	pend := slices.Clone(c.s.pending)

@@ -41,6 +41,19 @@ func checkKey(pk, sk string) error {
 	return nil
 }
 
+// maxItemBytes is DynamoDB's item limit, which every backend enforces.
+const maxItemBytes = 400 * 1024
+
+func checkItem(pk, sk string, val []byte) error {
+	if err := checkKey(pk, sk); err != nil {
+		return err
+	}
+	if n := len(pk) + len(sk) + len(val) + 32; n > maxItemBytes {
+		return fmt.Errorf("chainsim meta: item %s/%s of %d bytes exceeds %d", pk, sk, n, maxItemBytes)
+	}
+	return nil
+}
+
 func (t *table) lookup(pk, sk string) (meta.Item, bool) {
 	it, ok := t.items[pk][sk]
 	return it, ok
@@ -77,7 +90,7 @@ func (t *table) get(pk, sk string) (meta.Item, error) {
 }
 
 func (t *table) put(pk, sk string, val []byte, cond meta.Cond) (int64, error) {
-	if err := checkKey(pk, sk); err != nil {
+	if err := checkItem(pk, sk, val); err != nil {
 		return 0, err
 	}
 	old, ok := t.lookup(pk, sk)
@@ -164,13 +177,12 @@ func (t *table) query(q meta.Query) (meta.Page, error) {
 
 func (t *table) batchPut(items []meta.Item) error {
 	for _, it := range items {
-		if err := checkKey(it.PK, it.SK); err != nil {
+		if err := checkItem(it.PK, it.SK, it.Val); err != nil {
 			return err
 		}
 	}
-	for _, it := range items {
-		old, _ := t.lookup(it.PK, it.SK)
-		t.set(meta.Item{PK: it.PK, SK: it.SK, Ver: old.Ver + 1, Val: slices.Clone(it.Val)}, false)
+	for _, it := range items { // ver 1 always, as DynamoDB's BatchWriteItem
+		t.set(meta.Item{PK: it.PK, SK: it.SK, Ver: 1, Val: slices.Clone(it.Val)}, false)
 	}
 	return nil
 }

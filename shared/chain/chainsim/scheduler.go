@@ -303,9 +303,11 @@ func (s *Sim) readyAt(c *call, now time.Time) time.Time {
 	return c.arrived
 }
 
-// pick chooses the call to serve. In random mode any ready call; with a
-// preemption budget, the default is the first ready call of the actor
-// served last, and serving another spends one preemption.
+// pick chooses the call to serve. In random mode any ready call. With a
+// preemption budget (exhaustive mode) the choice is of the actor: by
+// default the one served last keeps going, another costs a preemption,
+// and an actor's own calls go in their stable order; choices are made
+// only while faults are on (the liveness phase runs the default).
 func (s *Sim) pick(now time.Time) *call {
 	ready := s.ready(now)
 	if len(ready) == 0 {
@@ -314,17 +316,23 @@ func (s *Sim) pick(now time.Time) *call {
 	if s.sw.Preemptions < 0 {
 		return ready[s.ch.Pick(len(ready))]
 	}
-	if i := slices.IndexFunc(ready, func(c *call) bool { return c.actor == s.lastServed }); i > 0 {
-		ready[0], ready[i] = ready[i], ready[0]
+	var order []*call // the first ready call of each actor, the default first
+	for _, c := range ready {
+		if !slices.ContainsFunc(order, func(d *call) bool { return d.actor == c.actor }) {
+			order = append(order, c)
+		}
 	}
-	if s.preempts >= s.sw.Preemptions {
-		return ready[0]
+	if i := slices.IndexFunc(order, func(c *call) bool { return c.actor == s.lastServed }); i > 0 {
+		order[0], order[i] = order[i], order[0]
 	}
-	i := s.ch.Pick(len(ready))
+	if !s.faulty || s.preempts >= s.sw.Preemptions {
+		return order[0]
+	}
+	i := s.ch.Pick(len(order))
 	if i != 0 {
 		s.preempts++
 	}
-	return ready[i]
+	return order[i]
 }
 
 // chance draws a fault of probability p while faults are on and the

@@ -19,6 +19,7 @@ var (
 	flagFirst = flag.Uint64("chainsim.first", 1, "first seed TestSimSeeds runs")
 	flagTrace = flag.Bool("chainsim.trace", false, "keep and print the full trace")
 	flagAll   = flag.Bool("chainsim.all", false, "draw from the whole fault menu, known defects included")
+	flagDeep  = flag.Bool("chainsim.deep", false, "also run the deep exhaustive cases (minutes)")
 	flagList  = flag.Bool("chainsim.list", false, "list every failing seed with its failure")
 )
 

@@ -1,0 +1,52 @@
+package chainsim
+
+import (
+	"flag"
+	"testing"
+)
+
+var flagDefects = flag.Bool("chainsim.defects", false, "run TestKnownDefects even where skipped (they fail on today's chain)")
+
+// Defects of today's shared/chain the simulation found, each with seeds
+// (whole fault menu) that break an invariant on today's code. Once the
+// fix lands the seed must pass: delete the skip, and the defect's entry
+// in knownDefects (sim_test.go) so the randomized run draws its faults
+// again. -chainsim.defects runs them anyway, to watch them fail.
+const (
+	defectUnreadable = "defect unreadable-as-poison: chain.probe (commit.go:230-233) counts an undecodable envelope (corrupt, or a newer version) as Poison, so a fence declares a committed slot dead (its cut lands on it) and the garbage probe leaves a damaged flight copy standing; fix: Unreadable counts neither way, *chain.UndecidableError when a slot cannot be decided (lead)"
+	defectFenceRound = "defect fence-round: chain.findCut (fence.go:156-181, fenceSlot 186-219) waits for whole 64-slot rounds and fenceSlot poisons a slot whose verified flight copy stands in a live bucket, so with one zone down a slot holding a flight and a poison blocks the fence forever; fix: decide slot by slot, roll such a slot forward (lead)"
+	defectProbeAll   = "defect probe-every-bucket: chain.ProbeGarbage (fence.go:342-385) retries poisonCopy on every bucket of the set until it succeeds, so one zone down blocks every settlement after its fence; fix: K−W+1 poisons per garbage slot suffice (reported to the lead; not in the rework list)"
+	defectZombie     = "defect zombie-retries: a zombie's own Fence of an epoch a later incarnation settled returns its cut (fence.go:70-80) and its Mint then fails with the retryable ErrNotFenced forever (chain.go:281-282, retried by star/loglet/run.go:281-299); fix: both return chain.ErrDeposed (lead)"
+	defectStaleMint  = "defect stale-incarnation-mints: Mint accepts a head settled by anyone when its owner is not this actor (chain.go:274) and settle.Chain fences whatever the head is, so an older incarnation paused in its open settles a later incarnation's live epoch and mints after it; fix: a head owned by a later incarnation is ErrDeposed (with the zombie fix, lead)"
+)
+
+func TestKnownDefects(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		seed      uint64
+		invariant string // what it breaks on today's code
+		skip      string
+	}{
+		{"unreadable-cut/foreign", 2332, "cut-dead", defectUnreadable},
+		{"unreadable-cut/corrupt", 3489, "cut-dead", defectUnreadable},
+		{"unreadable-garbage", 1704, "garbage-dead", defectUnreadable},
+		{"fence-round/flight-and-poison", 764, "fence-returns", defectFenceRound},
+		{"fence-round/committed", 988, "fence-returns", defectFenceRound},
+		{"probe-every-bucket", 26, "settle-returns", defectProbeAll},
+		{"zombie-retries", 2783, "deposed-stops", defectZombie},
+		{"stale-incarnation-mints/first-epoch", 3209, "mint-order", defectStaleMint},
+		{"stale-incarnation-mints/later-epoch", 5324, "mint-order", defectStaleMint},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.skip != "" && !*flagDefects {
+				t.Skip(tc.skip)
+			}
+			sw := Draw(tc.seed, Menu{})
+			r := Run(t, sw, NewRandom(sw.Seed), runOpts()...)
+			if r.Failure != nil {
+				t.Logf("today this seed breaks %s; the fix must make it pass", tc.invariant)
+				report(t, r)
+			}
+		})
+	}
+}
