@@ -30,6 +30,8 @@ type checker struct {
 	archived     map[slotID]map[string]uint64
 	checks       int
 	flightsAcked int
+	// stats count what the run did (mints, cuts, settlements, trims…).
+	stats map[string]int
 }
 
 type slotID struct{ epoch, slot uint64 }
@@ -61,7 +63,7 @@ type ackRecord struct {
 }
 
 func newChecker(s *Sim) *checker {
-	return &checker{s: s, epochs: map[uint64]*epochView{}, acked: map[string]map[uint64]uint64{}, archived: map[slotID]map[string]uint64{}}
+	return &checker{s: s, epochs: map[uint64]*epochView{}, acked: map[string]map[uint64]uint64{}, archived: map[slotID]map[string]uint64{}, stats: map[string]int{}}
 }
 
 func (c *checker) fail(inv, format string, args ...any) {
@@ -109,6 +111,13 @@ func (c *checker) afterStep() {
 	for _, st := range slices.Sorted(maps.Keys(streams)) {
 		c.checkDense(st)
 	}
+	for _, d := range c.s.objs.deleted {
+		if d.by.role == roleTrimmer {
+			c.stats["copies-trimmed"]++
+		} else {
+			c.stats["copies-reaped"]++
+		}
+	}
 	keys := slices.Sorted(maps.Keys(c.s.objs.dirty))
 	clear(c.s.objs.dirty)
 	for _, key := range keys {
@@ -146,6 +155,7 @@ func (c *checker) onHead() {
 		c.fail("mint-order", "epoch %d changed owner %s→%s or nonce on the head", h.Epoch, prev.Owner, h.Owner)
 	}
 	if prev == nil || h.Epoch > prev.Epoch {
+		c.stats["epochs-minted"]++
 		n, err := chain.ParseIncarnation(h.Owner, chainStar)
 		c.checks++
 		switch {
@@ -243,6 +253,7 @@ func (c *checker) onEpoch(k meta.Key) {
 	ev.checkpoint, ev.rewritten, ev.trimmed = e.Checkpoint, e.Rewritten, e.Trimmed
 	if e.Settled && !ev.settled {
 		ev.settled = true
+		c.stats["epochs-settled"]++
 		c.onSettled(ev)
 	}
 }
@@ -258,6 +269,7 @@ func (c *checker) onCut(ev *epochView, cut uint64, where string) {
 		return
 	}
 	ev.cut = &cut
+	c.stats["cuts-recorded"]++
 	c.s.trace.add(c.s, fmt.Sprintf("check: e%d cut %d recorded (%s)", ev.epoch, cut, where))
 	for s := uint64(0); s <= cut; s++ {
 		c.slotAgainstCut(ev, s, c.fateOf(ev, s))

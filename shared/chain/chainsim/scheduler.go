@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"testing/synctest"
 	"time"
 
@@ -118,11 +119,12 @@ func (s *Sim) run() Result {
 			s.step++
 			continue
 		}
-		if ph == phaseFaults && s.envDue(now) && s.envEvent() {
+		ready := s.ready(now)
+		if ph == phaseFaults && s.envDue(now, len(ready)) && s.envEvent() {
 			s.step++
 			continue
 		}
-		if c := s.pick(now); c != nil {
+		if c := s.pick(ready); c != nil {
 			s.serve(c)
 			s.step++
 			continue
@@ -143,7 +145,7 @@ func (s *Sim) result() Result {
 	}
 	return Result{
 		Swarm: s.sw, Failure: s.failure, Steps: s.step, Idles: s.idles, Checks: s.chk.checks,
-		Faults: s.faultCounts, Acks: s.chk.flightsAcked, Waived: s.waived, Trace: s.trace, Took: time.Since(s.start),
+		Faults: s.faultCounts, Stats: s.chk.stats, Acks: s.chk.flightsAcked, Waived: s.waived, Trace: s.trace, Took: time.Since(s.start),
 	}
 }
 
@@ -173,8 +175,8 @@ func (s *Sim) restartDue(now time.Time) bool {
 // envDue: an environment event may strike before a ready call is served,
 // or once per envIdle of fake time while nothing is ready (so idle wakes
 // do not multiply the events).
-func (s *Sim) envDue(now time.Time) bool {
-	if len(s.ready(now)) == 0 && now.Sub(s.lastEnv) < envIdle {
+func (s *Sim) envDue(now time.Time, ready int) bool {
+	if ready == 0 && now.Sub(s.lastEnv) < envIdle {
 		return false
 	}
 	s.lastEnv = now
@@ -261,6 +263,11 @@ func (s *Sim) drainEvents() {
 					s.fail("crash", "no-panic", fmt.Sprintf("%s panicked: %v", g.a.name, ev.err))
 				}
 			default:
+				for _, k := range []string{"halt", "fenced own", "deposed", "minted"} {
+					if strings.HasPrefix(ev.note, k) {
+						s.chk.stats["notes-"+strings.ReplaceAll(k, " ", "-")]++
+					}
+				}
 				s.trace.add(s, g.a.name+" "+ev.note)
 			}
 		}
@@ -280,8 +287,7 @@ func (s *Sim) ready(now time.Time) []*call {
 		}
 		out = append(out, c)
 	}
-	slices.SortFunc(out, (*call).compare)
-	return out
+	return out // pending is kept in the stable order
 }
 
 // readyAt is when c may be served: at once, or when its bucket's hang
@@ -308,8 +314,7 @@ func (s *Sim) readyAt(c *call, now time.Time) time.Time {
 // default the one served last keeps going, another costs a preemption,
 // and an actor's own calls go in their stable order; choices are made
 // only while faults are on (the liveness phase runs the default).
-func (s *Sim) pick(now time.Time) *call {
-	ready := s.ready(now)
+func (s *Sim) pick(ready []*call) *call {
 	if len(ready) == 0 {
 		return nil
 	}
@@ -365,7 +370,7 @@ func (s *Sim) serve(c *call) {
 	case c.bucket == -2:
 		r.v, r.err = c.apply()
 	case c.bucket >= 0 && s.health[c.bucket].mode == "down" && time.Now().Before(s.health[c.bucket].until):
-		r.err, outcome = fmt.Errorf("%w: %s down", errBucket, s.objs.names[c.bucket]), "down"
+		r.err, outcome = fmt.Errorf("%w: %s down", errBucket, s.objs.names[c.bucket]), "refused-down"
 	case c.bucket >= 0 && c.write && s.chance(s.sw.PLost):
 		c.apply()
 		r.err, outcome = &objstore.IndefiniteError{Err: errLost}, "lost-reply"

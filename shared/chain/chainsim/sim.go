@@ -47,12 +47,13 @@ func WithStates(f func(uint64)) Option { return func(o *options) { o.onState = f
 // Result is what one run did and found.
 type Result struct {
 	Swarm   Swarm
-	Failure *Failure // nil when every invariant held
-	Steps   int      // calls served and environment events injected
-	Idles   int      // times the scheduler let fake time pass
-	Checks  int      // invariant predicates evaluated
-	Faults  map[string]int
-	Acks    int // flights acknowledged
+	Failure *Failure       // nil when every invariant held
+	Steps   int            // calls served and environment events injected
+	Idles   int            // times the scheduler let fake time pass
+	Checks  int            // invariant predicates evaluated
+	Faults  map[string]int // injected, by kind (env events and per-call faults)
+	Stats   map[string]int // what happened: epochs minted, cuts, settlements, halts, trims
+	Acks    int            // flights acknowledged
 	// Waived says why the liveness phase demanded nothing ("" when it did).
 	Waived string
 	Trace  *Trace
@@ -220,7 +221,9 @@ func (s *Sim) do(ctx context.Context, c *call) (any, error) {
 	c.arrival, c.arrived, c.reply = s.arrivals, time.Now(), make(chan result, 1)
 	s.arrivals++
 	s.lastCall = c.arrived
-	s.pending = append(s.pending, c)
+	// pending stays in the stable order, so a step only filters it.
+	i, _ := slices.BinarySearchFunc(s.pending, c, (*call).compare)
+	s.pending = slices.Insert(s.pending, i, c)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:

@@ -54,7 +54,7 @@ type figures struct {
 	mu                         sync.Mutex
 	runs, steps, idles, checks int
 	acks, waived               int
-	faults                     map[string]int
+	faults, stats              map[string]int
 	failed                     []Result
 }
 
@@ -70,10 +70,13 @@ func (f *figures) add(r Result) {
 		f.waived++
 	}
 	if f.faults == nil {
-		f.faults = map[string]int{}
+		f.faults, f.stats = map[string]int{}, map[string]int{}
 	}
 	for k, v := range r.Faults {
 		f.faults[k] += v
+	}
+	for k, v := range r.Stats {
+		f.stats[k] += v
 	}
 	if r.Failure != nil {
 		f.failed = append(f.failed, r)
@@ -81,12 +84,16 @@ func (f *figures) add(r Result) {
 }
 
 func (f *figures) String() string {
-	var fs []string
-	for _, k := range slices.Sorted(maps.Keys(f.faults)) {
-		fs = append(fs, fmt.Sprintf("%s=%d", k, f.faults[k]))
+	return fmt.Sprintf("runs=%d steps=%d idle-waits=%d invariant-checks=%d flights-acked=%d liveness-waived=%d failed=%d faults[%s] happened[%s]",
+		f.runs, f.steps, f.idles, f.checks, f.acks, f.waived, len(f.failed), counts(f.faults), counts(f.stats))
+}
+
+func counts(m map[string]int) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("%s=%d", k, m[k]))
 	}
-	return fmt.Sprintf("runs=%d steps=%d idle-waits=%d invariant-checks=%d flights-acked=%d liveness-waived=%d failed=%d faults[%s]",
-		f.runs, f.steps, f.idles, f.checks, f.acks, f.waived, len(f.failed), strings.Join(fs, " "))
+	return strings.Join(out, " ")
 }
 
 func report(t *testing.T, r Result) {
@@ -110,8 +117,8 @@ func TestSimSeeds(t *testing.T) {
 		sw := Draw(*flagSeed, m)
 		r := Run(t, sw, NewRandom(sw.Seed), runOpts()...)
 		t.Logf("swarm: %v", sw)
-		t.Logf("steps=%d idle-waits=%d checks=%d flights-acked=%d faults=%v waived=%q fake-time=%v trace-hash=%016x",
-			r.Steps, r.Idles, r.Checks, r.Acks, r.Faults, r.Waived, r.Took, r.Trace.Hash())
+		t.Logf("steps=%d idle-waits=%d checks=%d flights-acked=%d faults[%s] happened[%s] waived=%q fake-time=%v trace-hash=%016x",
+			r.Steps, r.Idles, r.Checks, r.Acks, counts(r.Faults), counts(r.Stats), r.Waived, r.Took, r.Trace.Hash())
 		if *flagTrace {
 			t.Logf("trace:\n%s", r.Trace)
 		}
