@@ -2,6 +2,9 @@ package chainsim
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -47,6 +50,29 @@ func TestKnownDefects(t *testing.T) {
 				t.Logf("today this seed breaks %s; the fix must make it pass", tc.invariant)
 				report(t, r)
 			}
+			// The shrunk schedule of the same failure (chainsim.Shrink), kept
+			// in testdata: it must pass too.
+			vals, err := readTape(strings.ReplaceAll(tc.name, "/", "-"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := Run(t, sw, Replay(vals), runOpts()...); r.Failure != nil {
+				t.Errorf("the shrunk tape of seed %d FAILED: %v\ntrace:\n%s", tc.seed, r.Failure, r.Trace)
+			}
 		})
 	}
+}
+
+// readTape reads testdata/name.tape: comment lines, then the choices.
+func readTape(name string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join("testdata", name+".tape"))
+	if err != nil {
+		return nil, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, "#") {
+			return ParseTape(line)
+		}
+	}
+	return nil, nil
 }

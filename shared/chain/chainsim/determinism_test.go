@@ -36,3 +36,16 @@ func firstDiff(a, b *Trace) string {
 	}
 	return "one trace is a prefix of the other"
 }
+
+// A recorded tape replays its run exactly: what Shrink builds on.
+func TestTapeReplays(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		sw := Draw(seed, Menu{})
+		rec := Record(NewRandom(sw.Seed))
+		a := Run(t, sw, rec, WithFullTrace())
+		b := Run(t, sw, Replay(rec.Vals), WithFullTrace())
+		if a.Trace.Hash() != b.Trace.Hash() {
+			t.Errorf("seed %d: the replayed tape of %d choices runs differently: %s", seed, len(rec.Vals), firstDiff(a.Trace, b.Trace))
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -14,13 +16,15 @@ import (
 )
 
 var (
-	flagSeed  = flag.Uint64("chainsim.seed", 0, "replay this one seed in TestSimSeeds (0: run many)")
-	flagSeeds = flag.Int("chainsim.seeds", 0, "seeds TestSimSeeds runs (0: the short default)")
-	flagFirst = flag.Uint64("chainsim.first", 1, "first seed TestSimSeeds runs")
-	flagTrace = flag.Bool("chainsim.trace", false, "keep and print the full trace")
-	flagAll   = flag.Bool("chainsim.all", false, "draw from the whole fault menu, known defects included")
-	flagDeep  = flag.Bool("chainsim.deep", false, "also run the deep exhaustive cases (minutes)")
-	flagList  = flag.Bool("chainsim.list", false, "list every failing seed with its failure")
+	flagSeed   = flag.Uint64("chainsim.seed", 0, "replay this one seed in TestSimSeeds (0: run many)")
+	flagSeeds  = flag.Int("chainsim.seeds", 0, "seeds TestSimSeeds runs (0: the short default)")
+	flagFirst  = flag.Uint64("chainsim.first", 1, "first seed TestSimSeeds runs")
+	flagTrace  = flag.Bool("chainsim.trace", false, "keep and print the full trace")
+	flagAll    = flag.Bool("chainsim.all", false, "draw from the whole fault menu, known defects included")
+	flagDeep   = flag.Bool("chainsim.deep", false, "also run the deep exhaustive cases (minutes)")
+	flagShrink = flag.Bool("chainsim.shrink", false, "with -chainsim.seed: shrink a failing run and print its minimal trace")
+	flagSave   = flag.String("chainsim.save", "", "with -chainsim.shrink: write the shrunk tape and trace as testdata/NAME.{tape,trace}")
+	flagList   = flag.Bool("chainsim.list", false, "list every failing seed with its failure")
 )
 
 // shortSeeds is how many seeds `go test` runs by default.
@@ -124,6 +128,9 @@ func TestSimSeeds(t *testing.T) {
 		}
 		if r.Failure != nil {
 			report(t, r)
+			if *flagShrink {
+				shrinkAndSave(t, sw, r.Failure.Invariant)
+			}
 		}
 		return
 	}
@@ -167,4 +174,35 @@ func TestSimSeeds(t *testing.T) {
 		}
 		report(t, r)
 	}
+}
+
+// shrinkAndSave shrinks a failing seed's tape, prints the minimal trace and
+// keeps it under testdata when asked.
+func shrinkAndSave(t *testing.T, sw Swarm, invariant string) {
+	rec := Record(NewRandom(sw.Seed))
+	Run(t, sw, rec)
+	vals := Shrink(t, sw, rec.Vals, invariant, 2000)
+	r := Run(t, sw, Replay(vals), WithFullTrace())
+	t.Logf("shrunk %d choices to %d (%d non-default): %v\ntrace:\n%s", len(rec.Vals), len(vals), nonZero(vals), r.Failure, r.Trace)
+	if *flagSave == "" || r.Failure == nil {
+		return
+	}
+	tape := fmt.Sprintf("# seed %d, whole menu: %v\n%s\n", sw.Seed, r.Failure, (&Tape{Vals: vals}).String())
+	if err := os.WriteFile(filepath.Join("testdata", *flagSave+".tape"), []byte(tape), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trace := fmt.Sprintf("# seed %d, whole menu, shrunk tape testdata/%s.tape\n# swarm: %v\n# %v\n%s", sw.Seed, *flagSave, sw, r.Failure, r.Trace)
+	if err := os.WriteFile(filepath.Join("testdata", *flagSave+".trace"), []byte(trace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func nonZero(v []int) int {
+	n := 0
+	for _, x := range v {
+		if x != 0 {
+			n++
+		}
+	}
+	return n
 }
