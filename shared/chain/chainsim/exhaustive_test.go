@@ -7,9 +7,10 @@ import (
 )
 
 type exhaustiveCase struct {
-	name string
-	sw   Swarm
-	deep bool // only with -chainsim.deep: minutes, not seconds
+	name   string
+	sw     Swarm
+	deep   bool   // only with -chainsim.deep: minutes, not seconds
+	defect string // skipped: a known defect of today's chain fails it
 }
 
 // exhaustiveCases are the small worlds the odometer enumerates: every
@@ -28,8 +29,8 @@ func exhaustiveCases() []exhaustiveCase {
 		return sw
 	}
 	var out []exhaustiveCase
-	deep := false
-	add := func(name string, sw Swarm) { out = append(out, exhaustiveCase{name, sw, deep}) }
+	deep, defect := false, ""
+	add := func(name string, sw Swarm) { out = append(out, exhaustiveCase{name, sw, deep, defect}) }
 	// One fault anywhere: a store write's reply lost or its write never
 	// landed, a metastore call refused or its reply lost, or a crash of
 	// the writer (its successor incarnation then settles and mints).
@@ -47,10 +48,20 @@ func exhaustiveCases() []exhaustiveCase {
 		sw.PEnv, sw.Env[EnvFence] = 1, true
 		add(fmt.Sprintf("preempt/K%dW%dwin%d", kw[0], kw[1], kw[2]), sw)
 	}
+	// One fault, then a liveness phase with one of the three buckets down
+	// (every fair down set, failing fast or hanging): the settlement must
+	// still return. Today's fence and garbage probe wait for the down
+	// bucket.
+	defect = defectProbeAll + "; and " + defectFenceRound
+	sw := base(3, 2, 2)
+	sw.LiveDown, sw.PLost, sw.PNotLanded, sw.PEnv, sw.Env[EnvCrash] = 1, 1, 1, 1, true
+	add("zone-down/K3W2win2", sw)
+	defect = ""
+
 	// Deep (-chainsim.deep, make sim): two faults, or a fault and a
 	// preemption against a successor, in the smallest replicated set.
 	deep = true
-	sw := base(2, 1, 2)
+	sw = base(2, 1, 2)
 	sw.MaxFaults, sw.PLost, sw.PNotLanded, sw.PEnv, sw.Env[EnvCrash] = 2, 1, 1, 1, true
 	add("fault2/K2W1win2", sw)
 	sw = base(2, 1, 2)
@@ -72,6 +83,9 @@ func TestExhaustive(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.defect != "" && !*flagDefects {
+				t.Skip(tc.defect)
+			}
 			od := &Odometer{}
 			states := map[uint64]bool{}
 			n, steps := 0, 0

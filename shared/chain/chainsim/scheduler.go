@@ -183,11 +183,11 @@ func (s *Sim) envDue(now time.Time, ready int) bool {
 	return true
 }
 
-// quiet: nothing pending and no call for quietFor.
+// quiet: nothing pending and no call served for quietFor.
 func (s *Sim) quiet(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.pending) == 0 && now.Sub(s.lastCall) >= quietFor
+	return len(s.pending) == 0 && now.Sub(s.lastServed) >= quietFor
 }
 
 // beginDrain ends the fault phase: no more faults, pauses end, and the
@@ -327,7 +327,7 @@ func (s *Sim) pick(ready []*call) *call {
 			order = append(order, c)
 		}
 	}
-	if i := slices.IndexFunc(order, func(c *call) bool { return c.actor == s.lastServed }); i > 0 {
+	if i := slices.IndexFunc(order, func(c *call) bool { return c.actor == s.lastActor }); i > 0 {
 		order[0], order[i] = order[i], order[0]
 	}
 	if !s.faulty || s.preempts >= s.sw.Preemptions {
@@ -359,7 +359,7 @@ func (s *Sim) serve(c *call) {
 	c.done = true
 	s.unpendLocked(c)
 	s.mu.Unlock()
-	s.lastServed = c.actor
+	s.lastServed, s.lastActor = time.Now(), c.actor
 	if c.op == "m.get" && c.key == headKeyString {
 		c.actor.headReads++
 		s.chk.deposedRead(c.actor)
@@ -422,19 +422,36 @@ func (s *Sim) idle(now time.Time) {
 			next = h.until
 		}
 	}
-	// A token left from a call that arrived while the scheduler was busy
-	// is stale (that call was considered): drop it, or the next idle
-	// would return at once on some runs and not on others.
-	select {
+	// Only a call that is still pending once everyone is parked ends the
+	// wait: a call registered and withdrawn within one instant (a retry
+	// racing its own cancellation) must not make an iteration, or a run
+	// would iterate at instants another run of the seed does not.
+	before := map[*call]bool{}
+	s.mu.Lock()
+	for _, c := range s.pending {
+		before[c] = true
+	}
+	s.mu.Unlock()
+	select { // a token of a call already considered
 	case <-s.wake:
 	default:
 	}
 	t := time.NewTimer(next.Sub(now))
-	select {
-	case <-s.wake:
-	case <-t.C:
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case <-s.wake:
+			synctest.Wait()
+			s.mu.Lock()
+			fresh := slices.ContainsFunc(s.pending, func(c *call) bool { return !before[c] })
+			s.mu.Unlock()
+			if fresh {
+				return
+			}
+		}
 	}
-	t.Stop()
 }
 
 // shutdown ends the run: every pending and later call fails as gone,

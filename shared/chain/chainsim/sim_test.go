@@ -28,7 +28,7 @@ var (
 )
 
 // shortSeeds is how many seeds `go test` runs by default.
-const shortSeeds = 300
+const shortSeeds = 600
 
 // knownDefects are defects of today's shared/chain that the lead is
 // fixing. Each takes out of the randomized menu the faults that trip it,

@@ -63,7 +63,7 @@ type Swarm struct {
 	Attempt  time.Duration // one bucket request's timeout
 
 	// Fault phase: how many steps, how likely an environment event is per
-	// step, and which kinds may strike (weight 0: never).
+	// step, and which kinds may strike.
 	FaultSteps int
 	PEnv       float64
 	Env        [numEnvKinds]bool
