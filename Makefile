@@ -107,7 +107,7 @@ verify: sim
 ## sim: the chain simulation (issue 11, shared/chain/chainsim): SIM_SEEDS
 ## seeds of the randomized run (each draws its sizes and faults, then heals
 ## and demands a settlement) and the deep exhaustive cases. `make test` runs
-## 300 seeds and the short exhaustive cases. A failing seed prints its trace
+## 600 seeds and the short exhaustive cases. A failing seed prints its trace
 ## and the command that replays it. Log: build/sim.log.
 SIM_SEEDS ?= 100000
 .PHONY: sim
