@@ -29,6 +29,7 @@ const (
 	drainFor     = 5 * time.Minute
 	finalFor     = 20 * time.Minute
 	maxIdle      = time.Second
+	maxFake      = 2 * time.Hour // a run's bound in fake time, whatever its phases do
 	deposedReads = 40
 	restartAfter = 3 * time.Second
 	envIdle      = time.Second // head reads a deposed writer may still make before it counts as retrying forever
@@ -42,7 +43,7 @@ func (s *Sim) run() Result {
 	enter := func(p phase) { ph, phStep, phTime = p, s.step, time.Now() }
 	maxSteps := s.sw.FaultSteps + s.sw.LiveSteps*3 + 1000
 	var settler, trimmer *actor
-	for s.step < maxSteps && ph != phaseDone {
+	for s.step < maxSteps && ph != phaseDone && time.Since(s.start) < maxFake {
 		synctest.Wait()
 		s.drainEvents()
 		s.chk.afterStep()
@@ -132,7 +133,7 @@ func (s *Sim) run() Result {
 		s.idle(now)
 	}
 	if s.failure == nil && ph != phaseDone {
-		s.fail("liveness", "run-ends", fmt.Sprintf("the run did not end within %d steps (phase %d)", maxSteps, ph))
+		s.fail("liveness", "run-ends", fmt.Sprintf("the run did not end within %d steps and %v (phase %d)", maxSteps, maxFake, ph))
 	}
 	s.shutdown()
 	return s.result()
