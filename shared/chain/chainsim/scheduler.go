@@ -25,25 +25,34 @@ const (
 
 // Bounds of the phases in fake time (steps are bounded by the swarm).
 const (
-	quietFor     = 20 * time.Second // no call for this long: the phase is quiescent
+	quietFor     = 20 * time.Second // no call served for this long: the phase is quiescent
 	drainFor     = 5 * time.Minute
 	finalFor     = 20 * time.Minute
 	maxIdle      = time.Second
-	maxFake      = 2 * time.Hour // a run's bound in fake time, whatever its phases do
+	maxFake      = 2 * time.Hour   // a run's bound in fake time, whatever its phases do
+	restartAfter = 3 * time.Second // a supervisor restarts a dead star this late
+	envIdle      = time.Second     // while nothing is ready, one environment draw per envIdle
+	// deposedReads is how many head reads a deposed writer may still make
+	// before it counts as retrying forever.
 	deposedReads = 40
-	restartAfter = 3 * time.Second
-	envIdle      = time.Second // head reads a deposed writer may still make before it counts as retrying forever
 )
+
+// phaseState is where the run is: its phase, since when, and the actors
+// the liveness phases wait for.
+type phaseState struct {
+	ph               phase
+	step             int
+	at               time.Time
+	settler, trimmer *actor
+}
 
 // run is the scheduler: one event per step, and the invariants after each.
 func (s *Sim) run() Result {
 	s.faulty = true
 	s.startWriter()
-	ph, phStep, phTime := phaseFaults, 0, s.start
-	enter := func(p phase) { ph, phStep, phTime = p, s.step, time.Now() }
+	p := &phaseState{ph: phaseFaults, at: s.start}
 	maxSteps := s.sw.FaultSteps + s.sw.LiveSteps*3 + 1000
-	var settler, trimmer *actor
-	for s.step < maxSteps && ph != phaseDone && time.Since(s.start) < maxFake {
+	for s.step < maxSteps && p.ph != phaseDone && time.Since(s.start) < maxFake {
 		synctest.Wait()
 		s.drainEvents()
 		s.chk.afterStep()
@@ -54,74 +63,16 @@ func (s *Sim) run() Result {
 			break
 		}
 		now := time.Now()
-		quiet := s.quiet(now)
-		switch ph {
-		case phaseFaults:
-			if s.step-phStep >= s.sw.FaultSteps || quiet {
-				s.beginDrain()
-				enter(phaseDrain)
-				continue
-			}
-		case phaseDrain:
-			if quiet || s.step-phStep >= s.sw.LiveSteps || now.Sub(phTime) >= drainFor {
-				for _, a := range s.alive(roleWriter) {
-					s.crash(a)
-				}
-				for _, a := range s.alive(roleFencer) {
-					s.crash(a)
-				}
-				for _, a := range s.alive(roleTrimmer) {
-					s.crash(a)
-				}
-				s.waived = s.chk.liveDemand()
-				settler = s.startFencer("z1", roleSettler, true)
-				enter(phaseFinal)
-				continue
-			}
-		case phaseFinal:
-			if settler.exited {
-				if settler.err != nil && s.waived == "" {
-					s.fail("liveness", "settle-returns", fmt.Sprintf("the final settlement failed on a decidable chain: %v", settler.err))
-					continue
-				}
-				if settler.err == nil {
-					s.chk.finalCheck()
-				}
-				if s.sw.Trims > 0 && settler.err == nil {
-					trimmer = s.startTrimmer()
-					enter(phaseTrim)
-				} else {
-					enter(phaseDone)
-				}
-				continue
-			}
-			if s.waived == "" && (s.step-phStep >= s.sw.LiveSteps || now.Sub(phTime) >= finalFor) {
-				inv := "settle-returns" // fenced, but the walk, absorb or probe did not finish
-				if !s.chk.fenced() {
-					inv = "fence-returns"
-				}
-				s.fail("liveness", inv, fmt.Sprintf("the final settlement did not return within %d steps / %v with %s: %s",
-					s.sw.LiveSteps, finalFor, s.healthString(), s.chk.stuckWhere()))
-				continue
-			}
-			if s.waived != "" && now.Sub(phTime) >= finalFor {
-				enter(phaseDone)
-				continue
-			}
-		case phaseTrim:
-			if trimmer.exited || s.step-phStep >= s.sw.LiveSteps || now.Sub(phTime) >= finalFor {
-				s.chk.finalCheck()
-				enter(phaseDone)
-				continue
-			}
+		if s.transition(p, now) {
+			continue
 		}
-		if ph == phaseFaults && s.restartDue(now) {
+		if p.ph == phaseFaults && s.restartDue(now) {
 			s.startWriter()
 			s.step++
 			continue
 		}
 		ready := s.ready(now)
-		if ph == phaseFaults && s.envDue(now, len(ready)) && s.envEvent() {
+		if p.ph == phaseFaults && s.envDue(now, len(ready)) && s.envEvent() {
 			s.step++
 			continue
 		}
@@ -132,11 +83,66 @@ func (s *Sim) run() Result {
 		}
 		s.idle(now)
 	}
-	if s.failure == nil && ph != phaseDone {
-		s.fail("liveness", "run-ends", fmt.Sprintf("the run did not end within %d steps and %v (phase %d)", maxSteps, maxFake, ph))
+	if s.failure == nil && p.ph != phaseDone {
+		s.fail("liveness", "run-ends", fmt.Sprintf("the run did not end within %d steps and %v (phase %d)", maxSteps, maxFake, p.ph))
 	}
 	s.shutdown()
 	return s.result()
+}
+
+// transition moves the run to its next phase when the current one is
+// over, and reports whether it did (or failed the run).
+func (s *Sim) transition(p *phaseState, now time.Time) bool {
+	enter := func(ph phase) bool {
+		p.ph, p.step, p.at = ph, s.step, now
+		return true
+	}
+	steps, took := s.step-p.step, now.Sub(p.at)
+	switch p.ph {
+	case phaseFaults:
+		if steps >= s.sw.FaultSteps || s.quiet(now) {
+			s.beginDrain()
+			return enter(phaseDrain)
+		}
+	case phaseDrain:
+		if s.quiet(now) || steps >= s.sw.LiveSteps || took >= drainFor {
+			for _, a := range s.crashable() {
+				s.crash(a)
+			}
+			s.waived = s.chk.liveDemand()
+			p.settler = s.startFencer("z1", roleSettler, true)
+			return enter(phaseFinal)
+		}
+	case phaseFinal:
+		switch {
+		case p.settler.exited && p.settler.err != nil && s.waived == "":
+			s.fail("liveness", "settle-returns", fmt.Sprintf("the final settlement failed on a decidable chain: %v", p.settler.err))
+			return true
+		case p.settler.exited && p.settler.err == nil:
+			s.chk.finalCheck()
+			if s.sw.Trims == 0 {
+				return enter(phaseDone)
+			}
+			p.trimmer = s.startTrimmer()
+			return enter(phaseTrim)
+		case p.settler.exited, s.waived != "" && took >= finalFor:
+			return enter(phaseDone)
+		case s.waived == "" && (steps >= s.sw.LiveSteps || took >= finalFor):
+			inv := "settle-returns" // fenced, but the walk, absorb or probe did not finish
+			if !s.chk.fenced() {
+				inv = "fence-returns"
+			}
+			s.fail("liveness", inv, fmt.Sprintf("the final settlement did not return within %d steps / %v with %s: %s",
+				s.sw.LiveSteps, finalFor, s.healthString(), s.chk.stuckWhere()))
+			return true
+		}
+	case phaseTrim:
+		if p.trimmer.exited || steps >= s.sw.LiveSteps || took >= finalFor {
+			s.chk.finalCheck()
+			return enter(phaseDone)
+		}
+	}
+	return false
 }
 
 func (s *Sim) result() Result {
