@@ -46,14 +46,28 @@ var knownDefects = []struct {
 	{"the garbage probe retries every bucket of the set, so one zone down blocks settlement", func(m *Menu) { m.NoLivenessDown = true }},
 }
 
-func menu() Menu {
+// knownFailures are seeds of the randomized run (its default menu) that
+// break an invariant through a known defect no menu item isolates: their
+// failure is logged, not counted, while it is the one named; a seed that
+// passes is a reminder to drop it. Delete an entry when its fix merges.
+var knownFailures = map[uint64]struct{ invariant, defect string }{
+	81637: {"refs-dense", "absorb-overlap (TestKnownDefects/absorb-overlap)"},
+}
+
+// safeMenu is the menu minus what the known defects trip.
+func safeMenu() Menu {
 	var m Menu
-	if !*flagAll {
-		for _, d := range knownDefects {
-			d.avoid(&m)
-		}
+	for _, d := range knownDefects {
+		d.avoid(&m)
 	}
 	return m
+}
+
+func menu() Menu {
+	if *flagAll {
+		return Menu{}
+	}
+	return safeMenu()
 }
 
 // figures sum up many runs.
@@ -150,7 +164,16 @@ func TestSimSeeds(t *testing.T) {
 				t.Parallel()
 				for seed := *flagFirst + uint64(w); seed < *flagFirst+uint64(n); seed += uint64(workers) {
 					sw := Draw(seed, m)
-					f.add(Run(t, sw, NewRandom(sw.Seed), runOpts()...))
+					r := Run(t, sw, NewRandom(sw.Seed), runOpts()...)
+					if k, ok := knownFailures[seed]; ok && !*flagAll {
+						if r.Failure != nil && r.Failure.Invariant == k.invariant {
+							t.Logf("seed %d: known failure %s through defect %s", seed, k.invariant, k.defect)
+							r.Failure = nil
+						} else if r.Failure == nil {
+							t.Logf("seed %d passes now: drop it from knownFailures (defect %s)", seed, k.defect)
+						}
+					}
+					f.add(r)
 				}
 			})
 		}
