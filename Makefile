@@ -97,12 +97,25 @@ bench:
 ## kills, 6 handoffs, 9 bucket/metastore faults; VERIFY_MINUTES (10) sets the
 ## length (`make test` runs 12 s with a few faults). Log: build/verify.log.
 VERIFY_MINUTES ?= 10
-verify:
+verify: sim
 	@mkdir -p build
 	@set -o pipefail; m=$(VERIFY_MINUTES); $(GO) test -count=1 -timeout $$((m*6+30))m -v -run TestLinearizable ./star/verify -args \
 	  -verify.duration=$${m}m -verify.round=20s -verify.stars=3 \
 	  -verify.kills=$$((m*6)) -verify.handoffs=$$((m*6)) -verify.store-faults=$$((m*9)) \
 	  -verify.max-down=4s -verify.max-hold=4s 2>&1 | tee build/verify.log
+
+## sim: the chain simulation (issue 11, shared/chain/chainsim): SIM_SEEDS
+## seeds of the randomized run (each draws its sizes and faults, then heals
+## and demands a settlement) and the deep exhaustive cases. `make test` runs
+## 600 seeds and the short exhaustive cases. A failing seed prints its trace
+## and the command that replays it. Log: build/sim.log.
+SIM_SEEDS ?= 100000
+.PHONY: sim
+sim:
+	@mkdir -p build
+	@set -o pipefail; $(GO) test -count=1 -timeout 4h -v -run 'TestSimSeeds$$|TestExhaustive$$' ./shared/chain/chainsim \
+	  -args -chainsim.seeds=$(SIM_SEEDS) -chainsim.deep 2>&1 | tee build/sim.log \
+	  | grep -E '^(ok |FAIL|--- |panic:)|^    --- |(sim|exhaustive)_test.go:[0-9]+: [^ ]'
 
 ## failover-bench: failover time (issue 6): kill -9 of a stream's leader, then
 ## the first ack through the other star, FAILOVER_KILLS kills at leader backlogs
