@@ -107,7 +107,7 @@ func (c *Chain) claimFence(ctx context.Context, epoch uint64, own bool) (uint64,
 		if err != nil {
 			return 0, false, err
 		}
-		switch judgeFence(h, ok, epoch, c.Me, own) {
+		switch judgeFence(h, ok, epoch, c.Star, c.Me, own) {
 		case vNotMinted:
 			return 0, false, fmt.Errorf("chain %s/%s: fence epoch %d: not minted", c.Star, c.Class, epoch)
 		case vDeposed:

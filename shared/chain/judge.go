@@ -34,7 +34,15 @@ const (
 // later epoch) means a successor took over, and the writer is deposed. A
 // successor claims the fence even over a recorded cut, so the writer's
 // mint from its own fence fails.
-func judgeFence(h meta.Head, ok bool, epoch uint64, me string, own bool) verdict {
+//
+// An incarnation of the chain's star settling it as a successor (a
+// restart settles its own chain before minting) is deposed by any trace
+// of a later incarnation on the head: an older process paused in its
+// start must not fence the live epoch of the one that replaced it.
+func judgeFence(h meta.Head, ok bool, epoch uint64, star, me string, own bool) verdict {
+	if mine := incarnationOf(me, star); ok && mine > 0 && (incarnationOf(h.Owner, star) > mine || incarnationOf(h.Fencer, star) > mine) {
+		return vDeposed
+	}
 	switch {
 	case !ok || h.Epoch < epoch:
 		return vNotMinted

@@ -31,15 +31,20 @@ const me = "s:2"
 
 // judgeFence over every head: the properties that make a fence safe.
 func TestJudgeFence(t *testing.T) {
-	if v := judgeFence(meta.Head{}, false, 5, me, false); v != vNotMinted {
+	if v := judgeFence(meta.Head{}, false, 5, "s", me, false); v != vNotMinted {
 		t.Fatalf("no head: %v", v)
 	}
 	for _, h := range heads() {
 		for _, own := range []bool{true, false} {
-			v := judgeFence(h, true, 5, me, own)
+			v := judgeFence(h, true, 5, "s", me, own)
 			name := fmt.Sprintf("%+v own=%v → %v", h, own, v)
 			mineFence := h.State == meta.HeadFencing && h.Fencer == me
 			switch {
+			case h.Owner == "s:3" || h.Fencer == "s:3":
+				if v != vDeposed {
+					t.Errorf("%s: a later incarnation on the head deposes %s, even as a successor", name, me)
+				}
+				continue
 			case h.Epoch < 5:
 				if v != vNotMinted {
 					t.Errorf("%s: an epoch above the head is not minted", name)
@@ -72,7 +77,7 @@ func TestJudgeFence(t *testing.T) {
 				}
 			}
 			if !own && v == vDeposed {
-				t.Errorf("%s: a successor is never deposed by fencing", name)
+				t.Errorf("%s: a successor is deposed only by a later incarnation", name)
 			}
 		}
 	}

@@ -133,15 +133,17 @@ func readOrder(n, start int, sick []atomic.Bool) []int {
 	return order
 }
 
-// ProbeGarbage makes every slot in [cut, cut+window) dead: the slots the
+// ProbeGarbage makes every slot in [cut, cut+window) dead (or, where an
+// unreadable occupant stands, poisoned in every other bucket): the slots the
 // writer may have uploaded in parallel but never released (the cut slot
 // itself included: a writer's own fence may cut at a slot it could not
 // decide physically). Flight copies found there are deleted and the
 // bucket poisoned, so no reader ever meets them and no late upload can
 // land. A slot is done once K−W+1 poisons stand and every bucket that
-// answers is reaped; a bucket still unreachable a grace after that is
-// left (its copy is garbage no read ever points to), so one zone down
-// does not hold the settle up.
+// answers is reaped (a bucket still unreachable a second after that is
+// left: its copy is garbage no read ever points to, so one zone down does
+// not hold the settle up), or once every bucket holds poison or an
+// unreadable object, which is never deleted (it may be a poison).
 func (c *Chain) ProbeGarbage(ctx context.Context, rec meta.Epoch, cut uint64) error {
 	nonce, err := ParseNonce(rec.Params.Nonce)
 	if err != nil {
@@ -188,6 +190,9 @@ func (c *Chain) reapSlot(ctx context.Context, bs []objstore.Bucket, w int, want 
 		}()
 	}
 	t := NewTally(len(bs), w)
+	// Once the slot is dead, a bucket that has not answered a grace later
+	// is given up: its copy is garbage no read points to, and one zone
+	// down must not hold the settle up.
 	grace := time.NewTimer(reapGrace)
 	grace.Stop()
 	defer grace.Stop()
@@ -209,17 +214,26 @@ func (c *Chain) reapSlot(ctx context.Context, bs []objstore.Bucket, w int, want 
 			cancel()
 		}
 	}
-	if t.Fate() != Dead {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fmt.Errorf("chain: garbage probe of %s: not dead (%v): %w", key, t.Occupants(), lastErr)
+	if t.Fate() == Dead {
+		return nil
 	}
-	return nil
+	// Poison or unreadable in every bucket is all a probe can leave: an
+	// unreadable object may be a poison, and is never deleted.
+	done := true
+	for _, o := range t.Occupants() {
+		done = done && (o == Poison || o == Unreadable)
+	}
+	if done {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("chain: garbage probe of %s: not dead (%v): %v", key, t.Occupants(), lastErr)
 }
 
-// reapCopy leaves poison in one bucket at key, deleting a flight (or an
-// unreadable) copy it finds there first.
+// reapCopy leaves poison in one bucket at key, deleting a flight copy it
+// finds there first; an unreadable occupant is left alone.
 func (c *Chain) reapCopy(ctx context.Context, b objstore.Bucket, key string, want copyID, poison []byte) (Occupant, error) {
 	r := c.newRetrier("reap " + b.Name() + " " + key)
 	for {
@@ -237,7 +251,11 @@ func (c *Chain) reapCopy(ctx context.Context, b objstore.Bucket, key string, wan
 			switch occ {
 			case Poison:
 				return Poison, nil
-			case Flight, Unreadable:
+			case Unreadable:
+				// Never delete what cannot be read: it may be a poison that
+				// keeps the cut slot dead. It counts neither way and stays.
+				return Unreadable, nil
+			case Flight:
 				actx, cancel := c.attempt(ctx)
 				err = b.Delete(actx, key)
 				cancel()

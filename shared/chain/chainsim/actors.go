@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
@@ -223,32 +222,10 @@ func (s *Sim) settleOnce(ctx context.Context, a *actor, c *chain.Chain) error {
 	return settle.ChainThrough(ctx, c, abs, h.Epoch)
 }
 
-// isUndecidable reports the fixed fence's typed refusal to guess
-// (*chain.UndecidableError, which today's chain does not have yet: it is
-// matched by name so this package builds against both).
+// isUndecidable reports the fence's typed refusal to guess.
 func isUndecidable(err error) bool {
-	for _, e := range unwrapAll(err) {
-		if strings.HasSuffix(fmt.Sprintf("%T", e), ".UndecidableError") {
-			return true
-		}
-	}
-	return false
-}
-
-func unwrapAll(err error) []error {
-	if err == nil {
-		return nil
-	}
-	out := []error{err}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		out = append(out, unwrapAll(u.Unwrap())...)
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			out = append(out, unwrapAll(e)...)
-		}
-	}
-	return out
+	var ue *chain.UndecidableError
+	return errors.As(err, &ue)
 }
 
 // startTrimmer starts the auditor's trim: for every settled epoch, the

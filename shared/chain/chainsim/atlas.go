@@ -111,6 +111,21 @@ func (c *checker) undecidable(live []bool) string {
 		if !found {
 			return fmt.Sprintf("e%d has no slot the fence can kill with %v", ev.epoch, liveString(live))
 		}
+		// The garbage probe, which settlement waits for, finishes a slot
+		// of [cut, cut+window) once K−W+1 poisons stand, or every bucket
+		// holds poison or something unreadable (never deleted).
+		for s := cut; s < cut+uint64(ev.window); s++ {
+			killable, all := 0, true
+			for b, o := range c.occupants(ev, s) {
+				if live[b] && o != occUnreadable {
+					killable++ // it answers, and holds poison or takes it
+				}
+				all = all && live[b]
+			}
+			if killable < k-w+1 && !all {
+				return fmt.Sprintf("garbage slot e%d/%d cannot be killed with %v (%s)", ev.epoch, s, liveString(live), c.describe(ev, s))
+			}
+		}
 		for s := ev.checkpoint; s < cut; s++ {
 			key := chain.SlotKey(chainStar, chainClass, ev.epoch, s)
 			good := false

@@ -44,6 +44,10 @@ type epochView struct {
 	known  bool // params seen on the head or the record
 	window int
 	cut    *uint64 // the recorded cut, once seen
+	// ownCut: the epoch's writer recorded the cut (chain.FenceOwn). It may
+	// cut at a slot it never released without deciding it in the bytes;
+	// the garbage probe kills it at settlement.
+	ownCut bool
 	// cursors of the record, as last seen
 	checkpoint, rewritten, trimmed uint64
 	settled                        bool
@@ -175,6 +179,9 @@ func (c *checker) onHead() {
 	ev := c.epoch(h.Epoch)
 	c.learn(ev, h.Owner, h.Params)
 	if h.Cut != nil {
+		if ev.cut == nil && h.Fencer == h.Owner {
+			ev.ownCut = true
+		}
 		c.onCut(ev, *h.Cut, "head")
 	}
 	if h.State == meta.HeadSettled && h.Cut == nil {
@@ -291,7 +298,7 @@ func (c *checker) slotAgainstCut(ev *epochView, s uint64, f chain.Fate) {
 	switch {
 	case s < cut && f != chain.Committed && !(ev.everCommitted[s] && ev.settled && s < ev.rewritten):
 		c.fail("committed-below-cut", "epoch %d slot %d below the cut %d is %v in the bytes (%s)", ev.epoch, s, cut, f, c.describe(ev, s))
-	case s == cut && f != chain.Dead:
+	case s == cut && f != chain.Dead && !ev.ownCut:
 		c.fail("cut-dead", "epoch %d: the cut %d is %v in the bytes, not dead (%s)", ev.epoch, s, f, c.describe(ev, s))
 	}
 }
@@ -368,7 +375,9 @@ func (c *checker) onSlot(ev *epochView, s uint64, key string) {
 	if f == chain.Committed {
 		ev.everCommitted[s] = true
 	}
-	garbage := ev.cut != nil && s > *ev.cut
+	// At and above the cut is garbage: the probe reaps it (the cut slot
+	// too, which a writer's own fence may cut without deciding).
+	garbage := ev.cut != nil && s >= *ev.cut
 	switch {
 	case prev == chain.Committed && f != chain.Committed && !garbage && !c.trimmed(ev, s, key):
 		c.fail("committed-permanent", "epoch %d slot %d was committed and is now %v (%s)", ev.epoch, s, f, c.describe(ev, s))
@@ -442,14 +451,28 @@ func (c *checker) onSettled(ev *epochView) {
 		c.fail("cut-recorded", "epoch %d settled without a recorded cut", ev.epoch)
 		return
 	}
-	for s := *ev.cut + 1; s < *ev.cut+uint64(ev.window); s++ {
+	for s := *ev.cut; s < *ev.cut+uint64(ev.window); s++ {
 		c.checks++
+		if c.damaged(ev, s) {
+			continue // an unreadable copy is never reaped: it may be a poison
+		}
 		if f := c.fateOf(ev, s); f != chain.Dead {
 			c.fail("garbage-dead", "epoch %d settled but slot %d in its garbage window is %v (%s)", ev.epoch, s, f, c.describe(ev, s))
 		}
 	}
 	c.readBack(ev, ev.acks)
 	c.checkRefs(ev)
+}
+
+// damaged reports whether a copy of slot s was damaged at rest.
+func (c *checker) damaged(ev *epochView, s uint64) bool {
+	key := chain.SlotKey(chainStar, chainClass, ev.epoch, s)
+	for b := range c.s.objs.buckets {
+		if obj := c.s.objs.buckets[b][key]; obj != nil && obj.damage != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // readBack: every acknowledged record is covered by a span ref at its seq

@@ -10,11 +10,11 @@ import (
 
 var flagDefects = flag.Bool("chainsim.defects", false, "run TestKnownDefects even where skipped (they fail on today's chain)")
 
-// Defects of today's shared/chain the simulation found, each with seeds
-// (whole fault menu) that break an invariant on today's code. Once the
-// fix lands the seed must pass: delete the skip, and the defect's entry
-// in knownDefects (sim_test.go) so the randomized run draws its faults
-// again. -chainsim.defects runs them anyway, to watch them fail.
+// Defects the simulation found in the chain as it was before issue 11's
+// fixes, each with a seed (whole fault menu) that broke an invariant then
+// and a shrunk tape of that failure. All are fixed: each seed and tape
+// must pass. A defect found later gets a line here with its skip until its
+// fix lands (-chainsim.defects runs skipped ones anyway).
 const (
 	defectUnreadable    = "defect unreadable-as-poison: chain.probe (commit.go:230-233) counts an undecodable envelope (corrupt, or a newer version) as Poison, so a fence declares a committed slot dead (its cut lands on it) and the garbage probe leaves a damaged flight copy standing; fix: Unreadable counts neither way, *chain.UndecidableError when a slot cannot be decided (lead)"
 	defectFenceRound    = "defect fence-round: chain.findCut (fence.go:156-181, fenceSlot 186-219) waits for whole 64-slot rounds and fenceSlot poisons a slot whose verified flight copy stands in a live bucket, so with one zone down a slot holding a flight and a poison blocks the fence forever; fix: decide slot by slot, roll such a slot forward (lead)"
@@ -43,17 +43,17 @@ func TestKnownDefects(t *testing.T) {
 		invariant string       // what it breaks on today's code
 		skip      string
 	}{
-		{"unreadable-cut/foreign", 2332, false, nil, "cut-dead", defectUnreadable},
-		{"unreadable-cut/corrupt", 3489, false, nil, "cut-dead", defectUnreadable},
-		{"unreadable-garbage", 1704, false, nil, "garbage-dead", defectUnreadable},
-		{"fence-round/flight-and-poison", 764, false, nil, "fence-returns", defectFenceRound},
-		{"fence-round/committed", 988, false, nil, "fence-returns", defectFenceRound},
-		{"probe-every-bucket", 26, false, nil, "settle-returns", defectProbeAll},
-		{"footer-gives-up", 81, false, footerSwarm, "settle-returns", defectFooter},
-		{"absorb-overlap", 81637, true, nil, "refs-dense", defectAbsorbOverlap},
-		{"zombie-retries", 2783, false, nil, "deposed-stops", defectZombie},
-		{"stale-incarnation-mints/first-epoch", 3209, false, nil, "mint-order", defectStaleMint},
-		{"stale-incarnation-mints/later-epoch", 5324, false, nil, "mint-order", defectStaleMint},
+		{"unreadable-cut/foreign", 2332, false, nil, "cut-dead", ""},
+		{"unreadable-cut/corrupt", 3489, false, nil, "cut-dead", ""},
+		{"unreadable-garbage", 1704, false, nil, "garbage-dead", ""},
+		{"fence-round/flight-and-poison", 764, false, nil, "fence-returns", ""},
+		{"fence-round/committed", 988, false, nil, "fence-returns", ""},
+		{"probe-every-bucket", 26, false, nil, "settle-returns", ""},
+		{"footer-gives-up", 81, false, footerSwarm, "settle-returns", ""},
+		{"absorb-overlap", 81637, true, nil, "refs-dense", ""},
+		{"zombie-retries", 2783, false, nil, "deposed-stops", ""},
+		{"stale-incarnation-mints/first-epoch", 3209, false, nil, "mint-order", ""},
+		{"stale-incarnation-mints/later-epoch", 5324, false, nil, "mint-order", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.skip != "" && !*flagDefects {

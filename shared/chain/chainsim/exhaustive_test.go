@@ -50,13 +50,11 @@ func exhaustiveCases() []exhaustiveCase {
 	}
 	// One fault, then a liveness phase with one of the three buckets down
 	// (every fair down set, failing fast or hanging): the settlement must
-	// still return. Today's fence and garbage probe wait for the down
-	// bucket.
-	defect = defectProbeAll + "; and " + defectFenceRound
+	// still return (before issue 11's fix, the fence and the garbage probe
+	// waited for the down bucket).
 	sw := base(3, 2, 2)
 	sw.LiveDown, sw.PLost, sw.PNotLanded, sw.PEnv, sw.Env[EnvCrash] = 1, 1, 1, 1, true
 	add("zone-down/K3W2win2", sw)
-	defect = ""
 
 	// Deep (-chainsim.deep, make sim): two faults, or a fault and a
 	// preemption against a successor, in the smallest replicated set.

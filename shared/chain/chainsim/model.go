@@ -241,9 +241,17 @@ func (m *model) recover(ctx context.Context, r uploadResult) error {
 			break
 		}
 	}
+	m.w.Close() // no copy of this writer lands after its fence reads
+	committed := map[uint64]bool{}
+	for s, f := range m.inflight {
+		if f.committed {
+			committed[s] = true
+		}
+	}
+	known := chain.Known{Released: m.releaseAt, Committed: func(s uint64) bool { return committed[s] }}
 	var cut uint64
 	if err := m.retry(ctx, "fence own epoch", func() (err error) {
-		cut, err = m.c.Fence(ctx, epoch, true)
+		cut, err = m.c.FenceOwn(ctx, epoch, known)
 		return err
 	}); err != nil {
 		return m.depose(err)

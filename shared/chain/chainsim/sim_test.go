@@ -30,29 +30,21 @@ var (
 // shortSeeds is how many seeds `go test` runs by default.
 const shortSeeds = 600
 
-// knownDefects are defects of today's shared/chain that the lead is
-// fixing. Each takes out of the randomized menu the faults that trip it,
-// so the randomized run stays green until the fix lands: delete an entry
-// when its fix merges (TestKnownDefects keeps a seed that trips each).
+// knownDefects are defects of shared/chain (or what it drives) that are
+// not fixed yet. Each takes out of the randomized menu the faults that trip
+// it, so the randomized run stays green until the fix lands: delete an
+// entry when its fix merges (TestKnownDefects keeps a seed that trips each).
+// The seven the simulation found are fixed (TestKnownDefects).
 var knownDefects = []struct {
 	name  string
 	avoid func(*Menu)
-}{
-	{"probe counts an undecodable (corrupt or newer-version) envelope as poison", func(m *Menu) { m.NoCorruption = true }},
-	{"the fence waits for a whole 64-slot round and never rolls forward, so one bucket down blocks it", func(m *Menu) { m.NoLivenessDown = true }},
-	{"a zombie's own fence of a settled epoch returns its cut; its mint retries ErrNotFenced forever", func(m *Menu) { m.NoZombies = true }},
-	{"an older incarnation paused in its open settles a later one's live epoch and mints after it", func(m *Menu) { m.NoZombies = true }},
-	{"the walk gives up on the first corrupt footer copy though a good copy stands", func(m *Menu) { m.NoCorruption = true }},
-	{"the garbage probe retries every bucket of the set, so one zone down blocks settlement", func(m *Menu) { m.NoLivenessDown = true }},
-}
+}{}
 
 // knownFailures are seeds of the randomized run (its default menu) that
 // break an invariant through a known defect no menu item isolates: their
 // failure is logged, not counted, while it is the one named; a seed that
 // passes is a reminder to drop it. Delete an entry when its fix merges.
-var knownFailures = map[uint64]struct{ invariant, defect string }{
-	81637: {"refs-dense", "absorb-overlap (TestKnownDefects/absorb-overlap)"},
-}
+var knownFailures = map[uint64]struct{ invariant, defect string }{}
 
 // safeMenu is the menu minus what the known defects trip.
 func safeMenu() Menu {
