@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,35 @@ type History struct {
 	// cannot express (a read whose seq nums do not follow its start).
 	anomalies  []string
 	shortReads []string
+	// failures are the operations that failed other than with a 412 or
+	// a 416, for the faults' own assertions (a definite failure and a
+	// failed read carry no information for the model and are not in ops).
+	failures []Failure
+}
+
+// Failure is one operation that failed other than with a 412 or a 416.
+type Failure struct {
+	Kind         Kind
+	Client       int
+	Stream       string
+	Label        string
+	Call, Return int64
+	// Definite says an append surely had no effect: the SDK proves it
+	// (a 4xx, a refused connection) or the star says it refused the
+	// batch before sequencing it (ServerRefused). The model treats the
+	// latter as indefinite, which is sound, only weaker.
+	Definite bool
+	Err      string
+}
+
+// ServerRefused reports whether err is a 503 with which the star says it
+// refused an append before sequencing it (its message ends "; retry":
+// not leading, no pool budget in time, the object store not taking the
+// star's writes and the batch not yet sequenced). Over the wire every 503
+// is indefinite; only the message tells the two apart.
+func ServerRefused(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Status == 503 && strings.HasSuffix(ae.Message, "; retry")
 }
 
 // Ack is one acknowledged append.
@@ -128,6 +158,10 @@ func (h *History) RecordAppend(client int, in *Input, call int64, ack api.Append
 	defer h.mu.Unlock()
 	h.stats.Appends++
 	o, ok := Classify(KindAppend, err)
+	if err != nil && o != OutSeqMismatch && o != OutTokenMismatch {
+		h.failures = append(h.failures, Failure{Kind: KindAppend, Client: client, Stream: in.Stream, Label: in.Label,
+			Call: call, Return: ret, Definite: !ok || ServerRefused(err), Err: err.Error()})
+	}
 	if !ok {
 		h.stats.NoEffect++
 		return o
@@ -158,6 +192,9 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 	defer h.mu.Unlock()
 	h.stats.Reads++
 	o, ok := Classify(KindRead, err)
+	if err != nil && o != OutRangeNotSatisfiable {
+		h.failures = append(h.failures, Failure{Kind: KindRead, Client: client, Stream: in.Stream, Call: call, Return: ret, Err: err.Error()})
+	}
 	if !ok {
 		h.stats.NoEffect++
 		return
@@ -193,6 +230,7 @@ func (h *History) RecordCheckTail(client int, stream string, call int64, tail ap
 	defer h.mu.Unlock()
 	h.stats.CheckTails++
 	if err != nil {
+		h.failures = append(h.failures, Failure{Kind: KindCheckTail, Client: client, Stream: stream, Call: call, Return: ret, Err: err.Error()})
 		h.stats.NoEffect++
 		return
 	}
@@ -273,6 +311,29 @@ func (h *History) observed(in *Input, carriers map[uint64]int) (int64, bool) {
 		}
 	}
 	return at, ok
+}
+
+// Failures returns the operations that failed other than with a 412 or
+// a 416.
+func (h *History) Failures() []Failure {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Failure(nil), h.failures...)
+}
+
+// AckTimes returns, by stream, the call and return times of the
+// acknowledged appends, in the order they were recorded.
+func (h *History) AckTimes() map[string][][2]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string][][2]int64{}
+	for _, op := range h.ops {
+		in, o := op.Input.(*Input), op.Output.(*Output)
+		if in.Kind == KindAppend && o.Outcome == OutOK {
+			out[in.Stream] = append(out[in.Stream], [2]int64{op.Call, op.Return})
+		}
+	}
+	return out
 }
 
 // Acks returns the acknowledged appends.
