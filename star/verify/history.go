@@ -24,11 +24,12 @@ type History struct {
 	// acks are the acknowledged appends, for the final read-back.
 	acks []Ack
 	// seen are the hashes every read returned, by stream, each with the
-	// earliest return time of a read that returned it: an indefinite
-	// append none of whose records was ever read did not happen (the final
-	// read-back covers every stream to its tail), and one whose records
-	// were read happened before that read returned.
-	seen  map[string]map[uint64]int64
+	// earliest return time of a read that returned it and the seq it was
+	// read at: an indefinite append none of whose records was ever read
+	// did not happen (the final read-back covers every stream to its
+	// tail), and one whose records were read happened before that read
+	// returned, at the seq it was read at.
+	seen  map[string]map[uint64]sighting
 	stats Stats
 	// anomalies are violations found while recording, which the model
 	// cannot express (a read whose seq nums do not follow its start).
@@ -65,6 +66,12 @@ func ServerRefused(err error) bool {
 	return errors.As(err, &ae) && ae.Status == 503 && strings.HasSuffix(ae.Message, "; retry")
 }
 
+// sighting is where and when a record was first read.
+type sighting struct {
+	at  int64
+	seq uint64
+}
+
 // Ack is one acknowledged append.
 type Ack struct {
 	Stream  string
@@ -95,7 +102,7 @@ type Stats struct {
 
 // NewHistory starts a history; times are measured from now.
 func NewHistory() *History {
-	return &History{base: time.Now(), seen: map[string]map[uint64]int64{}}
+	return &History{base: time.Now(), seen: map[string]map[uint64]sighting{}}
 }
 
 // Now is the history's clock (monotonic nanoseconds since its start).
@@ -204,7 +211,7 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 		out.Records = make([]uint64, len(b.Records))
 		seen := h.seen[in.Stream]
 		if seen == nil {
-			seen = map[uint64]int64{}
+			seen = map[uint64]sighting{}
 			h.seen[in.Stream] = seen
 		}
 		for i := range b.Records {
@@ -213,8 +220,8 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 					in.Stream, in.From, b.Records[i].SeqNum, i, want))
 			}
 			out.Records[i] = RecordHash(&b.Records[i])
-			if at, ok := seen[out.Records[i]]; !ok || ret < at {
-				seen[out.Records[i]] = ret
+			if sg, ok := seen[out.Records[i]]; !ok || ret < sg.at {
+				seen[out.Records[i]] = sighting{at: ret, seq: b.Records[i].SeqNum}
 			}
 		}
 	} else {
@@ -246,13 +253,18 @@ func (h *History) RecordCheckTail(client int, stream string, call int64, tail ap
 // the end of the history.
 //
 // An indefinite append some read observed did happen, and took effect
-// before the first read that returned one of its records returned: it is
-// checked as OutObserved (applied, its conditions held) with that read's
-// return time. Both are what any linearization has to satisfy anyway (the
-// read follows the append), so nothing is lost, and the search no longer
-// weighs "never happened" for operations that did. (A read that returned
-// before the append was called leaves the append open to the end, where
-// the checker rejects it.)
+// before the first read that returned one of its records returned, at the
+// seq that read placed it: it is checked as OutObserved (applied, its
+// conditions held, its records starting at Output.Start) with that read's
+// return time. All three are what any linearization has to satisfy anyway
+// (the read follows the append, and the model's read checks each record
+// at its seq, which only this append carries), so nothing is lost, and
+// the search no longer weighs "never happened" for operations that did,
+// nor every position for one whose position a read fixed: without it,
+// the appends a long metastore outage leaves pending each stay open for
+// minutes and porcupine cannot decide. (A read that returned before the
+// append was called leaves the append open to the end, where the checker
+// rejects it.)
 func (h *History) Operations() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -279,15 +291,20 @@ func (h *History) Operations() []porcupine.Operation {
 	for _, op := range h.ops {
 		in := op.Input.(*Input)
 		if in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown {
-			at, ok := h.observed(in, carriers[in.Stream])
+			sg, k, ok := h.observed(in, carriers[in.Stream])
 			if !ok {
 				pruned++
 				continue
 			}
 			observed++
-			op.Output = &Output{Outcome: OutObserved}
-			if at >= op.Call {
-				op.Return = at
+			out := &Output{Outcome: OutObserved}
+			if sg.seq >= uint64(k) {
+				out.Placed, out.Start = true, sg.seq-uint64(k)
+				out.End = out.Start + uint64(len(in.Records))
+			}
+			op.Output = out
+			if sg.at >= op.Call {
+				op.Return = sg.at
 			}
 		}
 		ops = append(ops, op)
@@ -298,19 +315,20 @@ func (h *History) Operations() []porcupine.Operation {
 }
 
 // observed reports whether a read returned a record of in that no other
-// append carries, and the earliest return of such a read.
-func (h *History) observed(in *Input, carriers map[uint64]int) (int64, bool) {
+// append carries: the earliest such sighting, and the record's index in
+// in.
+func (h *History) observed(in *Input, carriers map[uint64]int) (sighting, int, bool) {
 	seen := h.seen[in.Stream]
-	at, ok := int64(math.MaxInt64), false
-	for _, r := range in.Records {
+	first, k, ok := sighting{at: math.MaxInt64}, 0, false
+	for i, r := range in.Records {
 		if carriers[r] != 1 {
 			continue
 		}
-		if t, hit := seen[r]; hit {
-			at, ok = min(at, t), true
+		if sg, hit := seen[r]; hit && sg.at < first.at {
+			first, k, ok = sg, i, true
 		}
 	}
-	return at, ok
+	return first, k, ok
 }
 
 // Failures returns the operations that failed other than with a 412 or
