@@ -23,9 +23,10 @@ import (
 // between them.
 //
 // The kinds: KillRestart (kill -9 a star, restart it on the same data),
-// Handoff (move a stream to another star through the admin endpoint) and
+// Handoff (move a stream to another star through the admin endpoint),
 // StoreFault (slow or down a bucket or the metastore through the stars'
-// dev fault controls).
+// dev fault controls), ZoneHalt (halt the Express epochs with one zone
+// black-holed) and MetaOutage (the metastore down on every star for long).
 type Fault interface {
 	// Name is a short label for logs and reports.
 	Name() string
