@@ -140,8 +140,10 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 	ev.Check = func(h *History, _ time.Duration) (string, []string) {
 		var bad []string
 		acks := h.AckTimes()
-		minAcks, excused := -1, 0
+		excused := 0
+		var perWindow []string
 		for _, w := range windows {
+			fewest, mark := -1, ""
 			for _, s := range streams {
 				n := 0
 				for _, a := range acks[s] {
@@ -149,8 +151,8 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 						n++
 					}
 				}
-				if minAcks < 0 || n < minAcks {
-					minAcks = n
+				if fewest < 0 || n < fewest {
+					fewest = n
 				}
 				if n > 0 {
 					continue
@@ -164,14 +166,16 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 				}
 				if stalled {
 					excused++
+					mark = "*"
 					continue
 				}
 				bad = append(bad, fmt.Sprintf("meta-outage: %s: no append acknowledged in [%v, %v) of the metastore outage, and its leader %q counted no metastore_slow stall (the budget did not fill)",
 					s, w.from.Round(time.Millisecond), w.to.Round(time.Millisecond), l))
 			}
+			perWindow = append(perWindow, fmt.Sprintf("%d%s", max(fewest, 0), mark))
 		}
-		return fmt.Sprintf("meta-outage at %v for %v: fewest acks of a stream in a %v window %d; %d stream-windows without acks excused by a metastore_slow stall",
-			down.Round(time.Millisecond), (up - down).Round(time.Millisecond), window, max(minAcks, 0), excused), bad
+		return fmt.Sprintf("meta-outage at %v for %v: acks of the stream with fewest, per %v window: %s (* excused: its leader counted a metastore_slow stall); %d stream-windows without acks excused",
+			down.Round(time.Millisecond), (up - down).Round(time.Millisecond), window, strings.Join(perWindow, " "), excused), bad
 	}
 	return ev, nil
 }
