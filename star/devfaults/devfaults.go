@@ -7,6 +7,9 @@ package devfaults
 type Setting struct {
 	LatencyMS int64 `json:"latency_ms"`
 	Down      bool  `json:"down"`
+	// Hang makes a down bucket a black hole: its requests block until
+	// their context ends instead of failing at once (buckets only).
+	Hang bool `json:"hang,omitempty"`
 }
 
 // Doc is the control's state: every bucket the star uses is listed.
@@ -19,6 +22,7 @@ type Doc struct {
 type Patch struct {
 	LatencyMS *int64 `json:"latency_ms,omitempty"`
 	Down      *bool  `json:"down,omitempty"`
+	Hang      *bool  `json:"hang,omitempty"`
 }
 
 // DocPatch is a PUT /faults body.

@@ -13,12 +13,13 @@
 // The state, and the body of a PUT, is
 //
 //	{"meta":{"latency_ms":N,"down":bool},
-//	 "buckets":{"<name>":{"latency_ms":N,"down":bool},...}}
+//	 "buckets":{"<name>":{"latency_ms":N,"down":bool,"hang":bool},...}}
 //
 // listing every bucket of the star's Standard and Express sets. Metastore
 // latency is added to every metastore call and "down" fails every call;
 // bucket latency is added to every request on the bucket and "down" fails
-// every request at once (an indefinite failure, as an unreachable bucket).
+// every request at once (an indefinite failure, as an unreachable bucket),
+// or, with "hang", blocks it until its context ends (a black hole).
 package servecmd
 
 import (
@@ -140,6 +141,9 @@ func (d *devFaults) copyState() devfaults.Doc {
 }
 
 func checkPatch(what string, p *devfaults.Patch) error {
+	if p != nil && p.Hang != nil && what == "meta" {
+		return fmt.Errorf("meta: hang is for buckets only")
+	}
 	if p == nil || p.LatencyMS == nil {
 		return nil
 	}
@@ -158,6 +162,9 @@ func patched(s devfaults.Setting, p *devfaults.Patch) devfaults.Setting {
 	}
 	if p.Down != nil {
 		s.Down = *p.Down
+	}
+	if p.Hang != nil {
+		s.Hang = *p.Hang
 	}
 	return s
 }
@@ -217,12 +224,13 @@ func (d *devFaults) setBucket(b string, s devfaults.Setting) {
 	}
 	d.objs.SetSlow(b, time.Duration(s.LatencyMS)*time.Millisecond)
 	if s.Down {
-		// No delay, no hang: every request fails at once.
-		d.objs.SetDown(b, objfaults.Down{})
+		// Without hang every request fails at once; with it, it blocks
+		// until its context ends.
+		d.objs.SetDown(b, objfaults.Down{Hang: s.Hang})
 	} else {
 		d.objs.SetUp(b)
 	}
-	d.log.Warn("dev fault control: bucket", "bucket", b, "latency_ms", s.LatencyMS, "down", s.Down,
-		"was_latency_ms", was.LatencyMS, "was_down", was.Down)
+	d.log.Warn("dev fault control: bucket", "bucket", b, "latency_ms", s.LatencyMS, "down", s.Down, "hang", s.Hang,
+		"was_latency_ms", was.LatencyMS, "was_down", was.Down, "was_hang", was.Hang)
 	d.state.Buckets[b] = s
 }

@@ -90,6 +90,7 @@ func TestDevFaultControl(t *testing.T) {
 		`{"buckets":{"elsewhere":{"down":true}}}`,
 		`{"meta":{"latency_ms":-1}}`,
 		`{"meta":{"latency":5}}`,
+		`{"meta":{"hang":true}}`,
 		`{"meta":`,
 	} {
 		if status, _, out := faultCall(t, ctl, "PUT", bad); status != 400 {
@@ -135,6 +136,13 @@ func TestDevFaultControl(t *testing.T) {
 	}
 	if took := time.Since(start); took < 400*time.Millisecond {
 		t.Fatalf("create stream with 400 ms of metastore latency took %v", took)
+	}
+	faultCall(t, ctl, "DELETE", "")
+
+	// A black hole: down and hanging, as the state says.
+	if status, doc, out = faultCall(t, ctl, "PUT", `{"buckets":{"express-a":{"down":true,"hang":true}}}`); status != 200 ||
+		doc.Buckets["express-a"] != (devfaults.Setting{Down: true, Hang: true}) {
+		t.Fatalf("PUT a hanging bucket: %d %s", status, out)
 	}
 	faultCall(t, ctl, "DELETE", "")
 

@@ -22,10 +22,20 @@ type Workload struct {
 	Streams   []string
 	// ClientsPerStream client goroutines run on each stream.
 	ClientsPerStream int
+	// AppendersPerStream more client goroutines on each stream only
+	// append, as producers do: a client that reads waits out a read that
+	// hangs (on a black-holed bucket, say) before it appends again, and
+	// the write path under test must see appends meanwhile.
+	AppendersPerStream int
 	// RequestTimeout bounds one call (default 10 s).
 	RequestTimeout time.Duration
-	Seed           uint64
-	Logger         *slog.Logger
+	// ReadTimeout bounds one read or check-tail (default RequestTimeout).
+	// Shorter, a read that hangs (on a black-holed bucket, say) fails
+	// sooner and its client goes on appending: every client is
+	// sequential, so reads that hang would starve the appends.
+	ReadTimeout time.Duration
+	Seed        uint64
+	Logger      *slog.Logger
 }
 
 // NewClients builds one SDK client per endpoint that never retries: each
@@ -63,10 +73,11 @@ func (w *Workload) Run(ctx context.Context, h *History) error {
 	var wg sync.WaitGroup
 	id := 0
 	for si, name := range w.Streams {
-		for range w.ClientsPerStream {
+		for k := range w.ClientsPerStream + w.AppendersPerStream {
 			c := &client{
-				id: id, stream: name, basin: w.Basin, clients: cs, h: h,
-				rng: rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))),
+				id: id, stream: name, basin: w.Basin, clients: cs, h: h, readTimeout: w.ReadTimeout,
+				rng:        rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))),
+				appendOnly: k >= w.ClientsPerStream,
 			}
 			id++
 			wg.Go(func() { c.run(ctx) })
@@ -86,6 +97,10 @@ type client struct {
 	clients []*sdk.Client
 	h       *History
 	rng     *rand.Rand
+	// readTimeout bounds a read or check-tail (0: opTimeout).
+	readTimeout time.Duration
+	// appendOnly: the client only appends (a producer).
+	appendOnly bool
 
 	ops  int
 	tail uint64
@@ -105,7 +120,13 @@ func (c *client) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		c.ops++
 		var failed bool
-		switch p := c.rng.IntN(100); {
+		p := c.rng.IntN(100)
+		if c.appendOnly {
+			// Plain appends, some with match_seq_num (its tail comes from
+			// its own acks and 412s).
+			p = p * 50 / 100
+		}
+		switch {
 		case p < 30:
 			failed = c.append(ctx, false, false, false)
 		case p < 50:
@@ -129,10 +150,21 @@ func (c *client) run(ctx context.Context) {
 	}
 }
 
+// opTimeout bounds an append (the SDK's request timeout, 10 s, too).
+const opTimeout = 10 * time.Second
+
 // opCtx bounds one call by the run's end: the run stopping cancels calls
 // in flight (they then count as indefinite), so a history ends promptly.
 func (c *client) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, 10*time.Second)
+	return context.WithTimeout(ctx, opTimeout)
+}
+
+// readCtx bounds one read or check-tail.
+func (c *client) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.readTimeout > 0 && c.readTimeout < opTimeout {
+		return context.WithTimeout(ctx, c.readTimeout)
+	}
+	return c.opCtx(ctx)
 }
 
 // append sends 1–5 unique records, with match_seq_num and the fencing
@@ -207,7 +239,7 @@ func (c *client) read(ctx context.Context) (failed bool) {
 	}
 	count := uint64(1 + c.rng.IntN(100))
 	in := &Input{Stream: c.stream, Kind: KindRead, From: from, Count: count}
-	octx, cancel := c.opCtx(ctx)
+	octx, cancel := c.readCtx(ctx)
 	call := c.h.Now()
 	b, err := c.handle().Read(octx, api.ReadRequest{From: api.FromSeqNum, Value: from, Count: &count})
 	cancel()
@@ -236,7 +268,7 @@ func (c *client) read(ctx context.Context) (failed bool) {
 }
 
 func (c *client) checkTail(ctx context.Context) (failed bool) {
-	octx, cancel := c.opCtx(ctx)
+	octx, cancel := c.readCtx(ctx)
 	call := c.h.Now()
 	t, err := c.handle().CheckTail(octx)
 	cancel()

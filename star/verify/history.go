@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,16 +24,52 @@ type History struct {
 	// acks are the acknowledged appends, for the final read-back.
 	acks []Ack
 	// seen are the hashes every read returned, by stream, each with the
-	// earliest return time of a read that returned it: an indefinite
-	// append none of whose records was ever read did not happen (the final
-	// read-back covers every stream to its tail), and one whose records
-	// were read happened before that read returned.
-	seen  map[string]map[uint64]int64
+	// earliest return time of a read that returned it and the seq it was
+	// read at: an indefinite append none of whose records was ever read
+	// did not happen (the final read-back covers every stream to its
+	// tail), and one whose records were read happened before that read
+	// returned, at the seq it was read at.
+	seen  map[string]map[uint64]sighting
 	stats Stats
 	// anomalies are violations found while recording, which the model
 	// cannot express (a read whose seq nums do not follow its start).
 	anomalies  []string
 	shortReads []string
+	// failures are the operations that failed other than with a 412 or
+	// a 416, for the faults' own assertions (a definite failure and a
+	// failed read carry no information for the model and are not in ops).
+	failures []Failure
+}
+
+// Failure is one operation that failed other than with a 412 or a 416.
+type Failure struct {
+	Kind         Kind
+	Client       int
+	Stream       string
+	Label        string
+	Call, Return int64
+	// Definite says an append surely had no effect: the SDK proves it
+	// (a 4xx, a refused connection) or the star says it refused the
+	// batch before sequencing it (ServerRefused). The model treats the
+	// latter as indefinite, which is sound, only weaker.
+	Definite bool
+	Err      string
+}
+
+// ServerRefused reports whether err is a 503 with which the star says it
+// refused an append before sequencing it (its message ends "; retry":
+// not leading, no pool budget in time, the object store not taking the
+// star's writes and the batch not yet sequenced). Over the wire every 503
+// is indefinite; only the message tells the two apart.
+func ServerRefused(err error) bool {
+	var ae *api.Error
+	return errors.As(err, &ae) && ae.Status == 503 && strings.HasSuffix(ae.Message, "; retry")
+}
+
+// sighting is where and when a record was first read.
+type sighting struct {
+	at  int64
+	seq uint64
 }
 
 // Ack is one acknowledged append.
@@ -65,7 +102,7 @@ type Stats struct {
 
 // NewHistory starts a history; times are measured from now.
 func NewHistory() *History {
-	return &History{base: time.Now(), seen: map[string]map[uint64]int64{}}
+	return &History{base: time.Now(), seen: map[string]map[uint64]sighting{}}
 }
 
 // Now is the history's clock (monotonic nanoseconds since its start).
@@ -128,6 +165,10 @@ func (h *History) RecordAppend(client int, in *Input, call int64, ack api.Append
 	defer h.mu.Unlock()
 	h.stats.Appends++
 	o, ok := Classify(KindAppend, err)
+	if err != nil && o != OutSeqMismatch && o != OutTokenMismatch {
+		h.failures = append(h.failures, Failure{Kind: KindAppend, Client: client, Stream: in.Stream, Label: in.Label,
+			Call: call, Return: ret, Definite: !ok || ServerRefused(err), Err: err.Error()})
+	}
 	if !ok {
 		h.stats.NoEffect++
 		return o
@@ -158,6 +199,9 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 	defer h.mu.Unlock()
 	h.stats.Reads++
 	o, ok := Classify(KindRead, err)
+	if err != nil && o != OutRangeNotSatisfiable {
+		h.failures = append(h.failures, Failure{Kind: KindRead, Client: client, Stream: in.Stream, Call: call, Return: ret, Err: err.Error()})
+	}
 	if !ok {
 		h.stats.NoEffect++
 		return
@@ -167,7 +211,7 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 		out.Records = make([]uint64, len(b.Records))
 		seen := h.seen[in.Stream]
 		if seen == nil {
-			seen = map[uint64]int64{}
+			seen = map[uint64]sighting{}
 			h.seen[in.Stream] = seen
 		}
 		for i := range b.Records {
@@ -176,8 +220,8 @@ func (h *History) RecordRead(client int, in *Input, call int64, b *api.ReadBatch
 					in.Stream, in.From, b.Records[i].SeqNum, i, want))
 			}
 			out.Records[i] = RecordHash(&b.Records[i])
-			if at, ok := seen[out.Records[i]]; !ok || ret < at {
-				seen[out.Records[i]] = ret
+			if sg, ok := seen[out.Records[i]]; !ok || ret < sg.at {
+				seen[out.Records[i]] = sighting{at: ret, seq: b.Records[i].SeqNum}
 			}
 		}
 	} else {
@@ -193,6 +237,7 @@ func (h *History) RecordCheckTail(client int, stream string, call int64, tail ap
 	defer h.mu.Unlock()
 	h.stats.CheckTails++
 	if err != nil {
+		h.failures = append(h.failures, Failure{Kind: KindCheckTail, Client: client, Stream: stream, Call: call, Return: ret, Err: err.Error()})
 		h.stats.NoEffect++
 		return
 	}
@@ -208,13 +253,18 @@ func (h *History) RecordCheckTail(client int, stream string, call int64, tail ap
 // the end of the history.
 //
 // An indefinite append some read observed did happen, and took effect
-// before the first read that returned one of its records returned: it is
-// checked as OutObserved (applied, its conditions held) with that read's
-// return time. Both are what any linearization has to satisfy anyway (the
-// read follows the append), so nothing is lost, and the search no longer
-// weighs "never happened" for operations that did. (A read that returned
-// before the append was called leaves the append open to the end, where
-// the checker rejects it.)
+// before the first read that returned one of its records returned, at the
+// seq that read placed it: it is checked as OutObserved (applied, its
+// conditions held, its records starting at Output.Start) with that read's
+// return time. All three are what any linearization has to satisfy anyway
+// (the read follows the append, and the model's read checks each record
+// at its seq, which only this append carries), so nothing is lost, and
+// the search no longer weighs "never happened" for operations that did,
+// nor every position for one whose position a read fixed: without it,
+// the appends a long metastore outage leaves pending each stay open for
+// minutes and porcupine cannot decide. (A read that returned before the
+// append was called leaves the append open to the end, where the checker
+// rejects it.)
 func (h *History) Operations() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -241,15 +291,20 @@ func (h *History) Operations() []porcupine.Operation {
 	for _, op := range h.ops {
 		in := op.Input.(*Input)
 		if in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown {
-			at, ok := h.observed(in, carriers[in.Stream])
+			sg, k, ok := h.observed(in, carriers[in.Stream])
 			if !ok {
 				pruned++
 				continue
 			}
 			observed++
-			op.Output = &Output{Outcome: OutObserved}
-			if at >= op.Call {
-				op.Return = at
+			out := &Output{Outcome: OutObserved}
+			if sg.seq >= uint64(k) {
+				out.Placed, out.Start = true, sg.seq-uint64(k)
+				out.End = out.Start + uint64(len(in.Records))
+			}
+			op.Output = out
+			if sg.at >= op.Call {
+				op.Return = sg.at
 			}
 		}
 		ops = append(ops, op)
@@ -260,19 +315,43 @@ func (h *History) Operations() []porcupine.Operation {
 }
 
 // observed reports whether a read returned a record of in that no other
-// append carries, and the earliest return of such a read.
-func (h *History) observed(in *Input, carriers map[uint64]int) (int64, bool) {
+// append carries: the earliest such sighting, and the record's index in
+// in.
+func (h *History) observed(in *Input, carriers map[uint64]int) (sighting, int, bool) {
 	seen := h.seen[in.Stream]
-	at, ok := int64(math.MaxInt64), false
-	for _, r := range in.Records {
+	first, k, ok := sighting{at: math.MaxInt64}, 0, false
+	for i, r := range in.Records {
 		if carriers[r] != 1 {
 			continue
 		}
-		if t, hit := seen[r]; hit {
-			at, ok = min(at, t), true
+		if sg, hit := seen[r]; hit && sg.at < first.at {
+			first, k, ok = sg, i, true
 		}
 	}
-	return at, ok
+	return first, k, ok
+}
+
+// Failures returns the operations that failed other than with a 412 or
+// a 416.
+func (h *History) Failures() []Failure {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Failure(nil), h.failures...)
+}
+
+// AckTimes returns, by stream, the call and return times of the
+// acknowledged appends, in the order they were recorded.
+func (h *History) AckTimes() map[string][][2]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string][][2]int64{}
+	for _, op := range h.ops {
+		in, o := op.Input.(*Input), op.Output.(*Output)
+		if in.Kind == KindAppend && o.Outcome == OutOK {
+			out[in.Stream] = append(out[in.Stream], [2]int64{op.Call, op.Return})
+		}
+	}
+	return out
 }
 
 // Acks returns the acknowledged appends.

@@ -106,6 +106,23 @@ func TestHistoryObservedIndefiniteAppends(t *testing.T) {
 	if res := porcupine.CheckOperationsTimeout(Model(), h.Operations(), 0); res != porcupine.Ok {
 		t.Fatalf("an observed append before its read checks %v", res)
 	}
+	// The read places it: the records start where the read found its
+	// first unique record, and the model applies it only at that tail.
+	h = NewHistory()
+	h.RecordAppend(0, &Input{Stream: "s", Kind: KindAppend, Records: a}, h.Now(), ack(0, 1), nil)
+	_, w := batchOf("w1", "w2")
+	h.RecordAppend(1, &Input{Stream: "s", Kind: KindAppend, Records: w}, h.Now(), api.AppendAck{}, errReset)
+	read(h, 2, 2, "w2")
+	ops := h.Operations()
+	if o := ops[1].Output.(*Output); !o.Placed || o.Start != 1 || o.End != 3 {
+		t.Fatalf("observed append placed as %+v, want [1,3)", o)
+	}
+	if ok, _ := step(&state{}, ops[1].Input, ops[1].Output); ok {
+		t.Fatal("the model applied an append placed at 1 on an empty stream")
+	}
+	if res := porcupine.CheckOperationsTimeout(Model(), ops, 0); res != porcupine.Ok {
+		t.Fatalf("a placed observed append checks %v", res)
+	}
 }
 
 // Every batch that clears the fencing token carries the same fence record:

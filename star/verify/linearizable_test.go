@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -39,6 +40,7 @@ var (
 	flagStoreFaults  = flag.Int("verify.store-faults", 2, "bucket and metastore faults (slow or down) over the whole run, kinds in turn")
 	flagStreams      = flag.Int("verify.streams", 2, "streams per history (alternately standard and express)")
 	flagClients      = flag.Int("verify.clients", 4, "client goroutines per stream")
+	flagAppenders    = flag.Int("verify.appenders", 1, "more client goroutines per stream that only append (producers: they never wait on a read)")
 	flagSeed         = flag.Uint64("verify.seed", 0, "random seed (0: from the clock)")
 	flagCheckTimeout = flag.Duration("verify.check-timeout", 3*time.Minute, "porcupine's budget per history")
 	flagMaxDown      = flag.Duration("verify.max-down", 3*time.Second, "a killed star stays down up to this long (past --dead-after: the others take its streams over)")
@@ -47,6 +49,14 @@ var (
 	flagMaxHold      = flag.Duration("verify.max-hold", 2500*time.Millisecond, "a bucket or metastore fault holds up to this long (a partition: dead-after + 300ms + up to half of it)")
 	flagStoreKinds   = flag.String("verify.store-kinds", "", "comma-separated bucket and metastore fault kinds to inject (empty: all), e.g. down-meta,partition-meta")
 	flagKeep         = flag.Bool("verify.keep", false, "keep the stars' data and logs even when the run passes")
+	flagZoneHalts    = flag.Int("verify.zone-halts", 1, "halts of the Express epochs with one Express zone black-holed (a deadline halt, then a foreign occupant) over the whole run")
+	flagZoneTail     = flag.Duration("verify.zone-tail", time.Second, "a zone-halt keeps its zone down this long after the foreign occupant's recovery window")
+	flagExpDeadline  = flag.Duration("verify.express-deadline", 2*time.Second, "the stars' --s3-express-flight-deadline (also their recovery deadline: it must leave room for a fence that waits 1 s for the black-holed zone)")
+	flagMetaOutages  = flag.Int("verify.meta-outages", 1, "whole-cluster metastore outages of -verify.meta-outage over the whole run")
+	flagMetaOutage   = flag.Duration("verify.meta-outage", 3*time.Second, "how long a metastore outage holds (make verify: 120s)")
+	flagAckWindow    = flag.Duration("verify.ack-window", time.Second, "during a metastore outage every stream must have an ack in every window this long, unless its leader's backlog budget filled (make verify: 10s)")
+	flagReadTimeout  = flag.Duration("verify.read-timeout", 3*time.Second, "a client gives a read or check-tail up after this long (appends: 10 s); reads that hang on a black-holed bucket must not starve a client's appends")
+	flagBacklog      = flag.Int("verify.backlog-flights", 1024, "the stars' --s3-chain-backlog-flights (a metastore outage fills it)")
 )
 
 const basin = "starlog-verify"
@@ -84,6 +94,8 @@ type runFigures struct {
 	blips                                               []Blip
 	ackLatencies                                        []time.Duration
 	zombieExits, illegal, undecided                     int
+	// checks are the summaries of the faults' own checks, by fault.
+	checks map[string][]string
 }
 
 // TestLinearizable runs clients against a cluster of `star serve`
@@ -126,7 +138,7 @@ func TestLinearizable(t *testing.T) {
 
 	round := min(*flagRound, *flagDuration)
 	rounds := max(1, int((*flagDuration+round-1)/round))
-	fig := runFigures{stars: len(cluster.Stars), storeFaults: map[string]int{}}
+	fig := runFigures{stars: len(cluster.Stars), storeFaults: map[string]int{}, checks: map[string][]string{}}
 	for r := range rounds {
 		part := plan[len(plan)*r/rounds : len(plan)*(r+1)/rounds]
 		if !runRound(t, ctx, r, round, part, seed, cluster, nem, admins, &fig) {
@@ -182,6 +194,10 @@ func startCluster(t *testing.T, bin, dir string, n int, withFaults bool) *Cluste
 			"--settle-linger", "1s", "--settle-age-cap", "2s",
 			"--settle-express-linger", "1s", "--settle-express-age-cap", "2s",
 			"--read-grace", "2s",
+			// A zone-halt halts Express epochs by this deadline; their
+			// recovery must finish within it too.
+			"--s3-express-flight-deadline", flagExpDeadline.String(),
+			"--s3-chain-backlog-flights", fmt.Sprint(*flagBacklog),
 			"--log-level", "info"}
 		spec := StarSpec{Binary: bin, Args: args, Endpoint: "http://" + addr, Health: true, ID: id,
 			LogFile: filepath.Join(dir, id+".log")}
@@ -205,6 +221,19 @@ func startCluster(t *testing.T, bin, dir string, n int, withFaults bool) *Cluste
 			s.Close()
 		}
 	})
+	// The test process's own handles on the stores, past every star's
+	// fault control (the zone-halt and meta-outage faults read heads and
+	// leases and write foreign occupants through them).
+	ms, err := sqlite.Open(t.Context(), filepath.Join(dir, "meta.db"))
+	if err != nil {
+		t.Fatalf("checker's metastore: %v", err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	objs, err := fs.New(objects)
+	if err != nil {
+		t.Fatalf("checker's object store: %v", err)
+	}
+	c.Meta, c.Objects = ms, objs
 	if withFaults {
 		doc, err := GetFaults(t.Context(), c.Stars[0])
 		if err != nil {
@@ -329,6 +358,17 @@ func buildPlan(seed uint64, c *Cluster, withFaults bool) []Fault {
 			turn = turn[1:]
 		}
 	}
+	if withFaults {
+		zh := &ZoneHalt{Express: expressBuckets, Deadline: *flagExpDeadline, Lead: time.Second, Tail: *flagZoneTail, ReadTimeout: *flagReadTimeout,
+			Rand: rand.New(rand.NewPCG(seed, 5))}
+		for range *flagZoneHalts {
+			plan = append(plan, zh)
+		}
+		mo := &MetaOutage{Hold: *flagMetaOutage, Window: *flagAckWindow, DeadAfter: *flagDeadAfter}
+		for range *flagMetaOutages {
+			plan = append(plan, mo)
+		}
+	}
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	return plan
 }
@@ -359,11 +399,13 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 	cluster *Cluster, nem *Nemesis, admins []*sdk.Client, fig *runFigures) bool {
 	t.Helper()
 	streams := make([]string, *flagStreams)
+	var express []string
 	for i := range streams {
 		streams[i] = fmt.Sprintf("lin-r%d-s%d", r, i)
 		class := api.StorageStandard
 		if i%2 == 1 {
 			class = api.StorageExpress
+			express = append(express, streams[i])
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		attempt := 0
@@ -382,10 +424,11 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		}
 	}
 	cluster.SetStreams(streams)
+	cluster.SetExpress(express)
 
 	h := NewHistory()
 	w := &Workload{Endpoints: cluster.Endpoints(), Basin: basin, Streams: streams,
-		ClientsPerStream: *flagClients, Seed: seed + uint64(r)}
+		ClientsPerStream: *flagClients, AppendersPerStream: *flagAppenders, Seed: seed + uint64(r), ReadTimeout: *flagReadTimeout}
 	// The clients run for d and at least until the nemesis has injected
 	// every planned fault and BlipMargin more (a handoff's blip is
 	// measured until then).
@@ -438,6 +481,8 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		case ev.Fault == "handoff":
 			fig.handoffs++
 		case ev.Fault == "supervisor-restart":
+		case ev.Failed:
+			t.Logf("round %d: %s not done: %s", r, ev.Fault, ev.Detail)
 		default:
 			fig.storeFaults[ev.Fault]++
 		}
@@ -456,7 +501,7 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		return false
 	}
 	order := append(slices.Clone(admins[r%len(admins):]), admins[:r%len(admins)]...)
-	readBack, err := ReadBack(rb, order, basin, streams, h, len(streams)**flagClients)
+	readBack, err := ReadBack(rb, order, basin, streams, h, len(streams)*(*flagClients+*flagAppenders))
 	if err != nil {
 		t.Errorf("round %d: %v", r, err)
 		dumpStars(t, cluster)
@@ -464,6 +509,7 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 	}
 	verified, bad := VerifyAcks(h, readBack)
 	bad = append(append(append(h.Anomalies(), h.CheckReports()...), DuplicateAcks(h.Acks())...), bad...)
+	bad = append(bad, faultChecks(t, r, h, nr.evs, fig)...)
 
 	res, err := Check(h, *flagCheckTimeout, filepath.Join(cluster.Dir, fmt.Sprintf("round-%d", r)))
 	if err != nil {
@@ -501,7 +547,7 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		t.Logf("round %d: %d short reads, e.g. %s", r, st.ShortReads, strings.Join(h.ShortReads(), "; "))
 	}
 	if len(bad) > 0 {
-		t.Errorf("round %d: %d read-back violations, first: %s", r, len(bad), strings.Join(bad[:min(len(bad), 10)], "; "))
+		t.Errorf("round %d: %d violations (read-back, reports, the faults' own checks), first: %s", r, len(bad), strings.Join(bad[:min(len(bad), 10)], "; "))
 	}
 	switch res.Result {
 	case porcupine.Ok:
@@ -537,6 +583,43 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		return false
 	}
 	return true
+}
+
+// faultChecks collects what the faults found while they ran, runs their
+// checks of the history, and refuses a supervisor restart right after a
+// fault that must leave every star serving (zone-halt, meta-outage).
+func faultChecks(t *testing.T, r int, h *History, evs []FaultEvent, fig *runFigures) []string {
+	t.Helper()
+	var bad []string
+	last := ""
+	for i, ev := range evs {
+		if ev.Fault == "supervisor-restart" {
+			// A whole-cluster metastore outage must leave every star
+			// running; a zone-halt must leave every star healthy (a
+			// zombie exit there is the registry's, not the fault's: the
+			// zone-halt's own checks judge what it did).
+			if last == "meta-outage" || last == "zone-halt" && !strings.Contains(ev.Detail, "exited as a zombie") {
+				bad = append(bad, fmt.Sprintf("%s: the supervisor restarted a star after it: %s", last, ev.Detail))
+			}
+			continue
+		}
+		last = ev.Fault
+		bad = append(bad, ev.Violations...)
+		if ev.Check != nil {
+			until := time.Duration(math.MaxInt64)
+			if i+1 < len(evs) {
+				until = evs[i+1].At
+			}
+			summary, vs := ev.Check(h, until)
+			t.Logf("round %d: %s", r, summary)
+			fig.checks[ev.Fault] = append(fig.checks[ev.Fault], summary)
+			bad = append(bad, vs...)
+		}
+		if ev.Fault == "zone-halt" || ev.Fault == "meta-outage" {
+			t.Logf("round %d: %s: %s", r, ev.Fault, ev.Detail)
+		}
+	}
+	return bad
 }
 
 // superviseGrace is how long a star may answer /health with an error
@@ -608,6 +691,11 @@ func reportFigures(t *testing.T, fig *runFigures, rounds int) {
 		Quantile(lats, 0.5), Quantile(gaps, 0.5), Quantile(lats, 1), Quantile(gaps, 1),
 		Quantile(fig.ackLatencies, 0.5).Round(time.Millisecond), Quantile(fig.ackLatencies, 0.99).Round(time.Millisecond))
 	fmt.Fprintf(&b, "  bucket/metastore faults: %d [%s]\n", total, strings.Join(kinds, ", "))
+	for _, k := range []string{"zone-halt", "meta-outage"} {
+		for _, c := range fig.checks[k] {
+			fmt.Fprintf(&b, "    %s\n", c)
+		}
+	}
 	fmt.Fprintf(&b, "  stars restarted by the supervisor: %d (%d exited as zombies: presumed dead or deposed; %d unhealthy for %v)\n",
 		fig.supervised, fig.zombieExits, fig.supervised-fig.zombieExits, superviseGrace)
 	fmt.Fprintf(&b, "  histories checked: %d of %d; operations per history min %d / median %d / max %d (%d in all)\n",
@@ -615,7 +703,7 @@ func reportFigures(t *testing.T, fig *runFigures, rounds int) {
 	fmt.Fprintf(&b, "  appends acknowledged: %d; acknowledged records verified by read-back: %d\n", fig.acked, fig.verified)
 	fmt.Fprintf(&b, "  indefinite appends: %d (%d never happened, %d observed); definite 412s: %d; short reads: %d\n",
 		fig.indefinite, fig.pruned, fig.observed, fig.definite412, fig.shortReads)
-	fmt.Fprintf(&b, "  anomalies: %d read-back violations, %d non-linearizable histories, %d undecided", fig.anomalies, fig.illegal, fig.undecided)
+	fmt.Fprintf(&b, "  anomalies: %d violations (read-back, reports, the faults' checks), %d non-linearizable histories, %d undecided", fig.anomalies, fig.illegal, fig.undecided)
 	t.Log(b.String())
 }
 

@@ -103,8 +103,12 @@ func (o Outcome) String() string {
 // Output is an operation's result as the model sees it.
 type Output struct {
 	Outcome Outcome
-	// Start and End are an append ack's [start, end).
+	// Start and End are an append ack's [start, end), or where a read
+	// placed an observed append's records (Placed).
 	Start, End uint64
+	// Placed says an OutObserved append's Start is known: a read returned
+	// one of its records, which no other append carries, at its seq.
+	Placed bool
 	// Tail is a check-tail's tail, a 412 seq mismatch's expected seq or a
 	// 416's tail.
 	Tail uint64
@@ -220,8 +224,9 @@ func step(st, inv, outv any) (bool, any) {
 			return true, s
 		case OutObserved:
 			// It happened (a read returned its records), so its
-			// conditions held where it took effect.
-			if tokenOK && seqOK {
+			// conditions held where it took effect, and where that read
+			// placed it.
+			if tokenOK && seqOK && (!out.Placed || out.Start == s.tail) {
 				return true, s.apply(in)
 			}
 			return false, s

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
 )
 
 // Fault is one action of the nemesis. Inject breaks something and repairs
@@ -20,9 +23,10 @@ import (
 // between them.
 //
 // The kinds: KillRestart (kill -9 a star, restart it on the same data),
-// Handoff (move a stream to another star through the admin endpoint) and
+// Handoff (move a stream to another star through the admin endpoint),
 // StoreFault (slow or down a bucket or the metastore through the stars'
-// dev fault controls).
+// dev fault controls), ZoneHalt (halt the Express epochs with one zone
+// black-holed) and MetaOutage (the metastore down on every star for long).
 type Fault interface {
 	// Name is a short label for logs and reports.
 	Name() string
@@ -44,6 +48,14 @@ type FaultEvent struct {
 	// At is when the fault started (history clock), Recovered when the
 	// cluster served again.
 	At, Recovered time.Duration
+	// Violations are what the fault itself found wrong while it ran
+	// (its assertions beyond linearizability and read-back).
+	Violations []string
+	// Check, when set, judges the round's history once the clients
+	// stopped: what the fault asserts about what the clients saw, up to
+	// until (when the next fault began). It returns a line for the log
+	// and the violations.
+	Check func(h *History, until time.Duration) (summary string, violations []string)
 }
 
 // Cluster is the stars under test, and the streams of the running round
@@ -53,9 +65,59 @@ type Cluster struct {
 	Basin string
 	// Dir holds the stars' data and logs.
 	Dir string
+	// Meta and Objects are the stars' metastore and object store as the
+	// test process opens them, past every star's fault control: the
+	// faults read chain heads and leases and write foreign occupants
+	// through them (nil: those faults are skipped).
+	Meta    meta.Store
+	Objects objstore.Store
 
 	mu      sync.Mutex
 	streams []string
+	express map[string]bool
+	now     func() time.Duration
+}
+
+// SetClock sets the clock the faults stamp their phases with (the
+// running round's history clock).
+func (c *Cluster) SetClock(now func() time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
+}
+
+// Now is the clock of SetClock (zero before it is set).
+func (c *Cluster) Now() time.Duration {
+	c.mu.Lock()
+	now := c.now
+	c.mu.Unlock()
+	if now == nil {
+		return 0
+	}
+	return now()
+}
+
+// SetExpress names the Express-class streams among the round's streams.
+func (c *Cluster) SetExpress(names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.express = map[string]bool{}
+	for _, n := range names {
+		c.express[n] = true
+	}
+}
+
+// ExpressStreams are the round's Express-class streams.
+func (c *Cluster) ExpressStreams() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, n := range c.streams {
+		if c.express[n] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Endpoints lists the stars' base URLs.
@@ -369,6 +431,7 @@ func (n *Nemesis) RunPlan(ctx context.Context, d time.Duration, plan []Fault, no
 	if count == 0 {
 		return nil, nil
 	}
+	n.Cluster.SetClock(now)
 	start := time.Now()
 	slot := d / time.Duration(count+1)
 	for i, f := range plan {
