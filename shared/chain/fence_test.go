@@ -457,3 +457,48 @@ func TestOwnFenceCutsAnUnreleasedSlotItCannotDecide(t *testing.T) {
 		t.Fatalf("mint after own fence: %+v %v", ep2, err)
 	}
 }
+
+// Slot deletion has one owner, the auditor's trim: a star's settlement
+// (fence, walk, garbage probe) deletes nothing, and leaves the flight
+// copies in the garbage window for ReapGarbage, which replaces each with
+// poison and leaves poison and unreadable objects alone.
+func TestOnlyTheTrimDeletesSlots(t *testing.T) {
+	ctx := context.Background()
+	e := newFaultEnv(t)
+	_, w, ep := e.writeSlots(t, 3)
+	for _, s := range []uint64{4, 5} { // uploaded in parallel, never released
+		e.place(t, ep, s, flightBody(t, w, s), buckets...)
+	}
+	e.place(t, ep, 6, flightBody(t, w, 6), "az1")
+	e.rewrite(t, ep, 6, "az1", asVersion(9))
+	e.store.ResetCounters()
+	star := e.chain("star1", "star2:1")
+	cut, err := star.Fence(ctx, 1, false)
+	if err != nil || cut != 3 {
+		t.Fatalf("fence: %d %v", cut, err)
+	}
+	rec, _, _ := star.Epoch(ctx, 1)
+	if err := star.ProbeGarbage(ctx, rec, cut); err != nil {
+		t.Fatal(err)
+	}
+	for b, c := range e.store.Counters() {
+		if n := c[objstore.OpDelete].Requests + c[objstore.OpDeleteMany].Requests; n != 0 {
+			t.Fatalf("a star's fence and garbage probe deleted %d times in %s", n, b)
+		}
+	}
+	if ta, _ := star.Classify(ctx, rec, 4); ta.Fate() != chain.Committed {
+		t.Fatalf("slot 4 before the reap: %v (the probe does not delete)", ta.Fate())
+	}
+	if err := e.chain("star1", "auditor").ReapGarbage(ctx, rec, cut); err != nil {
+		t.Fatal(err)
+	}
+	for s := cut; s < cut+uint64(rec.Params.Window); s++ {
+		ta, _ := star.Classify(ctx, rec, s)
+		if ta.Flights() != 0 || ta.Fate() != chain.Dead {
+			t.Fatalf("garbage slot %d after the reap: %v %v", s, ta.Fate(), ta.Occupants())
+		}
+	}
+	if ta, _ := star.Classify(ctx, rec, 6); ta.Seen(0) != chain.Unreadable {
+		t.Fatalf("the reap touched an unreadable object: %v", ta.Occupants())
+	}
+}

@@ -133,141 +133,152 @@ func readOrder(n, start int, sick []atomic.Bool) []int {
 	return order
 }
 
-// ProbeGarbage makes every slot in [cut, cut+window) dead (or, where an
-// unreadable occupant stands, poisoned in every other bucket): the slots the
+// ProbeGarbage poisons the slots in [cut, cut+window): the slots the
 // writer may have uploaded in parallel but never released (the cut slot
 // itself included: a writer's own fence may cut at a slot it could not
-// decide physically). Flight copies found there are deleted and the
-// bucket poisoned, so no reader ever meets them and no late upload can
-// land. A slot is done once K−W+1 poisons stand and every bucket that
-// answers is reaped (a bucket still unreachable a second after that is
-// left: its copy is garbage no read ever points to, so one zone down does
-// not hold the settle up), or once every bucket holds poison or an
-// unreadable object, which is never deleted (it may be a poison).
+// decide physically). It only writes poison, create-once, into buckets
+// where the key is absent; it never deletes: a star may not delete slots
+// (the auditor's trim is their one deleter, and reaps the flight copies
+// left here, ReapGarbage). Nothing here is needed for safety: no slot at
+// or above the cut is ever released (release is in slot order and the cut
+// is dead, or cut by its own writer, who moved to the next epoch), and no
+// ref points there. A slot is done once every bucket answered; a bucket
+// still unreachable a second after the first one answered is left, so one
+// zone down does not hold a settle up.
 func (c *Chain) ProbeGarbage(ctx context.Context, rec meta.Epoch, cut uint64) error {
+	return c.eachGarbageSlot(ctx, rec, cut, c.poisonSlot)
+}
+
+// ReapGarbage deletes the writer's flight copies left in [cut, cut+window)
+// once the epoch is settled: the trim calls it when it reaches the cut.
+// It reads each bucket's envelope and replaces only a flight copy of the
+// epoch's writer with poison; a poison and anything unreadable stay (the
+// poison keeps the cut slot dead; an unreadable object may be a poison). Deleting a copy is safe: the slot is garbage no read points to,
+// and a late upload landing there can never be released.
+func (c *Chain) ReapGarbage(ctx context.Context, rec meta.Epoch, cut uint64) error {
+	return c.eachGarbageSlot(ctx, rec, cut, c.reapSlot)
+}
+
+func (c *Chain) eachGarbageSlot(ctx context.Context, rec meta.Epoch, cut uint64, do func(context.Context, []objstore.Bucket, copyID) error) error {
 	nonce, err := ParseNonce(rec.Params.Nonce)
 	if err != nil {
 		return err
 	}
 	bs := c.buckets(rec.Params)
 	var wg sync.WaitGroup
-	errs := make(chan error, rec.Params.Window)
-	for s := cut; s < cut+uint64(rec.Params.Window); s++ {
-		wg.Go(func() {
-			if err := c.reapSlot(ctx, bs, rec.Params.W, copyID{rec.Epoch, s, nonce}); err != nil {
-				errs <- err
-			}
-		})
+	errs := make([]error, rec.Params.Window)
+	for i := range rec.Params.Window {
+		wg.Go(func() { errs[i] = do(ctx, bs, copyID{rec.Epoch, cut + uint64(i), nonce}) })
 	}
 	wg.Wait()
-	close(errs)
-	var all []error
-	for e := range errs {
-		all = append(all, e)
-	}
-	return errors.Join(all...)
+	return errors.Join(errs...)
 }
 
 // reapGrace is how long a garbage probe keeps trying a bucket that does
-// not answer after the slot is already dead.
+// not answer after another one did.
 const reapGrace = time.Second
 
-func (c *Chain) reapSlot(ctx context.Context, bs []objstore.Bucket, w int, want copyID) error {
+// poisonSlot writes poison into every bucket of one garbage slot where the
+// key is absent.
+func (c *Chain) poisonSlot(ctx context.Context, bs []objstore.Bucket, want copyID) error {
 	key := c.slotKey(want.epoch, want.slot)
 	poison := format.EncodePoison(want.epoch, want.slot, c.fenceNonce)
-	rctx, cancel := context.WithCancel(ctx)
+	return c.eachBucket(ctx, bs, key, func(ctx context.Context, b objstore.Bucket) error {
+		r := c.newRetrier("poison " + b.Name() + " " + key)
+		for {
+			actx, cancel := c.attempt(ctx)
+			_, err := b.PutIfAbsent(actx, key, poison)
+			cancel()
+			if err == nil || errors.Is(err, objstore.ErrExists) {
+				return nil // ours, or an occupant is there: done either way
+			}
+			if !r.wait(ctx) {
+				return fmt.Errorf("chain: poison %s/%s: %w", b.Name(), key, err)
+			}
+		}
+	})
+}
+
+// reapSlot deletes the writer's flight copies of one garbage slot,
+// leaving poison in their place.
+func (c *Chain) reapSlot(ctx context.Context, bs []objstore.Bucket, want copyID) error {
+	key := c.slotKey(want.epoch, want.slot)
+	poison := format.EncodePoison(want.epoch, want.slot, c.fenceNonce)
+	return c.eachBucket(ctx, bs, key, func(ctx context.Context, b objstore.Bucket) error {
+		r := c.newRetrier("reap " + b.Name() + " " + key)
+		for {
+			err := c.reapCopy(ctx, b, key, want, poison)
+			if err == nil {
+				return nil
+			}
+			if !r.wait(ctx) {
+				return err
+			}
+		}
+	})
+}
+
+// reapCopy replaces the writer's flight copy at key in b with poison, and
+// poisons the key where it is absent; a poison or an unreadable object
+// stays.
+func (c *Chain) reapCopy(ctx context.Context, b objstore.Bucket, key string, want copyID, poison []byte) error {
+	occ, err := c.probe(ctx, b, key, want)
+	if err != nil || occ == Poison || occ == Unreadable {
+		return err
+	}
+	if occ == Flight {
+		actx, cancel := c.attempt(ctx)
+		err = b.Delete(actx, key)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("chain: reap %s/%s: %w", b.Name(), key, err)
+		}
+	}
+	actx, cancel := c.attempt(ctx)
 	defer cancel()
-	type res struct {
-		i   int
-		occ Occupant
-		err error
+	if _, err := b.PutIfAbsent(actx, key, poison); err != nil && !errors.Is(err, objstore.ErrExists) {
+		return fmt.Errorf("chain: poison reaped %s/%s: %w", b.Name(), key, err)
 	}
-	results := make(chan res, len(bs))
-	for i, b := range bs {
-		go func() {
-			occ, err := c.reapCopy(rctx, b, key, want, poison)
-			results <- res{i, occ, err}
-		}()
+	return nil
+}
+
+// eachBucket runs do on every bucket at once; once one has finished, the
+// others get reapGrace more before they are given up. It fails only when
+// none finished.
+func (c *Chain) eachBucket(ctx context.Context, bs []objstore.Bucket, key string, do func(context.Context, objstore.Bucket) error) error {
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(bs))
+	for _, b := range bs {
+		go func() { errs <- do(bctx, b) }()
 	}
-	t := NewTally(len(bs), w)
-	// Once the slot is dead, a bucket that has not answered a grace later
-	// is given up: its copy is garbage no read points to, and one zone
-	// down must not hold the settle up.
 	grace := time.NewTimer(reapGrace)
 	grace.Stop()
 	defer grace.Stop()
-	graced := false
+	done := 0
 	var lastErr error
 	for pending := len(bs); pending > 0; {
 		select {
-		case r := <-results:
+		case err := <-errs:
 			pending--
-			if r.err != nil {
-				lastErr = r.err
+			if err != nil {
+				lastErr = err
+				continue
 			}
-			t.Observe(r.i, r.occ)
-			if t.Fate() == Dead && !graced {
-				graced = true
+			if done++; done == 1 {
 				grace.Reset(reapGrace)
 			}
 		case <-grace.C:
 			cancel()
 		}
 	}
-	if t.Fate() == Dead {
-		return nil
-	}
-	// Poison or unreadable in every bucket is all a probe can leave: an
-	// unreadable object may be a poison, and is never deleted.
-	done := true
-	for _, o := range t.Occupants() {
-		done = done && (o == Poison || o == Unreadable)
-	}
-	if done {
-		return nil
-	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("chain: garbage probe of %s: not dead (%v): %v", key, t.Occupants(), lastErr)
-}
-
-// reapCopy leaves poison in one bucket at key, deleting a flight copy it
-// finds there first; an unreadable occupant is left alone.
-func (c *Chain) reapCopy(ctx context.Context, b objstore.Bucket, key string, want copyID, poison []byte) (Occupant, error) {
-	r := c.newRetrier("reap " + b.Name() + " " + key)
-	for {
-		actx, cancel := c.attempt(ctx)
-		_, err := b.PutIfAbsent(actx, key, poison)
-		cancel()
-		occ := Poison
-		switch {
-		case err == nil:
-			return Poison, nil
-		case errors.Is(err, objstore.ErrExists) || objstore.IsIndefinite(err):
-			occ, err = c.probe(ctx, b, key, want)
-		}
-		if err == nil {
-			switch occ {
-			case Poison:
-				return Poison, nil
-			case Unreadable:
-				// Never delete what cannot be read: it may be a poison that
-				// keeps the cut slot dead. It counts neither way and stays.
-				return Unreadable, nil
-			case Flight:
-				actx, cancel := c.attempt(ctx)
-				err = b.Delete(actx, key)
-				cancel()
-			}
-		}
-		if err == nil {
-			continue // deleted, or absent after an indefinite write: poison again
-		}
-		if !r.wait(ctx) {
-			return Unknown, fmt.Errorf("chain: reap %s/%s: %w", b.Name(), key, err)
-		}
+	if done == 0 {
+		return fmt.Errorf("chain: garbage slot %s: no bucket answered: %w", key, lastErr)
 	}
+	return nil
 }
 
 // Classify reads the envelope of a slot in every bucket without writing:
@@ -292,13 +303,15 @@ func (c *Chain) Classify(ctx context.Context, rec meta.Epoch, slot uint64) (*Tal
 }
 
 // Trim deletes slots [rec.Trimmed, upTo) from every bucket of the set and
-// advances the epoch's trimmed cursor. Callers keep upTo ≤ rewritten and
+// advances the epoch's trimmed cursor; reaching the cut of a settled
+// epoch, it also reaps the garbage window (ReapGarbage). Callers keep upTo ≤ rewritten and
 // wait out the read grace first; the auditor is the only caller.
 func (c *Chain) Trim(ctx context.Context, rec meta.Epoch, upTo uint64) error {
-	if upTo <= rec.Trimmed {
+	reap := rec.Settled && rec.Cut != nil && max(upTo, rec.Trimmed) >= *rec.Cut && !rec.Reaped
+	if upTo <= rec.Trimmed && !reap {
 		return nil
 	}
-	keys := make([]string, 0, upTo-rec.Trimmed)
+	keys := make([]string, 0, max(upTo, rec.Trimmed)-rec.Trimmed)
 	for s := rec.Trimmed; s < upTo; s++ {
 		keys = append(keys, c.slotKey(rec.Epoch, s))
 	}
@@ -309,11 +322,19 @@ func (c *Chain) Trim(ctx context.Context, rec meta.Epoch, upTo uint64) error {
 			}
 		}
 	}
+	// At the cut of a settled epoch, the flight copies the garbage probe
+	// left above it go too.
+	if reap {
+		if err := c.ReapGarbage(ctx, rec, *rec.Cut); err != nil {
+			return fmt.Errorf("chain %s/%s: reap epoch %d's garbage: %w", c.Star, c.Class, rec.Epoch, err)
+		}
+	}
 	_, err := c.UpdateEpoch(ctx, rec.Epoch, func(e *meta.Epoch) bool {
-		if e.Trimmed >= upTo {
+		if e.Trimmed >= upTo && (!reap || e.Reaped) {
 			return false
 		}
-		e.Trimmed = upTo
+		e.Trimmed = max(e.Trimmed, upTo)
+		e.Reaped = e.Reaped || reap
 		return true
 	})
 	return err

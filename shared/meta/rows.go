@@ -144,7 +144,10 @@ type Epoch struct {
 	Settled    bool        `json:"settled,omitempty"`
 	Rewritten  uint64      `json:"rewritten"` // slots below have no live marker
 	Trimmed    uint64      `json:"trimmed"`   // slots below are deleted
-	Frontier   string      `json:"frontier,omitempty"`
+	// Reaped: the trim deleted the flight copies left in the garbage
+	// window [cut, cut+window) (their poison stays).
+	Reaped   bool   `json:"reaped,omitempty"`
+	Frontier string `json:"frontier,omitempty"`
 	// Rewrites are the rewritten cursor's advances not yet trimmed, with
 	// when the trim-check saw them: a slot is deleted only once the read
 	// grace has passed since its marker was seen resolved.

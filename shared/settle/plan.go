@@ -83,7 +83,7 @@ func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
 		cs := stats[ch.Class]
 		trimDue := false
 		for _, e := range epochs {
-			if due, ok := dueTrim(e, now, cfg.ReadGrace); ok && due > e.Trimmed || staleRewrites(e) {
+			if due, ok := dueTrim(e, now, cfg.ReadGrace); ok && due > e.Trimmed || staleRewrites(e) || garbageDue(e) {
 				trimDue = true
 			}
 			for _, rw := range e.Rewrites {

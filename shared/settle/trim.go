@@ -97,6 +97,11 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 			return 0, fmt.Errorf("settle: trim %s epoch %d [%d,%d): %w", ch, e.Epoch, from, upto, err)
 		}
 		e.Trimmed, trimmed = upto, upto-from
+	} else if garbageDue(e) {
+		// Trimmed to the cut before the epoch was settled: reap now.
+		if err := c.Trim(ctx, e, e.Trimmed); err != nil {
+			return 0, fmt.Errorf("settle: reap %s epoch %d's garbage: %w", ch, e.Epoch, err)
+		}
 	}
 	if !staleRewrites(e) {
 		return trimmed, nil
@@ -112,6 +117,12 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 		return trimmed, fmt.Errorf("settle: drop trimmed rewrites of %s epoch %d: %w", ch, e.Epoch, err)
 	}
 	return trimmed, nil
+}
+
+// garbageDue reports a settled epoch trimmed to its cut whose garbage
+// window the trim has not reaped yet (chain.Trim reaps it). Pure.
+func garbageDue(e meta.Epoch) bool {
+	return e.Settled && e.Cut != nil && e.Trimmed >= *e.Cut && !e.Reaped
 }
 
 // staleRewrites reports recorded rewrites the trim has passed. Pure.

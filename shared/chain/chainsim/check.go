@@ -48,6 +48,7 @@ type epochView struct {
 	// cut at a slot it never released without deciding it in the bytes;
 	// the garbage probe kills it at settlement.
 	ownCut bool
+	reaped bool // the trim reaped the garbage window
 	// cursors of the record, as last seen
 	checkpoint, rewritten, trimmed uint64
 	settled                        bool
@@ -263,6 +264,11 @@ func (c *checker) onEpoch(k meta.Key) {
 		c.stats["epochs-settled"]++
 		c.onSettled(ev)
 	}
+	if e.Reaped && !ev.reaped {
+		ev.reaped = true
+		c.stats["epochs-reaped"]++
+		c.onReaped(ev)
+	}
 }
 
 // onCut: a recorded cut never changes, every slot below it is committed,
@@ -443,25 +449,47 @@ func (c *checker) ack(a *actor, ack Ack) {
 	}
 }
 
-// onSettled: the garbage window above the cut is dead (I13), and no ack
-// of the epoch is disowned (I9).
+// onSettled: no ack of the epoch is disowned (I9). The garbage window is
+// the trim's to reap (onReaped): a star's settlement only poisons it.
 func (c *checker) onSettled(ev *epochView) {
 	c.checks++
 	if ev.cut == nil {
 		c.fail("cut-recorded", "epoch %d settled without a recorded cut", ev.epoch)
 		return
 	}
+	c.readBack(ev, ev.acks)
+	c.checkRefs(ev)
+}
+
+// onReaped: once the trim reaped the garbage window [cut, cut+window)
+// (I13), no bucket that is up holds a flight copy of the writer there,
+// and with every bucket up each slot is dead. A slot holding a copy the
+// sim damaged is left out: an unreadable object is never reaped (it may
+// be a poison).
+func (c *checker) onReaped(ev *epochView) {
+	if ev.cut == nil {
+		c.fail("cut-recorded", "epoch %d reaped without a recorded cut", ev.epoch)
+		return
+	}
+	allUp := true
+	for _, h := range c.s.health {
+		allUp = allUp && h.mode != "down" && h.mode != "hang"
+	}
 	for s := *ev.cut; s < *ev.cut+uint64(ev.window); s++ {
 		c.checks++
 		if c.damaged(ev, s) {
-			continue // an unreadable copy is never reaped: it may be a poison
+			continue
 		}
-		if f := c.fateOf(ev, s); f != chain.Dead {
-			c.fail("garbage-dead", "epoch %d settled but slot %d in its garbage window is %v (%s)", ev.epoch, s, f, c.describe(ev, s))
+		for b, o := range c.occupants(ev, s) {
+			if h := c.s.health[b]; o == occFlight && h.mode != "down" && h.mode != "hang" {
+				c.fail("garbage-reaped", "epoch %d reaped but slot %d in its garbage window holds a flight copy in b%d (%s)", ev.epoch, s, b, c.describe(ev, s))
+				return
+			}
+		}
+		if f := c.fateOf(ev, s); allUp && f != chain.Dead {
+			c.fail("garbage-reaped", "epoch %d reaped but slot %d in its garbage window is %v (%s)", ev.epoch, s, f, c.describe(ev, s))
 		}
 	}
-	c.readBack(ev, ev.acks)
-	c.checkRefs(ev)
 }
 
 // damaged reports whether a copy of slot s was damaged at rest.
