@@ -53,6 +53,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/starlog/starlog/shared/awsretry"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/meta/internal/keyplan"
 )
@@ -92,7 +93,7 @@ type Config struct {
 	// AccessKey and SecretKey are static credentials; empty means the
 	// default credential chain (environment, shared config, instance role).
 	AccessKey, SecretKey string
-	// MaxAttempts bounds the SDK's attempts per call; 0 keeps its default.
+	// MaxAttempts bounds the SDK's attempts per call (0: awsretry's).
 	MaxAttempts int
 }
 
@@ -106,9 +107,7 @@ func NewClient(ctx context.Context, cfg Config) (*dynamodb.Client, error) {
 		opts = append(opts, config.WithCredentialsProvider(
 			credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
 	}
-	if cfg.MaxAttempts > 0 {
-		opts = append(opts, config.WithRetryMaxAttempts(cfg.MaxAttempts))
-	}
+	opts = append(opts, config.WithRetryer(awsretry.New(cfg.MaxAttempts)))
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("meta/dynamo: load AWS config: %w", err)
