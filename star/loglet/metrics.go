@@ -23,6 +23,7 @@ type Metrics struct {
 	admitStalls    *prometheus.CounterVec
 	undecidable    prometheus.Counter
 	recoveries     *prometheus.CounterVec
+	recoveryRetry  *prometheus.CounterVec
 	absorbPass     prometheus.Observer
 	absorbErrors   prometheus.Counter
 	halts          prometheus.Counter
@@ -67,9 +68,10 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 	m.admitStalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "admission_stalls_total", Help: "Times appends had to wait for pool budget, by diagnosed cause (why the flusher was not draining the pool).", ConstLabels: cl}, []string{"cause"})
 	m.undecidable = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "fence_undecidable_total", Help: "Own fences that stopped at a slot they could not decide (unreadable occupants, or a bucket they need unreachable); the log names the key.", ConstLabels: cl})
 	m.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_recoveries_total", Help: "Halted epochs by how recovery ended: recovered (a new epoch), deposed, or late (appends answered unavailable before it ended).", ConstLabels: cl}, []string{"result"})
+	m.recoveryRetry = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "recovery_retries_total", Help: "Failed attempts of a halted epoch's recovery, by step (fence, mint); each is retried with backoff until it succeeds or the loglet is deposed or closed.", ConstLabels: cl}, []string{"step"})
 	m.absorbErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_errors_total", Help: "Absorb passes that failed and were retried.", ConstLabels: cl})
 	m.halts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_halts_total", Help: "Epochs halted (foreign occupant or flight deadline).", ConstLabels: cl})
-	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.absorbErrors, m.halts} {
+	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.recoveryRetry, m.absorbErrors, m.halts} {
 		f(c)
 	}
 	return m

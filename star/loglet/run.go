@@ -294,14 +294,14 @@ func (l *Loglet) startRecovery(ctx context.Context, r uploadResult) {
 // recovery resumes as soon as the store takes writes again.
 func (l *Loglet) fenceAndMint(ctx context.Context, rec recovery, known chain.Known) {
 	defer func() { rec.done <- rec }()
-	rec.fail = l.retry(ctx, "fence own epoch", func() (err error) {
+	rec.fail = l.retry(ctx, "fence", func() (err error) {
 		rec.cut, err = l.chain.FenceOwn(ctx, rec.epoch, known)
 		return err
 	})
 	if rec.fail != nil {
 		return
 	}
-	rec.fail = l.retry(ctx, "mint next epoch", func() (err error) {
+	rec.fail = l.retry(ctx, "mint", func() (err error) {
 		rec.next, rec.writer, err = l.mintEpoch(ctx)
 		return err
 	})
@@ -400,13 +400,14 @@ func (l *Loglet) retry(ctx context.Context, what string, op func() error) error 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		l.metrics.recoveryRetry.WithLabelValues(what).Inc()
 		var ue *chain.UndecidableError
 		if errors.As(err, &ue) && ue.Key != lastKey {
 			lastKey = ue.Key
 			l.metrics.undecidable.Inc()
-			l.log.Error(what+": a slot cannot be decided; retrying (an unreadable occupant needs an operator)", "key", ue.Key, "permanent", ue.Permanent, "err", err)
+			l.log.Error("recovery "+what+": a slot cannot be decided; retrying (an unreadable occupant needs an operator)", "key", ue.Key, "permanent", ue.Permanent, "err", err)
 		} else {
-			l.log.Warn(what+" failed; retrying", "err", err, "in", r)
+			l.log.Warn("recovery "+what+" failed; retrying", "err", err, "in", r)
 		}
 		select {
 		case <-ctx.Done():
