@@ -96,6 +96,7 @@ func StartExpress(tb testing.TB, v VersityServer, tune ...func(*expressfront.Con
 		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			tb.Errorf("testsvc: express front: %v", err)
 		}
+		front.CloseIdleConnections() // versitygw stops at once without them
 	})
 	e.Endpoint = "http://" + ExpressDomain + ":" + port
 	e.PathEndpoint = "http://" + addr

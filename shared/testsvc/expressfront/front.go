@@ -213,6 +213,10 @@ func (f *Front) Stats() Stats {
 	return c
 }
 
+// CloseIdleConnections drops the front's idle connections to the upstream
+// (call it before stopping the upstream, so it need not wait for them).
+func (f *Front) CloseIdleConnections() { f.cfg.Client.CloseIdleConnections() }
+
 // IsDirectoryBucket reports a directory bucket name: "<base>--<zone id>--x-s3"
 // (the SDK's own test is the "--x-s3" suffix).
 func IsDirectoryBucket(name string) bool {
