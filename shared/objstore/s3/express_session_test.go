@@ -3,7 +3,10 @@ package s3_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/testsvc"
@@ -76,5 +79,75 @@ func wantDefinite(t *testing.T, what string, err, want error) {
 	}
 	if want != nil && !errors.Is(err, want) {
 		t.Fatalf("%s: %v, want %v", what, err, want)
+	}
+}
+
+// Sessions that live 2 s: the SDK must open new ones as they run out, and
+// never sign with an expired one.
+func TestExpressSessionRefresh(t *testing.T) {
+	ctx := context.Background()
+	v := testsvc.StartVersity(t)
+	const lifetime = 2 * time.Second
+	e := testsvc.StartExpress(t, v, func(c *expressfront.Config) { c.SessionLifetime = lifetime })
+	m := &bucketMaker{v: v, zone: "use1-az6"}
+	name := m.make(t)
+	b := newExpressStore(t, e, e.AccessKey, e.SecretKey).Bucket(name)
+	sessions := func() int { return e.Front.Stats().SessionsByBucket[name] }
+
+	if _, err := b.PutIfAbsent(ctx, "first", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if n := sessions(); n != 1 {
+		t.Fatalf("%d sessions after the first write, want 1", n)
+	}
+	// Idle past the session's end: the cached session has expired, so the
+	// SDK opens a new one before it signs the read.
+	time.Sleep(lifetime + 500*time.Millisecond)
+	before := sessions()
+	if got, err := b.Get(ctx, "first", 0, -1); err != nil || string(got) != "1" {
+		t.Fatalf("read after expiry: %q, %v", got, err)
+	}
+	if n := sessions(); n <= before {
+		t.Fatalf("sessions %d → %d across an expiry, want a new one", before, n)
+	}
+	// Busy across an expiry: the SDK refreshes ahead of it in the
+	// background (its window, a fixed minute, covers all of a 2 s session,
+	// so nearly every request starts a single-flight CreateSession) while
+	// requests keep using the current session.
+	before = sessions()
+	deadline := time.Now().Add(lifetime + 500*time.Millisecond)
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(deadline); i++ {
+				key := fmt.Sprintf("busy/%d/%04d", w, i)
+				if _, err := b.PutIfAbsent(ctx, key, []byte(key)); err != nil {
+					errc <- err
+					return
+				}
+				if _, err := b.Head(ctx, key); err != nil {
+					errc <- err
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("busy writer: %v", err)
+	}
+	st := e.Front.Stats()
+	t.Logf("sessions for %s: %d (%d during the busy phase); refusals %v; accepted within the expiry grace: %d",
+		name, st.SessionsByBucket[name], st.SessionsByBucket[name]-before, st.Refused, st.InGrace)
+	if st.SessionsByBucket[name]-before < 2 {
+		t.Fatalf("busy phase over a lifetime opened %d sessions, want at least 2", st.SessionsByBucket[name]-before)
+	}
+	if len(st.Refused) != 0 {
+		t.Fatalf("the front refused requests %v: the SDK signed with a dead session", st.Refused)
 	}
 }

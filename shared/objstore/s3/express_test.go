@@ -42,4 +42,11 @@ func TestExpressConformance(t *testing.T) {
 	if fs.Sessions["ReadWrite"] == 0 || len(fs.Refused) != 0 || fs.ShuffledPages == 0 {
 		t.Fatalf("front stats %+v: want sessions, no refusals, shuffled listings", fs)
 	}
+	// Sessions outlive the suite (5 min), so the SDK opened one per bucket,
+	// even where 16 writers raced on a cold bucket (single-flight).
+	for b, n := range fs.SessionsByBucket {
+		if n != 1 {
+			t.Errorf("bucket %s: %d sessions, want 1", b, n)
+		}
+	}
 }

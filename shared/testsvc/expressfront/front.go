@@ -110,6 +110,9 @@ type Stats struct {
 	Refused map[string]int
 	// ShuffledPages counts ListObjectsV2 pages returned in a new order.
 	ShuffledPages int
+	// InGrace counts requests accepted although their session had expired
+	// when they arrived (signed before the expiry, within ExpiryGrace).
+	InGrace int
 }
 
 // Front is the express stand-in. It is safe for concurrent use.
@@ -210,6 +213,7 @@ func (f *Front) Stats() Stats {
 		c.Refused[k] = v
 	}
 	c.ShuffledPages = f.stats.ShuffledPages
+	c.InGrace = f.stats.InGrace
 	return c
 }
 
@@ -434,6 +438,11 @@ func (f *Front) authorizeData(ctx context.Context, r *http.Request, rawPath stri
 	}
 	if s.mode == ReadOnly && !readOnlyOps[req.op] {
 		return errAccessDenied(string(req.op) + " is not allowed in a ReadOnly session")
+	}
+	if !now.Before(s.expires) {
+		f.mu.Lock()
+		f.stats.InGrace++
+		f.mu.Unlock()
 	}
 	return f.authorizeCopySource(r, s.principal, &s)
 }

@@ -354,8 +354,8 @@ func TestSessionExpiry(t *testing.T) {
 	}
 	// Signed just before expiry, arriving within the grace: accepted.
 	x.clk.Add(10 * time.Second)
-	if st, code := get(s.Expires.Add(-time.Second)); st != 200 {
-		t.Fatalf("signed before expiry, in flight: %d %s", st, code)
+	if st, code := get(s.Expires.Add(-time.Second)); st != 200 || x.f.Stats().InGrace != 1 {
+		t.Fatalf("signed before expiry, in flight: %d %s (in grace: %d)", st, code, x.f.Stats().InGrace)
 	}
 	// Signed at expiry: refused.
 	if st, code := get(s.Expires); st != 400 || code != "ExpiredToken" {
