@@ -511,7 +511,8 @@ type createSessionResult struct {
 // issues a session.
 func (f *Front) createSession(ctx context.Context, w http.ResponseWriter, r *http.Request, rawPath string, req *request, a authHeader, payloadHash string, at time.Time) *s3Error {
 	if r.Header.Get(headerSession) != "" {
-		return errInvalidArgument("CreateSession is signed with long-term credentials, not a session")
+		// S3 Express's own answer (seen by smithy-rs, PR 3474).
+		return errInvalidRequest(`CreateSession request should not include "x-amz-s3session-token"`)
 	}
 	p, err := f.principal(ctx, r, rawPath, a, payloadHash, at)
 	if err != nil {

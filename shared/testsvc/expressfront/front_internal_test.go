@@ -259,6 +259,7 @@ func TestCreateSession(t *testing.T) {
 		{"tampered signature", rw, bucket, "", func(r *req) { r.tamperSig = true }, 403, "SignatureDoesNotMatch"},
 		{"service s3", rw, bucket, "", func(r *req) { r.service = "s3" }, 400, "AuthorizationHeaderMalformed"},
 		{"skewed", rw, bucket, "", func(r *req) { r.signAt = x.clk.Now().Add(-20 * time.Minute) }, 403, "RequestTimeTooSkewed"},
+		{"with a session token", rw, bucket, "", func(r *req) { r.header[headerSession] = "tok" }, 400, "InvalidRequest"},
 	}
 	for _, c := range cases {
 		if s, code := cs(c.p, c.bucket, c.mode, c.mut); s != c.status || code != c.code {
