@@ -90,3 +90,47 @@ func TestClassifyTable(t *testing.T) {
 		t.Fatal("nil error classified as non-nil")
 	}
 }
+
+// A call none of whose attempts reached the transport changed nothing, so
+// it is definite; a session refused 404 names a missing directory bucket.
+func TestClassifyCall(t *testing.T) {
+	flattened := &smithy.OperationError{ServiceID: "S3", OperationName: "PutObject",
+		Err: fmt.Errorf("get identity: %w", errors.New("get credentials: operation error S3: CreateSession, StatusCode: 404"))}
+	notSent := func(session error) *callState {
+		c := &callState{}
+		if session != nil {
+			c.setSession(session)
+		}
+		return c
+	}
+	sent := &callState{}
+	sent.sent.Store(true)
+
+	for _, op := range []objstore.Op{objstore.OpPut, objstore.OpMultipartComplete, objstore.OpGet} {
+		// Today's rule for a send failure: indefinite for writes.
+		if err := classifyCall(flattened, sent, op, "b/k"); objstore.IsIndefinite(err) != op.Mutates() {
+			t.Errorf("%v sent: %v", op, err)
+		}
+		if err := classifyCall(flattened, nil, op, "b/k"); objstore.IsIndefinite(err) != op.Mutates() {
+			t.Errorf("%v untracked: %v", op, err)
+		}
+		err := classifyCall(flattened, notSent(nil), op, "b/k")
+		if err == nil || objstore.IsIndefinite(err) || errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("%v not sent: %v, want definite", op, err)
+		}
+		err = classifyCall(flattened, notSent(httpErr(404, "NoSuchBucket")), op, "b/k")
+		if objstore.IsIndefinite(err) || !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("%v session 404: %v, want ErrNotFound", op, err)
+		}
+		for _, serr := range []error{httpErr(403, "AccessDenied"), httpErr(503, "SlowDown"), context.DeadlineExceeded} {
+			err = classifyCall(flattened, notSent(serr), op, "b/k")
+			if err == nil || objstore.IsIndefinite(err) || errors.Is(err, objstore.ErrNotFound) || !errors.Is(err, serr) {
+				t.Errorf("%v session %v: %v, want definite, wrapping the session error", op, serr, err)
+			}
+		}
+	}
+	// A sent 412 stays ErrExists.
+	if err := classifyCall(httpErr(412, "PreconditionFailed"), sent, objstore.OpPut, "b/k"); !errors.Is(err, objstore.ErrExists) {
+		t.Errorf("sent 412: %v", err)
+	}
+}

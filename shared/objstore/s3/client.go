@@ -19,7 +19,13 @@ type Config struct {
 	AccessKey string
 	SecretKey string
 	// PathStyle addresses buckets as /bucket/key (needed by versitygw).
+	// Leave it off for S3 Express on AWS: directory buckets take
+	// virtual-hosted requests only.
 	PathStyle bool
+	// HTTPClient, if set, sends every request (tests route virtual-hosted
+	// names such as "<bucket>.s3express.test" to a loopback stand-in).
+	// Nil: the SDK's default client.
+	HTTPClient config.HTTPClient
 }
 
 // NewClient builds an S3 client from cfg.
@@ -32,6 +38,9 @@ func NewClient(ctx context.Context, cfg Config) (*awss3.Client, error) {
 		// Ranged GETs carry no full-object checksum; validate only when the
 		// object's checksum comes back (see Get).
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, config.WithHTTPClient(cfg.HTTPClient))
 	}
 	if cfg.AccessKey != "" {
 		opts = append(opts, config.WithCredentialsProvider(

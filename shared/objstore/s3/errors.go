@@ -70,6 +70,25 @@ func classify(err error, op objstore.Op, what string) error {
 	}
 }
 
+// classifyCall is classify for a call whose state track recorded. A call
+// none of whose attempts reached the transport changed nothing: its
+// failure is definite whatever it was (for S3 Express, typically the
+// session: CreateSession refused or unreachable). A session refused 404
+// means the directory bucket does not exist: ErrNotFound.
+func classifyCall(err error, call *callState, op objstore.Op, what string) error {
+	if err == nil || call == nil || call.sent.Load() {
+		return classify(err, op, what)
+	}
+	if serr := call.sessionErr(); serr != nil {
+		var re *smithyhttp.ResponseError
+		if errors.As(serr, &re) && re.HTTPStatusCode() == http.StatusNotFound {
+			return fmt.Errorf("s3: %s %s: session: %w: %w", op, what, objstore.ErrNotFound, serr)
+		}
+		return fmt.Errorf("s3: %s %s: session: %w", op, what, serr)
+	}
+	return fmt.Errorf("s3: %s %s: not sent: %w", op, what, err)
+}
+
 // isNoSuchBucket tells a missing bucket from a missing key among 404s.
 func isNoSuchBucket(err error) bool {
 	var ae smithy.APIError

@@ -18,13 +18,14 @@ func (b *bucket) NewMultipart(ctx context.Context, key string) (objstore.Multipa
 	if err := b.check(key); err != nil {
 		return nil, err
 	}
+	ctx, call := track(ctx)
 	out, err := b.s.client.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{
 		Bucket:            aws.String(b.name),
 		Key:               aws.String(key),
 		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
 	})
 	if err != nil {
-		return nil, classify(err, objstore.OpMultipartCreate, b.what(key))
+		return nil, classifyCall(err, call, objstore.OpMultipartCreate, b.what(key))
 	}
 	return &multipart{b: b, key: key, uploadID: aws.ToString(out.UploadId)}, nil
 }
@@ -70,6 +71,7 @@ func (m *multipart) AddCopyPart(ctx context.Context, srcBucket, srcKey string, o
 	if err != nil {
 		return err
 	}
+	ctx, call := track(ctx)
 	out, err := m.b.s.client.UploadPartCopy(ctx, &awss3.UploadPartCopyInput{
 		Bucket:          aws.String(m.b.name),
 		Key:             aws.String(m.key),
@@ -79,7 +81,7 @@ func (m *multipart) AddCopyPart(ctx context.Context, srcBucket, srcKey string, o
 		CopySourceRange: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1)),
 	})
 	if err != nil {
-		return classify(err, objstore.OpMultipartCopy, fmt.Sprintf("%s part %d from %s/%s", m.what(), num, srcBucket, srcKey))
+		return classifyCall(err, call, objstore.OpMultipartCopy, fmt.Sprintf("%s part %d from %s/%s", m.what(), num, srcBucket, srcKey))
 	}
 	r := out.CopyPartResult
 	if r == nil {
@@ -98,6 +100,7 @@ func (m *multipart) AddPart(ctx context.Context, body []byte) error {
 		return err
 	}
 	sum := crc32c(body)
+	ctx, call := track(ctx)
 	out, err := m.b.s.client.UploadPart(ctx, &awss3.UploadPartInput{
 		Bucket:            aws.String(m.b.name),
 		Key:               aws.String(m.key),
@@ -109,7 +112,7 @@ func (m *multipart) AddPart(ctx context.Context, body []byte) error {
 		ChecksumCRC32C:    sum,
 	})
 	if err != nil {
-		return classify(err, objstore.OpMultipartPart, fmt.Sprintf("%s part %d", m.what(), num))
+		return classifyCall(err, call, objstore.OpMultipartPart, fmt.Sprintf("%s part %d", m.what(), num))
 	}
 	m.parts = append(m.parts, types.CompletedPart{PartNumber: aws.Int32(num), ETag: out.ETag, ChecksumCRC32C: sum})
 	m.sizes = append(m.sizes, int64(len(body)))
@@ -133,15 +136,16 @@ func (m *multipart) Complete(ctx context.Context) (objstore.ObjectInfo, error) {
 	if err := objstore.CheckParts(m.sizes); err != nil {
 		return objstore.ObjectInfo{}, m.abortAfter(ctx, fmt.Errorf("s3: multipart %s: %w", m.what(), err))
 	}
-	out, err := m.b.s.client.CompleteMultipartUpload(ctx, &awss3.CompleteMultipartUploadInput{
+	ctx, call := track(ctx)
+	out, err := m.b.s.once.CompleteMultipartUpload(ctx, &awss3.CompleteMultipartUploadInput{
 		Bucket:          aws.String(m.b.name),
 		Key:             aws.String(m.key),
 		UploadId:        aws.String(m.uploadID),
 		IfNoneMatch:     aws.String("*"),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: m.parts},
-	}, noRetry)
+	})
 	if err != nil {
-		cerr := classify(err, objstore.OpMultipartComplete, m.what())
+		cerr := classifyCall(err, call, objstore.OpMultipartComplete, m.what())
 		if objstore.IsIndefinite(cerr) {
 			return objstore.ObjectInfo{}, cerr
 		}
@@ -170,6 +174,7 @@ func (m *multipart) abort(ctx context.Context) error {
 	if m.done {
 		return nil
 	}
+	ctx, call := track(ctx)
 	_, err := m.b.s.client.AbortMultipartUpload(ctx, &awss3.AbortMultipartUploadInput{
 		Bucket:   aws.String(m.b.name),
 		Key:      aws.String(m.key),
@@ -177,7 +182,7 @@ func (m *multipart) abort(ctx context.Context) error {
 	})
 	// NoSuchUpload: already gone (e.g. an indefinite Complete that won).
 	if err != nil && !isNoSuchUpload(err) {
-		return classify(err, objstore.OpMultipartAbort, m.what())
+		return classifyCall(err, call, objstore.OpMultipartAbort, m.what())
 	}
 	m.done = true
 	return nil

@@ -31,11 +31,16 @@ func newStore(t *testing.T, v testsvc.VersityServer, endpoint string, opts ...s3
 type bucketMaker struct {
 	v testsvc.VersityServer
 	n atomic.Int64
+	// zone, if set, makes directory bucket names (bucket-001--<zone>--x-s3).
+	zone string
 }
 
 func (m *bucketMaker) make(t *testing.T) string {
 	t.Helper()
 	name := fmt.Sprintf("bucket-%03d", m.n.Add(1))
+	if m.zone != "" {
+		name = testsvc.DirectoryBucket(name, m.zone)
+	}
 	if err := os.Mkdir(filepath.Join(m.v.Root, name), 0o755); err != nil {
 		t.Fatal(err)
 	}

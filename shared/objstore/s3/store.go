@@ -30,7 +30,19 @@ const deleteBatch = 1000
 
 // Store is an objstore.Store over one S3 client.
 type Store struct {
-	client   *awss3.Client
+	// client sends with the SDK's retries.
+	client *awss3.Client
+	// once sends conditional writes (PutIfAbsent, Complete) in a single
+	// attempt: if a first attempt lands but its reply is lost, a retry gets
+	// 412 and would report a write this call won as ErrExists. Detecting
+	// retried attempts instead would not help: after a retry a 412 cannot
+	// tell our own first attempt from a rival's, so the honest report is
+	// indefinite either way. Without retries every unanswered attempt
+	// surfaces as indefinite at once (no hidden backoff inside the caller's
+	// deadline), and the caller probes the envelope's nonce. A client of
+	// its own rather than a per-call option, so that S3 Express session
+	// fetches stay single-flight (session.go).
+	once     *awss3.Client
 	listPage int32
 }
 
@@ -47,9 +59,11 @@ func WithListPageSize(n int) Option {
 	}
 }
 
-// New wraps client.
+// New wraps client: the Store sends through clients derived from its
+// options (session.go), and client itself opens S3 Express sessions.
 func New(client *awss3.Client, opts ...Option) *Store {
-	s := &Store{client: client, listPage: 1000}
+	retrying, once := clients(client)
+	s := &Store{client: retrying, once: once, listPage: 1000}
 	for _, o := range opts {
 		o(s)
 	}
@@ -70,16 +84,6 @@ type bucket struct {
 var _ objstore.Bucket = (*bucket)(nil)
 
 func (b *bucket) Name() string { return b.name }
-
-// noRetry disables the SDK's retries for one call. Conditional writes
-// (PutIfAbsent, Complete) use it: if a first attempt lands but its reply is
-// lost, a retry gets 412 and would report a write this call won as
-// ErrExists. Detecting retried attempts instead would not help: after a
-// retry a 412 cannot tell our own first attempt from a rival's, so the
-// honest report is indefinite either way. Without retries every unanswered
-// attempt surfaces as indefinite at once (no hidden backoff inside the
-// caller's deadline), and the caller probes the envelope's nonce.
-func noRetry(o *awss3.Options) { o.RetryMaxAttempts = 1 }
 
 func (b *bucket) check(key string) error {
 	if b.nameErr != nil {
@@ -106,7 +110,8 @@ func (b *bucket) PutIfAbsent(ctx context.Context, key string, body []byte) (objs
 	if err := b.check(key); err != nil {
 		return objstore.ObjectInfo{}, err
 	}
-	out, err := b.s.client.PutObject(ctx, &awss3.PutObjectInput{
+	ctx, call := track(ctx)
+	out, err := b.s.once.PutObject(ctx, &awss3.PutObjectInput{
 		Bucket:            aws.String(b.name),
 		Key:               aws.String(key),
 		Body:              bytes.NewReader(body), // seekable: plain HTTP needs it
@@ -114,9 +119,9 @@ func (b *bucket) PutIfAbsent(ctx context.Context, key string, body []byte) (objs
 		IfNoneMatch:       aws.String("*"),
 		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
 		ChecksumCRC32C:    crc32c(body),
-	}, noRetry)
+	})
 	if err != nil {
-		return objstore.ObjectInfo{}, classify(err, objstore.OpPut, b.what(key))
+		return objstore.ObjectInfo{}, classifyCall(err, call, objstore.OpPut, b.what(key))
 	}
 	return objstore.ObjectInfo{Key: key, Size: int64(len(body)), ETag: etag(out.ETag)}, nil
 }
@@ -145,6 +150,7 @@ func (b *bucket) Get(ctx context.Context, key string, off, n int64) ([]byte, err
 		// A whole-object read can check S3's stored checksum.
 		in.ChecksumMode = types.ChecksumModeEnabled
 	}
+	ctx, call := track(ctx)
 	out, err := b.s.client.GetObject(ctx, in)
 	if err != nil {
 		var re *smithyhttp.ResponseError
@@ -152,7 +158,7 @@ func (b *bucket) Get(ctx context.Context, key string, off, n int64) ([]byte, err
 			// The object exists and the range starts at or past its end.
 			return []byte{}, nil
 		}
-		return nil, classify(err, objstore.OpGet, b.what(key))
+		return nil, classifyCall(err, call, objstore.OpGet, b.what(key))
 	}
 	defer out.Body.Close()
 	var data []byte
@@ -171,9 +177,10 @@ func (b *bucket) Head(ctx context.Context, key string) (objstore.ObjectInfo, err
 	if err := b.check(key); err != nil {
 		return objstore.ObjectInfo{}, err
 	}
+	ctx, call := track(ctx)
 	out, err := b.s.client.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: aws.String(b.name), Key: aws.String(key)})
 	if err != nil {
-		return objstore.ObjectInfo{}, classify(err, objstore.OpHead, b.what(key))
+		return objstore.ObjectInfo{}, classifyCall(err, call, objstore.OpHead, b.what(key))
 	}
 	return objstore.ObjectInfo{Key: key, Size: aws.ToInt64(out.ContentLength), ETag: etag(out.ETag)}, nil
 }
@@ -182,10 +189,13 @@ func (b *bucket) Delete(ctx context.Context, key string) error {
 	if err := b.check(key); err != nil {
 		return err
 	}
+	ctx, call := track(ctx)
 	_, err := b.s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(b.name), Key: aws.String(key)})
 	if err != nil {
-		cerr := classify(err, objstore.OpDelete, b.what(key))
-		if errors.Is(cerr, objstore.ErrNotFound) && !isNoSuchBucket(err) {
+		cerr := classifyCall(err, call, objstore.OpDelete, b.what(key))
+		// A missing key is fine, a missing bucket is not (a session that
+		// could not be opened names a bucket, never a key).
+		if errors.Is(cerr, objstore.ErrNotFound) && !isNoSuchBucket(err) && call.sessionErr() == nil {
 			return nil
 		}
 		return cerr
@@ -204,12 +214,13 @@ func (b *bucket) DeleteMany(ctx context.Context, keys []string) error {
 		for i, k := range chunk {
 			ids[i] = types.ObjectIdentifier{Key: aws.String(k)}
 		}
+		ctx, call := track(ctx)
 		out, err := b.s.client.DeleteObjects(ctx, &awss3.DeleteObjectsInput{
 			Bucket: aws.String(b.name),
 			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
 		})
 		if err != nil {
-			return classify(err, objstore.OpDeleteMany, fmt.Sprintf("%s (%d keys)", b.name, len(chunk)))
+			return classifyCall(err, call, objstore.OpDeleteMany, fmt.Sprintf("%s (%d keys)", b.name, len(chunk)))
 		}
 		for _, e := range out.Errors {
 			if aws.ToString(e.Code) == "NoSuchKey" {
@@ -247,9 +258,10 @@ func (b *bucket) List(ctx context.Context, prefix string) iter.Seq2[objstore.Obj
 			MaxKeys: aws.Int32(b.s.listPage),
 		})
 		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
+			pctx, call := track(ctx)
+			page, err := p.NextPage(pctx)
 			if err != nil {
-				yield(objstore.ObjectInfo{}, classify(err, objstore.OpList, b.name+"/"+prefix+"*"))
+				yield(objstore.ObjectInfo{}, classifyCall(err, call, objstore.OpList, b.name+"/"+prefix+"*"))
 				return
 			}
 			for _, o := range page.Contents {

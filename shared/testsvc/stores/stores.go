@@ -24,6 +24,30 @@ func S3(tb testing.TB, buckets ...string) *s3.Store {
 	return s3.New(c)
 }
 
+// S3Express starts versitygw with the given buckets and the S3 Express
+// stand-in in front of it (testsvc.StartExpress), and returns the s3
+// backend configured as a star configures it for AWS (session auth,
+// virtual-hosted addressing), talking to the front with the ReadWrite
+// principal's keys. Directory bucket names ("<base>--<zone id>--x-s3") get
+// S3 Express treatment; other names pass through as general-purpose
+// buckets.
+func S3Express(tb testing.TB, buckets ...string) (*s3.Store, testsvc.ExpressServer) {
+	tb.Helper()
+	e := testsvc.StartExpress(tb, testsvc.StartVersity(tb, buckets...))
+	return S3ExpressClient(tb, e, e.AccessKey, e.SecretKey), e
+}
+
+// S3ExpressClient is the s3 backend talking to the front e with the keys
+// ak/sk (e.ReadOnlyAccessKey for the settle role's ReadOnly sessions).
+func S3ExpressClient(tb testing.TB, e testsvc.ExpressServer, ak, sk string) *s3.Store {
+	tb.Helper()
+	c, err := s3.NewClient(context.Background(), s3.Config{Endpoint: e.Endpoint, Region: e.Region, AccessKey: ak, SecretKey: sk, HTTPClient: e.HTTPClient})
+	if err != nil {
+		tb.Fatalf("stores: s3 express client: %v", err)
+	}
+	return s3.New(c)
+}
+
 // Dynamo returns the dynamo backend on a fresh table of the DynamoDB Local
 // server shared by the test package (started on first use; call
 // shared.Stop in TestMain).
