@@ -311,10 +311,20 @@ func (c *Chain) findCut(ctx context.Context, rec meta.Epoch, known *Known) (uint
 			drain()
 			return lo, nil
 		case <-ctx.Done():
+			// Report the lowest undecided slot as its fence saw it.
 			err := ctx.Err()
-			drain()
-			return 0, &UndecidableError{Key: c.slotKey(rec.Epoch, lo), Slot: lo, Buckets: rec.Params.Buckets,
-				Occupants: make([]Occupant, len(bs)), Err: err}
+			cancel()
+			out := slotOutcome{slot: lo, err: err}
+			for ; running > 0; running-- {
+				if o := <-results; o.slot == lo {
+					out = o
+				}
+			}
+			if o, ok := decided[lo]; ok {
+				out = o
+			}
+			out.stuck = false
+			return 0, c.undecidable(rec, out)
 		}
 	}
 }
@@ -403,10 +413,7 @@ func (c *Chain) decideSlot(ctx context.Context, bs []objstore.Bucket, want copyI
 		case <-write:
 			mayWrite, write = true, nil
 		case <-ctx.Done():
-			out.err = ctx.Err()
-			if lastErr != nil {
-				out.err = fmt.Errorf("%w (last bucket error: %v)", ctx.Err(), lastErr)
-			}
+			out.err = errors.Join(ctx.Err(), lastErr) // lastErr nil: ctx's alone
 			return out
 		}
 	}

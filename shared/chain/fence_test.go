@@ -16,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/stores"
 )
 
 // faultEnv is a three-zone set behind the fault wrapper, with a log of
@@ -500,5 +501,52 @@ func TestOnlyTheTrimDeletesSlots(t *testing.T) {
 	}
 	if ta, _ := star.Classify(ctx, rec, 6); ta.Seen(0) != chain.Unreadable {
 		t.Fatalf("the reap touched an unreadable object: %v", ta.Occupants())
+	}
+}
+
+// Without s3:ListBucket a missing slot key answers 403: the fence never
+// takes that for absence (it would poison on it) and stops with an
+// UndecidableError whose cause names the refusal; with the grant the same
+// epoch fences at once.
+func TestFenceNeedsListBucket(t *testing.T) {
+	ctx := context.Background()
+	bs := []string{"std"}
+	for _, grant := range []bool{true, false} {
+		var st objstore.Store
+		if grant {
+			st = stores.S3(t, bs...)
+		} else {
+			st = stores.S3NoListBucket(t, bs...)
+		}
+		ms := testsvc.SQLite(t)
+		c := chain.New("star1", meta.Standard, "star1:1", ms, st)
+		c.AttemptTimeout = 500 * time.Millisecond
+		ep, err := c.Mint(ctx, meta.EpochParams{Buckets: bs, W: 1, Window: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _ := c.Writer(ep, chain.WriterOptions{})
+		for s := range uint64(2) {
+			if err := w.Commit(ctx, s, flightBody(t, w, s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cut, err := chain.New("star1", meta.Standard, "star2:1", ms, st).Fence(fctx, 1, false)
+		cancel()
+		if grant {
+			if err != nil || cut != 2 {
+				t.Fatalf("with s3:ListBucket: cut %d, %v", cut, err)
+			}
+			continue
+		}
+		var ue *chain.UndecidableError
+		if !errors.As(err, &ue) || ue.Slot != 2 || !errors.Is(err, objstore.ErrAccessDenied) {
+			t.Fatalf("without s3:ListBucket: cut %d, %v (want an UndecidableError at slot 2 caused by access denied)", cut, err)
+		}
+		if _, gerr := st.Bucket("std").Get(ctx, chain.SlotKey("star1", meta.Standard, 1, 2), 0, -1); !errors.Is(gerr, objstore.ErrAccessDenied) {
+			t.Fatalf("the fence wrote into slot 2 on a 403: %v", gerr)
+		}
 	}
 }

@@ -16,6 +16,14 @@ var ErrExists = errors.New("objstore: object already exists")
 // ErrNotFound reports a missing key (or bucket) on a read or head.
 var ErrNotFound = errors.New("objstore: object not found")
 
+// ErrAccessDenied reports a request the store refused for want of
+// permission. On S3 Standard a GET or HEAD of a missing key answers it too
+// unless the caller may also list the bucket (s3:ListBucket): it is never
+// taken for "absent", so the code that relies on absence (the chain's
+// probes, the reader's stale-row retry, settle's adoption read) fails
+// loudly instead of deciding wrongly. Grant s3:ListBucket.
+var ErrAccessDenied = errors.New("objstore: access denied (a missing key answers this without s3:ListBucket)")
+
 // IndefiniteError wraps the outcome of a write that may or may not have taken
 // effect: a timeout, a dropped connection, S3's 409
 // ConditionalRequestConflict. Callers must never treat it as lost or as won;

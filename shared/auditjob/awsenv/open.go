@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/starlog/starlog/shared/awsretry"
 	"github.com/starlog/starlog/shared/meta/dynamo"
 	s3store "github.com/starlog/starlog/shared/objstore/s3"
 	"github.com/starlog/starlog/shared/settle"
@@ -86,7 +87,7 @@ func sqsClient(ctx context.Context, e Env) (*sqs.Client, error) {
 	if region == "" {
 		region = e.S3Region
 	}
-	opts := []func(*config.LoadOptions) error{config.WithRegion(region)}
+	opts := []func(*config.LoadOptions) error{config.WithRegion(region), config.WithRetryer(awsretry.New(0))}
 	if e.AccessKey != "" {
 		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(e.AccessKey, e.SecretKey, "")))
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/starlog/starlog/shared/awsretry"
 )
 
 // Config is what NewClient needs to reach an S3 endpoint with static keys
@@ -39,6 +41,9 @@ func NewClient(ctx context.Context, cfg Config) (*awss3.Client, error) {
 		// object's checksum comes back (see Get).
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
 	}
+	// One deliberate retry policy (no client-side retry quota); the
+	// conditional writes still make a single attempt (session.go clients).
+	opts = append(opts, config.WithRetryer(awsretry.New(0)))
 	if cfg.HTTPClient != nil {
 		opts = append(opts, config.WithHTTPClient(cfg.HTTPClient))
 	}

@@ -55,6 +55,8 @@ func classify(err error, op objstore.Op, what string) error {
 		return wrap(objstore.ErrExists)
 	case status == http.StatusNotFound && code != "NoSuchUpload":
 		return wrap(objstore.ErrNotFound)
+	case status == http.StatusForbidden:
+		return wrap(objstore.ErrAccessDenied)
 	case code == "ObjectParentIsFile" || code == "ExistingObjectIsDirectory":
 		return wrap(objstore.ErrKeyConflict)
 	case code == "EntityTooSmall":

@@ -61,3 +61,15 @@ func Dynamo(tb testing.TB, shared *testsvc.SharedDynamo) *dynamo.Store {
 	}
 	return dynamo.New(c, table)
 }
+
+// S3NoListBucket is S3 against versitygw behind testsvc.NoListBucket: the
+// store as a caller without s3:ListBucket sees it (a missing key is 403).
+func S3NoListBucket(tb testing.TB, buckets ...string) *s3.Store {
+	tb.Helper()
+	v := testsvc.StartVersity(tb, buckets...)
+	c, err := s3.NewClient(context.Background(), s3.Config{Endpoint: testsvc.NoListBucket(tb, v.Endpoint), Region: v.Region, AccessKey: v.AccessKey, SecretKey: v.SecretKey, PathStyle: true})
+	if err != nil {
+		tb.Fatalf("stores: s3 client: %v", err)
+	}
+	return s3.New(c)
+}
