@@ -119,7 +119,7 @@ func (s *Starlog) stars() error {
 		InstanceType: awsec2.NewInstanceType(jsii.String(c.InstanceType)),
 		// Pinned (amiId): a newly published image changes nothing until
 		// the configuration does, so a redeploy rolls no star for it.
-		MachineImage: awsec2.MachineImage_GenericLinux(&map[string]*string{c.Region: jsii.String(c.AmiID)}, nil),
+		MachineImage:            awsec2.MachineImage_GenericLinux(&map[string]*string{c.Region: jsii.String(c.AmiID)}, nil),
 		Role:                    s.StarRole,
 		SecurityGroup:           starSG,
 		HttpEndpoint:            jsii.Bool(true),
