@@ -53,9 +53,12 @@ lambda:
 	  GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -tags lambda.norpc -o $(LAMBDA_DIR)/$$j/bootstrap ./functions/$$j || exit 1; \
 	done
 
+# npm ci empties node_modules first: through a link to another checkout's
+# install (a worktree sharing it) it would empty that one; say so instead.
 $(STARLOG_NODE_TOOLS)/.installed: .ci/tools/package.json .ci/tools/package-lock.json
-	cd .ci/tools && npm ci --no-audit --no-fund
-	touch $@
+	@if [ -L .ci/tools/node_modules ]; then \
+	  echo "note: .ci/tools/node_modules links to $$(readlink .ci/tools/node_modules): not reinstalling through the link (run make tools there)"; \
+	else cd .ci/tools && npm ci --no-audit --no-fund && touch node_modules/.installed; fi
 
 ## test: the whole suite (conformance suites against real protocol servers, fuzz seed corpora),
 ## the CDK tests and the deploy rehearsal of the synthesized stack.
@@ -169,8 +172,9 @@ INFRA_PLACEHOLDER_MARKER := STARLOG-PLACEHOLDER-BINARY
 cdk-cli: $(CDK_CLI_DIR)/node_modules/.installed
 
 $(CDK_CLI_DIR)/node_modules/.installed: $(CDK_CLI_DIR)/package.json $(CDK_CLI_DIR)/package-lock.json
-	cd $(CDK_CLI_DIR) && npm ci --no-audit --no-fund
-	touch $@
+	@if [ -L $(CDK_CLI_DIR)/node_modules ]; then \
+	  echo "note: $(CDK_CLI_DIR)/node_modules links to $$(readlink $(CDK_CLI_DIR)/node_modules): not reinstalling through the link (run make cdk-cli there)"; \
+	else cd $(CDK_CLI_DIR) && npm ci --no-audit --no-fund && touch node_modules/.installed; fi
 
 ## infra-binaries: what the stack packages: the star (linux/arm64) and one
 ## Lambda bootstrap per auditor job. Builds every one whose source exists;
