@@ -53,19 +53,23 @@ lambda:
 	  GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -tags lambda.norpc -o $(LAMBDA_DIR)/$$j/bootstrap ./functions/$$j || exit 1; \
 	done
 
+# npm ci empties node_modules first: through a link to another checkout's
+# install (a worktree sharing it) it would empty that one; say so instead.
 $(STARLOG_NODE_TOOLS)/.installed: .ci/tools/package.json .ci/tools/package-lock.json
-	cd .ci/tools && npm ci --no-audit --no-fund
-	touch $@
+	@if [ -L .ci/tools/node_modules ]; then \
+	  echo "note: .ci/tools/node_modules links to $$(readlink .ci/tools/node_modules): not reinstalling through the link (run make tools there)"; \
+	else cd .ci/tools && npm ci --no-audit --no-fund && touch node_modules/.installed; fi
 
-## test: the whole suite (conformance suites against real protocol servers, fuzz seed corpora).
-test: tools lint test-go test-infra
+## test: the whole suite (conformance suites against real protocol servers, fuzz seed corpora),
+## the CDK tests and the deploy rehearsal of the synthesized stack.
+test: tools lint test-go test-infra rehearsal
 
 # Top-level test results and package lines are printed (the conformance
 # suites by name, so a run shows them passing against versitygw and DynamoDB
 # Local); the full -v log is kept in build/go-test.log.
 test-go:
 	@mkdir -p build
-	@set -o pipefail; $(GO) test -count=1 -timeout 20m -v ./... 2>&1 | tee build/go-test.log \
+	@set -o pipefail; $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal' ./... 2>&1 | tee build/go-test.log \
 	  | grep -E '^(ok |FAIL|--- |panic:)|^    --- FAIL' ; st=$$?; \
 	  p=$$(grep -c '^--- PASS' build/go-test.log); f=$$(grep -c '^--- FAIL' build/go-test.log); k=$$(grep -c '^--- SKIP' build/go-test.log); \
 	  echo "go test: $$p passed, $$f failed, $$k skipped"; \
@@ -162,14 +166,15 @@ INFRA_JOBS := plan janitor settle trim chain-settle
 # it expects them (starlog:allowPlaceholderBinaries), which `make synth` does.
 INFRA_PLACEHOLDER_MARKER := STARLOG-PLACEHOLDER-BINARY
 
-.PHONY: synth test-infra cdk-cli infra-binaries
+.PHONY: synth test-infra cdk-cli infra-binaries rehearsal
 
 ## cdk-cli: the pinned AWS CDK CLI (npm ci in infra/.cdk-cli).
 cdk-cli: $(CDK_CLI_DIR)/node_modules/.installed
 
 $(CDK_CLI_DIR)/node_modules/.installed: $(CDK_CLI_DIR)/package.json $(CDK_CLI_DIR)/package-lock.json
-	cd $(CDK_CLI_DIR) && npm ci --no-audit --no-fund
-	touch $@
+	@if [ -L $(CDK_CLI_DIR)/node_modules ]; then \
+	  echo "note: $(CDK_CLI_DIR)/node_modules links to $$(readlink $(CDK_CLI_DIR)/node_modules): not reinstalling through the link (run make cdk-cli there)"; \
+	else cd $(CDK_CLI_DIR) && npm ci --no-audit --no-fund && touch node_modules/.installed; fi
 
 ## infra-binaries: what the stack packages: the star (linux/arm64) and one
 ## Lambda bootstrap per auditor job. Builds every one whose source exists;
@@ -214,4 +219,15 @@ test-infra: synth
 	@cd infra && out=$$(gofmt -l $$(find . -mindepth 1 -name '.*' -prune -o -name '*.go' -print) 2>&1); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	cd infra && $(INFRA_ENV) $(GO) vet ./...
 	cd infra && $(INFRA_ENV) $(GO) test -count=1 -timeout 20m ./...
+
+## rehearsal: the deploy rehearsal (issue 12) on the template `synth` wrote:
+## the star's systemd unit from the launch template's user data runs for real
+## (two stars, kill -9, takeover) and every auditor function runs under the
+## Lambda emulator with the template's environment, against versitygw,
+## DynamoDB Local and local-aws-sqs (functions/rehearsal_test.go lists the
+## only substitutions). Log: build/rehearsal.log.
+rehearsal: synth
+	@mkdir -p build
+	@set -o pipefail; STARLOG_REHEARSAL_ASSEMBLY=$(CURDIR)/cdk.out $(GO) test -count=1 -timeout 10m -v -run '^TestRehearsal' ./functions/ 2>&1 \
+	  | tee build/rehearsal.log | grep -E '^(ok |FAIL|--- |panic:)|^    --- |rehearsal_test.go:[0-9]+: (star [0-9]|rehearsal done|[0-9]+ settings)'
 # --- end infra ---

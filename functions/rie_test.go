@@ -74,6 +74,12 @@ var rieMu sync.Mutex
 // stop it (or let the test end) before starting the next.
 func startRIE(t *testing.T, job string, env []string) *rie {
 	t.Helper()
+	return startRIETimeout(t, job, env, 120)
+}
+
+// startRIETimeout is startRIE with the function's timeout in seconds.
+func startRIETimeout(t *testing.T, job string, env []string, timeoutSeconds int) *rie {
+	t.Helper()
 	bin := filepath.Join(testsvc.ToolsDir(t), "bin", "aws-lambda-rie")
 	testsvc.RequireFile(t, bin, "aws-lambda-rie")
 	boot := bootstrap(t, job)
@@ -84,7 +90,10 @@ func startRIE(t *testing.T, job string, env []string) *rie {
 	cmd := exec.Command(bin, "--log-level", "error",
 		"--runtime-interface-emulator-address", testsvc.Addr(port),
 		"--runtime-api-address", testsvc.Addr(api), boot)
-	cmd.Env = append(slices.Clone(env), "AWS_LAMBDA_FUNCTION_NAME=starlog-"+job, "AWS_LAMBDA_FUNCTION_TIMEOUT=120")
+	cmd.Env = append(slices.Clone(env), fmt.Sprintf("AWS_LAMBDA_FUNCTION_TIMEOUT=%d", timeoutSeconds))
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "AWS_LAMBDA_FUNCTION_NAME=") }) {
+		cmd.Env = append(cmd.Env, "AWS_LAMBDA_FUNCTION_NAME=starlog-"+job)
+	}
 	r.url = "http://" + testsvc.Addr(port) + "/2015-03-31/functions/function/invocations"
 	r.proc = testsvc.Start(t, "aws-lambda-rie "+job, cmd)
 	r.proc.WaitTCP(t, testsvc.Addr(port), 15*time.Second)

@@ -74,9 +74,20 @@ type Config struct {
 	NATGateways int
 
 	InstanceType string
+	// AmiID is the stars' machine image (arm64 Amazon Linux 2023), pinned:
+	// a new public image changes nothing until this does, so a redeploy
+	// never rolls every star for an image it was not asked to take.
+	AmiID        string
 	StarCount    int
 	StarMaxCount int
-	StarPort     int
+	// StarPort serves S2's API and /health: the load balancer's target.
+	StarPort int
+	// InternalPort serves peers and operators: forwarding between stars,
+	// settle nudges, drain, handoff and /metrics. Only stars reach it.
+	InternalPort int
+	// Policy is what the stars and the auditor functions must agree on;
+	// both are given it from here.
+	Policy Policy
 	// StarFlags are extra `star serve` flags (name without dashes → value),
 	// rendered sorted into the systemd unit after the required ones.
 	StarFlags map[string]string
@@ -92,11 +103,15 @@ type Config struct {
 	HealthGraceSeconds        int
 	EnableSSM                 bool
 
+	// ListenerPort is the plaintext TCP listener, used only without a
+	// certificate; with CertificateARN the TLS listener on TLSPort is the
+	// only one.
 	ListenerPort   int
 	TLSPort        int
 	CertificateARN string
 	InternetFacing bool
-	// ClientCIDRs may reach the load balancer listeners.
+	// ClientCIDRs may reach the load balancer listener. Internal load
+	// balancers default to the VPC; an internet-facing one must name them.
 	ClientCIDRs []string
 
 	TableDeletionProtection bool
@@ -133,6 +148,8 @@ func Defaults() Config {
 		InstanceType:              "m7g.large",
 		StarCount:                 3,
 		StarPort:                  8080,
+		InternalPort:              8081,
+		Policy:                    DefaultPolicy(),
 		StarFlags:                 map[string]string{},
 		DrainArgs:                 []string{"drain", "--wait"},
 		DrainMaxMinutes:           30,
@@ -185,9 +202,19 @@ func Parse(lookup Lookup) (Config, error) {
 	p.str("vpcCidr", &c.VPCCIDR)
 	p.integer("natGateways", &c.NATGateways)
 	p.str("instanceType", &c.InstanceType)
+	p.str("amiId", &c.AmiID)
 	p.integer("starCount", &c.StarCount)
 	p.integer("starMaxCount", &c.StarMaxCount)
 	p.integer("starPort", &c.StarPort)
+	p.integer("internalPort", &c.InternalPort)
+	p.integer("settleTriggerMiB", &c.Policy.SettleTriggerMiB)
+	p.str("settleLinger", &c.Policy.SettleLinger)
+	p.str("settleExpressLinger", &c.Policy.SettleExpressLinger)
+	p.str("settleAgeCap", &c.Policy.SettleAgeCap)
+	p.str("settleExpressAgeCap", &c.Policy.SettleExpressAgeCap)
+	p.integer("settleOutputCapMiB", &c.Policy.SettleOutputCapMiB)
+	p.str("readGrace", &c.Policy.ReadGrace)
+	p.str("deadAfter", &c.Policy.DeadAfter)
 	p.strMap("starFlags", &c.StarFlags)
 	p.strList("drainArgs", &c.DrainArgs)
 	p.integer("drainMaxMinutes", &c.DrainMaxMinutes)
@@ -224,8 +251,10 @@ func Parse(lookup Lookup) (Config, error) {
 // Keys lists every context key Parse reads, without the prefix.
 var Keys = []string{
 	"account", "region", "stackName", "availabilityZones", "availabilityZoneIds",
-	"vpcCidr", "natGateways", "instanceType", "starCount", "starMaxCount",
-	"starPort", "starFlags", "drainArgs", "drainMaxMinutes",
+	"vpcCidr", "natGateways", "instanceType", "amiId", "starCount", "starMaxCount",
+	"starPort", "internalPort", "settleTriggerMiB", "settleLinger", "settleExpressLinger",
+	"settleAgeCap", "settleExpressAgeCap", "settleOutputCapMiB", "readGrace", "deadAfter",
+	"starFlags", "drainArgs", "drainMaxMinutes",
 	"lifecycleHeartbeatSeconds", "healthGraceSeconds", "enableSsm",
 	"listenerPort", "tlsPort", "certificateArn", "internetFacing",
 	"clientCidrs", "tableDeletionProtection", "retainData",
@@ -257,12 +286,10 @@ func (c *Config) fillDerived() {
 		// one drains.
 		c.StarMaxCount = c.StarCount + 1
 	}
-	if len(c.ClientCIDRs) == 0 {
-		if c.InternetFacing {
-			c.ClientCIDRs = []string{"0.0.0.0/0"}
-		} else {
-			c.ClientCIDRs = []string{c.VPCCIDR}
-		}
+	if len(c.ClientCIDRs) == 0 && !c.InternetFacing {
+		// An internal load balancer serves the VPC; an internet-facing one
+		// has no default (Validate asks for clientCidrs).
+		c.ClientCIDRs = []string{c.VPCCIDR}
 	}
 	if c.ExpressBucketBase == "" && c.Account != "" {
 		c.ExpressBucketBase = strings.ToLower(c.StackName) + "-" + c.Account
@@ -275,6 +302,7 @@ var (
 	stackNameRe    = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,63}$`)
 	azIDRe         = regexp.MustCompile(`^[a-z]{2,4}[0-9]-az[0-9]+$`)
 	instanceTypeRe = regexp.MustCompile(`^[a-z]+[0-9]+[a-z]*g[a-z-]*\.[a-z0-9]+$`)
+	amiIDRe        = regexp.MustCompile(`^ami-([0-9a-f]{8}|[0-9a-f]{17})$`)
 	flagNameRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	// Flag values land unquoted in a systemd ExecStart line: no spaces,
 	// quotes, `$` (variable expansion) or `%` (specifiers).
@@ -282,8 +310,10 @@ var (
 	bucketBaseRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*[a-z0-9]$`)
 	certARNRe    = regexp.MustCompile(`^arn:aws[a-z-]*:acm:[a-z0-9-]+:[0-9]{12}:certificate/[A-Za-z0-9-]+$`)
 	emailRe      = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
-	// The flags the stack sets itself cannot be overridden.
-	reservedFlags = userdata.StackFlags
+	// The flags the stack sets itself cannot be overridden, and the
+	// policy flags come from the policy keys (so the functions get them
+	// too).
+	reservedFlags = slices.Concat(userdata.StackFlags, PolicyFlagNames())
 )
 
 // LogRetentionDays are the values CloudWatch Logs accepts.
@@ -325,6 +355,9 @@ func (c Config) Validate() error {
 	if hasDup(c.AvailabilityZoneIDs) {
 		bad("availabilityZoneIds repeat a zone: %v", c.AvailabilityZoneIDs)
 	}
+	if regionRe.MatchString(c.Region) {
+		errs = append(errs, checkExpressZones(c.Region, c.AvailabilityZoneIDs)...)
+	}
 	if p, err := netip.ParsePrefix(c.VPCCIDR); err != nil || !p.Addr().Is4() || p.Bits() < 16 || p.Bits() > 22 {
 		bad("vpcCidr %q: want an IPv4 prefix between /16 and /22", c.VPCCIDR)
 	}
@@ -333,6 +366,10 @@ func (c Config) Validate() error {
 	}
 	if !instanceTypeRe.MatchString(c.InstanceType) {
 		bad("instanceType %q: want a Graviton (arm64) type such as m7g.large", c.InstanceType)
+	}
+	if !amiIDRe.MatchString(c.AmiID) {
+		bad("amiId %q: want the stars' arm64 Amazon Linux 2023 image ID, pinned (ami-…); the current one: aws ssm get-parameter --region %s --name %s --query Parameter.Value --output text",
+			c.AmiID, c.Region, AL2023ARM64Parameter)
 	}
 	if c.StarCount < 1 {
 		bad("starCount %d: want at least 1", c.StarCount)
@@ -343,14 +380,15 @@ func (c Config) Validate() error {
 	for _, port := range []struct {
 		name string
 		v    int
-	}{{"starPort", c.StarPort}, {"listenerPort", c.ListenerPort}, {"tlsPort", c.TLSPort}} {
+	}{{"starPort", c.StarPort}, {"internalPort", c.InternalPort}, {"listenerPort", c.ListenerPort}, {"tlsPort", c.TLSPort}} {
 		if port.v < 1 || port.v > 65535 {
 			bad("%s %d: want 1..65535", port.name, port.v)
 		}
 	}
-	if c.CertificateARN != "" && c.ListenerPort == c.TLSPort {
-		bad("listenerPort and tlsPort are both %d", c.TLSPort)
+	if c.StarPort == c.InternalPort {
+		bad("starPort and internalPort are both %d: the internal endpoints must not be on the port the load balancer reaches", c.StarPort)
 	}
+	errs = append(errs, c.Policy.validate(c.StarFlags)...)
 	for _, name := range slices.Sorted(maps.Keys(c.StarFlags)) {
 		if !flagNameRe.MatchString(name) {
 			bad("starFlags: flag name %q: want lower-case letters, digits and dashes, no leading dashes", name)
@@ -383,7 +421,11 @@ func (c Config) Validate() error {
 		bad("certificateArn %q: want an ACM certificate ARN", c.CertificateARN)
 	}
 	if len(c.ClientCIDRs) == 0 {
-		bad("clientCidrs: want at least one CIDR")
+		if c.InternetFacing {
+			bad("clientCidrs: an internet-facing load balancer needs the client CIDRs named explicitly (0.0.0.0/0 only if the whole internet is meant)")
+		} else {
+			bad("clientCidrs: want at least one CIDR")
+		}
 	}
 	for _, cidr := range c.ClientCIDRs {
 		if p, err := netip.ParsePrefix(cidr); err != nil || !p.Addr().Is4() {

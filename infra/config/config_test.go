@@ -13,7 +13,8 @@ func base() map[string]any {
 		"account":             "123456789012",
 		"region":              "us-east-1",
 		"availabilityZones":   []any{"us-east-1a", "us-east-1b", "us-east-1c"},
-		"availabilityZoneIds": []any{"use1-az1", "use1-az2", "use1-az4"},
+		"availabilityZoneIds": []any{"use1-az4", "use1-az5", "use1-az6"},
+		"amiId":               "ami-0123456789abcdef0",
 	}
 }
 
@@ -39,9 +40,9 @@ func TestParseDefaults(t *testing.T) {
 		t.Errorf("ExpressBucketBase = %q", c.ExpressBucketBase)
 	}
 	want := []string{
-		"starlog-123456789012--use1-az1--x-s3",
-		"starlog-123456789012--use1-az2--x-s3",
 		"starlog-123456789012--use1-az4--x-s3",
+		"starlog-123456789012--use1-az5--x-s3",
+		"starlog-123456789012--use1-az6--x-s3",
 	}
 	if got := c.DirectoryBucketNames(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("DirectoryBucketNames = %v, want %v", got, want)
@@ -52,17 +53,25 @@ func TestParseDefaults(t *testing.T) {
 	if c.AvailabilityZonesContextKey() != "availability-zones:account=123456789012:region=us-east-1" {
 		t.Errorf("context key %q", c.AvailabilityZonesContextKey())
 	}
+	if c.InternalPort != 8081 || c.Policy != DefaultPolicy() {
+		t.Errorf("internal port %d, policy %+v", c.InternalPort, c.Policy)
+	}
 }
 
 func TestParseStringForms(t *testing.T) {
 	// `cdk -c key=value` gives every value as a string.
 	m := map[string]any{
 		"account":                 "123456789012",
-		"region":                  "eu-west-1",
-		"availabilityZones":       "eu-west-1a, eu-west-1b,eu-west-1c",
-		"availabilityZoneIds":     `["euw1-az1","euw1-az2","euw1-az3"]`,
+		"region":                  "eu-north-1",
+		"availabilityZones":       "eu-north-1a, eu-north-1b,eu-north-1c",
+		"availabilityZoneIds":     `["eun1-az1","eun1-az2","eun1-az3"]`,
+		"amiId":                   "ami-01234567",
 		"starCount":               "5",
 		"internetFacing":          "true",
+		"clientCidrs":             "203.0.113.0/24, 198.51.100.0/24",
+		"settleLinger":            "30s",
+		"settleOutputCapMiB":      "64",
+		"deadAfter":               "45s",
 		"starFlags":               `{"s3-memory-buffer-mib":"512","s3-chain-backlog-flights":2048}`,
 		"functions":               `{"settle":{"memoryMiB":4096}}`,
 		"tableDeletionProtection": "false",
@@ -74,10 +83,13 @@ func TestParseStringForms(t *testing.T) {
 	if c.StarCount != 5 || c.StarMaxCount != 6 {
 		t.Errorf("counts %d/%d", c.StarCount, c.StarMaxCount)
 	}
-	if !c.InternetFacing || strings.Join(c.ClientCIDRs, ",") != "0.0.0.0/0" {
-		t.Errorf("internet-facing default clients = %v", c.ClientCIDRs)
+	if !c.InternetFacing || strings.Join(c.ClientCIDRs, ",") != "203.0.113.0/24,198.51.100.0/24" {
+		t.Errorf("internet-facing clients = %v", c.ClientCIDRs)
 	}
-	if c.AvailabilityZones[1] != "eu-west-1b" || c.AvailabilityZoneIDs[2] != "euw1-az3" {
+	if p := c.Policy; p.SettleLinger != "30s" || p.SettleOutputCapMiB != 64 || p.DeadAfter != "45s" || p.SettleAgeCap != "15m" {
+		t.Errorf("policy %+v", p)
+	}
+	if c.AvailabilityZones[1] != "eu-north-1b" || c.AvailabilityZoneIDs[2] != "eun1-az3" {
 		t.Errorf("zones %v %v", c.AvailabilityZones, c.AvailabilityZoneIDs)
 	}
 	if c.StarFlags["s3-memory-buffer-mib"] != "512" || c.StarFlags["s3-chain-backlog-flights"] != "2048" {
@@ -103,7 +115,29 @@ func TestParseRejects(t *testing.T) {
 		{"two zones", map[string]any{"availabilityZones": []any{"us-east-1a", "us-east-1b"}}, "want 3 zone names"},
 		{"zone in other region", map[string]any{"availabilityZones": []any{"us-east-1a", "us-east-1b", "us-west-2c"}}, "not in region"},
 		{"zone names as ids", map[string]any{"availabilityZoneIds": []any{"us-east-1a", "us-east-1b", "us-east-1c"}}, "AZ ID"},
-		{"duplicate ids", map[string]any{"availabilityZoneIds": []any{"use1-az1", "use1-az1", "use1-az4"}}, "repeat"},
+		{"duplicate ids", map[string]any{"availabilityZoneIds": []any{"use1-az4", "use1-az4", "use1-az5"}}, "repeat"},
+		// Issue 12 item 7: regions with two S3 Express zones, zone IDs of
+		// another region or without directory buckets, no pinned AMI.
+		{"two express zones", map[string]any{"region": "us-east-2", "availabilityZones": []any{"us-east-2a", "us-east-2b", "us-east-2c"},
+			"availabilityZoneIds": []any{"use2-az1", "use2-az2", "use2-az3"}}, "2 zones only"},
+		{"no express", map[string]any{"region": "sa-east-1", "availabilityZones": []any{"sa-east-1a", "sa-east-1b", "sa-east-1c"},
+			"availabilityZoneIds": []any{"sae1-az1", "sae1-az2", "sae1-az3"}}, "does not offer S3 Express"},
+		{"ids of another region", map[string]any{"availabilityZoneIds": []any{"use1-az4", "use1-az5", "usw2-az1"}}, `"usw2-az1" is not a zone ID of us-east-1`},
+		{"id without directory buckets", map[string]any{"availabilityZoneIds": []any{"use1-az4", "use1-az5", "use1-az1"}}, `"use1-az1" does not host S3 Express`},
+		{"no ami", map[string]any{"amiId": nil}, "amiId"},
+		{"ssm path as ami", map[string]any{"amiId": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64"}, "amiId"},
+		// Item 8: an internet-facing load balancer names its clients.
+		{"internet-facing without clients", map[string]any{"internetFacing": true}, "needs the client CIDRs named explicitly"},
+		{"internal port is the public port", map[string]any{"internalPort": 8080.0}, "internalPort"},
+		// Item 9: the policy is checked as the star would check it, and
+		// cannot be set past the functions through starFlags.
+		{"linger past age cap", map[string]any{"settleExpressLinger": "5m"}, "settleExpressLinger 5m exceeds"},
+		{"bad duration", map[string]any{"readGrace": "5 minutes"}, "readGrace"},
+		{"dead-after too short", map[string]any{"deadAfter": "15s"}, "deadAfter 15s must exceed"},
+		{"dead-after vs heartbeat", map[string]any{"starFlags": map[string]any{"registry-heartbeat": "20s"}}, "deadAfter 30s must exceed"},
+		{"output cap below trigger", map[string]any{"settleOutputCapMiB": 4.0}, "below settleTriggerMiB"},
+		{"policy flag in starFlags", map[string]any{"starFlags": map[string]any{"settle-linger": "30s"}}, "set by the stack"},
+		{"region flag in starFlags", map[string]any{"starFlags": map[string]any{"s3-region": "us-east-1"}}, "set by the stack"},
 		{"x86 instance", map[string]any{"instanceType": "m7i.large"}, "Graviton"},
 		{"zero stars", map[string]any{"starCount": 0.0}, "starCount"},
 		{"fractional", map[string]any{"starCount": 2.5}, "integer"},
@@ -203,7 +237,7 @@ func TestVisibilityTimeout(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	seed, _ := json.Marshal(base())
 	f.Add(seed)
-	f.Add([]byte(`{"account":"123456789012","region":"us-east-1","availabilityZones":"us-east-1a,us-east-1b,us-east-1c","availabilityZoneIds":"use1-az1,use1-az2,use1-az4","starFlags":"{\"a\":1}"}`))
+	f.Add([]byte(`{"account":"123456789012","region":"us-east-1","amiId":"ami-01234567","availabilityZones":"us-east-1a,us-east-1b,us-east-1c","availabilityZoneIds":"use1-az4,use1-az5,use1-az6","starFlags":"{\"a\":1}"}`))
 	f.Add([]byte(`{"functions":{"settle":{"memoryMiB":1e300}},"starCount":-1}`))
 	f.Add([]byte(`{"functions":"not json","drainArgs":[1,2],"starPort":"0x10"}`))
 	f.Add([]byte(`{}`))
@@ -220,4 +254,41 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse returned a config that does not validate: %v", verr)
 		}
 	})
+}
+
+// The region table: the regions with three S3 Express zones, each zone ID
+// carrying its region's prefix.
+func TestExpressZones(t *testing.T) {
+	if got := strings.Join(ExpressRegions(), ","); got != "eu-north-1,us-east-1,us-west-2" {
+		t.Errorf("regions with three S3 Express zones: %s", got)
+	}
+	for region, zones := range ExpressZones {
+		prefix, ok := ZoneIDPrefixes[region]
+		if !ok {
+			t.Errorf("%s has no zone ID prefix", region)
+		}
+		for _, z := range zones {
+			if !strings.HasPrefix(z, prefix+"-az") {
+				t.Errorf("%s: zone %s lacks the prefix %s", region, z, prefix)
+			}
+		}
+	}
+}
+
+// The policy renders as the star's flags, whose environment fallbacks are
+// the names the functions read.
+func TestPolicyFlags(t *testing.T) {
+	var got []string
+	for _, f := range DefaultPolicy().Flags() {
+		got = append(got, "--"+f.Name+"="+f.Value+" "+EnvName(f.Name))
+	}
+	want := []string{
+		"--settle-trigger-mib=8 STARLOG_SETTLE_TRIGGER_MIB", "--settle-linger=60s STARLOG_SETTLE_LINGER",
+		"--settle-express-linger=10s STARLOG_SETTLE_EXPRESS_LINGER", "--settle-age-cap=15m STARLOG_SETTLE_AGE_CAP",
+		"--settle-express-age-cap=2m STARLOG_SETTLE_EXPRESS_AGE_CAP", "--settle-output-cap-mib=256 STARLOG_SETTLE_OUTPUT_CAP_MIB",
+		"--read-grace=5m STARLOG_READ_GRACE", "--dead-after=30s STARLOG_DEAD_AFTER",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("policy flags\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }

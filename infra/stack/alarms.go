@@ -6,6 +6,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
 	"github.com/aws/jsii-runtime-go"
@@ -25,9 +26,21 @@ type alarm struct {
 	missing     awscloudwatch.TreatMissingData
 }
 
+// MetricStarExits counts the star processes that ended uncleanly (a crash,
+// a kill, a failed start), from the line the unit logs on every exit.
+const MetricStarExits = "starlog_star_unclean_exits"
+
+// StarExitsAlarmCount unclean exits in StarExitsAlarmMinutes across the
+// fleet is a crash loop (systemd restarts the star forever, every 2 s).
+const (
+	StarExitsAlarmCount   = 3
+	StarExitsAlarmMinutes = 10
+)
+
 // alarms wires every alarm to one SNS topic: backlog age and stalls (the
 // seeds say to alert on backlog age, never rate), settle lag, work queue
-// age, dead-letter depth, star health, and scheduled job failures.
+// age, dead-letter depth, star health, star crash loops, and scheduled job
+// failures.
 func (s *Starlog) alarms() {
 	c := s.Config
 	st := s.Stack
@@ -51,6 +64,17 @@ func (s *Starlog) alarms() {
 	five := awscdk.Duration_Minutes(jsii.Number(5))
 	oneMin := awscdk.Duration_Minutes(jsii.Number(1))
 
+	// The unit logs one line per star exit to the star's log, which the
+	// agent ships to the star log group; the unclean ones are counted.
+	awslogs.NewMetricFilter(st, jsii.String("StarExits"), &awslogs.MetricFilterProps{
+		LogGroup:        s.starLogs,
+		FilterPattern:   awslogs.FilterPattern_Literal(jsii.String(userdata.ExitFilterPattern)),
+		MetricNamespace: jsii.String(MetricsNamespace),
+		MetricName:      jsii.String(MetricStarExits),
+		MetricValue:     jsii.String("1"),
+		Dimensions:      &map[string]*string{userdata.DimensionCluster: jsii.String("$cluster")},
+	})
+
 	list := []alarm{
 		{"BacklogAge", "Released but unabsorbed flights are old: absorb or the metastore is behind (stars block at the backlog bound).",
 			starMetric(userdata.MetricBacklogAge, "Maximum", 1), float64(c.BacklogAgeAlarmSeconds),
@@ -61,6 +85,9 @@ func (s *Starlog) alarms() {
 		{"SettleLag", "Ripe batch markers are not being settled.",
 			starMetric(userdata.MetricSettleLag, "Maximum", 5), float64(c.SettleLagAlarmSeconds),
 			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 2, awscloudwatch.TreatMissingData_NOT_BREACHING},
+		{"StarExits", "Stars keep exiting uncleanly (a crash loop: systemd restarts them forever); the star log group has each exit and the star's last lines.",
+			starMetric(MetricStarExits, "Sum", StarExitsAlarmMinutes), StarExitsAlarmCount,
+			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1, awscloudwatch.TreatMissingData_NOT_BREACHING},
 		{"StarUnhealthy", "A star fails its /health check.",
 			s.TargetGroup.Metrics().UnHealthyHostCount(&awscloudwatch.MetricOptions{Statistic: jsii.String("Maximum"), Period: oneMin}), 1,
 			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 5, awscloudwatch.TreatMissingData_NOT_BREACHING},

@@ -88,12 +88,18 @@ func (s *Starlog) auditor() {
 	}
 
 	env := map[string]*string{
+		// The same table, buckets and policy the stars are given (one
+		// source: the stars get them as flags, the functions as the
+		// flags' environment fallbacks).
 		EnvTable:            s.Table.TableName(),
 		EnvBucket:           s.Bucket.BucketName(),
 		EnvExpressBuckets:   jsii.String(strings.Join(s.expressBucketRefs(), ",")),
 		EnvScratchDir:       jsii.String("/tmp"),
 		EnvMetricsNamespace: jsii.String(MetricsNamespace),
 		EnvCluster:          jsii.String(c.StackName),
+	}
+	for _, f := range c.Policy.Flags() {
+		env[config.EnvName(f.Name)] = jsii.String(f.Value)
 	}
 
 	for _, job := range config.Jobs {

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awselasticloadbalancingv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3express"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
@@ -54,6 +55,8 @@ type Starlog struct {
 	FunctionRoles map[string]awsiam.Role
 
 	AlarmTopic awssns.Topic
+
+	starLogs awslogs.LogGroup
 }
 
 // BuildOptions are the inputs of Build besides the app's context.
@@ -136,12 +139,18 @@ func New(scope constructs.Construct, cfg config.Config) (*Starlog, error) {
 	s.auditor()
 	s.alarms()
 	s.outputs()
+	s.protectTable()
 	return s, nil
 }
 
+// removalPolicy of the table and the buckets: with retainData they are
+// kept when the stack is deleted or they are replaced, but not when the
+// stack's first create rolls back (CloudFormation's RetainExceptOnCreate):
+// a failed first deploy leaves no fixed-name directory bucket behind to
+// make the retry fail.
 func (s *Starlog) removalPolicy() awscdk.RemovalPolicy {
 	if s.Config.RetainData {
-		return awscdk.RemovalPolicy_RETAIN
+		return awscdk.RemovalPolicy_RETAIN_ON_UPDATE_OR_DELETE
 	}
 	return awscdk.RemovalPolicy_DESTROY
 }

@@ -56,7 +56,9 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::AutoScaling::LaunchConfiguration":     0,
 		"AWS::EC2::LaunchTemplate":                  1,
 		"AWS::SNS::Topic":                           1,
-		"AWS::CloudWatch::Alarm":                    13,
+		"AWS::CloudWatch::Alarm":                    14,
+		"AWS::Logs::MetricFilter":                   1,
+		"Custom::AWS":                               1,
 	} {
 		check(t, typ, func() { x.tmpl.ResourceCountIs(jsii.String(typ), jsii.Number(n)) })
 	}
@@ -94,7 +96,7 @@ func TestVPCZones(t *testing.T) {
 
 func TestTable(t *testing.T) {
 	x := defaults(t)
-	check(t, "table keys, billing, PITR, deletion protection", func() {
+	check(t, "table keys, billing, PITR", func() {
 		x.tmpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), like(
 			"KeySchema", assertions.Match_ArrayEquals(arr(
 				like("AttributeName", "pk", "KeyType", "HASH"),
@@ -106,12 +108,49 @@ func TestTable(t *testing.T) {
 			)),
 			"BillingMode", "PAY_PER_REQUEST",
 			"PointInTimeRecoverySpecification", like("PointInTimeRecoveryEnabled", true),
-			"DeletionProtectionEnabled", true,
+			// Created unprotected: protection comes last (below).
+			"DeletionProtectionEnabled", assertions.Match_Absent(),
 		))
 	})
-	check(t, "table retained on stack deletion", func() {
-		x.tmpl.HasResource(jsii.String("AWS::DynamoDB::Table"), like("DeletionPolicy", "Retain", "UpdateReplacePolicy", "Retain"))
+	// Issue 12 item 2: kept on delete and replacement, not on a failed
+	// first create.
+	check(t, "table retained on delete and update, not on a failed create", func() {
+		x.tmpl.HasResource(jsii.String("AWS::DynamoDB::Table"), like("DeletionPolicy", "RetainExceptOnCreate", "UpdateReplacePolicy", "Retain"))
 	})
+	check(t, "deletion protection switched on by a custom resource", func() {
+		x.tmpl.HasResourceProperties(jsii.String("Custom::AWS"), like(
+			"Create", like("Fn::Join", arr("", assertions.Match_ArrayWith(arr(re(`"action":"updateTable","parameters":\{"DeletionProtectionEnabled":true,"TableName":"$`))))),
+			"Delete", like("Fn::Join", arr("", assertions.Match_ArrayWith(arr(re(`"DeletionProtectionEnabled":false`))))),
+		))
+	})
+	// It must come last: after the stars have signalled and every other
+	// resource exists, so nothing can fail a create after it.
+	var deps []string
+	var crID string
+	for id, r := range x.resources("Custom::AWS") {
+		crID = id
+		for _, d := range r["DependsOn"].([]any) {
+			deps = append(deps, d.(string))
+		}
+	}
+	res, _ := x.json["Resources"].(map[string]any)
+	for id, r := range res {
+		typ := r.(map[string]any)["Type"].(string)
+		if id == crID || strings.HasPrefix(id, "AWS679f53fac002430cb0da5b7982bd2287") || strings.HasPrefix(id, TableProtectionID) {
+			continue
+		}
+		if !slices.Contains(deps, id) {
+			t.Errorf("the deletion-protection resource does not wait for %s (%s)", id, typ)
+		}
+	}
+	// Its grant is the one call on the one table.
+	for _, st := range x.statements(t) {
+		if slices.Contains(st.Actions, "dynamodb:updatetable") {
+			if len(st.Actions) != 1 || len(st.Resources) != 1 || !regexp.MustCompile(`^\$\{Metastore[0-9A-F]+\.Arn\}$`).MatchString(st.Resources[0]) {
+				t.Errorf("UpdateTable grant %+v", st)
+			}
+		}
+	}
 }
 
 func TestBuckets(t *testing.T) {
@@ -133,6 +172,10 @@ func TestBuckets(t *testing.T) {
 				"Condition", like("Bool", like("aws:SecureTransport", "false")),
 			)))),
 		))
+	})
+	check(t, "buckets retained on delete and update, not on a failed create", func() {
+		x.tmpl.AllResources(jsii.String("AWS::S3Express::DirectoryBucket"), like("DeletionPolicy", "RetainExceptOnCreate", "UpdateReplacePolicy", "Retain"))
+		x.tmpl.AllResources(jsii.String("AWS::S3::Bucket"), like("DeletionPolicy", "RetainExceptOnCreate", "UpdateReplacePolicy", "Retain"))
 	})
 	for _, id := range []string{"use1-az4", "use1-az5", "use1-az6"} {
 		check(t, "directory bucket in "+id, func() {
@@ -163,6 +206,10 @@ func TestFunctions(t *testing.T) {
 					EnvTable, like("Ref", re("^Metastore")),
 					EnvBucket, like("Ref", re("^Standard")),
 					EnvScratchMiB, strconv.Itoa(f.EphemeralMiB),
+					"STARLOG_SETTLE_LINGER", "60s",
+					"STARLOG_SETTLE_EXPRESS_AGE_CAP", "2m",
+					"STARLOG_READ_GRACE", "5m",
+					"STARLOG_DEAD_AFTER", "30s",
 				)),
 			))
 		})
@@ -258,6 +305,56 @@ func TestLoadBalancer(t *testing.T) {
 			"HealthCheckProtocol", "HTTP", "HealthCheckPath", "/health",
 		))
 	})
+	checkExposure(t, x, 8080, 8081)
+}
+
+// checkExposure: the NLB reaches the stars' public port and nothing else;
+// the internal port is open to other stars only (issue 12 item 8).
+func checkExposure(t *testing.T, x *synthesized, public, internal float64) {
+	t.Helper()
+	if n := len(x.resources("AWS::ElasticLoadBalancingV2::TargetGroup")); n != 1 {
+		t.Errorf("%d target groups, want 1 (the public port)", n)
+	}
+	for _, tg := range x.resources("AWS::ElasticLoadBalancingV2::TargetGroup") {
+		if props(tg)["Port"] != public {
+			t.Errorf("target group on port %v, want %v", props(tg)["Port"], public)
+		}
+	}
+	var lbSG, starSG string
+	for id := range x.resources("AWS::EC2::SecurityGroup") {
+		switch {
+		case strings.HasPrefix(id, "LoadBalancerSG"):
+			lbSG = id
+		case strings.HasPrefix(id, "StarSG"):
+			starSG = id
+		}
+	}
+	sgRef := func(v any) string {
+		m, _ := v.(map[string]any)
+		if g, ok := m["Fn::GetAtt"].([]any); ok {
+			return g[0].(string)
+		}
+		return ""
+	}
+	for id, r := range x.resources("AWS::EC2::SecurityGroupIngress") {
+		p := props(r)
+		if sgRef(p["GroupId"]) != starSG {
+			continue
+		}
+		from, src := p["FromPort"], sgRef(p["SourceSecurityGroupId"])
+		switch {
+		case from == public && src == lbSG:
+		case from == internal && src == starSG:
+		default:
+			t.Errorf("star ingress %s: port %v from %q", id, from, src)
+		}
+	}
+	for id, r := range x.resources("AWS::EC2::SecurityGroupEgress") {
+		p := props(r)
+		if sgRef(p["GroupId"]) == lbSG && p["FromPort"] != public {
+			t.Errorf("NLB egress %s to port %v", id, p["FromPort"])
+		}
+	}
 }
 
 func TestStars(t *testing.T) {
@@ -284,16 +381,17 @@ func TestStars(t *testing.T) {
 			"LaunchTemplateData", like(
 				"InstanceType", "m7g.large",
 				"MetadataOptions", like("HttpTokens", "required", "HttpPutResponseHopLimit", 1),
-				"ImageId", like("Ref", re("^SsmParameterValue.*al2023.*arm64")),
+				// Pinned (issue 12 item 7): no image resolved at deploy.
+				"ImageId", "ami-0123456789abcdef0",
 			),
 		))
 	})
-	check(t, "AMI from the public AL2023 arm64 parameter", func() {
-		x.tmpl.HasParameter(jsii.String("*"), like(
-			"Type", "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
-			"Default", re("^/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-.*-arm64$"),
-		))
-	})
+	params, _ := x.json["Parameters"].(map[string]any)
+	for id, p := range params {
+		if typ := p.(map[string]any)["Type"]; typ != "AWS::SSM::Parameter::Value<String>" || id != "BootstrapVersion" {
+			t.Errorf("parameter %s (%v): the image must not be resolved at deploy time", id, typ)
+		}
+	}
 	check(t, "drain lifecycle hook", func() {
 		x.tmpl.HasResourceProperties(jsii.String("AWS::AutoScaling::LifecycleHook"), like(
 			"LifecycleHookName", LifecycleHookName,
@@ -317,12 +415,17 @@ func TestStarUserData(t *testing.T) {
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^ExecStart=/opt/starlog/bin/star serve \\$`),
 		regexp.MustCompile(`--listen=:8080 \\`),
-		regexp.MustCompile(`--star-id=\$\{STARLOG_STAR_ID\} \\`),
+		regexp.MustCompile(`--internal-listen=:8081 \\`),
+		regexp.MustCompile(`--s3-region=\$\{AWS::Region\} \\`),
+		regexp.MustCompile(`--dynamo-region=\$\{AWS::Region\} \\`),
 		regexp.MustCompile(`--dynamo-table=\$\{Metastore[0-9A-F]+\} \\`),
-		regexp.MustCompile(`--address=\$\{STARLOG_ADDRESS\} \\`),
 		regexp.MustCompile(`--standard-buckets=\$\{Standard[0-9A-F]+\} \\`),
 		regexp.MustCompile(`--express-buckets=\$\{Express1\},\$\{Express2\},\$\{Express3\} \\`),
-		regexp.MustCompile(`STARLOG_ADDRESS=%s:%d\\n' "\$INSTANCE_ID" "\$LOCAL_IP" 8080`),
+		regexp.MustCompile(`--settle-linger=60s \\`),
+		regexp.MustCompile(`--dead-after=30s \\`),
+		regexp.MustCompile(`\nSTARLOG_STAR_ID=\$\{INSTANCE_ID\}\nSTARLOG_ADDRESS=\$\{LOCAL_IP\}:8081\n`),
+		regexp.MustCompile(`StartLimitIntervalSec=0`),
+		regexp.MustCompile(`DRAIN_ARGS='drain --wait --endpoint http://127\.0\.0\.1:8081'`),
 		regexp.MustCompile(`--s3-chain-backlog-flights=1024 \\`),
 		regexp.MustCompile(`--s3-memory-buffer-mib=256\n`),
 		regexp.MustCompile(`Restart=always`),
@@ -476,7 +579,7 @@ func TestIAMCheckCatchesWildcards(t *testing.T) {
 
 func TestAlarmsAndOutputs(t *testing.T) {
 	x := defaults(t)
-	names := []string{"backlog-age", "stalls", "settle-lag", "star-unhealthy", "no-healthy-star",
+	names := []string{"backlog-age", "stalls", "settle-lag", "star-exits", "star-unhealthy", "no-healthy-star",
 		"plan-errors", "janitor-errors"}
 	for _, job := range config.QueueJobs {
 		names = append(names, kebab(constructID(job))+"-queue-age", kebab(constructID(job))+"-dead-letters")
@@ -498,6 +601,23 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			"Threshold", 60,
 		))
 	})
+	// Issue 12 item 6: a crash loop is visible.
+	check(t, "star exits counted from the star log", func() {
+		x.tmpl.HasResourceProperties(jsii.String("AWS::Logs::MetricFilter"), like(
+			"LogGroupName", like("Ref", re("^StarLogs")),
+			"FilterPattern", userdata.ExitFilterPattern,
+			"MetricTransformations", assertions.Match_ArrayEquals(arr(like(
+				"MetricNamespace", MetricsNamespace, "MetricName", MetricStarExits, "MetricValue", "1",
+				"Dimensions", assertions.Match_ArrayEquals(arr(like("Key", userdata.DimensionCluster, "Value", "$cluster"))),
+			))),
+		))
+		x.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(
+			"AlarmName", "Starlog-star-exits",
+			"MetricName", MetricStarExits, "Namespace", MetricsNamespace,
+			"Dimensions", assertions.Match_ArrayEquals(arr(like("Name", userdata.DimensionCluster, "Value", "Starlog"))),
+			"Statistic", "Sum", "Period", 600, "Threshold", 3, "ComparisonOperator", "GreaterThanOrEqualToThreshold",
+		))
+	})
 	check(t, "dead-letter alarm watches the DLQ", func() {
 		x.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(
 			"AlarmName", "Starlog-settle-dead-letters",
@@ -517,12 +637,16 @@ func TestAlarmsAndOutputs(t *testing.T) {
 // region and zones (no lookup may happen), TLS, internet-facing, no
 // deletion protection, data not retained, a bigger settle.
 func TestVariant(t *testing.T) {
-	cert := "arn:aws:acm:eu-west-1:210987654321:certificate/0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
+	cert := "arn:aws:acm:eu-north-1:210987654321:certificate/0f1e2d3c-aaaa-bbbb-cccc-123456789abc"
 	x := synth(t, map[string]any{
 		"starlog:account":                 "210987654321",
-		"starlog:region":                  "eu-west-1",
-		"starlog:availabilityZones":       "eu-west-1a,eu-west-1b,eu-west-1c",
-		"starlog:availabilityZoneIds":     []any{"euw1-az1", "euw1-az2", "euw1-az3"},
+		"starlog:region":                  "eu-north-1",
+		"starlog:availabilityZones":       "eu-north-1a,eu-north-1b,eu-north-1c",
+		"starlog:availabilityZoneIds":     []any{"eun1-az1", "eun1-az2", "eun1-az3"},
+		"starlog:amiId":                   "ami-0fedcba9876543210",
+		"starlog:clientCidrs":             "203.0.113.0/24",
+		"starlog:starPort":                9000,
+		"starlog:internalPort":            9001,
 		"starlog:stackName":               "StarlogEu",
 		"starlog:certificateArn":          cert,
 		"starlog:internetFacing":          "true",
@@ -542,23 +666,27 @@ func TestVariant(t *testing.T) {
 			"SslPolicy", re("^ELBSecurityPolicy-TLS13-"),
 		))
 	})
-	check(t, "TCP listener still there", func() {
-		x.tmpl.HasResourceProperties(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), like("Port", 80, "Protocol", "TCP"))
+	// Issue 12 item 8: with a certificate the plaintext listener is gone.
+	check(t, "no plaintext listener", func() {
+		x.tmpl.ResourceCountIs(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), jsii.Number(1))
+		x.tmpl.ResourcePropertiesCountIs(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), like("Protocol", "TCP"), jsii.Number(0))
 	})
+	checkExposure(t, x, 9000, 9001)
 	check(t, "internet-facing", func() {
 		x.tmpl.HasResourceProperties(jsii.String("AWS::ElasticLoadBalancingV2::LoadBalancer"), like("Scheme", "internet-facing"))
 	})
-	check(t, "clients reach both listeners", func() {
+	check(t, "only the named clients reach the TLS listener", func() {
 		x.tmpl.HasResourceProperties(jsii.String("AWS::EC2::SecurityGroup"), like(
-			"SecurityGroupIngress", assertions.Match_ArrayWith(arr(
-				like("CidrIp", "0.0.0.0/0", "FromPort", 80),
-				like("CidrIp", "0.0.0.0/0", "FromPort", 443),
+			"GroupDescription", re("^starlog NLB"),
+			"SecurityGroupIngress", assertions.Match_ArrayEquals(arr(
+				like("CidrIp", "203.0.113.0/24", "FromPort", 443, "ToPort", 443),
 			)),
 		))
 	})
 	check(t, "deletion protection off", func() {
+		x.tmpl.ResourceCountIs(jsii.String("Custom::AWS"), jsii.Number(0))
 		x.tmpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), like(
-			"DeletionProtectionEnabled", false,
+			"DeletionProtectionEnabled", assertions.Match_Absent(),
 			"PointInTimeRecoverySpecification", like("PointInTimeRecoveryEnabled", true),
 		))
 	})
@@ -566,7 +694,7 @@ func TestVariant(t *testing.T) {
 		x.tmpl.HasResource(jsii.String("AWS::DynamoDB::Table"), like("DeletionPolicy", "Delete"))
 		x.tmpl.HasResource(jsii.String("AWS::S3Express::DirectoryBucket"), like("DeletionPolicy", "Delete"))
 	})
-	for _, id := range []string{"euw1-az1", "euw1-az2", "euw1-az3"} {
+	for _, id := range []string{"eun1-az1", "eun1-az2", "eun1-az3"} {
 		check(t, "directory bucket "+id, func() {
 			x.tmpl.HasResourceProperties(jsii.String("AWS::S3Express::DirectoryBucket"), like(
 				"BucketName", "starlogeu-210987654321--"+id+"--x-s3", "LocationName", id))
@@ -593,7 +721,7 @@ func TestVariant(t *testing.T) {
 	for _, r := range x.resources("AWS::EC2::Subnet") {
 		zones = append(zones, props(r)["AvailabilityZone"].(string))
 	}
-	if !slices.Contains(zones, "eu-west-1c") || slices.Contains(zones, "us-east-1a") {
+	if !slices.Contains(zones, "eu-north-1c") || slices.Contains(zones, "us-east-1a") {
 		t.Errorf("subnet zones %v", zones)
 	}
 	for _, f := range iamcheck.Check(x.statements(t)) {
@@ -710,9 +838,9 @@ func TestPlaceholdersAllowedWhenAsked(t *testing.T) {
 	}
 }
 
-func TestDrainArgsTargetTheStarPort(t *testing.T) {
-	got := drainArgs([]string{"drain", "--wait"}, 8080)
-	if strings.Join(got, " ") != "drain --wait --endpoint http://127.0.0.1:8080" {
+func TestDrainArgsTargetTheInternalPort(t *testing.T) {
+	got := drainArgs([]string{"drain", "--wait"}, 8081)
+	if strings.Join(got, " ") != "drain --wait --endpoint http://127.0.0.1:8081" {
 		t.Fatalf("drain args %q", got)
 	}
 	given := []string{"drain", "--endpoint=http://10.0.0.1:9"}

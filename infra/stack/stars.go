@@ -13,13 +13,15 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3assets"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/starlog/starlog/infra/config"
 	"github.com/starlog/starlog/infra/userdata"
 )
 
 // LifecycleHookName is the termination hook the drain script completes.
 const LifecycleHookName = "starlog-drain"
 
-// HealthPath is the star's health endpoint (same port as the API).
+// HealthPath is the star's health endpoint (on the public port, with the
+// API).
 const HealthPath = "/health"
 
 // AutoScalingGroupName is the fixed name of the star group: the drain
@@ -44,7 +46,7 @@ func (s *Starlog) stars() error {
 		DisplayName: jsii.String("star binary (linux/arm64)"),
 	})
 
-	starLogs := awslogs.NewLogGroup(st, jsii.String("StarLogs"), &awslogs.LogGroupProps{
+	s.starLogs = awslogs.NewLogGroup(st, jsii.String("StarLogs"), &awslogs.LogGroupProps{
 		LogGroupName:  jsii.String(starLogGroupName(c.StackName)),
 		Retention:     retention(c.LogRetentionDays),
 		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
@@ -86,7 +88,7 @@ func (s *Starlog) stars() error {
 		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:       jsii.String("Logs"),
 			Actions:   strs("logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"),
-			Resources: strs(*starLogs.LogGroupArn(), *metricLogs.LogGroupArn()),
+			Resources: strs(*s.starLogs.LogGroupArn(), *metricLogs.LogGroupArn()),
 		}),
 	)
 
@@ -97,29 +99,27 @@ func (s *Starlog) stars() error {
 	})
 	starSG := awsec2.NewSecurityGroup(st, jsii.String("StarSG"), &awsec2.SecurityGroupProps{
 		Vpc:         s.Vpc,
-		Description: jsii.String("starlog stars: API from the NLB, forwarding between stars"),
+		Description: jsii.String("starlog stars: API from the NLB, internal port between stars"),
 		// Stars call S3, DynamoDB, Auto Scaling and CloudFormation.
 		AllowAllOutbound: jsii.Bool(true),
 	})
+	// The NLB reaches the public port only (S2's API and /health); the
+	// internal port (forwarding, settle nudges, drain, handoff, /metrics)
+	// is open to the other stars and nothing else.
 	port := awsec2.Port_Tcp(jsii.Number(float64(c.StarPort)))
+	internal := awsec2.Port_Tcp(jsii.Number(float64(c.InternalPort)))
 	starSG.AddIngressRule(lbSG, port, jsii.String("API and health checks from the NLB"), nil)
-	starSG.AddIngressRule(starSG, port, jsii.String("forwarding to stream leaders"), nil)
+	starSG.AddIngressRule(starSG, internal, jsii.String("stars: forwarding to stream leaders, settle nudges"), nil)
 	lbSG.AddEgressRule(starSG, port, jsii.String("to stars"), nil)
-	listenerPorts := []int{c.ListenerPort}
-	if c.CertificateARN != "" {
-		listenerPorts = append(listenerPorts, c.TLSPort)
-	}
 	for _, cidr := range c.ClientCIDRs {
-		for _, p := range listenerPorts {
-			lbSG.AddIngressRule(awsec2.Peer_Ipv4(jsii.String(cidr)), awsec2.Port_Tcp(jsii.Number(float64(p))), jsii.String("clients"), nil)
-		}
+		lbSG.AddIngressRule(awsec2.Peer_Ipv4(jsii.String(cidr)), awsec2.Port_Tcp(jsii.Number(float64(clientPort(c)))), jsii.String("clients"), nil)
 	}
 
 	template := awsec2.NewLaunchTemplate(st, jsii.String("StarTemplate"), &awsec2.LaunchTemplateProps{
 		InstanceType: awsec2.NewInstanceType(jsii.String(c.InstanceType)),
-		MachineImage: awsec2.MachineImage_LatestAmazonLinux2023(&awsec2.AmazonLinux2023ImageSsmParameterProps{
-			CpuType: awsec2.AmazonLinuxCpuType_ARM_64,
-		}),
+		// Pinned (amiId): a newly published image changes nothing until
+		// the configuration does, so a redeploy rolls no star for it.
+		MachineImage:            awsec2.MachineImage_GenericLinux(&map[string]*string{c.Region: jsii.String(c.AmiID)}, nil),
 		Role:                    s.StarRole,
 		SecurityGroup:           starSG,
 		HttpEndpoint:            jsii.Bool(true),
@@ -184,11 +184,13 @@ func (s *Starlog) stars() error {
 		SignalResource:       *asgLogicalID,
 		StarBinaryURL:        "s3://" + *binary.S3BucketName() + "/" + *binary.S3ObjectKey(),
 		Port:                 c.StarPort,
+		InternalPort:         c.InternalPort,
 		TableName:            *s.Table.TableName(),
 		StandardBucket:       *s.Bucket.BucketName(),
 		ExpressBuckets:       s.expressBucketRefs(),
+		PolicyFlags:          c.Policy.Flags(),
 		ExtraFlags:           userdata.SortedFlags(c.StarFlags),
-		DrainArgs:            drainArgs(c.DrainArgs, c.StarPort),
+		DrainArgs:            drainArgs(c.DrainArgs, c.InternalPort),
 		DrainMaxSeconds:      c.DrainMaxMinutes * 60,
 		HeartbeatEverySecond: max(c.LifecycleHeartbeatSeconds/3, 30),
 		LifecycleHookName:    LifecycleHookName,
@@ -209,10 +211,10 @@ func (s *Starlog) stars() error {
 	return nil
 }
 
-// loadBalancer builds the NLB: a TCP listener always, a TLS listener (ALPN
-// h2 preferred, so S2S sessions get HTTP/2) when a certificate is given,
-// both forwarding to the stars' API port with HTTP health checks on
-// /health.
+// loadBalancer builds the NLB with one listener: TLS (ALPN h2 preferred,
+// so S2S sessions get HTTP/2) when a certificate is given, else plaintext
+// TCP; it forwards to the stars' public port (S2's API) with HTTP health
+// checks on /health. The stars' internal port is not a target.
 func (s *Starlog) loadBalancer(sg awsec2.SecurityGroup) {
 	c := s.Config
 	subnets := awsec2.SubnetType_PRIVATE_WITH_EGRESS
@@ -245,12 +247,13 @@ func (s *Starlog) loadBalancer(sg awsec2.SecurityGroup) {
 		ConnectionTermination: jsii.Bool(false),
 		PreserveClientIp:      jsii.Bool(true),
 	})
-	s.LoadBalancer.AddListener(jsii.String("Tcp"), &awselasticloadbalancingv2.BaseNetworkListenerProps{
-		Port:                jsii.Number(float64(c.ListenerPort)),
-		Protocol:            awselasticloadbalancingv2.Protocol_TCP,
-		DefaultTargetGroups: &[]awselasticloadbalancingv2.INetworkTargetGroup{s.TargetGroup},
-	})
-	if c.CertificateARN != "" {
+	if c.CertificateARN == "" {
+		s.LoadBalancer.AddListener(jsii.String("Tcp"), &awselasticloadbalancingv2.BaseNetworkListenerProps{
+			Port:                jsii.Number(float64(c.ListenerPort)),
+			Protocol:            awselasticloadbalancingv2.Protocol_TCP,
+			DefaultTargetGroups: &[]awselasticloadbalancingv2.INetworkTargetGroup{s.TargetGroup},
+		})
+	} else {
 		s.LoadBalancer.AddListener(jsii.String("Tls"), &awselasticloadbalancingv2.BaseNetworkListenerProps{
 			Port:     jsii.Number(float64(c.TLSPort)),
 			Protocol: awselasticloadbalancingv2.Protocol_TLS,
@@ -280,8 +283,18 @@ var retentionByDays = map[int]awslogs.RetentionDays{
 // retention maps days to the enum; New has checked the value is mapped.
 func retention(days int) awslogs.RetentionDays { return retentionByDays[days] }
 
-// drainArgs points the drain command at the local star's own port unless
-// the configuration names an endpoint (the CLI's default is star dev's).
+// clientPort is the one listener's port: TLS with a certificate (the
+// plaintext listener is gone then), TCP without.
+func clientPort(c config.Config) int {
+	if c.CertificateARN != "" {
+		return c.TLSPort
+	}
+	return c.ListenerPort
+}
+
+// drainArgs points the drain command at the local star's internal port
+// (where drain is served) unless the configuration names an endpoint (the
+// CLI's default is star dev's).
 func drainArgs(args []string, port int) []string {
 	for _, a := range args {
 		if a == "--endpoint" || strings.HasPrefix(a, "--endpoint=") {

@@ -28,9 +28,10 @@ func (s *Starlog) storage() {
 		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
 			PointInTimeRecoveryEnabled: jsii.Bool(true),
 		},
-		DeletionProtection: jsii.Bool(c.TableDeletionProtection),
-		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
-		RemovalPolicy:      s.removalPolicy(),
+		// Deletion protection is switched on by protectTable, last, so a
+		// first create that fails anywhere can still delete the table.
+		Encryption:    awsdynamodb.TableEncryption_AWS_MANAGED,
+		RemovalPolicy: s.removalPolicy(),
 	})
 
 	s.Bucket = awss3.NewBucket(s.Stack, jsii.String("Standard"), &awss3.BucketProps{

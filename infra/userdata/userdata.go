@@ -22,6 +22,8 @@ import (
 
 // Paths on the instance.
 const (
+	// StarEnvFile holds the per-instance settings (STARLOG_STAR_ID,
+	// STARLOG_ADDRESS) as the star flags' environment fallbacks.
 	StarBinaryPath     = "/opt/starlog/bin/star"
 	LifecycleScript    = "/opt/starlog/bin/starlog-lifecycle"
 	StarEnvFile        = "/etc/starlog/star.env"
@@ -52,6 +54,17 @@ const (
 // everything else stays on /metrics (CloudWatch bills per metric).
 var ForwardedMetrics = []string{MetricBacklogAge, MetricStall, MetricSettleLag}
 
+// ExitMarker starts the line the unit appends to the star's log whenever
+// the star process ends (ExecStopPost): "starlog-unit: star-exited
+// <cluster> <result> <code> <status>", with systemd's SERVICE_RESULT
+// (success for a clean stop), EXIT_CODE and EXIT_STATUS. The stack counts
+// the unclean ones (a crash loop) with a log metric filter.
+const ExitMarker = "starlog-unit: star-exited"
+
+// ExitFilterPattern is the CloudWatch Logs filter that matches an unclean
+// exit line and names its fields (the cluster becomes the dimension).
+const ExitFilterPattern = `[marker="starlog-unit:", event="star-exited", cluster, result!=success, code, status]`
+
 // Flag is one `star serve` command-line flag.
 type Flag struct{ Name, Value string }
 
@@ -65,12 +78,19 @@ type Params struct {
 
 	// StarBinaryURL is the s3:// URL of the star binary asset.
 	StarBinaryURL string
-	Port          int
+	// Port serves S2's API and /health (the load balancer's target);
+	// InternalPort serves peers and operators (forwarding, drain,
+	// /metrics) and is the address the star advertises.
+	Port         int
+	InternalPort int
 
 	TableName      string
 	StandardBucket string
 	ExpressBuckets []string
-	// ExtraFlags are rendered after the required flags, in the given order.
+	// PolicyFlags are what the stars share with the auditor functions
+	// (config.Policy), rendered after the stack's own flags.
+	PolicyFlags []Flag
+	// ExtraFlags are rendered last, in the given order.
 	ExtraFlags []Flag
 
 	// DrainArgs are the star CLI arguments that drain the local star and
@@ -122,7 +142,7 @@ func Render(p Params) (string, error) {
 		Params:      p,
 		Agent:       agent,
 		Prometheus:  PrometheusConfig(p),
-		Flags:       p.flags(),
+		Flags:       p.Flags(),
 		ExpressList: strings.Join(p.ExpressBuckets, ","),
 	}
 	if err := scriptTemplate.Execute(&b, data); err != nil {
@@ -131,19 +151,27 @@ func Render(p Params) (string, error) {
 	return b.String(), nil
 }
 
-// StackFlags are the `star serve` flags the stack sets itself.
-var StackFlags = []string{"listen", "star-id", "address", "dynamo-table", "standard-buckets", "express-buckets"}
+// StackFlags are the `star serve` flags the stack sets itself: on the
+// command line, or (star-id, address: known only on the instance) through
+// their environment fallbacks in StarEnvFile.
+var StackFlags = []string{"listen", "internal-listen", "star-id", "address", "s3-region", "dynamo-region",
+	"dynamo-table", "standard-buckets", "express-buckets"}
 
-// flags are the star's command-line flags: the stack-owned ones first.
-func (p Params) flags() []Flag {
+// Flags are the star's command-line flags: the stack-owned ones first,
+// then the policy, then the extra ones. Every setting `star serve` needs
+// is here or in StarEnvFile; nothing is left to a default that only
+// happens to work.
+func (p Params) Flags() []Flag {
 	fs := []Flag{
 		{"listen", fmt.Sprintf(":%d", p.Port)},
-		{"star-id", "${STARLOG_STAR_ID}"},
-		{"address", "${STARLOG_ADDRESS}"},
+		{"internal-listen", fmt.Sprintf(":%d", p.InternalPort)},
+		{"s3-region", p.Region},
+		{"dynamo-region", p.Region},
 		{"dynamo-table", p.TableName},
 		{"standard-buckets", p.StandardBucket},
 		{"express-buckets", strings.Join(p.ExpressBuckets, ",")},
 	}
+	fs = append(fs, p.PolicyFlags...)
 	return append(fs, p.ExtraFlags...)
 }
 
@@ -173,12 +201,22 @@ func (p Params) check() error {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"Port", p.Port}, {"DrainMaxSeconds", p.DrainMaxSeconds}, {"HeartbeatEverySecond", p.HeartbeatEverySecond}, {"StopTimeoutSeconds", p.StopTimeoutSeconds}, {"HealthWaitSeconds", p.HealthWaitSeconds}} {
+	}{{"Port", p.Port}, {"InternalPort", p.InternalPort}, {"DrainMaxSeconds", p.DrainMaxSeconds}, {"HeartbeatEverySecond", p.HeartbeatEverySecond}, {"StopTimeoutSeconds", p.StopTimeoutSeconds}, {"HealthWaitSeconds", p.HealthWaitSeconds}} {
 		if n.v <= 0 {
 			return fmt.Errorf("user data: %s must be positive, got %d", n.name, n.v)
 		}
 	}
-	for _, f := range p.ExtraFlags {
+	if p.Port == p.InternalPort {
+		return fmt.Errorf("user data: Port and InternalPort are both %d", p.Port)
+	}
+	seen := map[string]bool{}
+	for _, f := range p.Flags() {
+		if seen[f.Name] {
+			return fmt.Errorf("user data: flag --%s given twice", f.Name)
+		}
+		seen[f.Name] = true
+	}
+	for _, f := range slices.Concat(p.PolicyFlags, p.ExtraFlags) {
 		if f.Name == "" || strings.ContainsAny(f.Name+f.Value, " \t\n'\"\\$%") {
 			return fmt.Errorf("user data: flag %q=%q has characters unsafe in a unit file", f.Name, f.Value)
 		}
@@ -233,7 +271,8 @@ func AgentConfig(p Params) (string, error) {
 	return string(b), nil
 }
 
-// PrometheusConfig is the agent's scrape configuration: the local star only.
+// PrometheusConfig is the agent's scrape configuration: the local star's
+// internal port only (/metrics is not served on the public one).
 func PrometheusConfig(p Params) string {
 	return fmt.Sprintf(`global:
   scrape_interval: 60s
@@ -245,7 +284,7 @@ scrape_configs:
       - targets: ["127.0.0.1:%d"]
         labels:
           %s: %q
-`, p.Port, DimensionCluster, p.Cluster)
+`, p.InternalPort, DimensionCluster, p.Cluster)
 }
 
 // sq quotes s for bash as one word.
@@ -299,14 +338,21 @@ rm -f ` + StarBinaryPath + `.new
 
 # The star id is the instance id: a replacement VM is a new star, and the
 # janitor settles the chains of the one it replaced. Peers forward to the
-# star at its private address.
-printf 'STARLOG_STAR_ID=%s\nSTARLOG_ADDRESS=%s:%d\n' "$INSTANCE_ID" "$LOCAL_IP" {{.Port}} > ` + StarEnvFile + `
+# star at its private address, on the internal port. Both reach the star
+# as its flags' environment fallbacks (--star-id, --address).
+cat > ` + StarEnvFile + ` <<EOF
+STARLOG_STAR_ID=${INSTANCE_ID}
+STARLOG_ADDRESS=${LOCAL_IP}:{{.InternalPort}}
+EOF
 
 cat > /etc/systemd/system/` + StarUnit + ` <<'EOF'
 [Unit]
 Description=starlog star
 Wants=network-online.target
 After=network-online.target
+# Never give up restarting the star (the default gives up after 5 starts
+# in 10 s); a crash loop shows in the star-exits alarm instead.
+StartLimitIntervalSec=0
 
 [Service]
 Type=simple
@@ -317,6 +363,8 @@ Environment=AWS_REGION={{.Region}}
 WorkingDirectory=/var/lib/starlog
 ExecStart=` + StarBinaryPath + ` serve{{range .Flags}} \
   --{{.Name}}={{.Value}}{{end}}
+# One line per exit for the star-exits alarm (stdout is the star's log).
+ExecStopPost=/bin/sh -c 'echo "` + ExitMarker + ` {{.Cluster}} $${SERVICE_RESULT:-none} $${EXIT_CODE:-none} $${EXIT_STATUS:-none}"'
 # SIGTERM is the star's graceful close; give it time to hand off.
 KillSignal=SIGTERM
 TimeoutStopSec={{.StopTimeoutSeconds}}
@@ -396,6 +444,7 @@ cat > /etc/systemd/system/` + LifecycleUnit + ` <<'EOF'
 [Unit]
 Description=starlog: drain the star when Auto Scaling terminates this instance
 After=` + StarUnit + `
+StartLimitIntervalSec=0
 
 [Service]
 Type=simple

@@ -19,9 +19,11 @@ func sample() Params {
 		SignalResource:       "StarsASG1A2B3C4D",
 		StarBinaryURL:        "s3://${Token[TOKEN.101]}/${Token[TOKEN.102]}",
 		Port:                 8080,
+		InternalPort:         8081,
 		TableName:            "${Token[TOKEN.201]}",
 		StandardBucket:       "${Token[TOKEN.202]}",
-		ExpressBuckets:       []string{"starlog-1--use1-az1--x-s3", "starlog-1--use1-az2--x-s3", "starlog-1--use1-az4--x-s3"},
+		ExpressBuckets:       []string{"starlog-1--use1-az4--x-s3", "starlog-1--use1-az5--x-s3", "starlog-1--use1-az6--x-s3"},
+		PolicyFlags:          []Flag{{"settle-linger", "60s"}, {"dead-after", "30s"}},
 		ExtraFlags:           SortedFlags(map[string]string{"s3-memory-buffer-mib": "256", "s3-chain-backlog-flights": "1024"}),
 		DrainArgs:            []string{"drain", "--wait"},
 		DrainMaxSeconds:      1800,
@@ -102,7 +104,14 @@ func TestStarUnit(t *testing.T) {
 		"TimeoutStopSec=600",
 		"EnvironmentFile=" + StarEnvFile,
 		"Environment=AWS_REGION=${Token[AWS.Region.11]}",
-		"ExecStart=" + StarBinaryPath + " serve \\\n  --listen=:8080 \\\n  --star-id=${STARLOG_STAR_ID} \\\n  --address=${STARLOG_ADDRESS} \\\n  --dynamo-table=${Token[TOKEN.201]} \\\n  --standard-buckets=${Token[TOKEN.202]} \\\n  --express-buckets=starlog-1--use1-az1--x-s3,starlog-1--use1-az2--x-s3,starlog-1--use1-az4--x-s3 \\\n  --s3-chain-backlog-flights=1024 \\\n  --s3-memory-buffer-mib=256\n",
+		"ExecStart=" + StarBinaryPath + " serve \\\n  --listen=:8080 \\\n  --internal-listen=:8081 \\\n" +
+			"  --s3-region=${Token[AWS.Region.11]} \\\n  --dynamo-region=${Token[AWS.Region.11]} \\\n" +
+			"  --dynamo-table=${Token[TOKEN.201]} \\\n  --standard-buckets=${Token[TOKEN.202]} \\\n" +
+			"  --express-buckets=starlog-1--use1-az4--x-s3,starlog-1--use1-az5--x-s3,starlog-1--use1-az6--x-s3 \\\n" +
+			"  --settle-linger=60s \\\n  --dead-after=30s \\\n" +
+			"  --s3-chain-backlog-flights=1024 \\\n  --s3-memory-buffer-mib=256\n",
+		"[Unit]\nDescription=starlog star\n",
+		"\nStartLimitIntervalSec=0\n",
 		"User=starlog",
 	} {
 		if !strings.Contains(unit, want) {
@@ -277,7 +286,7 @@ func TestAgentConfig(t *testing.T) {
 		t.Errorf("log files %+v", files)
 	}
 	prometheus := heredoc(t, s, PrometheusConfPath)
-	if !strings.Contains(prometheus, `targets: ["127.0.0.1:8080"]`) || !strings.Contains(prometheus, `cluster: "Starlog"`) {
+	if !strings.Contains(prometheus, `targets: ["127.0.0.1:8081"]`) || !strings.Contains(prometheus, `cluster: "Starlog"`) {
 		t.Errorf("scrape config:\n%s", prometheus)
 	}
 }
@@ -301,6 +310,9 @@ func TestRenderRejects(t *testing.T) {
 		"no express":      func(p *Params) { p.ExpressBuckets = nil },
 		"no drain":        func(p *Params) { p.DrainArgs = nil },
 		"zero port":       func(p *Params) { p.Port = 0 },
+		"one port":        func(p *Params) { p.InternalPort = p.Port },
+		"policy twice":    func(p *Params) { p.ExtraFlags = []Flag{{"dead-after", "40s"}} },
+		"unsafe policy":   func(p *Params) { p.PolicyFlags = []Flag{{"read-grace", "5 m"}} },
 		"unsafe flag":     func(p *Params) { p.ExtraFlags = []Flag{{"x", "a b"}} },
 		"dollar in flag":  func(p *Params) { p.ExtraFlags = []Flag{{"x", "$HOME"}} },
 		"no heartbeat":    func(p *Params) { p.HeartbeatEverySecond = 0 },
@@ -323,6 +335,93 @@ func TestSingleQuote(t *testing.T) {
 		out, err := exec.Command(bash, "-c", "printf %s "+sq(s)).Output()
 		if err != nil || string(out) != s {
 			t.Errorf("sq(%q) round-trips to %q (%v)", s, out, err)
+		}
+	}
+}
+
+// The units are what systemd 252 (the version of Amazon Linux 2023) accepts
+// without a warning, and the star never runs out of restarts.
+func TestUnitsVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not on PATH")
+	}
+	s := render(t, sample())
+	dir := t.TempDir()
+	// verify checks the commands exist: point them at a real file.
+	fake := filepath.Join(dir, "star")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, unit := range []string{StarUnit, LifecycleUnit} {
+		body := heredoc(t, s, "/etc/systemd/system/"+unit)
+		if !strings.Contains(body, "\nStartLimitIntervalSec=0\n") {
+			t.Errorf("%s gives up restarting (no StartLimitIntervalSec=0)", unit)
+		}
+		body = strings.ReplaceAll(body, LifecycleScript, fake) // before its prefix StarBinaryPath
+		body = strings.ReplaceAll(body, StarBinaryPath, fake)
+		p := filepath.Join(dir, unit)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(analyze, "verify", "--man=no", p).CombinedOutput()
+		if err != nil || len(out) > 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", unit, err, out)
+		}
+	}
+}
+
+// The environment file gets the instance's id and address on the internal
+// port, as the star's --star-id and --address fallbacks.
+func TestStarEnvFile(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not on PATH")
+	}
+	s := render(t, sample())
+	start := strings.Index(s, "cat > "+StarEnvFile+" <<EOF\n")
+	end := strings.Index(s[start:], "\nEOF\n")
+	if start < 0 || end < 0 {
+		t.Fatal("no unquoted heredoc writes the env file")
+	}
+	f := filepath.Join(t.TempDir(), "star.env")
+	script := "set -u\nINSTANCE_ID=i-0abc\nLOCAL_IP=10.40.1.7\n" + strings.Replace(s[start:start+end+5], StarEnvFile, f, 1)
+	if out, err := exec.Command(bash, "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got, _ := os.ReadFile(f)
+	if string(got) != "STARLOG_STAR_ID=i-0abc\nSTARLOG_ADDRESS=10.40.1.7:8081\n" {
+		t.Errorf("env file %q", got)
+	}
+}
+
+// The exit line ExecStopPost prints has the fields the stack's metric
+// filter names, whatever systemd sets.
+func TestExitLine(t *testing.T) {
+	unit := heredoc(t, render(t, sample()), "/etc/systemd/system/"+StarUnit)
+	var cmd string
+	for _, l := range strings.Split(unit, "\n") {
+		if c, ok := strings.CutPrefix(l, "ExecStopPost=/bin/sh -c '"); ok {
+			cmd = strings.TrimSuffix(c, "'")
+		}
+	}
+	if cmd == "" {
+		t.Fatal("no ExecStopPost")
+	}
+	cmd = strings.ReplaceAll(cmd, "$$", "$") // systemd's unescaping
+	for env, want := range map[string]string{
+		"SERVICE_RESULT=exit-code EXIT_CODE=exited EXIT_STATUS=1": "starlog-unit: star-exited Starlog exit-code exited 1",
+		"SERVICE_RESULT=success EXIT_CODE=exited EXIT_STATUS=0":   "starlog-unit: star-exited Starlog success exited 0",
+		"": "starlog-unit: star-exited Starlog none none none",
+	} {
+		c := exec.Command("/bin/sh", "-c", cmd)
+		c.Env = strings.Fields(env)
+		out, err := c.Output()
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Errorf("env %q: %q %v, want %q", env, out, err, want)
+		}
+		if n := len(strings.Fields(string(out))); n != 6 {
+			t.Errorf("exit line has %d fields; the filter %s names 6", n, ExitFilterPattern)
 		}
 	}
 }

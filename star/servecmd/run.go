@@ -23,7 +23,12 @@ import (
 
 // runOptions is one run of a star.
 type runOptions struct {
-	listen          string
+	listen string
+	// internalListen, when set, is a second listener for peers and
+	// operators: forwarding between stars, the settle nudge, drain,
+	// handoff and /metrics. The listen address then serves only S2's API
+	// and /health (server.Public), and peers are told the internal one.
+	internalListen  string
 	cfg             node.Config
 	deps            node.Deps
 	srv             server.Options
@@ -59,9 +64,27 @@ func run(o runOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
+	var iln net.Listener
+	if o.internalListen != "" {
+		if iln, err = net.Listen("tcp", o.internalListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s (--internal-listen): %w", o.internalListen, err)
+		}
+	}
+	closeListeners := func() {
+		ln.Close()
+		if iln != nil {
+			iln.Close()
+		}
+	}
 	o.deps.Logger = o.log
 	if o.cfg.Address == "" {
-		o.cfg.Address = advertised(ln.Addr())
+		// Peers reach this star where it serves them.
+		if iln != nil {
+			o.cfg.Address = advertised(iln.Addr())
+		} else {
+			o.cfg.Address = advertised(ln.Addr())
+		}
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		lim := o.cfg.MemoryLimit()
@@ -70,19 +93,30 @@ func run(o runOptions) error {
 	}
 	n, err := node.Open(ctx, o.cfg, o.deps)
 	if err != nil {
-		ln.Close()
+		closeListeners()
 		return err
 	}
 	srv, err := server.New(n, o.srv)
 	if err != nil {
-		ln.Close()
+		closeListeners()
 		n.Close(context.Background())
 		return err
 	}
 	hs := srv.HTTPServer(o.listen)
-	serveErr := make(chan error, 1)
+	servers := []*http.Server{hs}
+	serveErr := make(chan error, 2)
+	if iln != nil {
+		hs.Handler = srv.Public()
+		ihs := srv.HTTPServer(o.internalListen)
+		servers = append(servers, ihs)
+		go func() { serveErr <- ihs.Serve(iln) }()
+	}
 	go func() { serveErr <- hs.Serve(ln) }()
-	o.log.Info("serving", "listen", ln.Addr().String())
+	if iln != nil {
+		o.log.Info("serving", "listen", ln.Addr().String(), "internal", iln.Addr().String(), "address", o.cfg.Address)
+	} else {
+		o.log.Info("serving", "listen", ln.Addr().String(), "address", o.cfg.Address)
+	}
 	var readyErr error
 	if o.ready != nil {
 		if readyErr = o.ready(ctx, n, ln.Addr()); readyErr != nil {
@@ -91,12 +125,14 @@ func run(o runOptions) error {
 		}
 	}
 
-	var zombie error
+	var zombie, stopped error
+	pending := len(servers) // Serve calls yet to return
 	select {
 	case <-ctx.Done():
 		o.log.Info("shutting down: draining sessions and pending acks", "timeout", o.shutdownTimeout)
-	case err := <-serveErr:
-		o.log.Error("server stopped", "err", err)
+	case stopped = <-serveErr:
+		pending--
+		o.log.Error("server stopped", "err", stopped)
 	case <-n.Zombied():
 		// Exit so the supervisor (systemd on an instance) restarts the star
 		// as a new incarnation, which settles its chains and serves again.
@@ -114,15 +150,24 @@ func run(o runOptions) error {
 	if released, failed := n.Leave(sctx); released+failed > 0 {
 		o.log.Info("shutdown: released stream leases", "released", released, "failed", failed)
 	}
-	if err := hs.Shutdown(sctx); err != nil {
-		o.log.Warn("shutdown: some requests did not finish in time", "err", err)
-		hs.Close()
+	// The public listener stops first; the internal one keeps serving
+	// peers' forwards until the requests already taken have finished.
+	for _, h := range servers {
+		if err := h.Shutdown(sctx); err != nil {
+			o.log.Warn("shutdown: some requests did not finish in time", "err", err)
+			h.Close()
+		}
 	}
 	if err := n.Close(sctx); err != nil {
 		return fmt.Errorf("close star: %w", err)
 	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for ; pending > 0; pending-- {
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) && stopped == nil {
+			stopped = err
+		}
+	}
+	if stopped != nil && !errors.Is(stopped, http.ErrServerClosed) {
+		return stopped
 	}
 	if zombie != nil {
 		return zombie

@@ -19,8 +19,9 @@ func Serve() *cobra.Command {
 			fsRoot, endpoint, region string
 			pathStyle                bool
 		}
-		creds     struct{ accessKey, secretKey string }
-		devFaults string
+		creds          struct{ accessKey, secretKey string }
+		devFaults      string
+		internalListen string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -31,13 +32,25 @@ path onto the Standard and Express bucket sets, and the read path.
 The metastore is a DynamoDB table (--dynamo-table), or a SQLite file shared
 by the stars of one host (--sqlite). Objects go to S3 (--s3-region, and
 --s3-endpoint for an S3-compatible server), or to a directory (--fs-root).
+On S3 both bucket sets must be named (--standard-buckets, --express-buckets).
 Credentials come from the AWS default chain unless given.
+
+With --internal-listen, peers and operators (forwarding between stars, the
+settle nudge, drain, handoff, /metrics) use that address and --listen serves
+only S2's API and /health, so a load balancer in front exposes nothing else.
 
 Every flag can also be set by its environment variable, shown with it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := c.logger()
 			if err != nil {
+				return err
+			}
+			if err := (required{
+				sqlite: meta.sqlite, table: meta.table, dynamoRegion: meta.region,
+				fsRoot: objs.fsRoot, s3Region: objs.region,
+				standardGiven: cmd.Flags().Changed("standard-buckets"), expressGiven: cmd.Flags().Changed("express-buckets"),
+			}).check(cmd.Context(), defaultAWSRegion); err != nil {
 				return err
 			}
 			cfg := c.nodeConfig()
@@ -49,7 +62,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.S3Endpoint, cfg.Objects.S3Region, cfg.Objects.S3PathStyle = objs.endpoint, objs.region, objs.pathStyle
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
 			o := runOptions{
-				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
+				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
 				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
 			}
 			if devFaults != "" { // tests and local experiments only (devfaults.go)
@@ -65,6 +78,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	c.register(fs, "0.0.0.0:7480")
+	fs.StringVar(&internalListen, "internal-listen", "", "address to serve peers and operators on (forwarding, settle nudges, drain, handoff, /metrics); when set, --listen serves only the S2 API and /health, and --address defaults to this one")
 	fs.StringVar(&meta.table, "dynamo-table", "", "metastore: DynamoDB table name")
 	fs.StringVar(&meta.endpoint, "dynamo-endpoint", "", "DynamoDB endpoint URL (empty: AWS; set for DynamoDB Local or dynalite)")
 	fs.StringVar(&meta.region, "dynamo-region", "", "DynamoDB region (empty: from the AWS config)")
