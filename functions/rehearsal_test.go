@@ -11,8 +11,9 @@ package functions_test
 //     and its working directory a temp dir for /var/lib/starlog (also its
 //     HOME, as systemd sets for User=);
 //   - the functions: their `bootstrap`s built for this host;
-//   - the AWS endpoints: STARLOG_S3_ENDPOINT (S3 and S3 Express: the
-//     Express front in rehearse/expressfront.go, before versitygw),
+//   - the AWS endpoints: STARLOG_S3_ENDPOINT (S3 and S3 Express: the S3
+//     Express stand-in testsvc.StartExpress, serving CreateSession and
+//     checking every session-signed request, before versitygw),
 //     STARLOG_DYNAMO_ENDPOINT (DynamoDB Local), for the functions also
 //     STARLOG_SQS_ENDPOINT (local-aws-sqs);
 //   - the instance role's (and the function roles') credentials:
@@ -64,6 +65,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/expressfront"
 	"github.com/starlog/starlog/star/servecmd"
 )
 
@@ -232,7 +234,7 @@ type rehearsal struct {
 	starBin string
 	home    string
 	v       testsvc.VersityServer
-	front   *rehearse.ExpressFront
+	express testsvc.ExpressServer
 	ddb     testsvc.DynamoServer
 	sqs     *localsqs.Server
 	queues  map[string]*localsqs.Queue // by queue name
@@ -266,7 +268,7 @@ func (r *rehearsal) standIns() {
 		t.Fatalf("%d directory buckets, want 3", len(r.dirs))
 	}
 	r.v = testsvc.StartVersity(t, append(std, r.dirs...)...)
-	r.front = rehearse.StartExpressFront(t, r.v.Endpoint, r.v.Region, r.v.AccessKey, r.v.SecretKey)
+	r.express = testsvc.StartExpress(t, r.v)
 
 	r.ddb = dyn.Get(t)
 	tables, err := tm.Tables()
@@ -367,10 +369,10 @@ func (r *rehearsal) startStar(n int) *star {
 	}
 	env = rehearse.MergeEnv(env, []string{
 		"STARLOG_ADDRESS=" + in,
-		"STARLOG_S3_ENDPOINT=" + r.front.URL,
+		"STARLOG_S3_ENDPOINT=" + r.express.PathEndpoint,
 		"STARLOG_DYNAMO_ENDPOINT=" + r.ddb.Endpoint,
-		"AWS_ACCESS_KEY_ID=" + r.v.AccessKey,
-		"AWS_SECRET_ACCESS_KEY=" + r.v.SecretKey,
+		"AWS_ACCESS_KEY_ID=" + r.express.AccessKey,
+		"AWS_SECRET_ACCESS_KEY=" + r.express.SecretKey,
 		"AWS_EC2_METADATA_DISABLED=true",
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
 		"HOME=" + r.home, "USER=starlog", "LOGNAME=starlog",
@@ -504,13 +506,18 @@ func (r *rehearsal) functionEnv(f rehearse.Function) []string {
 	for k, v := range f.Env {
 		env = append(env, k+"="+v)
 	}
+	// The settle role may open only ReadOnly Express sessions (its grant).
+	ak, sk := r.express.AccessKey, r.express.SecretKey
+	if jobOf(r.t, r.tm, f) == "settle" {
+		ak, sk = r.express.ReadOnlyAccessKey, r.express.ReadOnlySecretKey
+	}
 	return rehearse.MergeEnv(env, []string{
-		awsenv.EnvS3Endpoint + "=" + r.front.URL,
+		awsenv.EnvS3Endpoint + "=" + r.express.PathEndpoint,
 		awsenv.EnvDynamoEndpoint + "=" + r.ddb.Endpoint,
 		awsenv.EnvSQSEndpoint + "=" + r.sqs.Endpoint,
 		"AWS_REGION=" + r.tm.Pseudo.Region,
-		"AWS_ACCESS_KEY_ID=" + r.v.AccessKey,
-		"AWS_SECRET_ACCESS_KEY=" + r.v.SecretKey,
+		"AWS_ACCESS_KEY_ID=" + ak,
+		"AWS_SECRET_ACCESS_KEY=" + sk,
 		"AWS_EC2_METADATA_DISABLED=true",
 		"AWS_LAMBDA_FUNCTION_NAME=" + f.Name,
 		"PATH=/usr/local/bin:/usr/bin:/bin",
@@ -623,12 +630,14 @@ func TestRehearsal(t *testing.T) {
 			t.Fatalf("bulk append to exp: %d %.300s %v", status, out, err)
 		}
 	}
+	st := r.express.Front.Stats()
 	for _, d := range r.dirs {
-		// TODO(h-express): with the h-express front, check it saw
-		// ReadWrite sessions of the star's role here.
-		if r.front.Sessions(d) == 0 || r.front.Requests(d) == 0 {
-			t.Fatalf("directory bucket %s: %d sessions, %d requests: the Express stream did not go through S3 Express", d, r.front.Sessions(d), r.front.Requests(d))
+		if st.SessionsByBucket[d] == 0 {
+			t.Fatalf("directory bucket %s: no session: the Express stream did not go through S3 Express (%+v)", d, st)
 		}
+	}
+	if st.Sessions[expressfront.ReadWrite] == 0 || len(st.Refused) > 0 {
+		t.Fatalf("the star's Express sessions: %+v (want ReadWrite sessions and no refusal)", st)
 	}
 	t.Logf("star 1: Standard and Express round-trips and %d Express records written %v after the start", len(a["exp"]), time.Since(t0).Round(time.Millisecond))
 
@@ -743,6 +752,11 @@ func TestRehearsal(t *testing.T) {
 		deliverRIE(t, r, byJob["trim"], feeds, 1)
 	})
 	a.checkReadBack(t, s2)
+	if st := r.express.Front.Stats(); st.Sessions[expressfront.ReadOnly] == 0 || len(st.Refused) > 0 {
+		t.Errorf("Express sessions over the rehearsal: %+v (want the settle role's ReadOnly sessions and no refusal)", st)
+	} else {
+		t.Logf("Express sessions: %d ReadWrite, %d ReadOnly; nothing refused", st.Sessions[expressfront.ReadWrite], st.Sessions[expressfront.ReadOnly])
+	}
 	t.Logf("rehearsal done in %v", time.Since(t0).Round(time.Millisecond))
 }
 

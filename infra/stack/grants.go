@@ -29,7 +29,10 @@ type grant struct {
 	// objects maps a Standard-bucket key prefix to the object actions on
 	// the keys under it.
 	objects map[string][]string
-	// list allows ListBucket on the Standard bucket (reclamation only).
+	// list allows ListBucket on the Standard bucket: reclamation lists,
+	// and every role that relies on a missing key reading as absent needs
+	// it (without it S3 answers a GET or HEAD of a missing key 403, which
+	// the code never takes for absence: objstore.ErrAccessDenied).
 	list    bool
 	express string
 	// sendTo are the queue jobs this role enqueues to.
@@ -37,14 +40,16 @@ type grant struct {
 }
 
 // starGrant: stars write and read chain slots (their own and, when they
-// settle a predecessor, its poison) and read settled objects. Slot deletion
-// belongs to the auditor.
+// settle a predecessor, its poison) and read settled objects; their probes
+// and the reader's stale-row retry rely on a missing key reading as
+// absent. Slot deletion belongs to the auditor's trim.
 var starGrant = grant{
 	meta: metaWrite,
 	objects: map[string][]string{
 		ChainsPrefix:  {"s3:GetObject", "s3:PutObject"},
 		StreamsPrefix: {"s3:GetObject"},
 	},
+	list:    true,
 	express: expressReadWrite,
 }
 
@@ -76,20 +81,25 @@ var jobGrants = map[string]grant{
 			ChainsPrefix:  {"s3:GetObject"},
 			StreamsPrefix: {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"},
 		},
+		list:    true, // the adoption read of a settled object relies on absence
 		express: expressReadOnly,
 	},
-	// trim advances cursors and deletes retired slots from every bucket of
-	// the set.
+	// trim advances cursors, deletes retired slots from every bucket of
+	// the set, and at a settled epoch's cut reaps its garbage window (reads
+	// envelopes, replaces flight copies with poison): the one deleter of
+	// slots.
 	config.JobTrim: {
 		meta:    metaWrite,
-		objects: map[string][]string{ChainsPrefix: {"s3:DeleteObject"}},
+		objects: map[string][]string{ChainsPrefix: {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}},
+		list:    true,
 		express: expressReadWrite,
 	},
 	// chain-settle fences (poison puts), walks (footer reads), absorbs
-	// (span refs) and reaps garbage slots.
+	// (span refs) and poisons the garbage window; it deletes nothing.
 	config.JobChainSettle: {
 		meta:    metaWrite,
-		objects: map[string][]string{ChainsPrefix: {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}},
+		objects: map[string][]string{ChainsPrefix: {"s3:GetObject", "s3:PutObject"}},
+		list:    true,
 		express: expressReadWrite,
 	},
 }
@@ -123,9 +133,10 @@ func (s *Starlog) statements(g grant) []awsiam.PolicyStatement {
 		}
 	}
 	if g.list {
-		allow("ListForReclamation", []string{"s3:ListBucket"}, []string{*s.Bucket.BucketArn()}, map[string]any{
-			"StringLike": map[string]any{"s3:prefix": []any{ChainsPrefix + "*", StreamsPrefix + "*"}},
-		})
+		// Unconditioned: S3 decides 404 versus 403 for a missing key by
+		// whether the caller may list the bucket, and a GET carries no
+		// s3:prefix for a condition to match.
+		allow("ListBucket", []string{"s3:ListBucket"}, []string{*s.Bucket.BucketArn()}, nil)
 	}
 	switch g.express {
 	case expressReadOnly:

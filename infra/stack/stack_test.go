@@ -467,6 +467,7 @@ func TestIAMLeastPrivilege(t *testing.T) {
 	chains := regexp.MustCompile(`^\$\{Standard[0-9A-F]+\.Arn\}/chains/\*$`)
 	streams := regexp.MustCompile(`^\$\{Standard[0-9A-F]+\.Arn\}/streams/\*$`)
 	express := regexp.MustCompile(`^\$\{Express[123]\.Arn\}$`)
+	bucket := regexp.MustCompile(`^\$\{Standard[0-9A-F]+\.Arn\}$`)
 	table := regexp.MustCompile(`^\$\{Metastore[0-9A-F]+\.Arn\}$`)
 
 	star := iamcheck.ForRole(stmts, roleID("StarRole"))
@@ -480,6 +481,7 @@ func TestIAMLeastPrivilege(t *testing.T) {
 		{"s3:GetObject", streams, true},
 		{"s3:PutObject", streams, false},
 		{"s3:DeleteObject", chains, false},
+		{"s3:ListBucket", bucket, true}, // a missing key must read 404, not 403
 		{"s3express:CreateSession", express, true},
 		{"dynamodb:PutItem", table, true},
 		{"dynamodb:Scan", table, false},
