@@ -155,21 +155,29 @@ func (n *Node) zombie() error {
 // ago, so it yields before any peer can presume it dead (the margin
 // absorbs clock rate differences and pauses). It guards only what this
 // star answers from its own memory (check-tail, the tail window and tail
-// of reads) and what it starts (a new lease, a balancer round). The
-// append path does not use it: a cut-off star may go on acknowledging,
-// because a successor fences its chain before it opens a stream, so the
-// next slot this star writes meets poison and it is deposed, and every
-// ack it released lies below the cut. An idle cut-off star meets no
-// poison, though, and would answer a stale tail after a successor took
-// over: that, not safety of acks, is what the clock guard is for.
+// of reads, the 412s of appends: fromMemory) and what it starts (a new
+// lease, a balancer round). Accepted appends do not use it: a cut-off
+// star may go on acknowledging, because a successor fences its chain
+// before it opens a stream, so the next slot this star writes meets
+// poison and it is deposed, and every ack it released lies below the
+// cut. An answer from memory meets no poison, though, and would report a
+// stale tail after a successor took over: that, not safety of acks, is
+// what the clock guard is for.
 func (n *Node) selfLive() error {
 	if err := n.zombie(); err != nil {
 		return err
 	}
-	if d := n.lease.sinceBeat(); d >= n.cfg.DeadAfter/2 {
-		return api.Unavailable("this star has not renewed its registration for %v; retry", d.Truncate(time.Millisecond))
+	if d, stale := n.beatStale(); stale {
+		return api.Unavailable("this star has not renewed its registration for %v; retry", d)
 	}
 	return nil
+}
+
+// beatStale reports whether half the dead-after bound has passed since
+// this star's last heartbeat was written (the clock guard), and how long.
+func (n *Node) beatStale() (time.Duration, bool) {
+	d := n.lease.sinceBeat()
+	return d.Truncate(time.Millisecond), d >= n.cfg.DeadAfter/2
 }
 
 // claimAction is what this star does about a stream's lease.
