@@ -241,8 +241,11 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 			}
 			storage := strings.Contains(fl.Err, "object store is not taking")
 			switch {
-			case disturbed && strings.Contains(fl.Err, "connection refused"):
-				refused++ // a star that had exited
+			case disturbed && (strings.Contains(fl.Err, "connection refused") || strings.Contains(fl.Err, "leader could not be reached")):
+				// A star that had exited: asked directly, or through a
+				// star whose forward to it was refused (the same refusal,
+				// one hop on).
+				refused++
 			case fl.Definite || storage:
 				definite++
 				if definite <= 5 {
