@@ -29,9 +29,10 @@ import (
 //     (starlog_backlog_stalls_total or starlog_admission_stalls_total on
 //     its /metrics): the budget filled, and acks wait for the absorb; or
 //     unless the stream was not open at its leader when the outage began
-//     (no ack returned between its lease's acquisition and the outage, or
-//     its lease released: a handoff just before it), since opening a
-//     stream reads the metastore;
+//     (no ack returned between its lease's acquisition and the outage, its
+//     lease released, or held by an incarnation no longer running: a
+//     handoff or a restart just before it), since opening a stream reads
+//     the metastore;
 //   - every star answers /health ready at every window's end;
 //   - after it, convergence: every star ready with a fresh heartbeat
 //     within a bound, and then for a dead-after bound and more no star
@@ -70,12 +71,14 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 	streams := c.Streams()
 	leaders := readLeaders(ctx, c, streams)
 	incs := make([]uint64, len(c.Stars))
+	running := map[string]uint64{} // star id → incarnation
 	for i, s := range c.Stars {
 		doc, ok, body := ReadHealth(ctx, s.Endpoint())
 		if !ok {
 			return ev, fmt.Errorf("meta-outage: star %d not ready before the outage: %s", i, body)
 		}
 		incs[i] = doc.Incarnation
+		running[s.ID()] = doc.Incarnation
 	}
 	before := newProcs(c).scrape(ctx)
 	repair := func() error {
@@ -159,7 +162,9 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 				open[s] = true // unknown: the stricter reading
 				continue
 			}
-			if l.Released {
+			if inc, ok := running[l.Star]; l.Released || ok && inc != l.Incarnation {
+				// Handed off, or held by an incarnation that no longer
+				// runs (a kill just before): nobody had it open.
 				closed = append(closed, s)
 				continue
 			}
