@@ -215,7 +215,7 @@ func TestJanitorMarksNoneDeadWhenAllAreStale(t *testing.T) {
 	if rep := s.janitor(t); len(rep.MarkedDead) != 0 || len(rep.Jobs) != 0 || !slices.Equal(rep.Spared, []string{"star1"}) {
 		t.Fatalf("janitor with star2 just back: %+v", rep)
 	}
-	back.ConnectedSince = time.Now().Add(-deadAfter).UnixMilli()
+	back.ConnectedSince = back.Heartbeat - deadAfter.Milliseconds()
 	s.putPeer(t, back)
 	if rep := s.janitor(t); len(rep.MarkedDead) != 1 || rep.MarkedDead[0] != "star1" || len(rep.Jobs) != 1 {
 		t.Fatalf("janitor with star2 back for a bound: %+v", rep)
