@@ -24,6 +24,9 @@ type JanitorReport struct {
 	Deferred int
 	// MarkedDead names the stars this pass marked dead.
 	MarkedDead []string
+	// Spared names the stars whose heartbeat is stale but that no live
+	// star's heartbeats witness dead (see markStaleDead).
+	Spared []string
 	// Gone counts chains whose head epoch is settled for a star that is
 	// gone (dead, stopped, superseded, or closed with a settle marker).
 	Gone int
@@ -34,7 +37,8 @@ type JanitorReport struct {
 //   - A star whose heartbeat is older than Config.DeadAfter is marked dead,
 //     by CAS on the registry row it read (a heartbeat that lands first
 //     wins; the star learns from its next lost heartbeat that it is dead),
-//     unless no star at all is live (see markStaleDead).
+//     once another live star's heartbeats show the metastore was reachable
+//     for a whole dead-after bound after its last one (see markStaleDead).
 //   - The chains of a star that is gone (dead, stopped, superseded by a
 //     later incarnation, or that left a settle marker when it closed) are
 //     settled whole, head epoch included: one chain-settle job through the
@@ -134,11 +138,14 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 }
 
 // markStaleDead marks dead every star whose heartbeat is older than
-// deadAfter, provided some star is live: when every star looks stale at
-// once, a metastore or network outage on their side is likelier than all
-// of them dying, and marking them all dead would only depose the whole
-// cluster as it comes back. Stars come from the star directory and the
-// chain directory.
+// deadAfter and that leader.PresumeDead judges dead on the evidence of the
+// other stars' rows: some live star's heartbeats landed without a gap for
+// a whole deadAfter bound after the stale star's last one. A stale star
+// without such a witness is spared (rep.Spared): at the start or the end
+// of an outage between the stars and the metastore (which the janitor may
+// well reach) every star looks stale or only just back, and marking one
+// dead would depose it as the cluster comes back. Stars come from the
+// star directory and the chain directory.
 func markStaleDead(ctx context.Context, st *settle.Stores, chains []settle.ChainRef, now time.Time, deadAfter time.Duration, rep *JanitorReport) error {
 	ids, err := leader.Stars(ctx, st.Meta)
 	if err != nil {
@@ -149,39 +156,41 @@ func markStaleDead(ctx context.Context, st *settle.Stores, chains []settle.Chain
 			ids = append(ids, ch.Star)
 		}
 	}
-	var stale []string
-	anyLive := false
+	var (
+		stale     []leader.Witness
+		witnesses []leader.Witness
+	)
 	for _, id := range ids {
 		reg, _, ok, err := leader.ReadRegistration(ctx, st.Meta, id)
 		if err != nil {
 			return fmt.Errorf("auditjob: janitor: %w", err)
 		}
-		switch {
-		case !ok:
-		case leader.Stale(reg, now, deadAfter):
-			stale = append(stale, id)
-		case leader.Live(reg, reg.Incarnation, now, deadAfter):
-			anyLive = true
+		if !ok {
+			continue
+		}
+		witnesses = append(witnesses, leader.Witness{Star: id, Reg: reg})
+		if leader.Stale(reg, now, deadAfter) {
+			stale = append(stale, leader.Witness{Star: id, Reg: reg})
 		}
 	}
-	if len(stale) == 0 {
-		return nil
-	}
 	log := st.Log()
-	if !anyLive {
-		log.Warn("janitor: every registered star's heartbeat is stale; marking none dead (an outage between the stars and the metastore is likelier than all of them dying)", "stale", stale)
-		return nil
-	}
-	for _, id := range stale {
-		reg, dead, err := leader.MarkDead(ctx, st.Meta, id, now, deadAfter)
+	for _, x := range stale {
+		if _, dead := leader.PresumeDead(x.Star, x.Reg, witnesses, now, deadAfter); !dead {
+			rep.Spared = append(rep.Spared, x.Star)
+			continue
+		}
+		reg, dead, by, err := leader.MarkPresumedDead(ctx, st.Meta, x.Star, witnesses, now, deadAfter)
 		if err != nil {
 			return fmt.Errorf("auditjob: janitor: %w", err)
 		}
-		if dead && reg.State == meta.StarDead {
-			rep.MarkedDead = append(rep.MarkedDead, id)
-			log.Warn("janitor: marked star dead: heartbeat too old", "dead_star", id, "incarnation", reg.Incarnation,
-				"heartbeat", time.UnixMilli(reg.Heartbeat), "dead_after", deadAfter)
+		if dead && reg.State == meta.StarDead && by != "" {
+			rep.MarkedDead = append(rep.MarkedDead, x.Star)
+			log.Warn("janitor: marked star dead: heartbeat too old", "dead_star", x.Star, "incarnation", reg.Incarnation,
+				"heartbeat", time.UnixMilli(reg.Heartbeat), "dead_after", deadAfter, "witness", by)
 		}
+	}
+	if len(rep.Spared) > 0 {
+		log.Warn("janitor: stale heartbeats, but no live star reached the metastore for a whole dead-after bound after them (an outage between the stars and the metastore, or its end); marking them not dead yet", "stale", rep.Spared)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -99,9 +100,10 @@ func newStoppedClass(t *testing.T, heartbeatAge time.Duration, b backend, class 
 	if _, err := ms.Put(ctx, rk.PK, rk.SK, meta.Encode(reg), meta.IfAbsent()); err != nil {
 		t.Fatal(err)
 	}
-	// A live peer: the janitor marks stale stars dead only while some
-	// star is live.
-	peer := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: now.UnixMilli(), Heartbeat: now.UnixMilli()}
+	// A live peer, connected for long: the janitor marks a stale star
+	// dead only when a live star's heartbeats landed for a whole
+	// dead-after bound after the stale one's last.
+	peer := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: now.Add(-time.Hour).UnixMilli(), ConnectedSince: now.Add(-time.Hour).UnixMilli(), Heartbeat: now.UnixMilli()}
 	pk := meta.RegistryKey("star2")
 	if _, err := ms.Put(ctx, pk.PK, pk.SK, meta.Encode(peer), meta.IfAbsent()); err != nil {
 		t.Fatal(err)
@@ -192,37 +194,104 @@ func testJanitorSettlesDeadStar(t *testing.T, b backend) {
 // When every star's heartbeat is stale at once (the stars lost the
 // metastore, the janitor did not), the janitor marks none dead: deposing
 // the whole cluster as it comes back would only cost a restart of every
-// star. Once one star is live again, the stale ones are marked.
+// star. Nor when the first star is back: it reconnected after star1's
+// last beat, and star1 may beat next. Once star2 has beaten for a whole
+// bound without star1, star1 is marked.
 func TestJanitorMarksNoneDeadWhenAllAreStale(t *testing.T) {
-	ctx := context.Background()
 	s := newStopped(t, 2*deadAfter, embedded)
 	old := time.Now().Add(-2 * deadAfter).UnixMilli()
-	pk := meta.RegistryKey("star2")
-	it, err := s.st.Meta.Get(ctx, pk.PK, pk.SK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: old, Heartbeat: old}
-	if _, err := s.st.Meta.Put(ctx, pk.PK, pk.SK, meta.Encode(stale), meta.IfVer(it.Ver)); err != nil {
-		t.Fatal(err)
-	}
-	if rep := s.janitor(t); len(rep.MarkedDead) != 0 || len(rep.Jobs) != 0 {
+	stale := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: old, ConnectedSince: old, Heartbeat: old}
+	s.putPeer(t, stale)
+	if rep := s.janitor(t); len(rep.MarkedDead) != 0 || len(rep.Jobs) != 0 || !slices.Equal(rep.Spared, []string{"star1", "star2"}) {
 		t.Fatalf("janitor with every star stale: %+v", rep)
 	}
 	if h := s.head(t); h.State != meta.HeadOpen {
 		t.Fatalf("head touched: %+v", h)
 	}
-	it, err = s.st.Meta.Get(ctx, pk.PK, pk.SK)
+	back := stale
+	back.Heartbeat = time.Now().UnixMilli()
+	back.ConnectedSince = back.Heartbeat
+	s.putPeer(t, back)
+	if rep := s.janitor(t); len(rep.MarkedDead) != 0 || len(rep.Jobs) != 0 || !slices.Equal(rep.Spared, []string{"star1"}) {
+		t.Fatalf("janitor with star2 just back: %+v", rep)
+	}
+	back.ConnectedSince = back.Heartbeat - deadAfter.Milliseconds()
+	s.putPeer(t, back)
+	if rep := s.janitor(t); len(rep.MarkedDead) != 1 || rep.MarkedDead[0] != "star1" || len(rep.Jobs) != 1 {
+		t.Fatalf("janitor with star2 back for a bound: %+v", rep)
+	}
+}
+
+// The edges of a whole-cluster metastore outage as the verify run met
+// them (dead-after 2 s there; 10 s here, the same proportions): at its
+// start star1's last beat is a little older than star2's (2.1 s against
+// 1.5 s), at its end star2 beat 62 ms ago, its first beat back. Neither
+// marks star1 dead; a star cut off alone (star2 beat on) is marked.
+func TestJanitorSparesStarsAtOutageEdges(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		star1, since2, beat2 time.Duration // ages
+		dead                 bool
+	}{
+		{name: "outage start", star1: scaled(2100), since2: time.Hour, beat2: scaled(1500)},
+		{name: "outage end", star1: scaled(5000), since2: scaled(62), beat2: scaled(62)},
+		{name: "star1 cut off alone", star1: scaled(2300), since2: time.Hour, beat2: scaled(100), dead: true},
+		{name: "star1 gone through an outage", star1: scaled(9000), since2: scaled(2300), beat2: scaled(100), dead: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStopped(t, c.star1, embedded)
+			now := time.Now()
+			s.putPeer(t, meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: now.Add(-time.Hour).UnixMilli(),
+				ConnectedSince: now.Add(-c.since2).UnixMilli(), Heartbeat: now.Add(-c.beat2).UnixMilli()})
+			rep := s.janitor(t)
+			if marked := slices.Contains(rep.MarkedDead, "star1"); marked != c.dead {
+				t.Fatalf("star1 marked dead: %v, want %v (%+v)", marked, c.dead, rep)
+			}
+			reg, _, _, err := leader.ReadRegistration(context.Background(), s.st.Meta, "star1")
+			if err != nil || (reg.State == meta.StarDead) != c.dead {
+				t.Fatalf("star1's row: %+v %v", reg, err)
+			}
+		})
+	}
+}
+
+// putPeer overwrites star2's registration.
+func (s stopped) putPeer(t *testing.T, reg meta.Registration) {
+	t.Helper()
+	ctx := context.Background()
+	pk := meta.RegistryKey("star2")
+	it, err := s.st.Meta.Get(ctx, pk.PK, pk.SK)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale.Heartbeat = time.Now().UnixMilli()
-	if _, err := s.st.Meta.Put(ctx, pk.PK, pk.SK, meta.Encode(stale), meta.IfVer(it.Ver)); err != nil {
+	if _, err := s.st.Meta.Put(ctx, pk.PK, pk.SK, meta.Encode(reg), meta.IfVer(it.Ver)); err != nil {
 		t.Fatal(err)
 	}
-	if rep := s.janitor(t); len(rep.MarkedDead) != 1 || rep.MarkedDead[0] != "star1" || len(rep.Jobs) != 1 {
-		t.Fatalf("janitor with star2 live again: %+v", rep)
+}
+
+// A peer row written before ConnectedSince existed (a star not yet
+// upgraded) testifies as connected since it started: it still spares
+// star1 at an outage's start, and still marks it once it beats a bound
+// after star1's last beat.
+func TestJanitorReadsOldRows(t *testing.T) {
+	s := newStopped(t, scaled(2100), embedded)
+	now := time.Now()
+	old := meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: now.Add(-time.Hour).UnixMilli(), Heartbeat: now.Add(-scaled(1500)).UnixMilli()}
+	s.putPeer(t, old)
+	if rep := s.janitor(t); len(rep.MarkedDead) != 0 {
+		t.Fatalf("an old peer row at an outage's start: %+v", rep)
 	}
+	old.Heartbeat = now.UnixMilli()
+	s.putPeer(t, old)
+	if rep := s.janitor(t); len(rep.MarkedDead) != 1 || rep.MarkedDead[0] != "star1" {
+		t.Fatalf("an old peer row beating on: %+v", rep)
+	}
+}
+
+// scaled is a duration of the verify run (dead-after 2 s) at this
+// file's dead-after.
+func scaled(ms int64) time.Duration {
+	return time.Duration(ms) * (deadAfter / 2000)
 }
 
 // A live star's head is deferred, never displaced: the janitor queues

@@ -49,6 +49,58 @@ func Stale(reg meta.Registration, now time.Time, deadAfter time.Duration) bool {
 	return now.Sub(time.UnixMilli(reg.Heartbeat)) >= deadAfter
 }
 
+// Witness is a star's registration offered as evidence that the
+// metastore was reachable: its heartbeats landed without a gap from
+// ConnectedSince to Heartbeat.
+type Witness struct {
+	Star string
+	Reg  meta.Registration
+}
+
+// PresumeDead judges whether the star whose registration is reg may be
+// presumed dead at now, and names the witness that shows it. A stale
+// heartbeat alone does not say the star died: a metastore outage between
+// the stars and the metastore silences every star at once, and a judge
+// that can still reach the metastore (the janitor) would then depose
+// them all, at the outage's start (one star's last beat is a little older
+// than the others') and at its end (a peer beats first). So reg must be
+// Stale, and some other star w, live at now, must show the metastore was
+// reachable for a whole deadAfter bound after reg's last heartbeat: its
+// heartbeats landed without a gap from before that bound began until
+// after it ended,
+//
+//	max(reg.Heartbeat, w.ConnectedSince) + deadAfter ≤ w.Heartbeat.
+//
+// At an outage's start no w beats that late; at its end every w's run
+// began after reg's last beat, and reg's own star beats again within the
+// bound; a star that died, or that alone is cut off, is presumed dead
+// once a peer has beaten for a bound without it. A star judging a lease
+// offers itself as the witness, with Heartbeat the time of the reads it
+// judges on (they landed, and its heartbeat is recent). A row without
+// ConnectedSince (written by a star that predates it: a rolling upgrade)
+// is read as connected since it registered, the assumption the judges
+// made before; such a witness still fixes an outage's start, not its end.
+// Heartbeats come from the stars' clocks, so a skew between two stars
+// shifts the bound by as much; safety never rests on it (the fence).
+func PresumeDead(star string, reg meta.Registration, witnesses []Witness, now time.Time, deadAfter time.Duration) (by string, dead bool) {
+	if !Stale(reg, now, deadAfter) {
+		return "", false
+	}
+	for _, w := range witnesses {
+		if w.Star == star || !Live(w.Reg, w.Reg.Incarnation, now, deadAfter) {
+			continue
+		}
+		since := w.Reg.ConnectedSince
+		if since == 0 {
+			since = w.Reg.StartedAt
+		}
+		if max(reg.Heartbeat, since)+deadAfter.Milliseconds() <= w.Reg.Heartbeat {
+			return w.Star, true
+		}
+	}
+	return "", false
+}
+
 // ReadRegistration reads star's registry row; ok is false when the star
 // never registered.
 func ReadRegistration(ctx context.Context, ms meta.Store, star string) (reg meta.Registration, ver int64, ok bool, err error) {
@@ -66,12 +118,30 @@ func ReadRegistration(ctx context.Context, ms meta.Store, star string) (reg meta
 	return reg, it.Ver, true, nil
 }
 
-// MarkDead marks star dead when its registration is stale at now, by CAS
+// MarkDead marks star dead when its registration is stale at now, on no
+// other evidence (an operator's or a test's verdict; the stars and the
+// janitor use MarkPresumedDead). See markDead.
+func MarkDead(ctx context.Context, ms meta.Store, star string, now time.Time, deadAfter time.Duration) (meta.Registration, bool, error) {
+	return markDead(ctx, ms, star, func(reg meta.Registration) bool { return Stale(reg, now, deadAfter) })
+}
+
+// MarkPresumedDead marks star dead when PresumeDead judges it so on the
+// witnesses, judged again on every row it reads; by names the witness.
+// See markDead.
+func MarkPresumedDead(ctx context.Context, ms meta.Store, star string, witnesses []Witness, now time.Time, deadAfter time.Duration) (reg meta.Registration, dead bool, by string, err error) {
+	reg, dead, err = markDead(ctx, ms, star, func(reg meta.Registration) bool {
+		by, _ = PresumeDead(star, reg, witnesses, now, deadAfter)
+		return by != ""
+	})
+	return reg, dead, by, err
+}
+
+// markDead marks star dead when judge says so of its registration, by CAS
 // on the row it read (so a heartbeat that lands first wins, and the star
 // learns from its next lost heartbeat CAS that it was presumed dead). It
 // returns the registration as it stands and whether it is dead or stopped
 // now (false: live, or never registered).
-func MarkDead(ctx context.Context, ms meta.Store, star string, now time.Time, deadAfter time.Duration) (meta.Registration, bool, error) {
+func markDead(ctx context.Context, ms meta.Store, star string, judge func(meta.Registration) bool) (meta.Registration, bool, error) {
 	k := meta.RegistryKey(star)
 	for {
 		reg, ver, ok, err := ReadRegistration(ctx, ms, star)
@@ -81,7 +151,7 @@ func MarkDead(ctx context.Context, ms meta.Store, star string, now time.Time, de
 		if reg.State == meta.StarDead || reg.State == meta.StarStopped {
 			return reg, true, nil
 		}
-		if !Stale(reg, now, deadAfter) {
+		if !judge(reg) {
 			return reg, false, nil
 		}
 		reg.State = meta.StarDead

@@ -53,6 +53,98 @@ func TestLive(t *testing.T) {
 	}
 }
 
+// PresumeDead over the edges of a whole-cluster metastore outage, a
+// single partitioned or dead star, witnesses that cannot testify, and
+// rows from before ConnectedSince.
+func TestPresumeDead(t *testing.T) {
+	now := time.UnixMilli(10_000_000)
+	const bound = 2 * time.Second
+	at := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
+	x := func(beat time.Duration) meta.Registration {
+		return meta.Registration{Incarnation: 3, State: meta.StarLive, StartedAt: at(-time.Hour), ConnectedSince: at(-time.Hour), Heartbeat: at(beat)}
+	}
+	w := func(star string, since, beat time.Duration) leader.Witness {
+		return leader.Witness{Star: star, Reg: meta.Registration{Incarnation: 1, State: meta.StarLive, StartedAt: at(-time.Hour), ConnectedSince: at(since), Heartbeat: at(beat)}}
+	}
+	with := func(wt leader.Witness, f func(*meta.Registration)) leader.Witness { f(&wt.Reg); return wt }
+	for _, c := range []struct {
+		name      string
+		reg       meta.Registration
+		witnesses []leader.Witness
+		by        string
+	}{
+		{name: "fresh", reg: x(-time.Second), witnesses: []leader.Witness{w("y", -time.Hour, 0)}},
+		{name: "stale, no witness", reg: x(-time.Hour)},
+		{name: "only its own row", reg: x(-3 * time.Second), witnesses: []leader.Witness{w("x", -time.Hour, 0)}},
+		// The verify run's start of an outage: x's last beat 2.1 s old, the
+		// others' 1.5 s: nobody beat a bound after x did.
+		{name: "outage start", reg: x(-2100 * time.Millisecond), witnesses: []leader.Witness{w("y", -time.Hour, -1500*time.Millisecond), w("z", -time.Hour, -1450*time.Millisecond)}},
+		// Its end: a peer beat 62 ms ago, the first beat after its failed ones.
+		{name: "outage end", reg: x(-5 * time.Second), witnesses: []leader.Witness{w("y", -62*time.Millisecond, -62*time.Millisecond)}},
+		{name: "outage end, a peer reconnected for less than a bound", reg: x(-5 * time.Second), witnesses: []leader.Witness{w("y", -1999*time.Millisecond, 0)}},
+		{name: "outage end, x still silent a bound after a peer came back", reg: x(-5 * time.Second), witnesses: []leader.Witness{w("y", -2*time.Second, 0)}, by: "y"},
+		{name: "x alone cut off", reg: x(-2200 * time.Millisecond), witnesses: []leader.Witness{w("y", -time.Hour, -100*time.Millisecond)}, by: "y"},
+		{name: "x died long ago", reg: x(-time.Hour), witnesses: []leader.Witness{w("y", -time.Minute, -100*time.Millisecond)}, by: "y"},
+		{name: "exactly a bound", reg: x(-3 * time.Second), witnesses: []leader.Witness{w("y", -3*time.Second, -time.Second)}, by: "y"},
+		{name: "a millisecond short", reg: x(-3 * time.Second), witnesses: []leader.Witness{w("y", -3*time.Second, -time.Second-time.Millisecond)}},
+		{name: "run began after x's last beat, a bound ago", reg: x(-3 * time.Second), witnesses: []leader.Witness{w("y", -2500*time.Millisecond, -400*time.Millisecond)}, by: "y"},
+		{name: "witness stale now", reg: x(-time.Hour), witnesses: []leader.Witness{w("y", -time.Hour, -bound)}},
+		{name: "witness dead", reg: x(-time.Hour), witnesses: []leader.Witness{with(w("y", -time.Hour, 0), func(r *meta.Registration) { r.State = meta.StarDead })}},
+		{name: "witness stopped", reg: x(-time.Hour), witnesses: []leader.Witness{with(w("y", -time.Hour, 0), func(r *meta.Registration) { r.State = meta.StarStopped })}},
+		{name: "witness draining", reg: x(-time.Hour), witnesses: []leader.Witness{with(w("y", -time.Hour, 0), func(r *meta.Registration) { r.State = meta.StarDraining })}, by: "y"},
+		{name: "x draining", reg: func() meta.Registration { r := x(-time.Hour); r.State = meta.StarDraining; return r }(), witnesses: []leader.Witness{w("y", -time.Hour, 0)}, by: "y"},
+		{name: "x already dead", reg: func() meta.Registration { r := x(-time.Hour); r.State = meta.StarDead; return r }(), witnesses: []leader.Witness{w("y", -time.Hour, 0)}},
+		{name: "x stopped", reg: func() meta.Registration { r := x(-time.Hour); r.State = meta.StarStopped; return r }(), witnesses: []leader.Witness{w("y", -time.Hour, 0)}},
+		{name: "the second witness testifies", reg: x(-5 * time.Second), witnesses: []leader.Witness{w("y", -time.Second, 0), w("x", -time.Hour, 0), w("z", -time.Hour, -10*time.Millisecond)}, by: "z"},
+		// Rolling upgrade: a row without ConnectedSince is read as
+		// connected since it started.
+		{name: "old witness, outage start", reg: x(-2100 * time.Millisecond), witnesses: []leader.Witness{with(w("y", 0, -1500*time.Millisecond), func(r *meta.Registration) { r.ConnectedSince = 0 })}},
+		{name: "old witness, outage end (the old rule's flaw, kept while old stars run)", reg: x(-5 * time.Second), witnesses: []leader.Witness{with(w("y", 0, -62*time.Millisecond), func(r *meta.Registration) { r.ConnectedSince = 0 })}, by: "y"},
+		{name: "old witness started after x's last beat", reg: x(-5 * time.Second), witnesses: []leader.Witness{with(w("y", 0, 0), func(r *meta.Registration) { r.ConnectedSince, r.StartedAt = 0, at(-time.Second) })}},
+		{name: "old x row", reg: func() meta.Registration { r := x(-3 * time.Second); r.ConnectedSince = 0; return r }(), witnesses: []leader.Witness{w("y", -time.Hour, 0)}, by: "y"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			by, dead := leader.PresumeDead("x", c.reg, c.witnesses, now, bound)
+			if by != c.by || dead != (c.by != "") {
+				t.Fatalf("PresumeDead = %q %v, want %q", by, dead, c.by)
+			}
+		})
+	}
+}
+
+// MarkPresumedDead judges the row it reads: a heartbeat that landed since
+// the witnesses were read spares the star.
+func TestMarkPresumedDead(t *testing.T) {
+	ctx := context.Background()
+	ms := store(t)
+	now := time.Now()
+	const bound = 2 * time.Second
+	ys := []leader.Witness{{Star: "y", Reg: meta.Registration{Incarnation: 1, State: meta.StarLive, ConnectedSince: now.Add(-time.Hour).UnixMilli(), Heartbeat: now.UnixMilli()}}}
+	// Stale, but a peer's last beat is no bound younger: an outage's start.
+	putReg(t, ms, "a", meta.Registration{Incarnation: 2, State: meta.StarLive, Heartbeat: now.Add(-bound).UnixMilli()})
+	early := []leader.Witness{{Star: "y", Reg: ys[0].Reg}}
+	early[0].Reg.Heartbeat = now.Add(-time.Second).UnixMilli()
+	if r, dead, by, err := leader.MarkPresumedDead(ctx, ms, "a", early, now, bound); err != nil || dead || by != "" || r.State != meta.StarLive {
+		t.Fatalf("a peer beat only a second after a: %+v dead=%v by=%q err=%v", r, dead, by, err)
+	}
+	r, dead, by, err := leader.MarkPresumedDead(ctx, ms, "a", ys, now, bound)
+	if err != nil || !dead || by != "y" || r.State != meta.StarDead {
+		t.Fatalf("witnessed: %+v dead=%v by=%q err=%v", r, dead, by, err)
+	}
+	// A beat that lands before the CAS is judged again and wins.
+	putReg(t, ms, "b", meta.Registration{Incarnation: 1, State: meta.StarLive, Heartbeat: now.Add(-time.Minute).UnixMilli()})
+	k := meta.RegistryKey("b")
+	racing := &racingStore{Store: ms, before: func() {
+		fresh := meta.Registration{Incarnation: 1, State: meta.StarLive, Heartbeat: now.Add(-100 * time.Millisecond).UnixMilli()}
+		if _, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(fresh), meta.Always()); err != nil {
+			t.Error(err)
+		}
+	}}
+	if r, dead, _, err := leader.MarkPresumedDead(ctx, racing, "b", ys, now, bound); err != nil || dead || r.State != meta.StarLive {
+		t.Fatalf("against a racing heartbeat: %+v dead=%v err=%v", r, dead, err)
+	}
+}
+
 func putReg(t *testing.T, ms meta.Store, star string, r meta.Registration) {
 	t.Helper()
 	k := meta.RegistryKey(star)

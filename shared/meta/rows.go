@@ -267,6 +267,14 @@ type Registration struct {
 	State     string `json:"state"`
 	StartedAt int64  `json:"started_at"` // unix ms
 	Heartbeat int64  `json:"heartbeat"`  // unix ms
+	// ConnectedSince is the heartbeat (unix ms) that began the star's
+	// current run of heartbeats landing without a gap: its registration,
+	// or the first beat after one that failed. Peers take a run that
+	// spans a whole dead-after bound after another star's last heartbeat
+	// as evidence that the metastore was reachable while that star failed
+	// to beat (leader.PresumeDead). 0 in rows written before the field
+	// existed: read as StartedAt.
+	ConnectedSince int64 `json:"connected_since,omitempty"`
 	// Leads is how many streams the star had open as leader at its last
 	// heartbeat (the balancer compares it to the fair share).
 	Leads int `json:"leads,omitempty"`

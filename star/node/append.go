@@ -100,9 +100,10 @@ func (n *Node) Append(ctx context.Context, basin, name string, in *api.AppendInp
 }
 
 // appendErr maps a failure of the write path to the API: the facade's
-// rejections to 412 and 422, the loglet's unavailability (deposed, closed,
-// no pool budget in time, an ack no longer awaited) to a retryable 503.
-// sequenced says the batch was already sequenced: its outcome is unknown.
+// rejections to 412 (under the clock guard: fromMemory) and 422, the
+// loglet's unavailability (deposed, closed, no pool budget in time, an ack
+// no longer awaited) to a retryable 503. sequenced says the batch was
+// already sequenced: its outcome is unknown.
 func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 	var (
 		seq   facade.SeqNumMismatchError
@@ -111,9 +112,9 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 	)
 	switch {
 	case errors.As(err, &seq):
-		return api.SeqNumMismatch(seq.Expected)
+		return n.fromMemory(api.SeqNumMismatch(seq.Expected))
 	case errors.As(err, &fence):
-		return api.FencingTokenMismatch(fence.Current)
+		return n.fromMemory(api.FencingTokenMismatch(fence.Current))
 	case errors.As(err, &inv):
 		return api.Invalid("%s", inv.Reason)
 	case errors.Is(err, loglet.ErrDeposed), errors.Is(err, loglet.ErrClosed):
@@ -136,6 +137,29 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 	}
 	n.log.Error("append failed", "class", class, "err", err)
 	return api.Other("append failed")
+}
+
+// fromMemory answers a 412 that reports this star's sequencer state (the
+// next seq num, the fencing token) only while the clock guard holds
+// (selfLive). An accepted append needs no guard: a successor fences this
+// star's chain before it opens the stream, so an ack is never released
+// past the cut. A rejection touches no chain and meets no fence, so a star
+// cut off from the metastore would report a tail or token a successor has
+// moved past (a 412 naming a seq below acknowledged ones is not
+// linearizable). It is checked after the facade rejected the batch: a
+// heartbeat recorded as written at t landed with this incarnation's row
+// still its own, so no peer had presumed it dead by t, and none can
+// within dead-after of t; half of it is the margin selfLive keeps. The
+// refusal is definite (nothing was sequenced) and retryable.
+func (n *Node) fromMemory(rejection *api.Error) error {
+	if err := n.zombie(); err != nil {
+		return err
+	}
+	if d, stale := n.beatStale(); stale {
+		return api.Unavailable("this star has not renewed its registration for %v, so it does not answer a %s from its own state (a successor may have moved past it); nothing was sequenced; retry",
+			d, rejection.Code)
+	}
+	return rejection
 }
 
 // facadeRequest converts an API batch to the facade's. Headers share one

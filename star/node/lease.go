@@ -50,11 +50,16 @@ type leadership struct {
 	base       time.Time
 	lastBeat   atomic.Int64
 	superseded atomic.Bool
-	// connected is the offset (from base) of the first successful beat
-	// after the last failed one: since when the star has been reaching
-	// the metastore without a gap.
-	connected atomic.Int64
-	failing   atomic.Bool
+
+	// run is this star's current run of heartbeats landing without a
+	// gap: connectedSince (unix ms, the registry row's ConnectedSince) is
+	// when its first beat was written; failing says the last beat did not
+	// land, so there is no run. Only the heartbeat goroutine writes them.
+	run struct {
+		sync.Mutex
+		connectedSince int64
+		failing        bool
+	}
 
 	fwd    *forwardCache
 	runner *settleRunner
@@ -88,33 +93,61 @@ func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered ti
 			return nil, fmt.Errorf("leadership metrics: register: %w", err)
 		}
 	}
-	ls.beatAt(ls.base)
+	ls.beatAt(ls.base, true)
 	return ls, nil
 }
 
-// beatAt records a heartbeat written at t (monotonic). Only the heartbeat
-// goroutine calls it and beatFailed; connected is stored before failing
-// clears, so a reader that sees failing false sees the new connected.
-func (ls *leadership) beatAt(t time.Time) {
-	ls.lastBeat.Store(int64(t.Sub(ls.base)))
-	if ls.failing.Load() {
-		ls.connected.Store(int64(t.Sub(ls.base)))
-		ls.failing.Store(false)
+// nextBeat is what a heartbeat written at t says in ConnectedSince, and
+// whether it begins a new run: it does after a beat that failed, and after
+// a gap of half the dead-after bound or more since the last beat that
+// landed (the process was paused, or the write was slow: nothing shows
+// the metastore was reachable in between).
+func (ls *leadership) nextBeat(t time.Time, deadAfter time.Duration) (connectedSince int64, newRun bool) {
+	ls.run.Lock()
+	defer ls.run.Unlock()
+	if ls.run.failing || t.Sub(ls.base)-time.Duration(ls.lastBeat.Load()) >= deadAfter/2 {
+		return t.UnixMilli(), true
 	}
+	return ls.run.connectedSince, false
+}
+
+// beatAt records a heartbeat written at t (monotonic) that landed; newRun
+// is nextBeat's verdict for it.
+func (ls *leadership) beatAt(t time.Time, newRun bool) {
+	ls.run.Lock()
+	defer ls.run.Unlock()
+	if newRun {
+		ls.run.connectedSince = t.UnixMilli()
+	}
+	ls.run.failing = false
+	ls.lastBeat.Store(int64(t.Sub(ls.base)))
 }
 
 // beatFailed records a heartbeat that did not land.
-func (ls *leadership) beatFailed() { ls.failing.Store(true) }
+func (ls *leadership) beatFailed() {
+	ls.run.Lock()
+	ls.run.failing = true
+	ls.run.Unlock()
+}
 
-// sinceConnected is how long the star has reached the metastore without a
-// failed heartbeat (since its registration at most); zero while the last
-// heartbeat failed, so a star back from an outage judges nobody before its
-// own first beat lands.
-func (ls *leadership) sinceConnected() time.Duration {
-	if ls.failing.Load() {
-		return 0
+// witness is this star as leader.PresumeDead's witness at now, the time
+// of the metastore reads it judges on: its heartbeats landed without a
+// gap since connectedSince, the last one less than half the dead-after
+// bound ago, and those reads answered, so the metastore was reachable to
+// it from then until now. The zero Witness (no testimony) while its last
+// heartbeat failed or is older: a star back from an outage judges nobody
+// before its own first beat lands, and then only after beating for a
+// whole bound past the judged star's last beat.
+func (ls *leadership) witness(now time.Time, deadAfter time.Duration) leader.Witness {
+	ls.run.Lock()
+	defer ls.run.Unlock()
+	if ls.run.failing || ls.sinceBeat() >= deadAfter/2 {
+		return leader.Witness{}
 	}
-	return time.Since(ls.base) - time.Duration(ls.connected.Load())
+	return leader.Witness{Star: ls.me.Star, Reg: meta.Registration{
+		Incarnation: ls.me.Incarnation, State: meta.StarLive,
+		StartedAt: ls.base.UnixMilli(), ConnectedSince: ls.run.connectedSince, Heartbeat: now.UnixMilli(),
+	}}
 }
 
 // sinceBeat is the time since the last heartbeat that was written.
@@ -155,21 +188,29 @@ func (n *Node) zombie() error {
 // ago, so it yields before any peer can presume it dead (the margin
 // absorbs clock rate differences and pauses). It guards only what this
 // star answers from its own memory (check-tail, the tail window and tail
-// of reads) and what it starts (a new lease, a balancer round). The
-// append path does not use it: a cut-off star may go on acknowledging,
-// because a successor fences its chain before it opens a stream, so the
-// next slot this star writes meets poison and it is deposed, and every
-// ack it released lies below the cut. An idle cut-off star meets no
-// poison, though, and would answer a stale tail after a successor took
-// over: that, not safety of acks, is what the clock guard is for.
+// of reads, the 412s of appends: fromMemory) and what it starts (a new
+// lease, a balancer round). Accepted appends do not use it: a cut-off
+// star may go on acknowledging, because a successor fences its chain
+// before it opens a stream, so the next slot this star writes meets
+// poison and it is deposed, and every ack it released lies below the
+// cut. An answer from memory meets no poison, though, and would report a
+// stale tail after a successor took over: that, not safety of acks, is
+// what the clock guard is for.
 func (n *Node) selfLive() error {
 	if err := n.zombie(); err != nil {
 		return err
 	}
-	if d := n.lease.sinceBeat(); d >= n.cfg.DeadAfter/2 {
-		return api.Unavailable("this star has not renewed its registration for %v; retry", d.Truncate(time.Millisecond))
+	if d, stale := n.beatStale(); stale {
+		return api.Unavailable("this star has not renewed its registration for %v; retry", d)
 	}
 	return nil
+}
+
+// beatStale reports whether half the dead-after bound has passed since
+// this star's last heartbeat was written (the clock guard), and how long.
+func (n *Node) beatStale() (time.Duration, bool) {
+	d := n.lease.sinceBeat()
+	return d.Truncate(time.Millisecond), d >= n.cfg.DeadAfter/2
 }
 
 // claimAction is what this star does about a stream's lease.
@@ -186,9 +227,10 @@ const (
 	// claimMarkDead: the holder's heartbeat is stale; mark it dead by CAS
 	// on the row read, then judge again.
 	claimMarkDead
-	// claimWait: the holder looks stale, but this star has not been
-	// connected for a whole dead-after bound, so the staleness may be the
-	// outage it just came out of; retry.
+	// claimWait: the holder looks stale, but this star has not reached
+	// the metastore without a gap for a whole dead-after bound after the
+	// holder's last heartbeat (leader.PresumeDead), so the staleness may
+	// be an outage it shared or just came out of; retry.
 	claimWait
 	// claimNoAddress: a live holder advertises nowhere to forward to.
 	claimNoAddress
@@ -196,17 +238,19 @@ const (
 
 // claimView is what decideClaim judges: the lease as read, the
 // registration of the star it points at (regStar), and this star's clock
-// and own connectedness.
+// and own connectedness (as a witness).
 type claimView struct {
 	me     meta.LeaseHolder
 	lease  meta.Lease
 	leased bool // the lease row exists
 	// reg is regStar's registration; registered says it exists.
-	reg            meta.Registration
-	registered     bool
-	now            time.Time
-	deadAfter      time.Duration
-	sinceConnected time.Duration
+	reg        meta.Registration
+	registered bool
+	now        time.Time
+	deadAfter  time.Duration
+	// self is this star as a witness of the metastore's reachability at
+	// now (leadership.witness); zero when it cannot testify.
+	self leader.Witness
 }
 
 // claimDecision is decideClaim's verdict.
@@ -248,9 +292,10 @@ func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
 //     lease first; otherwise anyone may take it;
 //   - a lease held by a live incarnation is forwarded to it;
 //   - a holder whose heartbeat is stale is marked dead first, but only by
-//     a star connected for a whole dead-after bound: after a metastore
-//     outage every star looks stale, and the first one back must not
-//     depose the rest;
+//     a star whose own heartbeats landed without a gap for a whole
+//     dead-after bound after the holder's last one (leader.PresumeDead,
+//     this star its witness): after a metastore outage every star looks
+//     stale, and the first one back must not depose the rest;
 //   - anything else (unled, dead, stopped, superseded, never registered,
 //     an earlier incarnation of this star) is acquired.
 //
@@ -279,7 +324,7 @@ func decideClaim(v claimView) claimDecision {
 	// This star's own row is never judged stale here: an earlier
 	// incarnation's lease is simply this incarnation's to take.
 	if l.Star != v.me.Star && v.registered && leader.Stale(v.reg, v.now, v.deadAfter) {
-		if v.sinceConnected < v.deadAfter {
+		if _, dead := leader.PresumeDead(l.Star, v.reg, []leader.Witness{v.self}, v.now, v.deadAfter); !dead {
 			return claimDecision{act: claimWait}
 		}
 		return claimDecision{act: claimMarkDead}
@@ -293,7 +338,7 @@ func decideClaim(v claimView) claimDecision {
 // readClaim reads what decideClaim judges for stream id: the lease (and
 // its version) and the registration regStar names.
 func (n *Node) readClaim(ctx context.Context, id string) (claimView, int64, error) {
-	v := claimView{me: n.lease.me, deadAfter: n.cfg.DeadAfter, sinceConnected: n.lease.sinceConnected()}
+	v := claimView{me: n.lease.me, deadAfter: n.cfg.DeadAfter}
 	l, ver, ok, err := leader.ReadLease(ctx, n.meta, id)
 	if err != nil {
 		return v, 0, err
@@ -305,6 +350,7 @@ func (n *Node) readClaim(ctx context.Context, id string) (claimView, int64, erro
 		}
 	}
 	v.now = time.Now()
+	v.self = n.lease.witness(v.now, n.cfg.DeadAfter)
 	return v, ver, nil
 }
 
@@ -319,15 +365,18 @@ func (n *Node) judge(ctx context.Context, id string) (claimView, int64, claimDec
 	if d.act != claimMarkDead {
 		return v, ver, d, nil
 	}
-	r, dead, err := leader.MarkDead(ctx, n.meta, v.lease.Star, v.now, n.cfg.DeadAfter)
+	r, dead, by, err := leader.MarkPresumedDead(ctx, n.meta, v.lease.Star, []leader.Witness{v.self}, v.now, n.cfg.DeadAfter)
 	if err != nil {
 		return v, 0, claimDecision{}, err
 	}
-	if dead {
-		n.log.Warn("marked star dead: heartbeat too old", "dead_star", v.lease.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat))
+	if dead && by != "" {
+		n.log.Warn("marked star dead: heartbeat too old", "dead_star", v.lease.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat),
+			"connected_since", time.UnixMilli(v.self.Reg.ConnectedSince))
 	}
-	// MarkDead returns the row as it stands: dead or stopped now, or live
-	// again (a heartbeat landed first), never stale.
+	// MarkPresumedDead returns the row as it stands: dead or stopped now,
+	// or live again (a heartbeat landed first); if still stale, this
+	// star's testimony no longer covers it (it beat since), and
+	// decideClaim waits.
 	v.reg, v.registered, v.now = r, true, time.Now()
 	if d = decideClaim(v); d.act == claimMarkDead {
 		return v, 0, claimDecision{}, fmt.Errorf("star %s: still stale after marking it dead", v.lease.Star)

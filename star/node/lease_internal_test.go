@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 )
 
@@ -151,7 +152,15 @@ func TestDecideClaim(t *testing.T) {
 			want: claimDecision{act: claimAcquire, from: "dead"}},
 		{name: "held by a stale peer", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, stale, "p:1"), registered: true, connected: deadAfter,
 			want: claimDecision{act: claimMarkDead}},
-		{name: "held by a stale peer, just reconnected", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, stale, "p:1"), registered: true, connected: deadAfter - 1,
+		{name: "held by a stale peer, just reconnected", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, stale, "p:1"), registered: true, connected: deadAfter - time.Millisecond,
+			want: claimDecision{act: claimWait}},
+		{name: "held by a stale peer, my last beat failed", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, stale, "p:1"), registered: true,
+			want: claimDecision{act: claimWait}},
+		// After an outage: connected again for a whole bound, but that run
+		// began after the peer's last beat; the peer had the bound too.
+		{name: "held by a peer silent through an outage and a bound after it", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, now.Add(-time.Hour).UnixMilli(), "p:1"), registered: true, connected: deadAfter,
+			want: claimDecision{act: claimMarkDead}},
+		{name: "held by a peer silent through an outage, I came back less than a bound ago", lease: held(peer), leased: true, reg: reg(2, meta.StarLive, now.Add(-time.Hour).UnixMilli(), "p:1"), registered: true, connected: deadAfter / 2,
 			want: claimDecision{act: claimWait}},
 		{name: "held by a dead peer", lease: held(peer), leased: true, reg: reg(2, meta.StarDead, stale, "p:1"), registered: true, connected: time.Hour,
 			want: claimDecision{act: claimAcquire, from: "dead"}},
@@ -164,12 +173,23 @@ func TestDecideClaim(t *testing.T) {
 			want: claimDecision{act: claimAcquire, from: "own"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v := claimView{me: me, lease: c.lease, leased: c.leased, reg: c.reg, registered: c.registered, now: now, deadAfter: deadAfter, sinceConnected: c.connected}
+			v := claimView{me: me, lease: c.lease, leased: c.leased, reg: c.reg, registered: c.registered, now: now, deadAfter: deadAfter, self: selfWitness(me, now, c.connected)}
 			if got := decideClaim(v); got != c.want {
 				t.Fatalf("decideClaim = %+v, want %+v", got, c.want)
 			}
 		})
 	}
+}
+
+// selfWitness is star me as decideClaim's witness at now, its heartbeats
+// landing without a gap for connected (0: its last beat failed, no
+// testimony).
+func selfWitness(me meta.LeaseHolder, now time.Time, connected time.Duration) leader.Witness {
+	if connected == 0 {
+		return leader.Witness{}
+	}
+	return leader.Witness{Star: me.Star, Reg: meta.Registration{Incarnation: me.Incarnation, State: meta.StarLive,
+		ConnectedSince: now.Add(-connected).UnixMilli(), Heartbeat: now.UnixMilli()}}
 }
 
 func TestRegStar(t *testing.T) {
@@ -206,7 +226,7 @@ func TestDecideForward(t *testing.T) {
 	stale := live
 	stale.Heartbeat = now.Add(-deadAfter).UnixMilli()
 	view := func(l meta.Lease, reg meta.Registration, connected time.Duration) claimView {
-		return claimView{me: me, lease: l, leased: true, reg: reg, registered: true, now: now, deadAfter: deadAfter, sinceConnected: connected}
+		return claimView{me: me, lease: l, leased: true, reg: reg, registered: true, now: now, deadAfter: deadAfter, self: selfWitness(me, now, connected)}
 	}
 	for _, c := range []struct {
 		name    string

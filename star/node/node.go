@@ -300,7 +300,9 @@ func (n *Node) heartbeat(ctx context.Context) {
 		}
 		sent := time.Now()
 		reg := n.regn
+		var newRun bool
 		reg.Heartbeat = sent.UnixMilli()
+		reg.ConnectedSince, newRun = n.lease.nextBeat(sent, n.cfg.DeadAfter)
 		reg.Leads = n.leading()
 		if n.draining.Load() {
 			reg.State = StateDraining
@@ -324,7 +326,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 			next = max(n.cfg.HeartbeatEvery/4, time.Millisecond)
 		default:
 			n.regVer = v
-			n.lease.beatAt(sent)
+			n.lease.beatAt(sent, newRun)
 		}
 		// The loglets are Open's to write until it is done: the heartbeat
 		// starts before them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -197,4 +198,97 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 	if ack.Start.SeqNum != 3 {
 		t.Fatalf("b's first append at %d, want 3", ack.Start.SeqNum)
 	}
+}
+
+// A partitioned leader does not answer 412s from its stale sequencer: a,
+// cut off from the metastore and idle (so it meets no poison), still
+// believes the stream's next seq is 3 after b took it over and
+// acknowledged 3..8. Rejections that report a's memory (a match_seq_num
+// or fencing token mismatch) are refused with a definite 503 once the
+// clock guard no longer holds, through a unary append and through an
+// append session alike; before the partition, a answers them as 412s.
+func TestPartitionedLeaderRefusesStaleRejections(t *testing.T) {
+	ctx := context.Background()
+	st := newStores(t)
+	aMeta := mfaults.New(st.meta, 1)
+	ca := clusterConfig("a")
+	ca.BalanceEvery = 0
+	a, err := node.Open(ctx, ca, node.Deps{Meta: aMeta, Objects: st.objects, Logger: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		aMeta.SetUnavailable(false)
+		a.Close(context.Background())
+	})
+	cb := clusterConfig("b")
+	cb.BalanceEvery = 0
+	b := open(t, st, cb)
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, "basin-one", "s1", records("a", 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	mismatch := func(in *api.AppendInput) *api.AppendInput {
+		in.MatchSeqNum = api.Uint64(9)
+		return in
+	}
+	tokened := func(in *api.AppendInput) *api.AppendInput {
+		in.FencingToken = api.String("not-the-token")
+		return in
+	}
+	// Connected, a answers both from its sequencer.
+	_, err = a.Append(ctx, "basin-one", "s1", mismatch(records("x", 1)), nil)
+	if e := apiErr(t, err, 412, api.CodeSeqNumMismatch); expected(e) != 3 {
+		t.Fatalf("a's 412 before the partition: %+v", e.Body)
+	}
+	_, err = a.Append(ctx, "basin-one", "s1", tokened(records("x", 1)), nil)
+	apiErr(t, err, 412, api.CodeFencingTokenMismatch)
+
+	aMeta.SetUnavailable(true)
+	first := appendUntil(t, b, "s1", records("b", 6))
+	if first.Start.SeqNum != 3 || first.End.SeqNum != 9 {
+		t.Fatalf("b's takeover append: %+v", first)
+	}
+	// a is still the leader in its own eyes: its loglet is not deposed.
+	if err := a.Healthy(); err != nil {
+		t.Fatalf("a should not know it was deposed yet: %v", err)
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		e := apiErr(t, err, 503, api.CodeUnavailable)
+		if !strings.HasSuffix(e.Message, "; retry") || !strings.Contains(e.Message, "not renewed its registration") {
+			t.Fatalf("%s through the cut-off star: %s", what, e.Message)
+		}
+	}
+	_, err = a.Append(ctx, "basin-one", "s1", mismatch(records("x", 1)), nil)
+	refused("append(match=9)", err)
+	_, err = a.Append(ctx, "basin-one", "s1", tokened(records("x", 1)), nil)
+	refused("append(token)", err)
+	// The same Submit serves append sessions (S2S and the SDK's), which
+	// send the refusal as their terminal frame.
+	ap, err := a.OpenAppend(ctx, "basin-one", "s1", nil)
+	if err != nil {
+		t.Fatalf("a opens its stream for appending: %v", err)
+	}
+	_, err = ap.Submit(ctx, mismatch(records("x", 1)))
+	refused("session append(match=9)", err)
+	_, err = ap.Submit(ctx, tokened(records("x", 1)))
+	refused("session append(token)", err)
+
+	// b, the leader, answers the truth.
+	_, err = b.Append(ctx, "basin-one", "s1", &api.AppendInput{Records: records("y", 1).Records, MatchSeqNum: api.Uint64(3)}, nil)
+	if e := apiErr(t, err, 412, api.CodeSeqNumMismatch); expected(e) != 9 {
+		t.Fatalf("b's 412: %+v", e.Body)
+	}
+}
+
+// expected is the next seq num a 412 reports (MaxUint64: none).
+func expected(e *api.Error) uint64 {
+	n, ok := e.ExpectedSeqNum()
+	if !ok {
+		return math.MaxUint64
+	}
+	return n
 }

@@ -53,6 +53,8 @@ func register(ctx context.Context, ms meta.Store, star, addr string, now time.Ti
 			State:       StateLive,
 			StartedAt:   now.UnixMilli(),
 			Heartbeat:   now.UnixMilli(),
+			// The first run of heartbeats begins at the registration.
+			ConnectedSince: now.UnixMilli(),
 		}
 		ver, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), cond)
 		if err == nil {

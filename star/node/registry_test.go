@@ -65,3 +65,40 @@ func TestLostHeartbeatReplyIsNotSuperseded(t *testing.T) {
 		t.Fatalf("not ready after a lost heartbeat reply: %v", err)
 	}
 }
+
+// The registry row says since when the star's heartbeats have landed
+// without a gap: its registration at first, unchanged while beats land,
+// and the first beat after failed ones once the metastore is back.
+// (Peers and the janitor judge a stale star dead only on such a run
+// covering a whole dead-after bound after its last beat.)
+func TestHeartbeatsRecordTheirRun(t *testing.T) {
+	st := newStores(t)
+	ms := mfaults.New(st.meta, 1)
+	c := clusterConfig("a")
+	c.BalanceEvery = 0
+	openOn(t, ms, st.objects, c)
+	first := registration(t, st, "a")
+	if first.ConnectedSince == 0 || first.ConnectedSince != first.StartedAt {
+		t.Fatalf("registration: %+v, want ConnectedSince at StartedAt", first)
+	}
+	time.Sleep(5 * c.HeartbeatEvery)
+	if r := registration(t, st, "a"); r.Heartbeat <= first.Heartbeat || r.ConnectedSince != first.ConnectedSince {
+		t.Fatalf("after some beats: %+v, want the run of %d", r, first.ConnectedSince)
+	}
+	ms.SetUnavailable(true)
+	down := time.Now()
+	time.Sleep(3 * c.HeartbeatEvery)
+	ms.SetUnavailable(false)
+	waitFor(t, "a beats again", 5*time.Second, func() bool {
+		return registration(t, st, "a").Heartbeat > down.UnixMilli()
+	})
+	r := registration(t, st, "a")
+	if r.ConnectedSince <= down.UnixMilli() || r.ConnectedSince > r.Heartbeat {
+		t.Fatalf("after failed beats: %+v, want a run begun after %d", r, down.UnixMilli())
+	}
+	back := r.ConnectedSince
+	time.Sleep(5 * c.HeartbeatEvery)
+	if r := registration(t, st, "a"); r.ConnectedSince != back || r.Heartbeat <= back {
+		t.Fatalf("beats after the outage: %+v, want the run of %d", r, back)
+	}
+}

@@ -55,8 +55,10 @@ func (r *Reader) buckets(ctx context.Context, star string, class meta.Class, epo
 
 // extent returns the records of one slot ref, read with one ranged GET of
 // [Offset, Offset+Length) of the slot from the first bucket of the epoch's
-// set that has a good copy: a bucket that errors, lacks the key (a
-// straggling copy) or returns bytes that do not decode is skipped.
+// set that has a good copy (hedged: healthy buckets first, each attempt
+// bounded, a slow one overtaken by the next): a bucket that errors, lacks
+// the key (a straggling copy) or returns bytes that do not decode is
+// skipped.
 func (r *Reader) extent(ctx context.Context, sp *meta.Span, sl meta.SlotRef) ([]format.Record, error) {
 	key := chain.SlotKey(sp.Star, sp.Class, sp.Epoch, sl.Slot)
 	ck := key + "@" + strconv.FormatUint(sl.Offset, 10) + "+" + strconv.FormatUint(sl.Length, 10)
@@ -65,31 +67,41 @@ func (r *Reader) extent(ctx context.Context, sp *meta.Span, sl meta.SlotRef) ([]
 		if err != nil {
 			return nil, 0, err
 		}
-		var errs []error
-		missing := 0
-		for i, name := range set {
-			if i > 0 {
-				r.m.fallthroughs.Inc()
-			}
+		type got struct {
+			recs []format.Record
+			size int
+		}
+		g, errs, err := hedged(ctx, r, set, func(ctx context.Context, name string) (got, error) {
 			r.m.gets.WithLabelValues(kindExtent).Inc()
 			b, err := r.cfg.Objects.Bucket(name).Get(ctx, key, int64(sl.Offset), int64(sl.Length))
 			if err == nil {
-				var recs []format.Record
-				if recs, err = decodeExtent(b, sl); err == nil {
-					return recs, recordsCost(len(b), recs), nil
+				recs, derr := decodeExtent(b, sl)
+				if derr == nil {
+					return got{recs, len(b)}, nil
 				}
+				err = errDamaged{derr}
 			}
-			if ctx.Err() != nil {
-				return nil, 0, ctx.Err()
+			if c := context.Cause(ctx); c != nil && !errors.Is(c, errAttemptTimeout) {
+				return got{}, err // outpaced by another bucket, or the read ended
 			}
 			r.m.getErrors.WithLabelValues(kindExtent).Inc()
-			if errors.Is(err, objstore.ErrNotFound) {
-				missing++ // a straggling copy, or trimmed: normal
-			} else {
+			if !errors.Is(err, objstore.ErrNotFound) { // a straggling copy, or trimmed: normal
 				r.log.Warn("reader: bucket copy of a slot unreadable; trying the next bucket",
 					"bucket", name, "key", key, "offset", sl.Offset, "length", sl.Length, "err", err)
 			}
-			errs = append(errs, fmt.Errorf("bucket %s: %w", name, err))
+			return got{}, err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		if errs == nil {
+			return g.recs, recordsCost(g.size, g.recs), nil
+		}
+		missing := 0
+		for _, e := range errs {
+			if errors.Is(e, objstore.ErrNotFound) {
+				missing++
+			}
 		}
 		err = errors.Join(errs...)
 		if missing == len(set) {

@@ -21,6 +21,7 @@ type metrics struct {
 	gets         *prometheus.CounterVec
 	getErrors    *prometheus.CounterVec
 	fallthroughs prometheus.Counter
+	hedges       prometheus.Counter
 	metaQueries  prometheus.Counter
 	readLatency  prometheus.Histogram
 }
@@ -38,7 +39,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		getErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "reader",
 			Name: "object_get_errors_total", Help: "Object store reads that failed or returned undecodable bytes, by kind."}, []string{"kind"}),
 		fallthroughs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "reader",
-			Name: "bucket_fallthroughs_total", Help: "Extent reads that moved on to the next bucket of the set."}),
+			Name: "bucket_fallthroughs_total", Help: "Extent reads that asked a further bucket of the set (the previous one failed, or a hedge)."}),
+		hedges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "reader",
+			Name: "bucket_hedges_total", Help: "Extent reads that asked the next bucket of the set because the previous one had not answered within the hedge delay."}),
 		metaQueries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "reader",
 			Name: "meta_queries_total", Help: "Metastore row queries issued by reads (floor lookups, forward pages, time scans)."}),
 		readLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "reader",
@@ -54,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.getErrors.WithLabelValues(k)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.cacheHits, m.cacheMisses, m.gets, m.getErrors, m.fallthroughs, m.metaQueries, m.readLatency} {
+		for _, c := range []prometheus.Collector{m.cacheHits, m.cacheMisses, m.gets, m.getErrors, m.fallthroughs, m.hedges, m.metaQueries, m.readLatency} {
 			reg.MustRegister(c)
 		}
 	}

@@ -176,6 +176,16 @@ type Config struct {
 	// first footer GET asks for (default 16 KiB); a larger footer costs one
 	// more GET.
 	FooterSuffixBytes int64
+	// BucketAttemptTimeout bounds one extent GET from one bucket of a set
+	// while another bucket is left to ask (default 2 s): a black-holed
+	// zone must not hold a read for the client's whole timeout.
+	BucketAttemptTimeout time.Duration
+	// HedgeAfter is how long an extent GET may go unanswered before the
+	// next bucket of the set is asked too (default 250 ms).
+	HedgeAfter time.Duration
+	// SuspectFor is how long a bucket that failed, timed out or was
+	// outpaced by a hedge is asked last (default 10 s).
+	SuspectFor time.Duration
 	// Registerer registers the reader's metrics (nil: none).
 	Registerer prometheus.Registerer
 	// Logger (nil: slog.Default()).
@@ -191,6 +201,7 @@ type Reader struct {
 	footers *loader[*format.SettledFooter]
 	extents *loader[[]format.Record]
 	chunks  *loader[[]format.Record]
+	health  *bucketHealth
 }
 
 // New returns a Reader over cfg's stores.
@@ -218,6 +229,14 @@ func New(cfg Config) (*Reader, error) {
 	def(&cfg.RowPage, 32)
 	def64(&cfg.SettledChunkBytes, 1<<20)
 	def64(&cfg.FooterSuffixBytes, 16<<10)
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.BucketAttemptTimeout, DefaultBucketAttemptTimeout}, {&cfg.HedgeAfter, DefaultHedgeAfter}, {&cfg.SuspectFor, DefaultSuspectFor}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	if cfg.FooterSuffixBytes < format.SettledTrailerSize {
 		cfg.FooterSuffixBytes = format.SettledTrailerSize
 	}
@@ -239,6 +258,7 @@ func New(cfg Config) (*Reader, error) {
 		footers: newLoader[*format.SettledFooter](footerBytes, kindFooter, m),
 		extents: newLoader[[]format.Record](dataBytes/2, kindExtent, m),
 		chunks:  newLoader[[]format.Record](dataBytes-dataBytes/2, kindSettled, m),
+		health:  newBucketHealth(),
 	}, nil
 }
 

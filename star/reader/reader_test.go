@@ -3,13 +3,17 @@ package reader
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/star/loglet"
 )
 
@@ -627,4 +631,106 @@ func TestReadRowWrittenBetweenFloorAndForward(t *testing.T) {
 		t.Fatalf("read at the row boundary while the absorb writes: %v", err)
 	}
 	f.want("s1", res.Records, 35, 45)
+}
+
+// hangingReader is a Reader over f whose first Express bucket is
+// black-holed (the fault store's hanging bucket: every call blocks until
+// its context ends), with three one-slot extents to read.
+func hangingReader(t *testing.T, cfg Config) (*fixture, *Reader, *faults.Store) {
+	f := newFixture(t)
+	f.epoch(meta.Express, 1, expressBuckets...)
+	var slots []absorb.Slot
+	for range 3 {
+		slots = append(slots, f.flight(meta.Express, 1, expressBuckets, f.batch("e", 6)))
+	}
+	f.absorb(meta.Express, 1, slots...)
+	fs := faults.Wrap(f.objs)
+	fs.SetDown(expressBuckets[0], faults.Down{Hang: true})
+	cfg.Meta, cfg.Objects, cfg.SettledBucket = f.meta, fs, settledBkt
+	cfg.Registerer, cfg.Logger = f.reg, slog.New(slog.DiscardHandler)
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, r, fs
+}
+
+// readSlot reads slot k's six records with a client's deadline, and how
+// long it took.
+func readSlot(t *testing.T, f *fixture, r *Reader, k int) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	res, err := r.Read(ctx, Stream{ID: "e", Basin: testBasin}, AtSeq(uint64(6*k)), Limits{Count: 6}, nil)
+	took := time.Since(t0)
+	if err != nil {
+		t.Fatalf("read of slot %d with x-az1 black-holed: %v after %v", k, err, took)
+	}
+	f.want("e", res.Records, uint64(6*k), uint64(6*k+6))
+	return took
+}
+
+// A black-holed first bucket costs one read a hedge delay, not every read
+// the client's timeout: the first read asks x-az2 once x-az1 has not
+// answered for the hedge delay, and later reads ask x-az1 last.
+func TestReadHedgesPastHangingBucket(t *testing.T) {
+	f, r, _ := hangingReader(t, Config{})
+	if took := readSlot(t, f, r, 0); took > DefaultHedgeAfter+time.Second {
+		t.Fatalf("first read took %v", took)
+	}
+	asked := f.objs.count(expressBuckets[0])
+	for k := 1; k < 3; k++ {
+		if took := readSlot(t, f, r, k); took >= DefaultHedgeAfter {
+			t.Fatalf("read %d took %v: the black-holed bucket was not asked last", k, took)
+		}
+	}
+	if n := f.objs.count(expressBuckets[0]); n != asked {
+		t.Fatalf("x-az1 asked %d more times after it hung", n-asked)
+	}
+	if got := f.counter("starlog_reader_bucket_hedges_total"); got != 1 {
+		t.Fatalf("hedges %v, want 1", got)
+	}
+}
+
+// Without hedging, the per-attempt bound moves a read on; a suspect bucket
+// is asked first again once SuspectFor has passed.
+func TestReadBoundsEachBucketAttempt(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	f, r, fs := hangingReader(t, Config{BucketAttemptTimeout: bound, HedgeAfter: time.Hour, SuspectFor: 300 * time.Millisecond})
+	if took := readSlot(t, f, r, 0); took < bound || took > bound+time.Second {
+		t.Fatalf("first read took %v, want about the attempt bound %v", took, bound)
+	}
+	if got := f.counter("starlog_reader_object_get_errors_total", "kind", "extent"); got != 1 {
+		t.Fatalf("extent GET errors %v, want the one timeout", got)
+	}
+	if took := readSlot(t, f, r, 1); took >= bound {
+		t.Fatalf("second read took %v: x-az1 was not asked last", took)
+	}
+	fs.SetUp(expressBuckets[0])
+	time.Sleep(300 * time.Millisecond)
+	asked := f.objs.count(expressBuckets[0])
+	readSlot(t, f, r, 2)
+	if n := f.objs.count(expressBuckets[0]); n != asked+1 {
+		t.Fatalf("x-az1 asked %d times after its suspicion ran out, want first", n-asked)
+	}
+	if n := f.objs.count(expressBuckets[1]); n != 2 {
+		t.Fatalf("x-az2 asked %d times, want 2 (slots 0 and 1)", n)
+	}
+}
+
+// The last bucket left is asked without the per-attempt bound: with every
+// other bucket missing the copy, a slow one is waited for (up to the
+// caller's context), not failed.
+func TestReadWaitsForTheLastBucket(t *testing.T) {
+	f, r, fs := hangingReader(t, Config{BucketAttemptTimeout: 50 * time.Millisecond, HedgeAfter: time.Hour})
+	fs.SetUp(expressBuckets[0])
+	key := chain.SlotKey(testStar, meta.Express, 1, 0)
+	for _, b := range expressBuckets[:2] {
+		if err := f.mem.Bucket(b).Delete(f.ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.SetSlow(expressBuckets[2], 150*time.Millisecond)
+	readSlot(t, f, r, 0)
 }

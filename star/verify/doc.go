@@ -50,8 +50,13 @@
 // budget after one or two 10 s windows of acks, were excused by the
 // metastore_slow stall and converged. The runs found a partitioned
 // leader answering 412s from its stale tail (two non-linearizable
-// histories), and the short outage of make test finds the janitor
-// marking stars dead at an outage's start or end.
+// histories), the janitor marking stars dead at an outage's start or end
+// (the short outage of make test), and reads waiting out their timeout
+// on a black-holed bucket; all three are fixed, and a five-minute run
+// since checked 15 histories (360 000 operations) with no anomaly.
+//
+// A partition-meta fault ends only once its star has beaten again or
+// exited deposed, so that exit is the partition's, not the next fault's.
 //
 // The model (Model) keeps, per stream, the tail, a chained hash of the
 // records in seq order, the fencing token and a persistent list of

@@ -241,8 +241,42 @@ func (f *StoreFault) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 	if err := repair(); err != nil {
 		return ev, err
 	}
+	if f.Kind == PartitionMeta {
+		// A partition past dead-after deposes its star, which learns it
+		// from its first beat after the heal and then exits (a graceful
+		// close): that is this fault's outcome, so wait for it here, or
+		// the exit lands in the next fault (a zone-halt would count the
+		// exiting star's refusals as its own failures) and the supervisor
+		// misses it until after that fault.
+		ev.Detail += "; " + awaitVerdict(ctx, targets[0], partitionVerdictWait)
+	}
 	ev.Recovered = time.Since(t0)
 	return ev, nil
+}
+
+// partitionVerdictWait bounds awaitVerdict: a beat after the heal, then a
+// graceful close (`star serve --shutdown-timeout`, 5 s here).
+const partitionVerdictWait = 15 * time.Second
+
+// awaitVerdict waits until star s, just reconnected to the metastore, has
+// either beaten again as the same incarnation (it was not deposed) or
+// exited (it was, and its supervisor restarts it), at most bound; it says
+// which.
+func awaitVerdict(ctx context.Context, s *Star, bound time.Duration) string {
+	healed := time.Now()
+	for deadline := healed.Add(bound); ctx.Err() == nil; {
+		if s.Exited() {
+			return fmt.Sprintf("it exited %v after the heal", time.Since(healed).Round(time.Millisecond))
+		}
+		if doc, ok, _ := ReadHealth(ctx, s.Endpoint()); ok && time.Duration(doc.HeartbeatAgeMS)*time.Millisecond < time.Since(healed) {
+			return fmt.Sprintf("it beat again %v after the heal", time.Since(healed).Round(time.Millisecond))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("neither a beat nor an exit within %v of the heal", bound)
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+	return "cancelled"
 }
 
 // HasFaultControl reports whether the binary's `star serve` takes the

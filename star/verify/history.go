@@ -66,6 +66,14 @@ func ServerRefused(err error) bool {
 	return errors.As(err, &ae) && ae.Status == 503 && strings.HasSuffix(ae.Message, "; retry")
 }
 
+// ClockGuarded reports whether a failure's message is the star's refusal
+// to answer a match_seq_num or fencing token mismatch (a 412) from its
+// own state while its heartbeat is late (star/node fromMemory): a
+// definite 503 of a conditional append that would have been rejected.
+func ClockGuarded(msg string) bool {
+	return strings.Contains(msg, "not renewed its registration") && strings.Contains(msg, "from its own state")
+}
+
 // sighting is where and when a record was first read.
 type sighting struct {
 	at  int64

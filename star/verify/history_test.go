@@ -311,3 +311,17 @@ func TestWatchWriter(t *testing.T) {
 		t.Fatal("seen a marker that was not written")
 	}
 }
+
+// ClockGuarded knows the star's refusal of a rejection from memory, and
+// only that 503.
+func TestClockGuarded(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"503 unavailable: this star has not renewed its registration for 1.299s, so it does not answer a seq_num_mismatch from its own state (a successor may have moved past it); nothing was sequenced; retry": true,
+		"503 unavailable: this star has not renewed its registration for 1.256s; retry": false,
+		"503 unavailable: the stream's leader could not be reached; retry":              false,
+	} {
+		if got := ClockGuarded(msg); got != want {
+			t.Errorf("ClockGuarded(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}

@@ -24,10 +24,15 @@ import (
 //
 //   - acks continue: in every Window of the outage each stream of the
 //     round has an append acknowledged, unless its leader (its lease read
-//     before the outage; no lease can move during it) counted a stall
+//     once the outage began; no lease can move during it) counted a stall
 //     with cause metastore_slow by the window's end
 //     (starlog_backlog_stalls_total or starlog_admission_stalls_total on
-//     its /metrics): the budget filled, and acks wait for the absorb;
+//     its /metrics): the budget filled, and acks wait for the absorb; or
+//     unless the stream was not open at its leader when the outage began
+//     (no ack returned between its lease's acquisition and the outage, its
+//     lease released, or held by an incarnation no longer running: a
+//     handoff or a restart just before it), since opening a stream reads
+//     the metastore;
 //   - every star answers /health ready at every window's end;
 //   - after it, convergence: every star ready with a fresh heartbeat
 //     within a bound, and then for a dead-after bound and more no star
@@ -66,12 +71,14 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 	streams := c.Streams()
 	leaders := readLeaders(ctx, c, streams)
 	incs := make([]uint64, len(c.Stars))
+	running := map[string]uint64{} // star id → incarnation
 	for i, s := range c.Stars {
 		doc, ok, body := ReadHealth(ctx, s.Endpoint())
 		if !ok {
 			return ev, fmt.Errorf("meta-outage: star %d not ready before the outage: %s", i, body)
 		}
 		incs[i] = doc.Incarnation
+		running[s.ID()] = doc.Incarnation
 	}
 	before := newProcs(c).scrape(ctx)
 	repair := func() error {
@@ -86,11 +93,15 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 	}
 	down := c.Now()
 	start := time.Now()
+	var leases map[string]meta.Lease // read once no star can write any more
 	var windows []outageWindow
 	unready := map[int]string{}
 	for k := 1; ; k++ {
 		end := min(time.Duration(k)*window, f.Hold)
 		sleepCtx(ctx, end-time.Since(start))
+		if leases == nil {
+			leases = readLeases(ctx, c, streams)
+		}
 		w := outageWindow{from: down + time.Duration(k-1)*window, to: down + end, stalled: map[string]bool{}}
 		for i, s := range c.Stars {
 			if _, ok, body := ReadHealth(ctx, s.Endpoint()); !ok && unready[i] == "" {
@@ -141,7 +152,33 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 		var bad []string
 		acks := h.AckTimes()
 		excused := 0
-		var perWindow []string
+		var perWindow, closed []string
+		// Whether each stream was open at its leader when the outage
+		// began: an ack returned after its lease was taken.
+		open := map[string]bool{}
+		for _, s := range streams {
+			l, ok := leases[s]
+			if !ok {
+				open[s] = true // unknown: the stricter reading
+				continue
+			}
+			if inc, ok := running[l.Star]; l.Released || ok && inc != l.Incarnation {
+				// Handed off, or held by an incarnation that no longer
+				// runs (a kill just before): nobody had it open.
+				closed = append(closed, s)
+				continue
+			}
+			acquired := down - start.Sub(time.UnixMilli(l.AcquiredAt))
+			for _, a := range acks[s] {
+				if t := time.Duration(a[1]); t >= acquired && t < down {
+					open[s] = true
+					break
+				}
+			}
+			if !open[s] {
+				closed = append(closed, s)
+			}
+		}
 		for _, w := range windows {
 			fewest, mark := -1, ""
 			for _, s := range streams {
@@ -158,6 +195,14 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 					continue
 				}
 				l := leaders[s]
+				if ls, ok := leases[s]; ok {
+					l = ls.Star
+				}
+				if !open[s] {
+					excused++
+					mark = "*"
+					continue
+				}
 				stalled := w.stalled[l]
 				if l == "" {
 					for _, st := range w.stalled {
@@ -174,8 +219,12 @@ func (f *MetaOutage) Inject(ctx context.Context, c *Cluster) (FaultEvent, error)
 			}
 			perWindow = append(perWindow, fmt.Sprintf("%d%s", max(fewest, 0), mark))
 		}
-		return fmt.Sprintf("meta-outage at %v for %v: acks of the stream with fewest, per %v window: %s (* excused: its leader counted a metastore_slow stall); %d stream-windows without acks excused",
-			down.Round(time.Millisecond), (up - down).Round(time.Millisecond), window, strings.Join(perWindow, " "), excused), bad
+		note := ""
+		if len(closed) > 0 {
+			note = fmt.Sprintf("; not open at their leader when it began (excused): %v", closed)
+		}
+		return fmt.Sprintf("meta-outage at %v for %v: acks of the stream with fewest, per %v window: %s (* excused: its leader counted a metastore_slow stall, or the stream was not open at it); %d stream-windows without acks excused%s",
+			down.Round(time.Millisecond), (up - down).Round(time.Millisecond), window, strings.Join(perWindow, " "), excused, note), bad
 	}
 	return ev, nil
 }
@@ -240,6 +289,16 @@ func (f *MetaOutage) converge(ctx context.Context, c *Cluster, incs []uint64) (b
 // process's metastore: the leader's star id, "" when unknown.
 func readLeaders(ctx context.Context, c *Cluster, streams []string) map[string]string {
 	out := map[string]string{}
+	for s, l := range readLeases(ctx, c, streams) {
+		out[s] = l.Star
+	}
+	return out
+}
+
+// readLeases reads the lease of each stream (by name) through the test
+// process's metastore; a stream whose lease is unknown is missing.
+func readLeases(ctx context.Context, c *Cluster, streams []string) map[string]meta.Lease {
+	out := map[string]meta.Lease{}
 	if c.Meta == nil {
 		return out
 	}
@@ -250,7 +309,7 @@ func readLeaders(ctx context.Context, c *Cluster, streams []string) map[string]s
 		}
 		l, _, ok, err := leader.ReadLease(ctx, c.Meta, id)
 		if err == nil && ok {
-			out[s] = l.Star
+			out[s] = l
 		}
 	}
 	return out

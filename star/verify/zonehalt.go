@@ -222,7 +222,7 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 					s, poisoned.Round(time.Millisecond), x, stillDown.Round(time.Millisecond)))
 			}
 		}
-		definite, indefinite, refused, reads, slowReads := 0, 0, 0, 0, 0
+		definite, indefinite, refused, guarded, reads, slowReads := 0, 0, 0, 0, 0, 0
 		var examples []string
 		for _, fl := range h.Failures() {
 			// From the zone's outage until shortly after it, short of
@@ -241,8 +241,16 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 			}
 			storage := strings.Contains(fl.Err, "object store is not taking")
 			switch {
-			case disturbed && strings.Contains(fl.Err, "connection refused"):
-				refused++ // a star that had exited
+			case ClockGuarded(fl.Err):
+				// A conditional append the star would have rejected (412)
+				// while its heartbeat was late (the metastore, not the
+				// zone): it does not answer a rejection from memory then.
+				guarded++
+			case disturbed && (strings.Contains(fl.Err, "connection refused") || strings.Contains(fl.Err, "leader could not be reached")):
+				// A star that had exited: asked directly, or through a
+				// star whose forward to it was refused (the same refusal,
+				// one hop on).
+				refused++
 			case fl.Definite || storage:
 				definite++
 				if definite <= 5 {
@@ -273,6 +281,9 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 		}
 		if disturbed {
 			note += fmt.Sprintf(" (disturbed: %s; %d refused by an exited star)", strings.Join(gone, ", "), refused)
+		}
+		if guarded > 0 {
+			note += fmt.Sprintf(" (%d rejections refused under the clock guard: a heartbeat was late)", guarded)
 		}
 		return fmt.Sprintf("zone-halt at %v: acks called after the deadline halt / the foreign occupant and returned with %s down: %s; slowest Express ack in the window %v; failed appends in it: %d definite, %d indefinite; failed reads and check-tails: %d (%d timed out after %v)%s",
 			zoneDown.Round(time.Millisecond), x, strings.Join(counts, ", "), worst.Round(time.Millisecond), definite, indefinite, reads, slowReads, f.ReadTimeout, note), bad
