@@ -359,7 +359,7 @@ func buildPlan(seed uint64, c *Cluster, withFaults bool) []Fault {
 		}
 	}
 	if withFaults {
-		zh := &ZoneHalt{Express: expressBuckets, Deadline: *flagExpDeadline, Lead: time.Second, Tail: *flagZoneTail, ReadTimeout: *flagReadTimeout,
+		zh := &ZoneHalt{Express: expressBuckets, Deadline: *flagExpDeadline, Lead: time.Second, Tail: *flagZoneTail, ReadTimeout: *flagReadTimeout, DeadAfter: *flagDeadAfter,
 			Rand: rand.New(rand.NewPCG(seed, 5))}
 		for range *flagZoneHalts {
 			plan = append(plan, zh)

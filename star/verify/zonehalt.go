@@ -56,8 +56,13 @@ type ZoneHalt struct {
 	// ReadTimeout is the clients' bound on a read (Workload.ReadTimeout):
 	// reads that waited it out are counted apart.
 	ReadTimeout time.Duration
-	Rand        *rand.Rand
-	mu          sync.Mutex
+	// DeadAfter is the stars' --dead-after: the fault starts once every
+	// star's heartbeat is younger than a quarter of it, so a heartbeat
+	// still late from an earlier fault (a metastore catching up) is not
+	// blamed on the zone.
+	DeadAfter time.Duration
+	Rand      *rand.Rand
+	mu        sync.Mutex
 }
 
 // Name implements Fault.
@@ -82,6 +87,10 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 		return ev, nil
 	case len(express) == 0:
 		ev.Failed, ev.Detail = true, "no Express stream in the round"
+		return ev, nil
+	}
+	if err := settledHeartbeats(ctx, c, f.DeadAfter/4, 15*time.Second); err != nil {
+		ev.Failed, ev.Detail = true, err.Error()
 		return ev, nil
 	}
 	f.mu.Lock()
@@ -508,4 +517,33 @@ func frontier(ctx context.Context, b objstore.Bucket, dir string) (uint64, bool,
 		}
 	}
 	return top, found, nil
+}
+
+// settledHeartbeats waits, at most wait, until every star is ready and its
+// last heartbeat is younger than fresh.
+func settledHeartbeats(ctx context.Context, c *Cluster, fresh, wait time.Duration) error {
+	if fresh <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		late := ""
+		for _, s := range c.Stars {
+			doc, ok, body := ReadHealth(ctx, s.Endpoint())
+			if !ok || time.Duration(doc.HeartbeatAgeMS)*time.Millisecond >= fresh {
+				late = fmt.Sprintf("star %s: ready %v, heartbeat %dms old (%s)", s.ID(), ok, doc.HeartbeatAgeMS, body)
+				break
+			}
+		}
+		if late == "" {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("heartbeats not settled within %v: %s", wait, late)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
