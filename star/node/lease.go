@@ -511,6 +511,10 @@ func (n *Node) settleFn(ctx context.Context, key settleKey) error {
 
 const maxSettleRounds = 8
 
+// settleRunTimeout bounds one settle run of the star-local runner: far
+// above a takeover of a full backlog (seconds), far below forever.
+const settleRunTimeout = 5 * time.Minute
+
 // settleKey names what one settle run covers: the chain (star, class) up
 // to and including incarnation inc's epochs.
 type settleKey struct {
@@ -602,7 +606,13 @@ func (r *settleRunner) start(key settleKey, cause string, fn func(context.Contex
 func (r *settleRunner) run(key settleKey, run *settleRun, fn func(context.Context, settleKey) error) {
 	defer r.wg.Done()
 	start := time.Now()
-	err := fn(r.ctx, key)
+	// A run is bounded, so a settle stuck on a store refusing it (a bucket
+	// down for good, a grant missing) ends as an error the metric counts
+	// and the log names; the next open that needs the chain starts a new
+	// run.
+	ctx, cancel := context.WithTimeout(r.ctx, settleRunTimeout)
+	err := fn(ctx, key)
+	cancel()
 	r.dur.Observe(time.Since(start).Seconds())
 	res := "ok"
 	if err != nil {
