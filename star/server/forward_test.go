@@ -17,6 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -47,7 +48,7 @@ func starWith(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(n, server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond})
+	srv, err := server.New(n, server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond, Auth: auth.Open()})
 	if err != nil {
 		t.Fatal(err)
 	}
