@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
@@ -470,5 +471,47 @@ func TestServerNeedsAnAuthority(t *testing.T) {
 		if _, err := server.New(n, server.Options{Auth: c}); err == nil {
 			t.Errorf("server.New with %+v: no error", c)
 		}
+	}
+}
+
+// A forwarded request is authorized again by the leader as the client
+// (auto_prefix_streams applied once, by the star serving it); a token out
+// of scope is refused by the first star, before any forward; and
+// Starlog-Forwarded-By without the internal credential is ignored (the
+// star forwards as usual rather than answering as the leader).
+func TestForwardedRequestsAreAuthorized(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
+	a := starAuthed(t, "a", ms, objs, nil, ac)
+	b := starAuthed(t, "b", ms, objs, nil, ac)
+	adm := bearer(testAdmin)
+	want(t, a.call("POST", "basins", jsonBody(map[string]any{"basin": "fwd-basin", "config": map[string]any{"create_stream_on_append": true}}), adm...), 201, "")
+	tenant := a.issue(map[string]any{"id": "tenant", "auto_prefix_streams": true, "scope": map[string]any{
+		"basins": map[string]string{"exact": "fwd-basin"}, "streams": map[string]string{"prefix": "t/"}, "ops": []string{"append", "read", "check-tail"}}})
+	other := a.issue(map[string]any{"id": "other", "scope": map[string]any{
+		"basins": map[string]string{"exact": "fwd-basin"}, "streams": map[string]string{"prefix": "u/"}, "ops": []string{"append"}}})
+	want(t, a.appendJSON("fwd-basin", "x", textRecords("a", 1), bearer(tenant)...), 200, "") // a leads t/x
+	r := b.appendJSON("fwd-basin", "x", textRecords("b", 2), bearer(tenant)...)              // forwarded to a
+	want(t, r, 200, "")
+	if ack, err := api.DecodeAppendAckJSON(r.body); err != nil || ack.End.SeqNum != 3 {
+		t.Fatalf("forwarded tenant append: %s", r)
+	}
+	if tail := b.stream("fwd-basin", "GET", "streams/t%2Fx/records/tail", nil, adm...); !strings.Contains(string(tail.body), `"seq_num":3`) {
+		t.Fatalf("t/x after the forward: %s", tail)
+	}
+	if r := a.stream("fwd-basin", "GET", "streams?prefix=t%2Ft", nil, adm...); strings.Contains(string(r.body), "t/t/") {
+		t.Fatalf("the prefix was applied twice: %s", r)
+	}
+	want(t, b.appendJSON("fwd-basin", "t%2Fx", textRecords("o", 1), bearer(other)...), 403, auth.CodePermissionDenied)
+	want(t, b.appendJSON("fwd-basin", "x", textRecords("n", 1)), 401, auth.CodeAuthn)
+	// A client posing as a peer: b ignores the header and forwards.
+	r = b.appendJSON("fwd-basin", "t%2Fx", textRecords("p", 1), append(adm, server.HeaderForwardedBy, "evil")...)
+	want(t, r, 200, "")
+	if tail := a.stream("fwd-basin", "GET", "streams/t%2Fx/records/tail", nil, adm...); !strings.Contains(string(tail.body), `"seq_num":4`) {
+		t.Fatalf("t/x after the posing append: %s", tail)
 	}
 }
