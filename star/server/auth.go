@@ -107,6 +107,9 @@ func (s *Server) authorize(r *http.Request, rt route, internal bool) (auth.Princ
 	p, result, err := s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
 	if err != nil {
 		s.authDecisions.WithLabelValues(result).Inc()
+		if internalRoute(rt.kind) && err.Status == http.StatusUnauthorized {
+			err = auth.Unauthenticated("%s is starlog's internal endpoint: it needs the cluster's internal credential (%s)", rt.kind, auth.HeaderInternal)
+		}
 		return p, rt, err
 	}
 	if internalRoute(rt.kind) {
