@@ -161,7 +161,7 @@ func TestServeNeedsCredentials(t *testing.T) {
 	}
 	keyFile := filepath.Join(t.TempDir(), "key")
 	os.WriteFile(keyFile, []byte(testInternalKey+"\n"), 0o600)
-	if out := run("STARLOG_INTERNAL_KEY_FILE="+keyFile); strings.Contains(out, "internal key") || !strings.Contains(out, "admin token") {
+	if out := run("STARLOG_INTERNAL_KEY_FILE=" + keyFile); strings.Contains(out, "internal key") || !strings.Contains(out, "admin token") {
 		t.Errorf("a key file and no admin token:\n%s", out)
 	}
 }
