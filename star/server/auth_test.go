@@ -13,6 +13,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
@@ -514,4 +515,27 @@ func TestForwardedRequestsAreAuthorized(t *testing.T) {
 	if tail := a.stream("fwd-basin", "GET", "streams/t%2Fx/records/tail", nil, adm...); !strings.Contains(string(tail.body), `"seq_num":4`) {
 		t.Fatalf("t/x after the posing append: %s", tail)
 	}
+}
+
+// Through a metastore outage a star keeps accepting the tokens it
+// verified lately (TokenStaleIfError), so clients are not turned away;
+// a token it never verified gets a retryable 503, not a 401.
+func TestTokensThroughMetastoreOutage(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := mfaults.New(testsvc.SQLite(t), 1)
+	t.Cleanup(func() { fm.SetUnavailable(false) })
+	e := starAuthed(t, "a", fm, objs, nil, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)})
+	known := e.issue(map[string]any{"id": "known", "scope": map[string]any{"ops": []string{"list-basins"}}})
+	unseen := e.issue(map[string]any{"id": "unseen", "scope": map[string]any{"ops": []string{"list-basins"}}})
+	want(t, e.call("GET", "basins", nil, bearer(known)...), 200, "")
+	fm.SetUnavailable(true)
+	time.Sleep(server.TokenCacheTTL + 100*time.Millisecond)
+	r := e.call("GET", "/v1/starlog/drain", nil, bearer(known)...)
+	want(t, r, 403, auth.CodePermissionDenied) // authenticated from the stale entry, then refused as a client token
+	want(t, e.call("GET", "basins", nil, bearer(unseen)...), 503, "unavailable")
+	fm.SetUnavailable(false)
+	want(t, e.call("GET", "basins", nil, bearer(unseen)...), 200, "")
 }

@@ -102,7 +102,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	}, []string{"kind"})
 	s.authDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "auth", Name: "decisions_total",
-		Help: "Authentication and authorization decisions by result (ok, open, internal, missing, malformed, unknown, expired, denied, error).",
+		Help: "Authentication and authorization decisions by result (ok, stale, open, internal, missing, malformed, unknown, expired, denied, error).",
 	}, []string{"result"})
 	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions, s.authDecisions} {
 		if err := n.Registry().Register(c); err != nil {

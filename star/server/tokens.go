@@ -25,6 +25,12 @@ import (
 const (
 	// TokenCacheTTL bounds how long a star trusts what it read of a token.
 	TokenCacheTTL = 2 * time.Second
+	// TokenStaleIfError is how long a token this star verified stays
+	// accepted while the metastore cannot answer: the metastore is not on
+	// the ack path, and an outage must not turn every client away. Only
+	// a star cut off from the metastore can miss a revocation, for at
+	// most this long.
+	TokenStaleIfError = 5 * time.Minute
 	// tokenCacheMax bounds the cache; when full it is emptied (a flood of
 	// invented tokens costs reads, never memory).
 	tokenCacheMax = 4096
@@ -68,6 +74,7 @@ const (
 	authUnknown   = "unknown"
 	authExpired   = "expired"
 	authDenied    = "denied"
+	authStale     = "stale"
 	authError     = "error"
 )
 
@@ -85,13 +92,20 @@ func (t *tokenStore) authenticate(ctx context.Context, token string) (auth.Princ
 		return auth.Principal{}, authMalformed, auth.Unauthenticated("invalid access token")
 	}
 	h := t.keys.Hash(token)
-	info, ok := t.cached(h)
-	if !ok {
-		var aerr *api.Error
-		if info, aerr = t.load(ctx, id, h); aerr != nil {
+	result := authOK
+	e, ok := t.cached(h)
+	info := e.info
+	if !ok || t.now().Sub(e.at) >= TokenCacheTTL {
+		loaded, aerr := t.load(ctx, id, h)
+		switch {
+		case aerr == nil:
+			info = loaded
+			t.remember(h, info)
+		case ok && info != nil && t.now().Sub(e.at) < TokenStaleIfError:
+			result = authStale // verified lately; the metastore cannot answer now
+		default:
 			return auth.Principal{}, authError, aerr
 		}
-		t.remember(h, info)
 	}
 	if info == nil {
 		return auth.Principal{}, authUnknown, auth.Unauthenticated("invalid access token")
@@ -99,7 +113,7 @@ func (t *tokenStore) authenticate(ctx context.Context, token string) (auth.Princ
 	if info.Expired(t.now()) {
 		return auth.Principal{}, authExpired, auth.Unauthenticated("access token %q has expired", truncate(info.ID, 96))
 	}
-	return auth.Principal{Info: *info}, authOK, nil
+	return auth.Principal{Info: *info}, result, nil
 }
 
 // load reads id's row: the info when its hash is h, nil when there is no
@@ -125,14 +139,12 @@ func (t *tokenStore) load(ctx context.Context, id string, h []byte) (*auth.Info,
 	return &row.Info, nil
 }
 
-func (t *tokenStore) cached(h []byte) (*auth.Info, bool) {
+// cached returns the entry of h, fresh or not.
+func (t *tokenStore) cached(h []byte) (cacheEntry, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.cache[string(h)]
-	if !ok || t.now().Sub(e.at) >= TokenCacheTTL {
-		return nil, false
-	}
-	return e.info, true
+	return e, ok
 }
 
 func (t *tokenStore) remember(h []byte, info *auth.Info) {
