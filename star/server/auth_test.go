@@ -174,7 +174,6 @@ func TestAuthMatrix(t *testing.T) {
 	revoked := e.issue(map[string]any{"id": "revoked", "scope": full})
 	want(t, e.call("DELETE", "access-tokens/revoked", nil, adm...), 204, "")
 	forged := "stl1." + strings.Repeat("A", 10) + "." + strings.Repeat("B", 43) // well-formed, never issued
-	_ = revoked
 
 	time.Sleep(1600 * time.Millisecond) // "expiring" has expired
 	basins := []string{"authbasin-1", "authbasin-del", "authbasin-2", "authbasin-new", "authbasin-put"}
