@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/smithy-go/middleware"
+
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
@@ -107,6 +109,9 @@ type MetaConfig struct {
 	DynamoCreateTable bool
 	AccessKey         string
 	SecretKey         string
+	// APIOptions are extra SDK middleware on the DynamoDB client (the
+	// rehearsal's operation recorder, shared/awsrecord).
+	APIOptions []func(*middleware.Stack) error
 }
 
 // ObjectsConfig selects the object store: a directory (FSRoot) or S3.
@@ -118,6 +123,9 @@ type ObjectsConfig struct {
 	S3PathStyle bool
 	AccessKey   string
 	SecretKey   string
+	// APIOptions are extra SDK middleware on the S3 client (the
+	// rehearsal's operation recorder, shared/awsrecord).
+	APIOptions []func(*middleware.Stack) error
 }
 
 // Defaults returns the built-in defaults (DESIGN §4.2, §6, §10 and the

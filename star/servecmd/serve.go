@@ -1,8 +1,11 @@
 package servecmd
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"github.com/starlog/starlog/shared/awsrecord"
 	"github.com/starlog/starlog/star/server"
 )
 
@@ -22,6 +25,7 @@ func Serve() *cobra.Command {
 		creds          struct{ accessKey, secretKey string }
 		devFaults      string
 		internalListen string
+		recordOps      string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -61,6 +65,14 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.FSRoot = objs.fsRoot
 			cfg.Objects.S3Endpoint, cfg.Objects.S3Region, cfg.Objects.S3PathStyle = objs.endpoint, objs.region, objs.pathStyle
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
+			if recordOps != "" { // the deploy rehearsal's IAM coverage check only
+				rec, err := awsrecord.Open(recordOps)
+				if err != nil {
+					return fmt.Errorf("star serve: --record-ops: %w", err)
+				}
+				defer rec.Close()
+				cfg.Meta.APIOptions, cfg.Objects.APIOptions = rec.APIOptions(), rec.APIOptions()
+			}
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
 				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
@@ -92,5 +104,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs.StringVar(&creds.secretKey, "aws-secret-access-key", "", "static AWS secret key")
 	fs.StringVar(&devFaults, "dev-fault-listen", "", "serve the dev fault control (slow or down the metastore and buckets) on this address: tests and local experiments only")
 	_ = fs.MarkHidden("dev-fault-listen")
+	fs.StringVar(&recordOps, "record-ops", "", "append every AWS operation (S3, S3 Express, DynamoDB) to this file as JSON lines: the deploy rehearsal's IAM coverage check only")
+	_ = fs.MarkHidden("record-ops")
 	return withEnv(cmd)
 }
