@@ -76,6 +76,12 @@ func s3Needs(rec awsrecord.Record, p Pseudo) ([]Need, error) {
 	object := bucket + "/" + rec.Key
 	switch rec.Op {
 	case "GetObject", "HeadObject":
+		if rec.Status == 404 {
+			// S3 answers a missing key 404 only to a caller that may list
+			// the bucket, 403 to any other: code that relies on absence
+			// needs ListBucket (issue 12 item 3).
+			return []Need{one("s3:GetObject", object), one("s3:ListBucket", bucket)}, nil
+		}
 		return []Need{one("s3:GetObject", object)}, nil
 	case "PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload":
 		return []Need{one("s3:PutObject", object)}, nil
@@ -206,9 +212,10 @@ func sqsNeeds(rec awsrecord.Record, p Pseudo) ([]Need, error) {
 // Unused is a grant nothing of its component used, and why it may stay.
 type Unused struct {
 	Grant iamcheck.Grant
-	// Wide: the component performed the grant's action on nothing, or
-	// touched nothing under its resource. Such a grant fails the check
-	// unless Allowed names its reason.
+	// Wide: no call of the component touched the grant's resource (the
+	// object prefix, bucket, table, directory bucket or queue) with any
+	// action. Such a grant fails the check unless Allowed names its
+	// reason. A narrow one (another action was used there) is reported.
 	Wide bool
 	// Allowed is the allowlist's reason ("" when not allowlisted).
 	Allowed string
@@ -326,15 +333,14 @@ func Check(component, role string, stmts []iamcheck.Statement, recs []awsrecord.
 	return c, nil
 }
 
-// wide: no request performed the grant's action anywhere, or none touched
-// the grant's resource with any action.
+// wide: no allowed request touched the grant's resource with any action.
 func wide(g iamcheck.Grant, requests map[string]iamcheck.Request) bool {
-	action, resource := false, false
 	for _, r := range requests {
-		action = action || iamcheck.Match(strings.ToLower(g.Action), strings.ToLower(r.Action))
-		resource = resource || iamcheck.Match(g.Resource, r.Resource)
+		if iamcheck.Match(g.Resource, r.Resource) {
+			return false
+		}
 	}
-	return !action || !resource
+	return true
 }
 
 func resourceOf(rec awsrecord.Record) string {

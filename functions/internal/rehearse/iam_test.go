@@ -1,6 +1,7 @@
 package rehearse
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +25,7 @@ func iamTemplate(t *testing.T) *Template {
 			{"Sid": "RO", "Effect": "Allow", "Action": "s3express:CreateSession", "Resource": {"Fn::GetAtt": ["Dir", "Arn"]}, "Condition": {"StringEquals": {"s3express:SessionMode": "ReadOnly"}}},
 			{"Sid": "Meta", "Effect": "Allow", "Action": ["dynamodb:GetItem", "dynamodb:Query"], "Resource": {"Fn::GetAtt": ["Table", "Arn"]}},
 			{"Sid": "Send", "Effect": "Allow", "Action": "sqs:SendMessage", "Resource": {"Fn::GetAtt": ["Q", "Arn"]}},
+			{"Sid": "Other", "Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "arn:aws:sqs:us-east-1:123456789012:other"},
 			{"Sid": "Logs", "Effect": "Allow", "Action": "logs:PutLogEvents", "Resource": {"Fn::GetAtt": ["Logs", "Arn"]}}
 		]}}}
 	}`)
@@ -49,7 +51,7 @@ func TestCheckCoverage(t *testing.T) {
 		{Service: "DynamoDB", Op: "GetItem", Table: "meta"},
 		{Service: "SQS", Op: "SendMessageBatch", QueueURL: "https://sqs.us-east-1.amazonaws.com/123456789012/jobs"},
 	}
-	allow := []Allow{{Component: "c", Action: "s3:DeleteObject", Resource: "arn:aws:s3:::std/chains/*", Reason: "deletes only at a cut"}}
+	allow := []Allow{{Component: "c", Action: "sqs:SendMessage", Resource: "arn:aws:sqs:*:other", Reason: "sends there only on Sundays"}}
 	c, err := Check("c", "Role", stmts, good, tm.Pseudo, allow)
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +59,13 @@ func TestCheckCoverage(t *testing.T) {
 	if f := c.Failed(); len(f) != 0 {
 		t.Fatalf("a covered component fails: %v", f)
 	}
-	if len(c.Unused) != 1 || c.Unused[0].Grant.Action != "s3:deleteobject" || c.Unused[0].Allowed == "" {
-		t.Fatalf("unused %+v: want the allowlisted DeleteObject only", c.Unused)
+	// Unused: DeleteObject on chains/* (narrow: chains/* is read and
+	// written), the other queue (wide, allowlisted).
+	if len(c.Unused) != 2 || c.Unused[0].Grant.Action != "s3:deleteobject" || c.Unused[0].Wide ||
+		c.Unused[1].Grant.Resource != "arn:aws:sqs:us-east-1:123456789012:other" || !c.Unused[1].Wide || c.Unused[1].Allowed == "" {
+		t.Fatalf("unused %+v: want the narrow DeleteObject and the allowlisted queue", c.Unused)
 	}
-	if len(c.Ops) != 8 || c.Calls != 9 {
+	if len(c.Ops) != 8 || c.Calls != 9 || c.Requests != 8 {
 		t.Errorf("ops %v calls %d", c.Ops, c.Calls)
 	}
 
@@ -74,7 +79,7 @@ func TestCheckCoverage(t *testing.T) {
 		"read-write session": {awsrecord.Record{Service: "S3", Op: "CreateSession", Bucket: "d--use1-az4--x-s3", SessionMode: "ReadWrite"}, "SessionMode=ReadWrite"},
 		"batch delete":       {awsrecord.Record{Service: "S3", Op: "DeleteObjects", Bucket: "std", Keys: []string{"chains/a", "streams/b"}}, "s3:DeleteObject on arn:aws:s3:::std/streams/b"},
 		"table write":        {awsrecord.Record{Service: "DynamoDB", Op: "BatchWriteItem", Tables: []string{"meta"}}, "dynamodb:BatchWriteItem on arn:aws:dynamodb:us-east-1:123456789012:table/meta"},
-		"other queue":        {awsrecord.Record{Service: "SQS", Op: "SendMessage", QueueURL: "https://sqs.us-east-1.amazonaws.com/123456789012/other"}, "sqs:SendMessage on arn:aws:sqs:us-east-1:123456789012:other"},
+		"other queue":        {awsrecord.Record{Service: "SQS", Op: "SendMessage", QueueURL: "https://sqs.us-east-1.amazonaws.com/123456789012/third"}, "sqs:SendMessage on arn:aws:sqs:us-east-1:123456789012:third"},
 		"copy onto streams":  {awsrecord.Record{Service: "S3", Op: "UploadPartCopy", Bucket: "std", Key: "streams/x", CopySource: "std/chains%2Fy"}, "s3:PutObject on arn:aws:s3:::std/streams/x"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -95,8 +100,8 @@ func TestCheckCoverage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := strings.Join(c.Failed(), "\n"); !strings.Contains(f, "unused by a wide margin: s3:deleteobject on arn:aws:s3:::std/chains/*") {
-		t.Errorf("failures %q: want the unused DeleteObject", f)
+	if f := c.Failed(); len(f) != 1 || !strings.Contains(f[0], "unused by a wide margin: sqs:sendmessage on arn:aws:sqs:us-east-1:123456789012:other") {
+		t.Errorf("failures %q: want the unused queue only", f)
 	}
 	stale := append(allow, Allow{Component: "c", Action: "s3:GetObject", Resource: "arn:aws:s3:::std/chains/*", Reason: "used"})
 	if c, err = Check("c", "Role", stmts, good, tm.Pseudo, stale); err != nil {
@@ -105,13 +110,16 @@ func TestCheckCoverage(t *testing.T) {
 	if f := strings.Join(c.Failed(), "\n"); !strings.Contains(f, "allowlist entry s3:GetObject") {
 		t.Errorf("failures %q: want the stale allowlist entry", f)
 	}
-	// Narrow: GetObject on streams/* unused while GetObject and streams/*
-	// are both used elsewhere would be reported, not failed. Here every
-	// grant but DeleteObject is used.
-	for _, u := range c.Unused {
-		if u.Grant.Action != "s3:deleteobject" {
-			t.Errorf("unused %v", u.Grant)
-		}
+	// A missing key on a general-purpose bucket reads 404 only with
+	// ListBucket: the call needs it.
+	noList := iamcheck.ForRole(stmts, "Role")
+	noList = slices.DeleteFunc(slices.Clone(noList), func(s iamcheck.Statement) bool { return s.Sid == "List" })
+	miss := awsrecord.Record{Service: "S3", Op: "HeadObject", Bucket: "std", Key: "chains/s1/0009", Status: 404}
+	if c, err = Check("c", "Role", noList, []awsrecord.Record{miss}, tm.Pseudo, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Denied) != 1 || !strings.Contains(c.Denied[0], "s3:ListBucket on arn:aws:s3:::std") {
+		t.Errorf("a 404 without ListBucket: denied %q", c.Denied)
 	}
 	// A call the mapping does not know is an error, not a pass.
 	if _, err := Check("c", "Role", stmts, []awsrecord.Record{{Service: "S3", Op: "PutBucketPolicy", Bucket: "std"}}, tm.Pseudo, nil); err == nil {
