@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +22,9 @@ type Config struct {
 	// StarID names this star in keys and rows (chains/<star>/…). Empty:
 	// derived from the hostname (see DefaultStarID).
 	StarID string
+	// PeerTLS is how the star dials peers that advertise an https address
+	// (the settle nudge; nil: the system's roots).
+	PeerTLS *tls.Config
 	// Address is advertised in the registry row (where peers reach this
 	// star); informational until multi-star leases land.
 	Address string

@@ -26,12 +26,15 @@ func Serve() *cobra.Command {
 		devFaults      string
 		internalListen string
 		recordOps      string
+		tlsF           tlsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a star against DynamoDB and S3",
 		Long: `Run a star: the S2-compatible API (HTTP/1.1 and h2c on one port), the write
-path onto the Standard and Express bucket sets, and the read path.
+path onto the Standard and Express bucket sets, and the read path. With
+--tls-cert and --tls-key it serves TLS instead (HTTP/1.1 and HTTP/2 by
+ALPN), and peers reach it over https.
 
 The metastore is a DynamoDB table (--dynamo-table), or a SQLite file shared
 by the stars of one host (--sqlite). Objects go to S3 (--s3-region, and
@@ -73,9 +76,15 @@ Every flag can also be set by its environment variable, shown with it.`,
 				defer rec.Close()
 				cfg.Meta.APIOptions, cfg.Objects.APIOptions = rec.APIOptions(), rec.APIOptions()
 			}
+			ts, err := tlsF.load()
+			if err != nil {
+				return err
+			}
+			cfg.PeerTLS = ts.peer
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
+				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, PeerTLS: ts.peer},
+				tls: ts.serve,
 			}
 			if devFaults != "" { // tests and local experiments only (devfaults.go)
 				stopFaults, err := withDevFaults(cmd.Context(), &o, devFaults)
@@ -102,6 +111,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs.StringVar(&objs.fsRoot, "fs-root", "", "object store: a directory of buckets instead of S3 (stars of one host may share it)")
 	fs.StringVar(&creds.accessKey, "aws-access-key-id", "", "static AWS access key (empty: the default credential chain)")
 	fs.StringVar(&creds.secretKey, "aws-secret-access-key", "", "static AWS secret key")
+	tlsF.register(fs)
 	fs.StringVar(&devFaults, "dev-fault-listen", "", "serve the dev fault control (slow or down the metastore and buckets) on this address: tests and local experiments only")
 	_ = fs.MarkHidden("dev-fault-listen")
 	fs.StringVar(&recordOps, "record-ops", "", "append every AWS operation (S3, S3 Express, DynamoDB) to this file as JSON lines: the deploy rehearsal's IAM coverage check only")

@@ -11,6 +11,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,9 @@ type Options struct {
 	SessionBacklog int
 	// Logger (nil: the node's).
 	Logger *slog.Logger
+	// PeerTLS is how forwarding dials peers that advertise https (nil:
+	// the system's roots; see tls.go).
+	PeerTLS *tls.Config
 }
 
 // Server serves the API of one node.
