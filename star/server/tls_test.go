@@ -2,19 +2,11 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,60 +19,6 @@ import (
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
-
-// testCA is a self-signed CA and one leaf for 127.0.0.1, as PEM files.
-type testCA struct {
-	caFile, certFile, keyFile string
-	pool                      *x509.CertPool
-}
-
-func newTestCA(t *testing.T, name string) testCA {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := testCA{caFile: filepath.Join(dir, "ca.pem"), certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem"), pool: x509.NewCertPool()}
-	ca.pool.AddCert(caCert)
-	for path, block := range map[string]*pem.Block{
-		ca.caFile: {Type: "CERTIFICATE", Bytes: caDER}, ca.certFile: {Type: "CERTIFICATE", Bytes: der}, ca.keyFile: {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ca
-}
 
 // tlsClients are an HTTP/1.1 and an HTTP/2 client over TLS trusting pool.
 func tlsClients(pool *x509.CertPool) (h1, h2 *http.Client) {
@@ -95,9 +33,9 @@ func tlsClients(pool *x509.CertPool) (h1, h2 *http.Client) {
 
 // tlsStar is starWith serving TLS with ca's leaf, advertising https, and
 // dialling peers trusting peerCAFile.
-func tlsStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ca testCA, peerCAFile string) *env {
+func tlsStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ca testsvc.CA, peerCAFile string) *env {
 	t.Helper()
-	serveCfg, err := server.LoadServerTLS(ca.certFile, ca.keyFile)
+	serveCfg, err := server.LoadServerTLS(ca.CertFile, ca.KeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +63,7 @@ func tlsStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ca tes
 	hs := srv.HTTPSServer(ln.Addr().String(), serveCfg)
 	go hs.ServeTLS(ln, "", "")
 	e := &env{t: t, n: n, srv: srv, hs: hs, base: "https://" + ln.Addr().String()}
-	e.h1, e.h2 = tlsClients(ca.pool)
+	e.h1, e.h2 = tlsClients(ca.Pool)
 	t.Cleanup(func() {
 		srv.Drain()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -151,8 +89,8 @@ func memObjects(t *testing.T) objstore.Store {
 // CA are served, an S2S append session runs over h2+TLS, and neither a
 // client that does not trust the certificate nor a cleartext one is.
 func TestTLSServe(t *testing.T) {
-	ca := newTestCA(t, "star")
-	e := tlsStar(t, "tls-star", testsvc.SQLite(t), memObjects(t), ca, ca.caFile)
+	ca := testsvc.NewCA(t, "star")
+	e := tlsStar(t, "tls-star", testsvc.SQLite(t), memObjects(t), ca, ca.CAFile)
 	e.setupBasin("tls-basin")
 
 	r, err := e.h1.Get(e.base + "/health")
@@ -182,8 +120,8 @@ func TestTLSServe(t *testing.T) {
 	}
 
 	// A client that trusts another CA, or none, is refused the handshake.
-	other := newTestCA(t, "other")
-	for name, pool := range map[string]*x509.CertPool{"other CA": other.pool, "system roots": nil} {
+	other := testsvc.NewCA(t, "other")
+	for name, pool := range map[string]*x509.CertPool{"other CA": other.Pool, "system roots": nil} {
 		h1, _ := tlsClients(pool) // nil: the system's roots
 		_, err := h1.Get(e.base + "/health")
 		var unknown x509.UnknownAuthorityError
@@ -213,10 +151,10 @@ func TestTLSServe(t *testing.T) {
 // session included; a star that does not trust the leader's certificate
 // cannot forward.
 func TestTLSForward(t *testing.T) {
-	ca := newTestCA(t, "cluster")
+	ca := testsvc.NewCA(t, "cluster")
 	ms, objs := testsvc.SQLite(t), memObjects(t)
-	a := tlsStar(t, "a", ms, objs, ca, ca.caFile)
-	b := tlsStar(t, "b", ms, objs, ca, ca.caFile)
+	a := tlsStar(t, "a", ms, objs, ca, ca.CAFile)
+	b := tlsStar(t, "b", ms, objs, ca, ca.CAFile)
 	a.setupBasin("tls-forward")
 	want(t, a.appendJSON("tls-forward", "s", textRecords("a", 3)), 200, "")
 
@@ -238,8 +176,8 @@ func TestTLSForward(t *testing.T) {
 	s.pw.Close()
 
 	// A third star trusting another CA cannot reach the leader.
-	other := newTestCA(t, "other")
-	c := tlsStar(t, "c", ms, objs, other, other.caFile)
+	other := testsvc.NewCA(t, "other")
+	c := tlsStar(t, "c", ms, objs, other, other.CAFile)
 	bad := c.appendJSON("tls-forward", "s", textRecords("c", 1))
 	if bad.status == 200 {
 		t.Fatalf("a star that does not trust the leader's certificate forwarded: %s", bad)
