@@ -39,6 +39,7 @@ func TestServeTLS(t *testing.T) {
 		req, _ := http.NewRequest(method, url, strings.NewReader(body))
 		req.Header.Set("s2-basin", "starlog-dev")
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
 		res, err := c.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, url, err)
@@ -81,7 +82,7 @@ func TestServeTLSNeedsKey(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	cmd := exec.CommandContext(ctx, bin, "serve")
-	cmd.Env = append(twoStarEnv(dir, "a"), "HOME="+dir, "STARLOG_TLS_CERT="+ca.CertFile)
+	cmd.Env = append(append(twoStarEnv(dir, "a"), credEnv...), "HOME="+dir, "STARLOG_TLS_CERT="+ca.CertFile)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--tls-key (STARLOG_TLS_KEY)") {
 		t.Fatalf("star serve with a certificate and no key: %v\n%s", err, out)

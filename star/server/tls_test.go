@@ -16,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -56,7 +57,7 @@ func tlsStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ca tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(n, server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond, PeerTLS: peer})
+	srv, err := server.New(n, server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond, PeerTLS: peer, Auth: auth.Open()})
 	if err != nil {
 		t.Fatal(err)
 	}
