@@ -11,7 +11,10 @@ package functions_test
 //     and its working directory a temp dir for /var/lib/starlog (also its
 //     HOME, as systemd sets for User=);
 //   - the functions: their `bootstrap`s built for this host;
-//   - the AWS endpoints: STARLOG_S3_ENDPOINT (S3 and S3 Express: the S3
+//   - the AWS endpoints: AWS_ENDPOINT_URL_SECRETS_MANAGER for the star
+//     (secretsfront, holding the template's secrets with the rehearsal's
+//     admin token and internal key as their values), STARLOG_S3_ENDPOINT
+//     (S3 and S3 Express: the S3
 //     Express stand-in testsvc.StartExpress, serving CreateSession and
 //     checking every session-signed request, before versitygw),
 //     STARLOG_DYNAMO_ENDPOINT (DynamoDB Local), for the functions also
@@ -44,6 +47,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +73,7 @@ import (
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/expressfront"
+	"github.com/starlog/starlog/shared/testsvc/secretsfront"
 	"github.com/starlog/starlog/star/servecmd"
 )
 
@@ -243,6 +248,7 @@ type rehearsal struct {
 	queues  map[string]*localsqs.Queue // by queue name
 	dirs    []string                   // directory bucket names
 	opsDir  string                     // the operation records, <component>.jsonl
+	secrets string                     // the Secrets Manager stand-in's endpoint
 }
 
 // buildHostStar builds the star for this host (as star/servecmd's tests
@@ -294,6 +300,8 @@ func (r *rehearsal) standIns() {
 		}
 	}
 
+	r.secretsStandIn()
+
 	r.sqs = localsqs.Start(t)
 	qs, err := tm.Queues()
 	if err != nil {
@@ -314,6 +322,43 @@ func (r *rehearsal) standIns() {
 		}
 		r.queues[q.Name] = r.sqs.CreateQueue(t, q.Name, time.Duration(q.VisibilitySeconds)*time.Second, attrs)
 	}
+}
+
+// secretsStandIn serves the template's Secrets Manager secrets: the one
+// the unit names in --admin-token-secret holds the rehearsal's admin token,
+// the --internal-key-secret one its internal key; the star's keys may read
+// both.
+func (r *rehearsal) secretsStandIn() {
+	t := r.t
+	arns, err := r.tm.Names("AWS::SecretsManager::Secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]string{}
+	for flag, v := range map[string]string{"admin-token-secret": rehearsalAdminToken, "internal-key-secret": rehearsalInternalKey} {
+		arn, ok := rehearse.Flag(r.svc.Argv, flag)
+		if !ok || !slices.Contains(arns, arn) {
+			t.Fatalf("the unit's --%s is %q, not one of the template's secrets %v", flag, arn, arns)
+		}
+		values[arn] = v
+	}
+	var secrets []secretsfront.Secret
+	for _, arn := range arns {
+		v, ok := values[arn]
+		if !ok {
+			t.Fatalf("secret %s: the unit names it in no flag", arn)
+		}
+		name := strings.TrimSuffix(arn[strings.LastIndex(arn, ":secret:")+len(":secret:"):], "-AbCdEf")
+		secrets = append(secrets, secretsfront.Secret{ARN: arn, Name: name, Value: v})
+	}
+	f, err := secretsfront.New(secretsfront.Config{Region: r.tm.Pseudo.Region, Secrets: secrets,
+		Principals: []secretsfront.Principal{{AccessKey: r.express.AccessKey, SecretKey: r.express.SecretKey, Readable: arns}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	r.secrets = srv.URL
 }
 
 // star is one `star serve` started from the unit.
@@ -381,11 +426,9 @@ func (r *rehearsal) startStar(n int) *star {
 		"STARLOG_RECORD_OPS=" + r.opsFile(starComponent),
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
 		"HOME=" + r.home, "USER=starlog", "LOGNAME=starlog",
-		// TODO(stack secrets): the stack's Secrets Manager secrets give the
-		// star its admin token and internal key; until the unit reads them,
-		// the rehearsal passes both through the environment.
-		"STARLOG_ADMIN_TOKEN=" + rehearsalAdminToken,
-		"STARLOG_INTERNAL_KEY=" + rehearsalInternalKey,
+		// The unit's --admin-token-secret and --internal-key-secret are
+		// read from the Secrets Manager stand-in (secretsStandIn).
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + r.secrets,
 	})
 	s.public, s.internal = "http://"+pub, "http://"+in
 	s.cmd = exec.Command(r.starBin, argv[1:]...)
