@@ -109,9 +109,9 @@ func run(o runOptions) error {
 		hs.Handler = srv.Public()
 		ihs := srv.HTTPServer(o.internalListen)
 		servers = append(servers, ihs)
-		go func() { serveErr <- ihs.Serve(iln) }()
+		go func() { serveErr <- ihs.Serve(srv.Listener(iln)) }()
 	}
-	go func() { serveErr <- hs.Serve(ln) }()
+	go func() { serveErr <- hs.Serve(srv.Listener(ln)) }()
 	if iln != nil {
 		o.log.Info("serving", "listen", ln.Addr().String(), "internal", iln.Addr().String(), "address", o.cfg.Address)
 	} else {

@@ -2,8 +2,6 @@ package servecmd
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/starlog/starlog/star/server"
 )
 
 // Serve is `star serve`: a production star on DynamoDB and S3 (or, for a
@@ -63,7 +61,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
+				srv: c.serverOptions(),
 			}
 			if devFaults != "" { // tests and local experiments only (devfaults.go)
 				stopFaults, err := withDevFaults(cmd.Context(), &o, devFaults)

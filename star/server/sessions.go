@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -75,21 +76,24 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 	defer cancel()
 
 	rc := http.NewResponseController(w)
+	defer rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", api.ContentTypeSSE)
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no")
+	s.writeBy(rc)
 	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
+	if s.flush(rc) != nil {
 		return
 	}
 	sw := api.NewSSEWriter(w, f)
 	for {
 		ev, err := c.Next(ctx)
+		s.writeBy(rc)
 		if err != nil {
 			if e := sessionErr(ctx, err); e != nil {
 				if sw.Error(e) == nil {
-					rc.Flush()
+					s.flush(rc)
 				}
 			}
 			return
@@ -102,11 +106,11 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 			err = sw.Ping(api.Ping{Timestamp: uint64(time.Now().UnixMilli()), Tail: ev.Tail})
 		case node.EventEnd:
 			if sw.Done() == nil {
-				rc.Flush()
+				s.flush(rc)
 			}
 			return
 		}
-		if err != nil || rc.Flush() != nil {
+		if err != nil || s.flush(rc) != nil {
 			return // the client went away
 		}
 	}
@@ -126,9 +130,11 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 	defer cancel()
 
 	rc := http.NewResponseController(w)
+	defer rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", api.ContentTypeS2S)
+	s.writeBy(rc)
 	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
+	if s.flush(rc) != nil {
 		return
 	}
 	fw := api.NewFrameWriter(w, api.NegotiateCompression(r.Header.Values("Accept-Encoding")...))
@@ -136,10 +142,11 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 	var buf []byte
 	for {
 		ev, err := c.Next(ctx)
+		s.writeBy(rc)
 		if err != nil {
 			if e := sessionErr(ctx, err); e != nil {
 				if fw.WriteTerminal(e) == nil {
-					rc.Flush()
+					s.flush(rc)
 				}
 			}
 			return
@@ -153,7 +160,7 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		case node.EventEnd:
 			return
 		}
-		if fw.WriteMessage(buf) != nil || rc.Flush() != nil {
+		if fw.WriteMessage(buf) != nil || s.flush(rc) != nil {
 			return
 		}
 		if cap(buf) > 4<<20 {
@@ -186,12 +193,14 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	defer s.sessions.WithLabelValues("s2s_append").Dec()
 
 	rc := http.NewResponseController(w)
+	defer rc.SetWriteDeadline(time.Time{})
 	// HTTP/2 is full duplex already; HTTP/1.1 must be told (an error means
 	// HTTP/2 or a server that cannot, and then the client uses HTTP/2).
 	_ = rc.EnableFullDuplex()
 	w.Header().Set("Content-Type", api.ContentTypeS2S)
+	s.writeBy(rc)
 	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
+	if s.flush(rc) != nil {
 		return
 	}
 
@@ -201,16 +210,17 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	defer cancelSubmit()
 	g := &gate{items: make(chan appendItem, s.opts.SessionBacklog), closed: make(chan struct{}), abandon: make(chan struct{})}
 	readerDone := make(chan struct{})
+	rd := &readDeadline{rc: rc}
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g)
+		s.readInputs(submitCtx, r.Body, a, g, rd)
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.
 	defer func() {
 		cancelSubmit()
 		close(g.abandon)
-		_ = rc.SetReadDeadline(time.Now())
+		rd.end()
 		r.Body.Close()
 		<-readerDone
 	}()
@@ -218,8 +228,9 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	fw := api.NewFrameWriter(w, api.NegotiateCompression(r.Header.Values("Accept-Encoding")...))
 	defer fw.Close()
 	terminal := func(e *api.Error) {
+		s.writeBy(rc)
 		if fw.WriteTerminal(e) == nil {
-			rc.Flush()
+			s.flush(rc)
 		}
 	}
 	drain := s.drain.Done()
@@ -269,7 +280,8 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			terminal(e)
 			return
 		}
-		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || rc.Flush() != nil {
+		s.writeBy(rc)
+		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || s.flush(rc) != nil {
 			return
 		}
 	}
@@ -278,19 +290,24 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 // readInputs reads AppendInput frames and submits each, pushing the
 // pending batch (or the failure that ends the session) through the gate.
 // It stops at the first failure, at the end of the body, or when the gate
-// closes.
-func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate) {
+// closes. A frame must complete within FrameTimeout of its header: an
+// idle session costs nothing, a stalled frame holds a buffer.
+func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, rd *readDeadline) {
 	fr := api.NewFrameReader(body)
 	defer fr.Close()
 	defer g.finish()
+	fr.Started = func() { rd.set(time.Now().Add(s.opts.FrameTimeout)) }
 	for {
 		f, err := fr.Next()
+		rd.set(time.Time{})
 		var item appendItem
 		switch {
 		case errors.Is(err, io.EOF):
 			return // half-close: the writer sends the remaining acks
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			item.err = api.BadFrame("the request ended inside a frame")
+		case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil:
+			item.err = api.Timeout("an S2S frame did not complete within %v of its header", s.opts.FrameTimeout)
 		case err != nil:
 			var e *api.Error
 			if !errors.As(err, &e) {
@@ -329,6 +346,44 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 		g.push(func() appendItem { return item })
 		return
 	}
+}
+
+// readDeadline sets an append session's body read deadline from its
+// reader goroutine until the handler ends it (a deadline in the past, to
+// unblock the reader), after which the reader may not move it again.
+type readDeadline struct {
+	mu    sync.Mutex
+	rc    *http.ResponseController
+	ended bool
+}
+
+func (d *readDeadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.ended {
+		_ = d.rc.SetReadDeadline(t)
+	}
+}
+
+func (d *readDeadline) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ended = true
+	_ = d.rc.SetReadDeadline(time.Now())
+}
+
+// writeBy gives a session's client SessionWriteTimeout to take the next
+// frame or event: one that stopped reading is cut off. flush sends it
+// and clears the deadline: an idle session has none (on HTTP/2 a
+// deadline fires between writes too).
+func (s *Server) writeBy(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.SessionWriteTimeout))
+}
+
+func (s *Server) flush(rc *http.ResponseController) error {
+	err := rc.Flush()
+	_ = rc.SetWriteDeadline(time.Time{})
+	return err
 }
 
 // gate hands a session's items from the reader to the writer and lets the
