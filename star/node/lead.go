@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
@@ -37,7 +38,19 @@ type ledStream struct {
 	maxEnd atomic.Uint64
 	// released says a handoff dropped the stream.
 	released atomic.Bool
+
+	// users counts the open appenders and cursors, lastUse is when a
+	// request last used the stream (unix ns): the idle release
+	// (hygiene.go) takes only a stream with no user for a while.
+	users   atomic.Int64
+	lastUse atomic.Int64
 }
+
+func (l *ledStream) touch() { l.lastUse.Store(time.Now().UnixNano()) }
+
+func (l *ledStream) acquire() { l.users.Add(1); l.touch() }
+
+func (l *ledStream) release() { l.touch(); l.users.Add(-1) }
 
 // movingErr is the error of a request while a handoff runs, else nil.
 func (l *ledStream) movingErr() error {
@@ -152,6 +165,7 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 		return nil, n.storageErr("open stream", err)
 	}
 	slot.l = &ledStream{s: s, name: e.key.name, class: class, loglet: l, lost: n.zombie}
+	slot.l.touch()
 	n.log.Debug("leading stream", "basin", e.key.basin, "stream", e.key.name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
 	return slot.l, nil
 }
@@ -162,8 +176,10 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 // would), a *NotLeaderError naming the leader to forward to, or the
 // error the request itself would get.
 func (n *Node) Route(ctx context.Context, basin, name string, create *api.StreamConfig, onAppend bool) error {
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: onAppend, onRead: !onAppend, config: create})
-	if err != nil {
+	// A missing stream is not created here: the request creates it once
+	// it passes its own checks (a new stream has no leader to forward to).
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: onAppend, onRead: !onAppend, config: create, lazy: true})
+	if err != nil || e == nil {
 		return err
 	}
 	_, err = n.lead(ctx, b, e)
@@ -207,6 +223,7 @@ func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, error) {
 		}
 		return nil, err
 	}
+	slot.l.touch()
 	return slot.l, nil
 }
 

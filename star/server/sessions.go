@@ -70,6 +70,7 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 	if !ok {
 		return
 	}
+	defer c.Close()
 	s.sessions.WithLabelValues("sse").Inc()
 	defer s.sessions.WithLabelValues("sse").Dec()
 	ctx, cancel := s.sessionContext(r)
@@ -124,6 +125,7 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 	if !ok {
 		return
 	}
+	defer c.Close()
 	s.sessions.WithLabelValues("s2s_read").Inc()
 	defer s.sessions.WithLabelValues("s2s_read").Dec()
 	ctx, cancel := s.sessionContext(r)
@@ -189,6 +191,8 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 		s.writeError(w, r, err)
 		return
 	}
+	// Runs after the reader goroutine ends (deferred before its wait).
+	defer a.Close()
 	s.sessions.WithLabelValues("s2s_append").Inc()
 	defer s.sessions.WithLabelValues("s2s_append").Dec()
 
