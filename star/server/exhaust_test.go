@@ -392,3 +392,110 @@ func TestMethodLabelBounded(t *testing.T) {
 		t.Fatalf("method label values: %d (want the standard methods and other)", len(methods))
 	}
 }
+
+// metric sums a metric's values (counters and gauges, label sets
+// matching the given pairs) in the node's registry.
+func (e *env) metric(name string, labels ...string) float64 {
+	e.t.Helper()
+	mfs, err := e.n.Registry().Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// metaWrites is the metastore writes the star made so far.
+func (e *env) metaWrites() float64 {
+	w := 0.0
+	for _, op := range []string{"put", "batch_put", "delete", "batch_delete"} {
+		w += e.metric("starlog_meta_requests_total", "op", op)
+	}
+	return w
+}
+
+// Item 10: the 20,000-names attack at a small scale. Rejected requests
+// to new names (412, 422, 416, an append session with no input, reads
+// where the basin does not create on read) leave no stream, no lease and
+// no row behind; before, each created its stream and the star led it
+// until shutdown.
+func TestRejectedRequestsCreateNothing(t *testing.T) {
+	const names = 100
+	e := newEnv(t)
+	e.setupBasin("auto-basin") // creates on append and on read
+	r := e.call("POST", "basins", jsonBody(map[string]any{"basin": "plain-basin"}), "Content-Type", "application/json")
+	want(t, r, 201, "")
+	tooMany := textRecords("x", 1001)
+	writes := e.metaWrites()
+	start := time.Now()
+	for i := range names {
+		// A name per request, so that each would create its own stream.
+		s := func(kind string) string { return fmt.Sprintf("n%d-%s", i, kind) }
+		want(t, e.appendJSON("auto-basin", s("match"), `{"records":[{"body":"x"}],"match_seq_num":5}`), 412, "")
+		want(t, e.appendJSON("auto-basin", s("fence"), `{"records":[{"body":"x"}],"fencing_token":"t"}`), 412, "")
+		want(t, e.appendJSON("auto-basin", s("big"), tooMany), 422, api.CodeInvalid)
+		want(t, e.appendJSON("auto-basin", s("stamp"), `{"records":[{"body":"x"}]}`, "S2-Stream-Config", `{"timestamping":{"mode":"client-require"}}`), 422, api.CodeInvalid)
+		if _, r := e.readJSON("auto-basin", s("read"), "seq_num=5"); r.status != 416 {
+			t.Fatalf("read past the tail of a new stream: %s", r)
+		}
+		want(t, e.stream("plain-basin", "GET", "streams/"+s("tail")+"/records/tail", nil), 404, api.CodeStreamNotFound)
+		if _, r := e.readJSON("plain-basin", s("read"), "seq_num=0"); r.status != 404 {
+			t.Fatalf("read of a missing stream in a basin that does not create on read: %s", r)
+		}
+		if i%10 == 0 { // an append session that never appends
+			sess := e.openAppendSession("auto-basin", s("session"), api.CompressionNone)
+			sess.pw.Close()
+			if f, err := sess.fr.Next(); !errors.Is(err, io.EOF) {
+				t.Fatalf("empty append session: %v %+v", err, f)
+			}
+		}
+	}
+	took := time.Since(start)
+	wrote := e.metaWrites() - writes
+	led := e.metric("starlog_leader_streams_led")
+	r = e.stream("auto-basin", "GET", "streams", nil)
+	want(t, r, 200, "")
+	t.Logf("%d names × 7 rejected requests in %v: %v metastore writes, %v streams led, list %s", names, took, wrote, led, truncate(r.body))
+	if led != 0 {
+		t.Fatalf("rejected requests left %v streams led", led)
+	}
+	if !strings.Contains(string(r.body), `"streams":[]`) {
+		t.Fatalf("rejected requests created streams: %s", truncate(r.body))
+	}
+	if wrote > 5 { // a heartbeat or two
+		t.Fatalf("rejected requests wrote %v metastore rows", wrote)
+	}
+
+	// An accepted append still creates its stream, and so does a
+	// session's first accepted input.
+	want(t, e.appendJSON("auto-basin", "made", `{"records":[{"body":"x"}],"match_seq_num":0}`), 200, "")
+	sess := e.openAppendSession("auto-basin", "made-by-session", api.CompressionNone)
+	sess.send(t, batch("s", 2))
+	if ack, aerr := sess.ack(t); aerr != nil || ack.End.SeqNum != 2 {
+		t.Fatalf("first input of a session on a new stream: %+v %v", ack, aerr)
+	}
+	if tail := e.tail("auto-basin", "made-by-session"); tail.SeqNum != 2 {
+		t.Fatalf("stream created by a session: tail %d", tail.SeqNum)
+	}
+	if led := e.metric("starlog_leader_streams_led"); led != 2 {
+		t.Fatalf("%v streams led after two accepted appends to new names", led)
+	}
+}
