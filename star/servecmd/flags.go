@@ -89,6 +89,7 @@ type common struct {
 	heartbeatMin, heartbeatMx time.Duration
 	registryBeat, deadAfter   time.Duration
 	balanceEvery              time.Duration
+	idleRelease               time.Duration
 
 	maxConns                         int
 	bodyReadTimeout, requestTimeout  time.Duration
@@ -136,6 +137,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
 	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
 	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat); a star whose own heartbeat is half this old stops answering check-tails and tail reads from memory, but keeps acknowledging appends (the chain's fence, not the clock, keeps those safe)")
+	fs.DurationVar(&c.idleRelease, "idle-release", d.IdleRelease, "release the lease of a stream no request, session or read used for this long (the next request re-acquires it; 0 turns it off)")
 	fs.IntVar(&c.maxConns, "max-connections", server.DefaultMaxConns, "connections served at once per listener; more wait in the accept backlog")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "a unary request's body must arrive within this (408 timeout)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "a unary request's whole life, its response written (a read's wait comes on top)")
@@ -164,6 +166,7 @@ func (c *common) nodeConfig() node.Config {
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
 	cfg.BalanceEvery = c.balanceEvery
+	cfg.IdleRelease = c.idleRelease
 	return cfg
 }
 
