@@ -173,8 +173,9 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 // Route is the leadership check of a data request (append, check-tail,
 // read, and their sessions) before the server reads its body: nil when
 // this star leads the stream (it acquires and opens it as the request
-// would), a *NotLeaderError naming the leader to forward to, or the
-// error the request itself would get.
+// would) or the stream is missing and the request may create it here, a
+// *NotLeaderError naming the leader to forward to, or the error the
+// request itself would get.
 func (n *Node) Route(ctx context.Context, basin, name string, create *api.StreamConfig, onAppend bool) error {
 	// A missing stream is not created here: the request creates it once
 	// it passes its own checks (a new stream has no leader to forward to).
