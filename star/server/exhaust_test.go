@@ -499,3 +499,42 @@ func TestRejectedRequestsCreateNothing(t *testing.T) {
 		t.Fatalf("%v streams led after two accepted appends to new names", led)
 	}
 }
+
+// Item 7 over HTTP/1.1 (a full-duplex append session): one input is
+// acknowledged, then a frame that stalls after its header ends the
+// session with 408 once FrameTimeout passes.
+func TestStalledFrameHTTP1(t *testing.T) {
+	e := newEnv(t, withServer(func(o *server.Options) { o.FrameTimeout = 500 * time.Millisecond }))
+	e.setupBasin("h1-stall-basin")
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("POST", e.base+"/v1/streams/h/records", pr)
+	req.Header.Set("s2-basin", "h1-stall-basin")
+	req.Header.Set("Content-Type", "s2s/proto")
+	go func() {
+		b, _ := api.EncodeAppendProto(batch("ok", 1))
+		api.NewFrameWriter(pw, api.CompressionNone).WriteMessage(b)
+		time.Sleep(time.Second) // idle between frames: no timeout
+		pw.Write([]byte{0, 1, 0, 0, 'x'})
+	}()
+	res, err := e.h1.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 || res.ProtoMajor != 1 {
+		t.Fatalf("%s proto %d", res.Status, res.ProtoMajor)
+	}
+	fr := api.NewFrameReader(res.Body)
+	if f, err := fr.Next(); err != nil || f.Terminal {
+		t.Fatalf("ack: %+v %v", f, err)
+	}
+	start := time.Now()
+	f, err := fr.Next()
+	if err != nil || !f.Terminal || f.Err().Status != http.StatusRequestTimeout {
+		t.Fatalf("want a terminal 408, got %+v %v", f, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("stalled frame ended the session after %v (frame timeout 500 ms)", took)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -214,17 +213,17 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	defer cancelSubmit()
 	g := &gate{items: make(chan appendItem, s.opts.SessionBacklog), closed: make(chan struct{}), abandon: make(chan struct{})}
 	readerDone := make(chan struct{})
-	rd := &readDeadline{rc: rc}
+	watch := newFrameWatch(rc)
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g, rd)
+		s.readInputs(submitCtx, r.Body, a, g, watch)
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.
 	defer func() {
 		cancelSubmit()
 		close(g.abandon)
-		rd.end()
+		watch.end()
 		r.Body.Close()
 		<-readerDone
 	}()
@@ -296,21 +295,23 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 // It stops at the first failure, at the end of the body, or when the gate
 // closes. A frame must complete within FrameTimeout of its header: an
 // idle session costs nothing, a stalled frame holds a buffer.
-func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, rd *readDeadline) {
+func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, watch *frameWatch) {
 	fr := api.NewFrameReader(body)
 	defer fr.Close()
 	defer g.finish()
-	fr.Started = func() { rd.set(time.Now().Add(s.opts.FrameTimeout)) }
+	fr.Started = func() { watch.t.Reset(s.opts.FrameTimeout) }
 	for {
 		f, err := fr.Next()
-		rd.set(time.Time{})
+		watch.t.Stop()
 		var item appendItem
 		switch {
 		case errors.Is(err, io.EOF):
 			return // half-close: the writer sends the remaining acks
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			item.err = api.BadFrame("the request ended inside a frame")
-		case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil:
+		case err != nil && watch.expired():
+			// Before the ctx check: on HTTP/1.1 the deadline's read error
+			// also cancels the request context.
 			item.err = api.Timeout("an S2S frame did not complete within %v of its header", s.opts.FrameTimeout)
 		case err != nil:
 			var e *api.Error
@@ -352,28 +353,48 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 	}
 }
 
-// readDeadline sets an append session's body read deadline from its
-// reader goroutine until the handler ends it (a deadline in the past, to
-// unblock the reader), after which the reader may not move it again.
-type readDeadline struct {
-	mu    sync.Mutex
-	rc    *http.ResponseController
-	ended bool
+// frameWatch is an append session's frame-completion deadline: a timer
+// the reader starts at each frame's header and stops when the frame is
+// in (no I/O per frame). When it fires, or when the handler ends, the
+// body's read deadline is set in the past to unblock the reader.
+type frameWatch struct {
+	t  *time.Timer
+	rc *http.ResponseController
+
+	mu           sync.Mutex
+	fired, ended bool
 }
 
-func (d *readDeadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.ended {
-		_ = d.rc.SetReadDeadline(t)
+func newFrameWatch(rc *http.ResponseController) *frameWatch {
+	w := &frameWatch{rc: rc}
+	w.t = time.AfterFunc(time.Hour, w.fire)
+	w.t.Stop()
+	return w
+}
+
+func (w *frameWatch) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.fired = true
+		_ = w.rc.SetReadDeadline(time.Now())
 	}
 }
 
-func (d *readDeadline) end() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.ended = true
-	_ = d.rc.SetReadDeadline(time.Now())
+// expired reports whether a frame was late.
+func (w *frameWatch) expired() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fired
+}
+
+// end unblocks the reader for good, when the handler ends.
+func (w *frameWatch) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	w.t.Stop()
+	_ = w.rc.SetReadDeadline(time.Now())
 }
 
 // writeBy gives a session's client SessionWriteTimeout to take the next
