@@ -538,3 +538,39 @@ func TestStalledFrameHTTP1(t *testing.T) {
 		t.Fatalf("stalled frame ended the session after %v (frame timeout 500 ms)", took)
 	}
 }
+
+// Long polls that carry big bodies nobody reads (GET routes read none)
+// must not pin those bodies for their wait: HTTP/2 lets a client send a
+// stream's whole window (16 MiB) before the handler reads.
+func TestUnreadBodiesAreDropped(t *testing.T) {
+	const polls = 3
+	e := newEnv(t)
+	e.setupBasin("poll-basin")
+	want(t, e.appendJSON("poll-basin", "s", textRecords("a", 1)), 200, "")
+	body := make([]byte, 15<<20)
+	base := heapInUse()
+	var wg sync.WaitGroup
+	for range polls {
+		wg.Go(func() {
+			req, _ := http.NewRequest("GET", e.base+"/v1/streams/s/records?seq_num=1&wait=3", bytes.NewReader(body))
+			req.Header.Set("s2-basin", "poll-basin")
+			res, err := e.h2.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Errorf("long poll with a body: %s", res.Status)
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond) // the bodies are sent, the polls wait
+	held := int64(heapInUse()) - int64(base)
+	t.Logf("%d long polls with %d MiB bodies hold %d KiB of heap", polls, len(body)>>20, held>>10)
+	wg.Wait()
+	if held > 12<<20 {
+		t.Fatalf("%d long polls hold %d MiB of the bodies they sent", polls, held>>20)
+	}
+}

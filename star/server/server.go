@@ -196,6 +196,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &recorder{ResponseWriter: w}
 	rt, perr := parsePath(r.URL.EscapedPath())
+	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete {
+		// No route reads a body of these: drop one at once rather than
+		// hold what the client sent (on HTTP/2 up to a stream's 16 MiB
+		// window) for a long poll's or a session's life.
+		r.Body.Close()
+		r.Body, r.ContentLength = http.NoBody, 0
+	}
 	if d, ok := s.requestBudget(r, rt); ok {
 		// The response must be out by then; a client that does not take
 		// it is cut off. Cleared for the next request on the connection.
