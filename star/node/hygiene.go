@@ -37,6 +37,35 @@ func (n *Node) admitNew(in *api.AppendInput) func(api.EffectiveStreamConfig) err
 	}
 }
 
+// forget drops what this star keeps of a released stream: its empty lead
+// slot and its cached row, so a stream that is not led here costs
+// nothing. A slot that is busy (a request is opening the stream) or
+// marks a deletion stays. lead checks, under the slot's lock, that its
+// slot is still the current one (slotIs), so a request that took the slot
+// before it was forgotten never opens a second facade beside a new slot.
+func (n *Node) forget(id string, key streamKey) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cur := n.streams[key]; cur != nil && cur.row.ID == id {
+		delete(n.streams, key)
+	}
+	slot := n.led[id]
+	if slot == nil || !slot.mu.TryLock() { // never wait for I/O under n.mu
+		return
+	}
+	defer slot.mu.Unlock()
+	if slot.l == nil && !slot.deleted {
+		delete(n.led, id)
+	}
+}
+
+// slotIs reports whether slot is id's current slot.
+func (n *Node) slotIs(id string, slot *ledSlot) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.led[id] == slot
+}
+
 // idleReleaser is the idle release's loop state.
 type idleReleaser struct {
 	released prometheus.Counter
@@ -138,6 +167,7 @@ func (n *Node) releaseIdle(ctx context.Context, idle time.Duration) int {
 			n.log.Warn("idle release failed; the stream stays led here", "stream", l.name, "id", id, "err", err)
 			continue
 		}
+		n.forget(id, l.key)
 		released++
 		n.idle.released.Inc()
 		n.log.Debug("released idle stream", "stream", l.name, "id", id, "frontier", frontier)

@@ -21,6 +21,7 @@ import (
 // unabsorbed tail window covered first (a handoff, DESIGN §9).
 type ledStream struct {
 	s      *streams.Stream
+	key    streamKey
 	name   string
 	class  meta.Class
 	loglet *loglet.Loglet
@@ -143,6 +144,11 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
+	if !n.slotIs(id, slot) {
+		// The idle release forgot this empty slot meanwhile: never open
+		// beside the current one.
+		return nil, api.Unavailable("stream %q was released while this star opened it; retry", e.key.name)
+	}
 	if slot.deleted {
 		return nil, api.StreamDeletionPending("stream %q is being deleted", e.key.name)
 	}
@@ -164,7 +170,7 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	if err != nil {
 		return nil, n.storageErr("open stream", err)
 	}
-	slot.l = &ledStream{s: s, name: e.key.name, class: class, loglet: l, lost: n.zombie}
+	slot.l = &ledStream{s: s, key: e.key, name: e.key.name, class: class, loglet: l, lost: n.zombie}
 	slot.l.touch()
 	n.log.Debug("leading stream", "basin", e.key.basin, "stream", e.key.name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
 	return slot.l, nil
