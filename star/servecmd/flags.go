@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -171,8 +172,9 @@ func (c *common) nodeConfig() node.Config {
 }
 
 // serverOptions maps the flags onto the HTTP server's options.
-func (c *common) serverOptions() server.Options {
+func (c *common) serverOptions(ac auth.Config) server.Options {
 	return server.Options{
+		Auth:         ac,
 		HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx,
 		MaxConns:        c.maxConns,
 		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -38,6 +39,10 @@ type Options struct {
 	SessionBacklog int
 	// Logger (nil: the node's).
 	Logger *slog.Logger
+	// Auth is how requests are authenticated (star/server/auth.go). It
+	// has no default: production passes the admin token and internal
+	// key, tests and `star dev --open` pass auth.Open().
+	Auth auth.Config
 
 	// Resource limits (docs/security.md, "Resource limits").
 	//
@@ -93,6 +98,10 @@ type Server struct {
 	stopDrain context.CancelFunc
 
 	fwd *forwarder
+
+	keys          auth.Keys
+	tokens        *tokenStore
+	authDecisions *prometheus.CounterVec
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -117,7 +126,11 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	opts.RequestTimeout = cmp.Or(max(opts.RequestTimeout, 0), DefaultRequestTimeout)
 	opts.FrameTimeout = cmp.Or(max(opts.FrameTimeout, 0), DefaultFrameTimeout)
 	opts.SessionWriteTimeout = cmp.Or(max(opts.SessionWriteTimeout, 0), DefaultSessionWriteTimeout)
-	s := &Server{n: n, log: opts.Logger, opts: opts}
+	keys, err := auth.Derive(opts.Auth)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w (auth.Open() runs without authentication)", err)
+	}
+	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta())}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "requests_total",
@@ -132,12 +145,15 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		Namespace: "starlog", Subsystem: "http", Name: "sessions",
 		Help: "Open streaming sessions by kind (sse, s2s_read, s2s_append).",
 	}, []string{"kind"})
-	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions} {
+	s.authDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "auth", Name: "decisions_total",
+		Help: "Authentication and authorization decisions by result (ok, stale, open, internal, missing, malformed, unknown, expired, denied, error).",
+	}, []string{"result"})
+	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions, s.authDecisions} {
 		if err := n.Registry().Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
 	}
-	var err error
 	if s.fwd, err = newForwarder(s); err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
@@ -210,6 +226,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetWriteDeadline(start.Add(d))
 		defer rc.SetWriteDeadline(time.Time{})
 	}
+	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
+	if !internal {
+		r.Header.Del(HeaderForwardedBy) // only a peer may say it forwards
+	}
 	if r.Header.Get(HeaderForwardedBy) != "" {
 		// The forwarding star believes this one leads: resolve the lease
 		// afresh rather than trust what this star remembers (a handoff to
@@ -237,6 +257,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rw, r, perr)
 		return
 	}
+	p, rt, aerr := s.authorize(r, rt, internal)
+	if aerr != nil {
+		s.writeError(rw, r, aerr)
+		return
+	}
+	ctx := auth.WithPrincipal(r.Context(), p)
+	if rt.name != "" {
+		ctx = context.WithValue(ctx, storedStreamKey{}, rt.name)
+	}
+	r = r.WithContext(ctx)
 	s.route(rw, r, rt)
 }
 
@@ -322,6 +352,20 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 	case routeSettle:
 		if m == http.MethodPost {
 			s.settleFor(w, r)
+			return
+		}
+	case routeTokens:
+		switch m {
+		case http.MethodGet:
+			s.listTokens(w, r)
+			return
+		case http.MethodPost:
+			s.issueToken(w, r)
+			return
+		}
+	case routeToken:
+		if m == http.MethodDelete {
+			s.revokeToken(w, r, rt.name)
 			return
 		}
 	case routeStreams, routeStream, routeRecords, routeTail:

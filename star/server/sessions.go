@@ -216,7 +216,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	watch := newFrameWatch(rc)
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g, watch)
+		s.readInputs(submitCtx, r.Body, a, g, watch, func(in *api.AppendInput) *api.Error { return checkCommands(r.Context(), basin, name, in) })
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.
@@ -295,7 +295,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 // It stops at the first failure, at the end of the body, or when the gate
 // closes. A frame must complete within FrameTimeout of its header: an
 // idle session costs nothing, a stalled frame holds a buffer.
-func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, watch *frameWatch) {
+func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, watch *frameWatch, check func(*api.AppendInput) *api.Error) {
 	fr := api.NewFrameReader(body)
 	defer fr.Close()
 	defer g.finish()
@@ -329,6 +329,8 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 			in, derr := api.DecodeAppendProto(f.Payload)
 			if derr != nil {
 				item.err = derr
+			} else if cerr := check(in); cerr != nil {
+				item.err = cerr // a trim or fence the token may not do
 			}
 			if !g.push(func() appendItem {
 				if item.err != nil {
