@@ -12,6 +12,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +40,9 @@ type Options struct {
 	SessionBacklog int
 	// Logger (nil: the node's).
 	Logger *slog.Logger
+	// PeerTLS is how forwarding dials peers that advertise https (nil:
+	// the system's roots; see tls.go).
+	PeerTLS *tls.Config
 	// Auth is how requests are authenticated (star/server/auth.go). It
 	// has no default: production passes the admin token and internal
 	// key, tests and `star dev --open` pass auth.Open().
