@@ -110,8 +110,13 @@ type ledSlot struct {
 //     chain that may hold records no row covers) and opens the stream at
 //     the end of its greatest row.
 func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStream, error) {
+	return n.leadIn(ctx, n.slot(e.row.ID), b, e)
+}
+
+// leadIn is lead through slot, the slot it took for e's stream id (which
+// the idle release may forget meanwhile: see forget).
+func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *streamEntry) (*ledStream, error) {
 	id := e.row.ID
-	slot := n.slot(id)
 	if l, err := n.ledOpen(slot, e.key.name); l != nil || err != nil {
 		return l, err
 	}
