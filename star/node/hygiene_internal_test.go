@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestForgottenSlotIsNotOpened(t *testing.T) {
 	cfg.StarID = "test-star"
 	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = time.Millisecond, time.Millisecond
 	cfg.IdleRelease = 0 // released by hand below
-	n, err := Open(ctx, cfg, Deps{Meta: testsvc.SQLite(t), Objects: objs})
+	n, err := Open(ctx, cfg, Deps{Meta: testsvc.SQLite(t), Objects: objs, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func waitLed(t *testing.T, n *node.Node, want float64, within time.Duration) {
 // stream, and the next request re-acquires a released one where its tail
 // was.
 func TestIdleStreamsAreReleased(t *testing.T) {
-	const idle = 300 * time.Millisecond
+	const idle = time.Second
 	ctx := context.Background()
 	cfg := testConfig()
 	cfg.IdleRelease = idle
@@ -75,7 +75,7 @@ func TestIdleStreamsAreReleased(t *testing.T) {
 	if got := metric(t, n, "starlog_leader_idle_releases_total"); got != streams-1 {
 		t.Fatalf("idle releases counted %v, want %d", got, streams-1)
 	}
-	time.Sleep(3 * idle)
+	time.Sleep(2 * idle)
 	waitLed(t, n, 1, 0) // the cursor holds s0
 	// Nothing is kept of a released stream: no slot, no cached row.
 	if slots, rows := n.Kept(); slots != 1 || rows != 1 {
