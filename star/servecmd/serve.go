@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/starlog/starlog/shared/awsrecord"
-	"github.com/starlog/starlog/star/server"
 )
 
 // Serve is `star serve`: a production star on DynamoDB and S3 (or, for a
@@ -97,9 +96,10 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.PeerTLS = ts.peer
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, Auth: authCfg, PeerTLS: ts.peer},
+				srv: c.serverOptions(authCfg),
 				tls: ts.serve,
 			}
+			o.srv.PeerTLS = ts.peer
 			if err := o.setPeerCredential(); err != nil {
 				return err
 			}
