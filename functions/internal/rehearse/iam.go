@@ -362,6 +362,8 @@ func resourceOf(rec awsrecord.Record) string {
 		return rec.Table
 	case len(rec.Tables) > 0:
 		return strings.Join(rec.Tables, ",")
+	case rec.SecretID != "":
+		return rec.SecretID
 	}
 	return rec.QueueURL
 }
