@@ -30,6 +30,8 @@ type JanitorReport struct {
 	// Gone counts chains whose head epoch is settled for a star that is
 	// gone (dead, stopped, superseded, or closed with a settle marker).
 	Gone int
+	// Reclaim is what the reclaim pass did (superseded settled objects).
+	Reclaim settle.ReclaimReport
 }
 
 // Janitor runs the janitor's registry and settle duties (DESIGN §9):
@@ -56,9 +58,13 @@ type JanitorReport struct {
 // the job that serves it, or here once its epoch is settled): running it
 // twice finds the same jobs, and a job found twice is safe.
 //
+// Then it runs the reclaim pass (settle.Reclaim): superseded tail
+// revisions are deleted a read grace after it first saw them superseded.
+// A reclaim failure does not hold back the jobs found: they are in the
+// report beside the error.
+//
 // Not done yet: retention and deleted streams (rows, then settled
-// objects), deleting superseded tail revisions, and the poison of
-// decommissioned stars.
+// objects), and the poison of decommissioned stars.
 func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	var rep JanitorReport
 	if st.Meta == nil {
@@ -133,6 +139,9 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 				rep.Jobs = append(rep.Jobs, ChainSettle(ch, e.Epoch))
 			}
 		}
+	}
+	if rep.Reclaim, err = settle.Reclaim(ctx, st, now); err != nil {
+		return rep, fmt.Errorf("auditjob: janitor: %w", err)
 	}
 	return rep, nil
 }

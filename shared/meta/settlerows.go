@@ -32,3 +32,35 @@ type SettleDue struct {
 	Epoch uint64 `json:"epoch"`
 	At    int64  `json:"at"` // unix ms
 }
+
+// ReclaimPK is the partition of the auditor's reclaim entries: one per
+// tail object a settle decided whether to extend (docs/settle.md,
+// "Reclamation"). One partition for now: an entry is written once per
+// settle round that finds a tail, far below a partition's write rate.
+const ReclaimPK = "reclaim"
+
+// ReclaimKey is the reclaim entry of revision rev of the settled object
+// (streamID, epoch, first): derivable from the tail's catalog row, so a
+// settle re-run finds the decision an earlier run made.
+func ReclaimKey(streamID string, epoch, first, rev uint64) Key {
+	return Key{PK: ReclaimPK, SK: streamID + "/" + pad(epoch) + "/" + pad(first) + "/" + pad(rev)}
+}
+
+// Reclaim is a reclaim entry, written (IfAbsent) by a settle before it
+// publishes the object that follows a stream's tail. Extend records the
+// decision: the next object is the tail's next revision (the tail is then
+// superseded, and deleted a read grace after a reclaim pass saw the
+// catalog row name the later revision), or a new object after the tail
+// (the entry only keeps the decision until that object is committed).
+type Reclaim struct {
+	Basin  string `json:"basin"`
+	Stream string `json:"stream"`
+	Epoch  uint64 `json:"epoch"`
+	First  uint64 `json:"first"`
+	Rev    uint64 `json:"rev"`
+	Bytes  uint64 `json:"bytes"`
+	Extend bool   `json:"extend"`
+	// Armed is when (unix ms) a reclaim pass first saw no row name the
+	// object; it is deleted a read grace later. 0: not seen yet.
+	Armed int64 `json:"armed,omitempty"`
+}
