@@ -30,7 +30,10 @@ type JanitorReport struct {
 	// Gone counts chains whose head epoch is settled for a star that is
 	// gone (dead, stopped, superseded, or closed with a settle marker).
 	Gone int
-	// Reclaim is what the reclaim pass did (superseded settled objects).
+	// Retention is what the retention pass did (trimmed catalog rows).
+	Retention RetentionReport
+	// Reclaim is what the reclaim pass did (superseded and trimmed
+	// settled objects).
 	Reclaim settle.ReclaimReport
 }
 
@@ -58,13 +61,15 @@ type JanitorReport struct {
 // the job that serves it, or here once its epoch is settled): running it
 // twice finds the same jobs, and a job found twice is safe.
 //
-// Then it runs the reclaim pass (settle.Reclaim): superseded tail
-// revisions are deleted a read grace after it first saw them superseded.
-// A reclaim failure does not hold back the jobs found: they are in the
-// report beside the error.
+// Then it runs the retention pass (Retention: every live stream's
+// catalog rows below its trim point or older than its retention age are
+// deleted) and the reclaim pass (settle.Reclaim): superseded tail
+// revisions and the objects of trimmed rows are deleted a read grace
+// after it first saw no row name them. A failure of either does not hold
+// back the jobs found: they are in the report beside the error.
 //
-// Not done yet: retention and deleted streams (rows, then settled
-// objects), and the poison of decommissioned stars.
+// Not done yet: deleted streams and basins (rows, then settled objects),
+// delete_on_empty, and the poison of decommissioned stars.
 func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	var rep JanitorReport
 	if st.Meta == nil {
@@ -140,10 +145,14 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 			}
 		}
 	}
-	if rep.Reclaim, err = settle.Reclaim(ctx, st, now); err != nil {
-		return rep, fmt.Errorf("auditjob: janitor: %w", err)
+	var errs []error
+	if rep.Retention, err = Retention(ctx, st, now); err != nil {
+		errs = append(errs, err)
 	}
-	return rep, nil
+	if rep.Reclaim, err = settle.Reclaim(ctx, st, now); err != nil {
+		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
+	}
+	return rep, errors.Join(errs...)
 }
 
 // markStaleDead marks dead every star whose heartbeat is older than

@@ -52,6 +52,8 @@ func ReclaimKey(streamID string, epoch, first, rev uint64) Key {
 // superseded, and deleted a read grace after a reclaim pass saw the
 // catalog row name the later revision), or a new object after the tail
 // (the entry only keeps the decision until that object is committed).
+// A trim or retention that deletes a catalog row first writes (or marks)
+// the entry of the row's object with Drop.
 type Reclaim struct {
 	Basin  string `json:"basin"`
 	Stream string `json:"stream"`
@@ -60,6 +62,9 @@ type Reclaim struct {
 	Rev    uint64 `json:"rev"`
 	Bytes  uint64 `json:"bytes"`
 	Extend bool   `json:"extend"`
+	// Drop: a trim or retention is deleting the object's catalog row, so
+	// the object goes once no row names it, whatever Extend says.
+	Drop bool `json:"drop,omitempty"`
 	// Armed is when (unix ms) a reclaim pass first saw no row name the
 	// object; it is deleted a read grace later. 0: not seen yet.
 	Armed int64 `json:"armed,omitempty"`

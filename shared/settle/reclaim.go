@@ -100,15 +100,17 @@ const maxReclaimEntries = 4096
 // janitor, the one deleter of settled objects). Per entry, from the
 // catalog row at the object's first seq:
 //
-//   - the row names a later revision of the object, or no row is left:
-//     an extension superseded the object. The first pass that sees this
+//   - the row names a later revision of the object (an extension
+//     superseded it), or no row is left (a trim or retention deleted it,
+//     after marking the entry Drop). The first pass that sees this
 //     arms the entry (Armed = now); a pass a read grace later deletes the
 //     object, then the entry. A reader holding the old row therefore
 //     keeps its bytes for a whole grace after the commit landed.
 //   - the row still names the object: the extension has not committed
-//     (a settle crashed or runs): the entry stays. A decision to start a
-//     new object instead is done with once a catalog row follows the
-//     tail (that object committed); its entry is deleted.
+//     (a settle crashed or runs), or the trim deleting the row has not
+//     yet: the entry stays. A decision to start a new object instead is
+//     done with once a catalog row follows the tail (that object
+//     committed); its entry is deleted, unless a trim marked it Drop.
 //
 // Every step is conditional or idempotent (an absent object or entry is
 // fine), so a crash anywhere leaves an entry the next pass finishes.
@@ -157,8 +159,8 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 	row, err := st.Meta.Get(ctx, rk.PK, rk.SK)
 	switch {
 	case errors.Is(err, meta.ErrNotFound):
-		// The stream's rows were reclaimed before its objects.
-		unreferenced, done = rc.Extend, !rc.Extend
+		// A trim or retention deleted the row before the object.
+		unreferenced = true
 	case err != nil:
 		return fmt.Errorf("settle: reclaim %s: read row: %w", it.SK, err)
 	default:
@@ -175,8 +177,8 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 		}
 		switch {
 		case s.Revision > rc.Rev:
-			unreferenced, done = rc.Extend, !rc.Extend
-		case !rc.Extend:
+			unreferenced = true
+		case !rc.Extend && !rc.Drop:
 			if done, err = followed(ctx, st, rc.Stream, ref.EndSeq); err != nil {
 				return err
 			}

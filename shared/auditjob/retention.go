@@ -1,0 +1,136 @@
+package auditjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
+)
+
+// The basin and stream rows the retention pass reads, as star/node writes
+// them (node.BasinDirPK, node.BasinRow, node.StreamRow): only the fields
+// it needs, decoded leniently. TODO(lead): the row types belong in
+// shared/meta (star/node's TODO says so too).
+const basinDirPK = "basins"
+
+type basinRow struct {
+	ID     string          `json:"id"`
+	Config api.BasinConfig `json:"config"`
+}
+
+type streamRow struct {
+	ID        string           `json:"id"`
+	BasinID   string           `json:"basin_id"`
+	Config    api.StreamConfig `json:"config"`
+	DeletedAt *time.Time       `json:"deleted_at,omitempty"`
+}
+
+// RetentionReport says what one retention pass did.
+type RetentionReport struct {
+	Streams int    // live streams visited
+	Trimmed int    // of which some rows were trimmed
+	Rows    int    // catalog rows deleted
+	Bytes   uint64 // bytes of their objects (deleted a read grace later)
+}
+
+// maxRetentionErrors bounds the errors one pass collects before it stops.
+const maxRetentionErrors = 8
+
+// Retention trims every live stream by its trim point and its resolved
+// retention age (settle.TrimStream): basins from the basin directory,
+// streams from each basin's stream rows. A stream of a deleted basin, or
+// deleted itself, is left to the deleted-stream reclamation.
+func Retention(ctx context.Context, st *settle.Stores, now time.Time) (RetentionReport, error) {
+	var rep RetentionReport
+	var errs []error
+	err := pages(ctx, st.Meta, meta.Query{PK: basinDirPK}, func(it meta.Item) error {
+		b, ok, err := readBasin(ctx, st.Meta, it.SK)
+		if err != nil || !ok {
+			return err
+		}
+		pk := meta.StreamNameKey(it.SK, "").PK
+		return pages(ctx, st.Meta, meta.Query{PK: pk, From: "s#", To: "s#~"}, func(it meta.Item) error {
+			var s streamRow
+			if err := meta.Decode(it.Val, &s); err != nil {
+				return err
+			}
+			if s.ID == "" || s.BasinID != b.row.ID || s.DeletedAt != nil {
+				return nil
+			}
+			rep.Streams++
+			var before time.Time
+			if r := s.Config.Resolve(b.row.Config.DefaultStreamConfig).Retention; !r.Infinite {
+				before = now.Add(-time.Duration(r.AgeSecs) * time.Second)
+			}
+			tr, err := settle.TrimStream(ctx, st, s.ID, b.name, before)
+			if tr.Rows > 0 {
+				rep.Trimmed++
+				rep.Rows += tr.Rows
+				rep.Bytes += tr.Bytes
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stream %s: %w", s.ID, err))
+				if len(errs) >= maxRetentionErrors {
+					return errors.Join(errs...)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return rep, fmt.Errorf("auditjob: retention: %w", err)
+	}
+	if len(errs) > 0 {
+		return rep, fmt.Errorf("auditjob: retention: %w", errors.Join(errs...))
+	}
+	return rep, nil
+}
+
+type basin struct {
+	name string
+	row  basinRow
+}
+
+// readBasin reads a basin's config row; ok is false for a basin deleted
+// or not there.
+func readBasin(ctx context.Context, ms meta.Store, name string) (basin, bool, error) {
+	k := meta.BasinKey(name)
+	it, err := ms.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return basin{}, false, nil
+	}
+	if err != nil {
+		return basin{}, false, err
+	}
+	var r struct {
+		basinRow
+		DeletedAt *time.Time `json:"deleted_at,omitempty"`
+	}
+	if err := meta.Decode(it.Val, &r); err != nil {
+		return basin{}, false, err
+	}
+	return basin{name: name, row: r.basinRow}, r.ID != "" && r.DeletedAt == nil, nil
+}
+
+// pages runs fn on every item of q, page by page; an error from fn stops.
+func pages(ctx context.Context, ms meta.Store, q meta.Query, fn func(meta.Item) error) error {
+	for {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return fmt.Errorf("query %s: %w", q.PK, err)
+		}
+		for _, it := range pg.Items {
+			if err := fn(it); err != nil {
+				return err
+			}
+		}
+		if pg.Next == "" {
+			return nil
+		}
+		q.PageToken = pg.Next
+	}
+}
