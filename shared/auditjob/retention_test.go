@@ -1,0 +1,103 @@
+package auditjob_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/auditjob"
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/stores"
+)
+
+// The janitor applies each live stream's retention: a stream with a
+// one-minute age loses its catalog rows older than that (never its
+// greatest), and their objects a read grace later; an infinite stream
+// and a deleted stream keep theirs (the deleted one is the deleted-stream
+// reclamation's). Rows as star/node writes them.
+func TestJanitorRetention(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		var objs objstore.Store
+		var ms meta.Store
+		if b == onAWS {
+			objs, ms = stores.S3(t, "std"), stores.Dynamo(t, &sharedDyn)
+		} else {
+			m, err := mem.New("std")
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, ms = m, testsvc.SQLite(t)
+		}
+		now := time.Now()
+		st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
+			Config: settle.Config{ScratchDir: t.TempDir()}, Now: func() time.Time { return now }}
+		put := func(pk, sk, val string) {
+			t.Helper()
+			if _, err := ms.Put(ctx, pk, sk, []byte(val), meta.Always()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put("basins", "b1", `{"id":"B1"}`)
+		put("basin#b1", "cfg", `{"id":"B1","config":{}}`)
+		streams := map[string]string{
+			"aged":    `{"id":"s-aged","basin_id":"B1","config":{"retention_policy":{"age":60}}}`,
+			"forever": `{"id":"s-inf","basin_id":"B1","config":{"retention_policy":{"infinite":{}}}}`,
+			"deleted": `{"id":"s-del","basin_id":"B1","config":{"retention_policy":{"age":60}},"deleted_at":"2026-01-01T00:00:00Z"}`,
+			"stale":   `{"id":"s-old","basin_id":"B0","config":{"retention_policy":{"age":60}}}`, // an earlier basin of the name
+		}
+		old := uint64(now.Add(-time.Hour).UnixMilli())
+		var keys []string
+		for name, row := range streams {
+			put("basin#b1", "s#"+name, row)
+			id := map[string]string{"aged": "s-aged", "forever": "s-inf", "deleted": "s-del", "stale": "s-old"}[name]
+			for i := range uint64(3) {
+				body := []byte(fmt.Sprintf("object %d of %s", i, id))
+				key := format.SettledKey("b1", id, 1, 10*i, 0)
+				if _, err := objs.Bucket("std").PutIfAbsent(ctx, key, body); err != nil {
+					t.Fatal(err)
+				}
+				keys = append(keys, key)
+				r := meta.Ref{FirstSeq: 10 * i, EndSeq: 10*i + 10, MinTimestamp: old + i, MaxTimestamp: old + i,
+					Settled: &meta.Settled{Epoch: 1, FirstSeq: 10 * i, Bytes: uint64(len(body))}}
+				k := meta.RefKey(id, 10*i)
+				put(k.PK, k.SK, string(meta.Encode(r)))
+			}
+		}
+		rep, err := auditjob.Janitor(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Retention.Streams != 2 || rep.Retention.Rows != 2 {
+			t.Fatalf("retention: %+v, want 2 live streams visited and 2 rows trimmed", rep.Retention)
+		}
+		now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
+		if rep, err = auditjob.Janitor(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Reclaim.Deleted != 2 {
+			t.Fatalf("reclaim: %+v, want the 2 trimmed rows' objects deleted", rep.Reclaim)
+		}
+		for _, key := range keys {
+			_, err := objs.Bucket("std").Head(ctx, key)
+			gone := err != nil
+			want := key == format.SettledKey("b1", "s-aged", 1, 0, 0) || key == format.SettledKey("b1", "s-aged", 1, 10, 0)
+			if gone != want {
+				t.Errorf("object %s: gone %v, want %v (%v)", key, gone, want, err)
+			}
+		}
+		pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey("s-aged", 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pg.Items) != 1 || pg.Items[0].SK != meta.RefKey("s-aged", 20).SK {
+			t.Fatalf("rows of the aged stream: %v, want only its greatest", pg.Items)
+		}
+	})
+}
