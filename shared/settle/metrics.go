@@ -28,8 +28,8 @@ type Metrics struct {
 	bundleBytes  *prometheus.CounterVec
 	markers      *prometheus.CounterVec
 	slotsTrimmed *prometheus.CounterVec
-	// reclaimed and reclaimedBytes count settled objects deleted, by kind
-	// ("superseded").
+	// reclaimed and reclaimedBytes count settled objects deleted, by kind:
+	// "superseded" revisions, or "trimmed" rows' objects.
 	reclaimed      *prometheus.CounterVec
 	reclaimedBytes *prometheus.CounterVec
 }

@@ -118,7 +118,6 @@ func Reclaim(ctx context.Context, st *Stores, now time.Time) (rep ReclaimReport,
 	if err := st.check(); err != nil {
 		return rep, err
 	}
-	m := st.metrics()
 	grace := st.cfg().ReadGrace
 	q := meta.Query{PK: meta.ReclaimPK, Limit: 256}
 	var errs []error
@@ -141,8 +140,6 @@ func Reclaim(ctx context.Context, st *Stores, now time.Time) (rep ReclaimReport,
 		}
 		q.PageToken = pg.Next
 	}
-	m.reclaimed.WithLabelValues("superseded").Add(float64(rep.Deleted))
-	m.reclaimedBytes.WithLabelValues("superseded").Add(float64(rep.Bytes))
 	return rep, errors.Join(errs...)
 }
 
@@ -208,6 +205,13 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 	}
 	rep.Deleted++
 	rep.Bytes += rc.Bytes
+	kind := "superseded"
+	if rc.Drop {
+		kind = "trimmed"
+	}
+	m := st.metrics()
+	m.reclaimed.WithLabelValues(kind).Inc()
+	m.reclaimedBytes.WithLabelValues(kind).Add(float64(rc.Bytes))
 	return deleteEntry(ctx, st, it)
 }
 
