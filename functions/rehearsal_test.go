@@ -376,6 +376,11 @@ func (r *rehearsal) startStar(n int) *star {
 		"AWS_EC2_METADATA_DISABLED=true",
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
 		"HOME=" + r.home, "USER=starlog", "LOGNAME=starlog",
+		// TODO(stack secrets): the stack's Secrets Manager secrets give the
+		// star its admin token and internal key; until the unit reads them,
+		// the rehearsal passes both through the environment.
+		"STARLOG_ADMIN_TOKEN=" + rehearsalAdminToken,
+		"STARLOG_INTERNAL_KEY=" + rehearsalInternalKey,
 	})
 	s.public, s.internal = "http://"+pub, "http://"+in
 	s.cmd = exec.Command(r.starBin, argv[1:]...)
@@ -420,6 +425,12 @@ const rehearsalBasin = "starlog-rehearsal"
 
 var apiClient = &http.Client{Timeout: 60 * time.Second}
 
+// The rehearsal's star credentials (see startStar's TODO).
+const (
+	rehearsalAdminToken  = "rehearsal-admin-token-0123456789"
+	rehearsalInternalKey = "rehearsal-internal-key-0123456789abcdef"
+)
+
 func (s *star) call(method, path, body string) (int, []byte, error) {
 	req, err := http.NewRequest(method, s.public+path, strings.NewReader(body))
 	if err != nil {
@@ -427,6 +438,7 @@ func (s *star) call(method, path, body string) (int, []byte, error) {
 	}
 	req.Header.Set("s2-basin", rehearsalBasin)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+rehearsalAdminToken)
 	res, err := apiClient.Do(req)
 	if err != nil {
 		return 0, nil, err

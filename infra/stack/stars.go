@@ -72,6 +72,7 @@ func (s *Starlog) stars() error {
 		policy.AddStatements(stmt)
 	}
 	policy.AddStatements(
+		s.secretReadStatement(),
 		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:       jsii.String("StarBinary"),
 			Actions:   strs("s3:GetObject"),
@@ -187,6 +188,8 @@ func (s *Starlog) stars() error {
 		InternalPort:         c.InternalPort,
 		TableName:            *s.Table.TableName(),
 		StandardBucket:       *s.Bucket.BucketName(),
+		AdminTokenSecret:     *s.AdminToken.SecretArn(),
+		InternalKeySecret:    *s.InternalKey.SecretArn(),
 		ExpressBuckets:       s.expressBucketRefs(),
 		PolicyFlags:          c.Policy.Flags(),
 		ExtraFlags:           userdata.SortedFlags(c.StarFlags),

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -37,6 +38,19 @@ type runOptions struct {
 	// ready runs once the star serves, with its address (the dev banner,
 	// the default basin).
 	ready func(ctx context.Context, n *node.Node, addr net.Addr) error
+}
+
+// setPeerCredential makes the star's own calls to peers (the settle
+// nudge) carry the internal credential its server's Auth derives.
+func (o *runOptions) setPeerCredential() error {
+	keys, err := auth.Derive(o.srv.Auth)
+	if err != nil {
+		return err
+	}
+	if c := keys.Internal(); c != "" {
+		o.deps.PeerHeader = http.Header{auth.HeaderInternal: {c}}
+	}
+	return nil
 }
 
 // advertised is the address peers forward to when --address is not given:

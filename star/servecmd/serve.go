@@ -22,6 +22,7 @@ func Serve() *cobra.Command {
 		creds          struct{ accessKey, secretKey string }
 		devFaults      string
 		internalListen string
+		keys           credentials
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -39,6 +40,11 @@ With --internal-listen, peers and operators (forwarding between stars, the
 settle nudge, drain, handoff, /metrics) use that address and --listen serves
 only S2's API and /health, so a load balancer in front exposes nothing else.
 
+Every request is authenticated (S2 access tokens, docs/security.md): the
+star needs the admin token (--admin-token-file, or STARLOG_ADMIN_TOKEN) and
+the cluster's internal key (--internal-key-file, or STARLOG_INTERNAL_KEY;
+at least 32 bytes, the same on every star).
+
 Every flag can also be set by its environment variable, shown with it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,6 +59,10 @@ Every flag can also be set by its environment variable, shown with it.`,
 			}).check(cmd.Context(), defaultAWSRegion); err != nil {
 				return err
 			}
+			authCfg, err := keys.load(cmd.Context())
+			if err != nil {
+				return err
+			}
 			cfg := c.nodeConfig()
 			cfg.Meta.SQLitePath = meta.sqlite
 			cfg.Meta.DynamoTable, cfg.Meta.DynamoEndpoint, cfg.Meta.DynamoRegion = meta.table, meta.endpoint, meta.region
@@ -63,7 +73,10 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
+				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, Auth: authCfg},
+			}
+			if err := o.setPeerCredential(); err != nil {
+				return err
 			}
 			if devFaults != "" { // tests and local experiments only (devfaults.go)
 				stopFaults, err := withDevFaults(cmd.Context(), &o, devFaults)
@@ -78,6 +91,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	c.register(fs, "0.0.0.0:7480")
+	keys.register(fs)
 	fs.StringVar(&internalListen, "internal-listen", "", "address to serve peers and operators on (forwarding, settle nudges, drain, handoff, /metrics); when set, --listen serves only the S2 API and /health, and --address defaults to this one")
 	fs.StringVar(&meta.table, "dynamo-table", "", "metastore: DynamoDB table name")
 	fs.StringVar(&meta.endpoint, "dynamo-endpoint", "", "DynamoDB endpoint URL (empty: AWS; set for DynamoDB Local or dynalite)")

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -110,6 +111,11 @@ func newForwarder(s *Server) (*forwarder, error) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = t.url.Scheme, t.url.Host
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(HeaderForwardedBy, me)
+			// The peer re-checks the client's own Authorization (passed on
+			// as sent); the internal credential proves this is a star.
+			if c := s.keys.Internal(); c != "" {
+				pr.Out.Header.Set(auth.HeaderInternal, c)
+			}
 		},
 		ModifyResponse: func(res *http.Response) error {
 			t := targetOf(res.Request.Context())

@@ -203,7 +203,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g)
+		s.readInputs(submitCtx, r.Body, a, g, func(in *api.AppendInput) *api.Error { return checkCommands(r.Context(), basin, name, in) })
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.
@@ -279,7 +279,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 // pending batch (or the failure that ends the session) through the gate.
 // It stops at the first failure, at the end of the body, or when the gate
 // closes.
-func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate) {
+func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, check func(*api.AppendInput) *api.Error) {
 	fr := api.NewFrameReader(body)
 	defer fr.Close()
 	defer g.finish()
@@ -307,6 +307,8 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 			in, derr := api.DecodeAppendProto(f.Payload)
 			if derr != nil {
 				item.err = derr
+			} else if cerr := check(in); cerr != nil {
+				item.err = cerr // a trim or fence the token may not do
 			}
 			if !g.push(func() appendItem {
 				if item.err != nil {
