@@ -32,6 +32,8 @@ type JanitorReport struct {
 	Gone int
 	// Retention is what the retention pass did (trimmed catalog rows).
 	Retention RetentionReport
+	// Deleted is what the deleted-stream reclamation did.
+	Deleted settle.StreamsReport
 	// Reclaim is what the reclaim pass did (superseded and trimmed
 	// settled objects).
 	Reclaim settle.ReclaimReport
@@ -148,6 +150,9 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	var errs []error
 	if rep.Retention, err = Retention(ctx, st, now); err != nil {
 		errs = append(errs, err)
+	}
+	if rep.Deleted, err = settle.ReclaimStreams(ctx, st, now); err != nil {
+		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
 	}
 	if rep.Reclaim, err = settle.Reclaim(ctx, st, now); err != nil {
 		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))

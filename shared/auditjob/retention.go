@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
@@ -35,6 +36,9 @@ type RetentionReport struct {
 	Trimmed int    // of which some rows were trimmed
 	Rows    int    // catalog rows deleted
 	Bytes   uint64 // bytes of their objects (deleted a read grace later)
+	// Forgotten counts deleted streams seen (registered for reclamation
+	// with settle.ForgetStream; registering twice is a no-op).
+	Forgotten int
 }
 
 // maxRetentionErrors bounds the errors one pass collects before it stops.
@@ -42,15 +46,16 @@ const maxRetentionErrors = 8
 
 // Retention trims every live stream by its trim point and its resolved
 // retention age (settle.TrimStream): basins from the basin directory,
-// streams from each basin's stream rows. A stream of a deleted basin, or
-// deleted itself, is left to the deleted-stream reclamation.
+// streams from each basin's stream rows. A stream deleted itself, of a
+// deleted basin, or of an earlier basin of the same name is registered
+// for the deleted-stream reclamation instead (settle.ForgetStream).
 func Retention(ctx context.Context, st *settle.Stores, now time.Time) (RetentionReport, error) {
 	var rep RetentionReport
 	var errs []error
 	err := pages(ctx, st.Meta, meta.Query{PK: basinDirPK}, func(it meta.Item) error {
 		b, ok, err := readBasin(ctx, st.Meta, it.SK)
-		if err != nil || !ok {
-			return err
+		if err != nil || b.row.ID == "" {
+			return err // a basin being created has no config row yet
 		}
 		pk := meta.StreamNameKey(it.SK, "").PK
 		return pages(ctx, st.Meta, meta.Query{PK: pk, From: "s#", To: "s#~"}, func(it meta.Item) error {
@@ -58,8 +63,16 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 			if err := meta.Decode(it.Val, &s); err != nil {
 				return err
 			}
-			if s.ID == "" || s.BasinID != b.row.ID || s.DeletedAt != nil {
+			if s.ID == "" {
 				return nil
+			}
+			if !ok || s.BasinID != b.row.ID || s.DeletedAt != nil {
+				at := now
+				if s.DeletedAt != nil {
+					at = *s.DeletedAt
+				}
+				rep.Forgotten++
+				return settle.ForgetStream(ctx, st, b.name, strings.TrimPrefix(it.SK, "s#"), s.ID, at)
 			}
 			rep.Streams++
 			var before time.Time
@@ -96,7 +109,7 @@ type basin struct {
 }
 
 // readBasin reads a basin's config row; ok is false for a basin deleted
-// or not there.
+// or not there (then its row's ID is empty).
 func readBasin(ctx context.Context, ms meta.Store, name string) (basin, bool, error) {
 	k := meta.BasinKey(name)
 	it, err := ms.Get(ctx, k.PK, k.SK)

@@ -3,6 +3,7 @@ package auditjob_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 // The janitor applies each live stream's retention: a stream with a
 // one-minute age loses its catalog rows older than that (never its
 // greatest), and their objects a read grace later; an infinite stream
-// and a deleted stream keep theirs (the deleted one is the deleted-stream
-// reclamation's). Rows as star/node writes them.
+// keeps everything. A deleted stream, and a stream of an earlier basin of
+// the same name, lose all their rows, then (a grace after a pass found
+// none left) all their objects; their tombstones stay. Rows as star/node
+// writes them.
 func TestJanitorRetention(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -74,23 +77,43 @@ func TestJanitorRetention(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Retention.Streams != 2 || rep.Retention.Rows != 2 {
-			t.Fatalf("retention: %+v, want 2 live streams visited and 2 rows trimmed", rep.Retention)
+		if rep.Retention.Streams != 2 || rep.Retention.Rows != 2 || rep.Retention.Forgotten != 2 || rep.Deleted.Rows != 6 {
+			t.Fatalf("retention: %+v, deleted streams %+v: want 2 live streams visited, 2 rows trimmed, 2 deleted streams' 6 rows gone", rep.Retention, rep.Deleted)
 		}
 		now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
 		if rep, err = auditjob.Janitor(ctx, st); err != nil {
 			t.Fatal(err)
 		}
-		if rep.Reclaim.Deleted != 2 {
-			t.Fatalf("reclaim: %+v, want the 2 trimmed rows' objects deleted", rep.Reclaim)
+		if rep.Reclaim.Deleted != 2 || rep.Deleted.Objects != 0 {
+			t.Fatalf("reclaim: %+v, deleted streams %+v: want the 2 trimmed rows' objects deleted, and no deleted stream's yet (armed now)", rep.Reclaim, rep.Deleted)
+		}
+		now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
+		if rep, err = auditjob.Janitor(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Deleted.Objects != 6 || rep.Deleted.Done != 2 {
+			t.Fatalf("deleted streams: %+v, want 6 objects deleted and 2 streams done", rep.Deleted)
 		}
 		for _, key := range keys {
 			_, err := objs.Bucket("std").Head(ctx, key)
 			gone := err != nil
-			want := key == format.SettledKey("b1", "s-aged", 1, 0, 0) || key == format.SettledKey("b1", "s-aged", 1, 10, 0)
+			want := key == format.SettledKey("b1", "s-aged", 1, 0, 0) || key == format.SettledKey("b1", "s-aged", 1, 10, 0) ||
+				strings.Contains(key, "/s-del/") || strings.Contains(key, "/s-old/")
 			if gone != want {
 				t.Errorf("object %s: gone %v, want %v (%v)", key, gone, want, err)
 			}
+		}
+		for _, id := range []string{"s-del", "s-old"} {
+			pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey(id, 0).PK})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pg.Items) != 1 || pg.Items[0].SK != "deleted" {
+				t.Errorf("rows of deleted stream %s: %v, want its tombstone only", id, pg.Items)
+			}
+		}
+		if pg, err := ms.Query(ctx, meta.Query{PK: meta.ReclaimStreamsPK}); err != nil || len(pg.Items) != 0 {
+			t.Errorf("deleted-stream rows left: %v %v", pg.Items, err)
 		}
 		pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey("s-aged", 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
 		if err != nil {

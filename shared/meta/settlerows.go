@@ -69,3 +69,22 @@ type Reclaim struct {
 	// object; it is deleted a read grace later. 0: not seen yet.
 	Armed int64 `json:"armed,omitempty"`
 }
+
+// ReclaimStreamsPK is the partition of deleted streams whose rows and
+// settled objects the janitor is reclaiming: one row per stream id (sk),
+// written when the janitor first sees the stream deleted, so the work
+// finishes even after the name is re-created (the new stream has a new
+// id).
+const ReclaimStreamsPK = "reclaim-streams"
+
+// ReclaimStreamKey is a deleted stream's reclamation row.
+func ReclaimStreamKey(streamID string) Key { return Key{PK: ReclaimStreamsPK, SK: streamID} }
+
+// ReclaimStream is the value of a deleted stream's reclamation row.
+type ReclaimStream struct {
+	Basin  string `json:"basin"`
+	Stream string `json:"stream"`
+	// Armed is when (unix ms) a pass first found none of the stream's ref
+	// rows left; its objects are deleted a read grace later. 0: not yet.
+	Armed int64 `json:"armed,omitempty"`
+}
