@@ -45,6 +45,7 @@ func TestDevStarReclaimsByItself(t *testing.T) {
 	cfg.Standard.FlushInterval = 2 * time.Millisecond
 	cfg.Standard.TargetFlightBytes = 16 << 10
 	cfg.Settle = policy
+	cfg.DeletionPending = 100 * time.Millisecond
 	n, err := node.Open(ctx, cfg, node.Deps{Meta: ms, Objects: inner, Logger: testLog()})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestDevStarReclaimsByItself(t *testing.T) {
 	if _, err := n.CreateBasin(ctx, api.CreateBasinRequest{Basin: basin}, ""); err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]*api.StreamConfig{"kept": nil, "aged": {RetentionPolicy: &api.RetentionPolicy{AgeSecs: 1}}}
+	names := map[string]*api.StreamConfig{"kept": nil, "aged": {RetentionPolicy: &api.RetentionPolicy{AgeSecs: 1}}, "gone": nil}
 	for name, sc := range names {
 		if _, err := n.CreateStream(ctx, basin, api.CreateStreamRequest{Stream: name, Config: sc}, ""); err != nil {
 			t.Fatal(err)
@@ -93,19 +94,38 @@ func TestDevStarReclaimsByItself(t *testing.T) {
 	for name := range names {
 		ids[name] = streamID(t, ms, basin, name)
 	}
+	// Stream gone is deleted and, once its deletion is no longer pending,
+	// created again under the same name: a new stream, none of the old one.
+	old := ids["gone"]
+	delete(ids, "gone")
+	if err := n.DeleteStream(ctx, basin, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if _, err := n.CreateStream(ctx, basin, api.CreateStreamRequest{Stream: "gone"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	in := &api.AppendInput{Records: []api.Record{{Body: []byte("new-0")}, {Body: []byte("new-1")}}}
+	if _, err := n.Append(ctx, basin, "gone", in, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkReads(t, n, basin, "gone", [][]byte{[]byte("new-0"), []byte("new-1")})
+	ids["gone"] = streamID(t, ms, basin, "gone")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		start := readKept(t, n, basin, "aged", want["aged"])
 		stray := strayObjects(t, ms, inner, basin, ids)
-		if start > 0 && len(stray) == 0 {
-			t.Logf("aged stream: reads start at %d of %d; no stray settled object", start, len(want["aged"]))
+		oldRows := refRows(t, ms, old)
+		if start > 0 && len(stray) == 0 && oldRows == 0 {
+			t.Logf("aged stream: reads start at %d of %d; no stray settled object; the deleted stream's rows and objects are gone", start, len(want["aged"]))
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: the aged stream's reads start at %d, stray objects %v; metrics:\n%s", start, stray, dump(t, reg))
+			t.Fatalf("after 30 s: the aged stream's reads start at %d, stray objects %v, %d rows of the deleted stream; metrics:\n%s", start, stray, oldRows, dump(t, reg))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	checkReads(t, n, basin, "gone", [][]byte{[]byte("new-0"), []byte("new-1")})
 	checkReads(t, n, basin, "kept", want["kept"])
 	tail, err := n.CheckTail(ctx, basin, "aged", nil)
 	if err != nil {
@@ -140,6 +160,15 @@ func readKept(t *testing.T, n *node.Node, basin, name string, want [][]byte) uin
 		next = b.Records[len(b.Records)-1].SeqNum + 1
 	}
 	return start
+}
+
+func refRows(t *testing.T, ms meta.Store, id string) int {
+	t.Helper()
+	pg, err := ms.Query(context.Background(), meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(pg.Items)
 }
 
 // strayObjects lists the settled objects no catalog row names.
