@@ -65,13 +65,15 @@ type JanitorReport struct {
 //
 // Then it runs the retention pass (Retention: every live stream's
 // catalog rows below its trim point or older than its retention age are
-// deleted) and the reclaim pass (settle.Reclaim): superseded tail
-// revisions and the objects of trimmed rows are deleted a read grace
-// after it first saw no row name them. A failure of either does not hold
-// back the jobs found: they are in the report beside the error.
+// deleted, and deleted streams are registered), the deleted-stream pass
+// (settle.ReclaimStreams: rows, then objects) and the reclaim pass
+// (settle.Reclaim): superseded tail revisions and the objects of trimmed
+// rows are deleted a read grace after it first saw no row name them. A
+// failure of any does not hold back the jobs found: they are in the
+// report beside the error.
 //
-// Not done yet: deleted streams and basins (rows, then settled objects),
-// delete_on_empty, and the poison of decommissioned stars.
+// Not done yet: delete_on_empty, and the poison, epoch records and chain
+// directory rows of decommissioned stars.
 func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	var rep JanitorReport
 	if st.Meta == nil {
