@@ -1,8 +1,8 @@
 // Command janitor is the auditor's janitor function: on its EventBridge
 // schedule it marks dead stars, sends chain-settle jobs for the settle
-// duty, trims streams by retention, and deletes superseded and trimmed
-// settled objects behind the read grace (auditjob.Janitor; deleted
-// streams and decommission come later).
+// duty, trims streams by retention, reclaims deleted streams, and
+// deletes superseded and trimmed settled objects behind the read grace
+// (auditjob.Janitor; decommission comes later).
 package main
 
 import (

@@ -141,7 +141,7 @@ func Janitor(rt *Runtime) func(context.Context, events.EventBridgeEvent) error {
 			return errors.Join(err, fmt.Errorf("janitor: enqueue %d jobs: %w", len(rep.Jobs), serr))
 		}
 		rt.log().Info("janitor pass", "event", ev.ID, "chains", rep.Chains, "chain_settle", len(rep.Jobs), "deferred", rep.Deferred,
-			"marked_dead", rep.MarkedDead, "gone", rep.Gone, "trimmed_rows", rep.Retention.Rows, "reclaimed", rep.Reclaim.Deleted, "reclaimed_bytes", rep.Reclaim.Bytes,
+			"marked_dead", rep.MarkedDead, "gone", rep.Gone, "trimmed_rows", rep.Retention.Rows, "deleted_streams_done", rep.Deleted.Done, "reclaimed", rep.Reclaim.Deleted, "reclaimed_bytes", rep.Reclaim.Bytes,
 			"reclaim_pending", rep.Reclaim.Pending)
 		if err != nil {
 			return fmt.Errorf("janitor: %w", err)
