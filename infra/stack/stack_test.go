@@ -427,7 +427,7 @@ func TestStarUserData(t *testing.T) {
 		regexp.MustCompile(`--dead-after=30s \\`),
 		regexp.MustCompile(`\nSTARLOG_STAR_ID=\$\{INSTANCE_ID\}\nSTARLOG_ADDRESS=\$\{LOCAL_IP\}:8081\n`),
 		regexp.MustCompile(`StartLimitIntervalSec=0`),
-		regexp.MustCompile(`DRAIN_ARGS='drain --wait --endpoint http://127\.0\.0\.1:8081'`),
+		regexp.MustCompile(`DRAIN_ARGS='drain --wait --endpoint http://127\.0\.0\.1:8081 --internal-key-secret \$\{InternalKey[0-9A-F]+\}'`),
 		regexp.MustCompile(`--s3-chain-backlog-flights=1024 \\`),
 		regexp.MustCompile(`--s3-memory-buffer-mib=256\n`),
 		regexp.MustCompile(`Restart=always`),
@@ -843,13 +843,13 @@ func TestPlaceholdersAllowedWhenAsked(t *testing.T) {
 }
 
 func TestDrainArgsTargetTheInternalPort(t *testing.T) {
-	got := drainArgs([]string{"drain", "--wait"}, 8081)
-	if strings.Join(got, " ") != "drain --wait --endpoint http://127.0.0.1:8081" {
+	got := drainArgs([]string{"drain", "--wait"}, 8081, "arn:k")
+	if strings.Join(got, " ") != "drain --wait --endpoint http://127.0.0.1:8081 --internal-key-secret arn:k" {
 		t.Fatalf("drain args %q", got)
 	}
-	given := []string{"drain", "--endpoint=http://10.0.0.1:9"}
-	if got := drainArgs(given, 8080); strings.Join(got, " ") != strings.Join(given, " ") {
-		t.Fatalf("an explicit endpoint was changed: %q", got)
+	given := []string{"drain", "--endpoint=http://10.0.0.1:9", "--internal-key-file=/k"}
+	if got := drainArgs(given, 8080, "arn:k"); strings.Join(got, " ") != strings.Join(given, " ") {
+		t.Fatalf("an explicit endpoint or key was changed: %q", got)
 	}
 }
 

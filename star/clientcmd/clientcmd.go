@@ -46,6 +46,8 @@ type conn struct {
 	compression   string
 	// internalKeyFile is the admin commands' internal key (admin.go).
 	internalKeyFile string
+	// internalKeySecret names a Secrets Manager secret holding it.
+	internalKeySecret string
 }
 
 func newCommands(lookupEnv func(string) (string, bool)) []*cobra.Command {
@@ -75,6 +77,7 @@ func (c *conn) addFlags(cmd *cobra.Command) {
 	f.StringVar(&c.basin, "basin", "", "basin of the streams (env "+EnvBasin+")")
 	f.StringVar(&c.token, "token", "", "access token, sent as a bearer token (env "+EnvToken+")")
 	f.StringVar(&c.compression, "compression", "none", "compression of session frames: none or gzip")
+	f.StringVar(&c.internalKeySecret, "internal-key-secret", "", "AWS Secrets Manager secret (ARN or name) holding the cluster's internal key, for the admin commands (env "+EnvInternalKeySecret+")")
 	f.StringVar(&c.internalKeyFile, "internal-key-file", "", "file holding the cluster's internal key, for the admin commands drain and streams move (env "+EnvInternalKeyFile+", or "+EnvInternalKey+" holding the key)")
 }
 

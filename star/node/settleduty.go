@@ -94,7 +94,8 @@ func (n *Node) nudgePeers(ctx context.Context) int {
 		return 0
 	}
 	body, _ := json.Marshal(SettleRequest{Star: n.cfg.StarID, Incarnation: n.regn.Incarnation})
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: n.cfg.PeerTLS}}
+	defer client.CloseIdleConnections()
 	nudged := 0
 	for _, id := range ids {
 		if id == n.cfg.StarID {

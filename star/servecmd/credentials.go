@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/starlog/starlog/shared/awssecret"
 	"github.com/starlog/starlog/star/auth"
 )
 
@@ -72,6 +73,25 @@ func fileSource(flag string, path *string) secretSource {
 	}}
 }
 
+// secretsManagerSource reads a secret from the AWS Secrets Manager secret
+// (an ARN, as the stack passes, or a name) a flag (or its variable) names.
+func secretsManagerSource(flag string, id *string) secretSource {
+	return secretSource{Name: flagRef(flag), Load: func(ctx context.Context) ([]byte, bool, error) {
+		if *id == "" {
+			return nil, false, nil
+		}
+		v, err := awssecret.Fetch(ctx, *id)
+		if err != nil {
+			return nil, false, err
+		}
+		v = strings.TrimSpace(v)
+		if v == "" {
+			return nil, false, fmt.Errorf("secret %s is empty", *id)
+		}
+		return []byte(v), true, nil
+	}}
+}
+
 // envSource reads a secret from an environment variable.
 func envSource(name string) secretSource {
 	return secretSource{Name: name, Load: func(context.Context) ([]byte, bool, error) {
@@ -85,16 +105,19 @@ func envSource(name string) secretSource {
 
 // credentials are the sources of the admin token and the internal key.
 type credentials struct {
-	adminTokenFile, internalKeyFile string
-	admin, internal                 secret
+	adminTokenFile, internalKeyFile     string
+	adminTokenSecret, internalKeySecret string
+	admin, internal                     secret
 }
 
 // register adds the credential flags to fs and sets up the sources.
 func (c *credentials) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin access token (full scope; issues the first tokens); or set "+EnvAdminToken+" to the token")
 	fs.StringVar(&c.internalKeyFile, "internal-key-file", "", fmt.Sprintf("file holding the cluster's internal key (≥ %d bytes, shared by every star: token hashes and the internal credential derive from it); or set %s to the key", auth.MinInternalKeyBytes, EnvInternalKey))
-	c.admin = secret{What: "admin token", Sources: []secretSource{fileSource("admin-token-file", &c.adminTokenFile), envSource(EnvAdminToken)}}
-	c.internal = secret{What: "internal key", Sources: []secretSource{fileSource("internal-key-file", &c.internalKeyFile), envSource(EnvInternalKey)}}
+	fs.StringVar(&c.adminTokenSecret, "admin-token-secret", "", "AWS Secrets Manager secret (ARN or name) holding the admin access token (the stack's AdminToken)")
+	fs.StringVar(&c.internalKeySecret, "internal-key-secret", "", "AWS Secrets Manager secret (ARN or name) holding the internal key (the stack's InternalKey)")
+	c.admin = secret{What: "admin token", Sources: []secretSource{fileSource("admin-token-file", &c.adminTokenFile), secretsManagerSource("admin-token-secret", &c.adminTokenSecret), envSource(EnvAdminToken)}}
+	c.internal = secret{What: "internal key", Sources: []secretSource{fileSource("internal-key-file", &c.internalKeyFile), secretsManagerSource("internal-key-secret", &c.internalKeySecret), envSource(EnvInternalKey)}}
 }
 
 // load resolves both secrets into the server's auth configuration,

@@ -84,9 +84,11 @@ func newForwarder(s *Server) (*forwarder, error) {
 		return nil, err
 	}
 	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
+	p.SetUnencryptedHTTP2(true) // http:// peers: h2c with prior knowledge
+	p.SetHTTP2(true)            // https:// peers (TLS): h2 by ALPN
 	tr := &http.Transport{
 		Protocols:           &p,
+		TLSClientConfig:     s.opts.PeerTLS,
 		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		IdleConnTimeout:     2 * time.Minute,
 		MaxIdleConnsPerHost: 4,

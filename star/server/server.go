@@ -11,6 +11,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,9 @@ type Options struct {
 	SessionBacklog int
 	// Logger (nil: the node's).
 	Logger *slog.Logger
+	// PeerTLS is how forwarding dials peers that advertise https (nil:
+	// the system's roots; see tls.go).
+	PeerTLS *tls.Config
 	// Auth is how requests are authenticated (star/server/auth.go). It
 	// has no default: production passes the admin token and internal
 	// key, tests and `star dev --open` pass auth.Open().

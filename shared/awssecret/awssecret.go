@@ -1,4 +1,6 @@
-package servecmd
+// Package awssecret reads a secret string from AWS Secrets Manager: the
+// stack hands the star and its admin commands their credentials this way.
+package awssecret
 
 import (
 	"context"
@@ -14,16 +16,16 @@ import (
 	"github.com/starlog/starlog/shared/awsretry"
 )
 
-// SecretFetchTimeout bounds reading one secret from Secrets Manager at
+// FetchTimeout bounds reading one secret from Secrets Manager at
 // start (the SDK retries within it).
-const SecretFetchTimeout = 30 * time.Second
+const FetchTimeout = 30 * time.Second
 
-// fetchSecret reads a Secrets Manager secret's string by ARN (what the
+// Fetch reads a Secrets Manager secret's string by ARN (what the
 // stack passes) or name. An ARN names its region; a name uses the SDK's
 // default region. The endpoint is the SDK's (AWS_ENDPOINT_URL_SECRETS_MANAGER
 // overrides it, as the rehearsal does).
-func fetchSecret(ctx context.Context, id string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, SecretFetchTimeout)
+func Fetch(ctx context.Context, id string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
 	defer cancel()
 	opts := []func(*config.LoadOptions) error{config.WithRetryer(awsretry.New(0))}
 	if region := arnRegion(id); region != "" {

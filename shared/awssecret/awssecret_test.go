@@ -1,4 +1,4 @@
-package servecmd
+package awssecret
 
 import (
 	"context"
@@ -35,14 +35,14 @@ func TestFetchSecretThroughTheSDK(t *testing.T) {
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-	got, err := fetchSecret(context.Background(), testSecretARN)
+	got, err := Fetch(context.Background(), testSecretARN)
 	if err != nil || got != "the-admin-token" {
-		t.Fatalf("fetchSecret = %q, %v", got, err)
+		t.Fatalf("Fetch = %q, %v", got, err)
 	}
-	if _, err := fetchSecret(context.Background(), testSecretARN+"x"); err == nil || !strings.Contains(err.Error(), "AccessDeniedException") || !strings.Contains(err.Error(), testSecretARN+"x") {
+	if _, err := Fetch(context.Background(), testSecretARN+"x"); err == nil || !strings.Contains(err.Error(), "AccessDeniedException") || !strings.Contains(err.Error(), testSecretARN+"x") {
 		t.Fatalf("ungranted secret: %v", err)
 	}
-	if _, err := fetchSecret(context.Background(), "starlog-admin"); err == nil || !strings.Contains(err.Error(), "no region") {
+	if _, err := Fetch(context.Background(), "starlog-admin"); err == nil || !strings.Contains(err.Error(), "no region") {
 		t.Fatalf("a name without a region: %v", err)
 	}
 }
