@@ -66,6 +66,19 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 			if s.ID == "" {
 				return nil
 			}
+			if s.DeletedAt == nil && (!ok || s.BasinID != b.row.ID) {
+				// The basin read before the listing says the stream is an
+				// earlier basin's, or its basin is deleted: read the basin
+				// again, lest a basin re-created meanwhile (and a stream
+				// created in it) be taken for a deleted one.
+				fresh, fok, err := readBasin(ctx, st.Meta, b.name)
+				if err != nil {
+					return err
+				}
+				if fresh.row.ID == "" || fok && fresh.row.ID == s.BasinID {
+					return nil // live in the basin as it is now (the next pass trims it), or no basin row to judge by
+				}
+			}
 			if !ok || s.BasinID != b.row.ID || s.DeletedAt != nil {
 				at := now
 				if s.DeletedAt != nil {

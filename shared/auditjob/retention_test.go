@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,4 +124,58 @@ func TestJanitorRetention(t *testing.T) {
 			t.Fatalf("rows of the aged stream: %v, want only its greatest", pg.Items)
 		}
 	})
+}
+
+// hookMeta runs hook once, before the first query of partition pk.
+type hookMeta struct {
+	meta.Store
+	pk   string
+	once sync.Once
+	hook func()
+}
+
+func (m *hookMeta) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
+	if q.PK == m.pk {
+		m.once.Do(m.hook)
+	}
+	return m.Store.Query(ctx, q)
+}
+
+// A basin deleted and re-created while the retention pass lists its
+// streams: a stream created in the new basin is live, never taken for one
+// of the old basin's, so its rows and objects stay.
+func TestRetentionBasinRecreatedMidPass(t *testing.T) {
+	ctx := context.Background()
+	m, err := mem.New("std")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	put := func(pk, sk, val string) {
+		t.Helper()
+		if _, err := ms.Put(ctx, pk, sk, []byte(val), meta.Always()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("basins", "b1", `{"id":"B1"}`)
+	put("basin#b1", "cfg", `{"id":"B1","config":{}}`)
+	hm := &hookMeta{Store: ms, pk: "basin#b1", hook: func() {
+		// Between the pass's read of the basin and its listing: the basin is
+		// re-created (a new id) and a stream created in it.
+		put("basin#b1", "cfg", `{"id":"B2","config":{}}`)
+		put("basin#b1", "s#new", `{"id":"s-new","basin_id":"B2","config":{"retention_policy":{"infinite":{}}}}`)
+	}}
+	now := time.Now()
+	st := &settle.Stores{Meta: hm, Objects: m, SettledBucket: "std", Streams: settle.MetaStreams{Meta: hm},
+		Config: settle.Config{ScratchDir: t.TempDir()}, Now: func() time.Time { return now }}
+	rep, err := auditjob.Retention(ctx, st, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Forgotten != 0 {
+		t.Fatalf("a stream of the re-created basin was taken for a deleted one: %+v", rep)
+	}
+	if _, err := ms.Get(ctx, meta.ReclaimStreamKey("s-new").PK, meta.ReclaimStreamKey("s-new").SK); err == nil {
+		t.Fatal("the live stream is registered for deletion")
+	}
 }
