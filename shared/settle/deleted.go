@@ -88,6 +88,7 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	id := rs.Stream
 	n, err := deleteRefRows(ctx, st.Meta, id)
 	rep.Rows += n
+	st.metrics().rowsReclaimed.WithLabelValues("deleted").Add(float64(n))
 	if err != nil {
 		return err
 	}
@@ -107,6 +108,7 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	default:
 		objs, err := deletePrefix(ctx, st, "streams/"+rs.Basin+"/"+id+"/")
 		rep.Objects += objs
+		st.metrics().reclaimed.WithLabelValues("deleted").Add(float64(objs))
 		if err != nil {
 			return err
 		}

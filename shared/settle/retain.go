@@ -74,6 +74,7 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 			}
 			rep.Rows++
 			rep.Bytes += prev.Ref.Settled.Bytes
+			st.metrics().rowsReclaimed.WithLabelValues("trimmed").Inc()
 			rep.First = r.FirstSeq
 			prev = &cur
 		}
