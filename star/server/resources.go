@@ -201,7 +201,7 @@ func (s *Server) deleteStream(w http.ResponseWriter, r *http.Request, basin, nam
 // it, answering the error itself when either fails.
 func decodeResource[T any](s *Server, w http.ResponseWriter, r *http.Request, decode func([]byte) (T, *api.Error)) (T, bool) {
 	var zero T
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, s.opts.BodyReadTimeout, api.BadJSON)
 	if err != nil {
 		s.writeError(w, r, err)
 		return zero, false
