@@ -116,6 +116,14 @@ func TestJanitorRetention(t *testing.T) {
 		if pg, err := ms.Query(ctx, meta.Query{PK: meta.ReclaimStreamsPK}); err != nil || len(pg.Items) != 0 {
 			t.Errorf("deleted-stream rows left: %v %v", pg.Items, err)
 		}
+		// The deleted name rows still stand: a later run does not register
+		// the reclaimed streams again.
+		if _, err = auditjob.Janitor(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if pg, err := ms.Query(ctx, meta.Query{PK: meta.ReclaimStreamsPK}); err != nil || len(pg.Items) != 0 {
+			t.Errorf("reclaimed streams registered again: %v %v", pg.Items, err)
+		}
 		pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey("s-aged", 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,11 @@ import (
 // ForgetStream registers a deleted stream for reclamation: it writes the
 // stream's tombstone if it is missing (a delete that crashed between the
 // name row and the tombstone), so no settle stages its records again,
-// then the stream's reclamation row (IfAbsent). Both are idempotent.
+// then the stream's reclamation row (IfAbsent). Both are idempotent. A
+// stream whose tombstone stands and that has no ref row left is already
+// reclaimed, or being reclaimed (its reclamation row deletes its objects
+// before it goes): it is not registered again, so a deleted name row the
+// janitor meets on every run costs a write and a query.
 func ForgetStream(ctx context.Context, st *Stores, basin, name, id string, deletedAt time.Time) error {
 	tk := meta.Key{PK: meta.StreamMetaKey(id).PK, SK: "deleted"}
 	ts := struct {
@@ -20,11 +24,21 @@ func ForgetStream(ctx context.Context, st *Stores, basin, name, id string, delet
 		Name      string    `json:"name"`
 		DeletedAt time.Time `json:"deleted_at"`
 	}{basin, name, deletedAt}
-	if _, err := st.Meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+	_, err := st.Meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.IfAbsent())
+	switch {
+	case errors.Is(err, meta.ErrConditionFailed):
+		pg, err := st.Meta.Query(ctx, meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Limit: 1})
+		if err != nil {
+			return fmt.Errorf("settle: rows of deleted stream %s: %w", id, err)
+		}
+		if len(pg.Items) == 0 {
+			return nil
+		}
+	case err != nil:
 		return fmt.Errorf("settle: tombstone of deleted stream %s: %w", id, err)
 	}
 	k := meta.ReclaimStreamKey(id)
-	_, err := st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: id}), meta.IfAbsent())
+	_, err = st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: id}), meta.IfAbsent())
 	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 		return fmt.Errorf("settle: register deleted stream %s: %w", id, err)
 	}
