@@ -26,6 +26,7 @@ func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.Basins = slices.DeleteFunc(out.Basins, func(b api.BasinInfo) bool { return !set.Contains(b.Name) })
+	out.HasMore = out.HasMore && set.Prefix // an exact set holds one name
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -122,6 +123,7 @@ func (s *Server) listStreams(w http.ResponseWriter, r *http.Request, basin strin
 		return
 	}
 	out.Streams = slices.DeleteFunc(out.Streams, func(st api.StreamInfo) bool { return !p.Scope.Streams.Contains(st.Name) })
+	out.HasMore = out.HasMore && p.Scope.Streams.Prefix // an exact set holds one name
 	for i := range out.Streams {
 		out.Streams[i].Name = p.ClientStream(out.Streams[i].Name)
 	}

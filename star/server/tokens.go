@@ -269,7 +269,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 			}
 			out.AccessTokens = append(out.AccessTokens, row.Info)
 		}
-		if pg.Next == "" {
+		if pg.Next == "" || !set.Prefix { // an exact set holds one id
 			writeJSON(w, http.StatusOK, out)
 			return
 		}
