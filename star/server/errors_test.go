@@ -61,6 +61,8 @@ func TestErrorCodes(t *testing.T) {
 		{"malformed basin JSON", "POST", "/v1/basins", `{"basin":`, nil, 400, api.CodeBadJSON},
 		{"malformed stream JSON", "POST", "/v1/streams", `[]`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"unknown storage class", "POST", "/v1/streams", `{"stream":"x","config":{"storage_class":"glacier"}}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
+		{"raw append not UTF-8", "POST", "/v1/streams/s/records", "{\"records\":[{\"body\":\"\xff\"}]}", []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
+		{"raw append lone surrogate", "POST", "/v1/streams/s/records", `{"records":[{"body":"\ud800"}]}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"malformed proto", "POST", "/v1/streams/s/records", "\xff\xff\xff", []string{"s2-basin", "err-basin", "Content-Type", "application/protobuf"}, 400, api.CodeBadProto},
 		// 404
 		{"no basin", "GET", "/v1/basins/missing-basin", "", nil, 404, api.CodeBasinNotFound},
