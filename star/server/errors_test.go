@@ -55,6 +55,13 @@ func TestErrorCodes(t *testing.T) {
 		{"repeated param", "GET", "/v1/streams/s/records?seq_num=1&seq_num=2", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},
 		{"bad clamp", "GET", "/v1/streams/s/records?clamp=yes", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},
 		{"bad limit", "GET", "/v1/basins?limit=-1", "", nil, 400, api.CodeBadQuery},
+		{"malformed escape", "GET", "/v1/streams/s/records?seq_num=%ZZ", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},
+		{"malformed escape, unknown param", "GET", "/v1/streams/s/records?x=%Z&seq_num=0", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},
+		{"malformed escape in a session", "GET", "/v1/streams/s/records?count=%ZZ", "", []string{"s2-basin", "err-basin", "Accept", "text/event-stream"}, 400, api.CodeBadQuery},
+		{"malformed escape in a list", "GET", "/v1/basins?prefix=%ZZ", "", nil, 400, api.CodeBadQuery},
+		{"semicolon separator", "GET", "/v1/streams?prefix=a;limit=1", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},
+		{"prefix not UTF-8", "GET", "/v1/streams?prefix=%FF", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},
+		{"repeated list param", "GET", "/v1/basins?limit=1&limit=2", "", nil, 400, api.CodeBadQuery},
 		// 400 bad_json / bad_proto
 		{"malformed append JSON", "POST", "/v1/streams/s/records", `{"records":[{"body":`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"wrong JSON type", "POST", "/v1/streams/s/records", `{"records":"x"}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},

@@ -100,7 +100,12 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 			return
 		}
 	}
-	req, err := api.ParseReadQuery(r.URL.Query(), api.ReadUnary)
+	q, err := query(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := api.ParseReadQuery(q, api.ReadUnary)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
