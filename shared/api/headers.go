@@ -15,6 +15,8 @@ const (
 	HeaderEncryptionKey   = "S2-Encryption-Key"
 	HeaderProvisionResult = "S2-Provision-Result"
 	HeaderLastEventID     = "Last-Event-ID"
+	HeaderRetryAfter      = "Retry-After"
+	HeaderRetryAfterMs    = "Retry-After-Ms"
 )
 
 // Values of the S2-Provision-Result response header (PUT ensure).

@@ -48,6 +48,11 @@ func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingApp
 	if err := api.ValidateAppendInput(in); err != nil {
 		return nil, err
 	}
+	// The rate limits first: a throttled session input must not hold up
+	// a handoff (admit's write side).
+	if err := a.n.limits.admit(ctx, a.l.s.ID, in); err != nil {
+		return nil, err
+	}
 	a.l.admit.RLock()
 	defer a.l.admit.RUnlock()
 	if err := a.l.gone(); err != nil {
@@ -90,7 +95,7 @@ func (n *Node) Append(ctx context.Context, basin, name string, in *api.AppendInp
 	if err != nil {
 		return api.AppendAck{}, err
 	}
-	actx, cancel := context.WithTimeout(ctx, n.cfg.AdmitTimeout)
+	actx, cancel := context.WithTimeout(context.WithValue(ctx, unaryKey{}, true), n.cfg.AdmitTimeout)
 	p, err := a.Submit(actx, in)
 	cancel()
 	if err != nil {
@@ -117,6 +122,9 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 		return n.fromMemory(api.FencingTokenMismatch(fence.Current))
 	case errors.As(err, &inv):
 		return api.Invalid("%s", inv.Reason)
+	case errors.Is(err, loglet.ErrOverShare):
+		n.CountRateLimited(RateLimitPoolShare)
+		return api.RateLimitedAfter(poolShareRetry, "this stream holds more than its share of the star's write buffer; retry after %v", poolShareRetry)
 	case errors.Is(err, loglet.ErrDeposed), errors.Is(err, loglet.ErrClosed):
 		if sequenced {
 			return api.Unavailable("the star stopped leading this stream before the append was acknowledged; it may or may not be durable")

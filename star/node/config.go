@@ -72,6 +72,8 @@ type Config struct {
 	// fields, zero is not replaced by the default: zero or negative turns
 	// the balancer off (Defaults() has it on).
 	BalanceEvery time.Duration
+	// Limits are the per-stream append rate limits (ratelimit.go).
+	Limits RateLimits
 }
 
 // ClassConfig fixes one storage class's chain and loglet.
@@ -179,6 +181,7 @@ func (c Config) withDefaults() Config {
 		c.ReadCacheBytes = d.ReadCacheBytes
 	}
 	c.Settle = c.Settle.WithDefaults()
+	c.Limits = c.Limits.withDefaults()
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = d.DeadAfter
 	}

@@ -110,6 +110,7 @@ func newForwarder(s *Server) (*forwarder, error) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = t.url.Scheme, t.url.Host
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(HeaderForwardedBy, me)
+			pr.Out.Header.Set(HeaderClientConn, pr.In.RemoteAddr) // for the leader's rate limits
 		},
 		ModifyResponse: func(res *http.Response) error {
 			t := targetOf(res.Request.Context())

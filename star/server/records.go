@@ -23,6 +23,7 @@ func (s *Server) checkTail(w http.ResponseWriter, r *http.Request, basin, name s
 // append serves POST …/records: an S2S append session, or one batch in
 // protobuf or JSON (raw or base64 by s2-format).
 func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name string) {
+	r = withClientConn(r)
 	create, err := streamConfigHeader(r)
 	if err != nil {
 		s.writeError(w, r, err)

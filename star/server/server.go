@@ -23,6 +23,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/ratelimit"
 )
 
 // Options tune a Server. Zero values take the defaults named.
@@ -35,6 +36,8 @@ type Options struct {
 	SessionBacklog int
 	// Logger (nil: the node's).
 	Logger *slog.Logger
+	// ClientRate is the optional per-client request rate (ratelimit.go).
+	ClientRate ClientRate
 }
 
 // Server serves the API of one node.
@@ -53,6 +56,8 @@ type Server struct {
 	stopDrain context.CancelFunc
 
 	fwd *forwarder
+
+	clients *ratelimit.Keyed // per-client request rate; nil when off
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -72,7 +77,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = n.Logger()
 	}
-	s := &Server{n: n, log: opts.Logger, opts: opts}
+	s := &Server{n: n, log: opts.Logger, opts: opts, clients: newClientLimits(opts.ClientRate)}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "requests_total",
@@ -172,6 +177,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
+	if s.limitClient(w, r, rt.kind) {
+		return
+	}
 	m := r.Method
 	switch rt.kind {
 	case routeHealth:
