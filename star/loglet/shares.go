@@ -36,13 +36,15 @@ func (s *shares) sub(id string, n int64) {
 	}
 }
 
-// over reports whether id holds more than budget split evenly over the
-// streams with bytes outstanding.
+// over reports whether id holds more than its fair share of budget: an
+// even split over the streams with bytes outstanding, and at most half
+// (so one stream alone that fills the buffer is over it, and two that
+// hold it evenly are not).
 func (s *shares) over(id string, budget int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	held := s.bytes[id]
-	return held > 0 && held*int64(len(s.bytes)) > budget
+	return held > 0 && held*int64(max(len(s.bytes), 2)) > budget
 }
 
 // OverShare reports whether a wait for pool budget that ran out is the
