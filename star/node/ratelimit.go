@@ -128,8 +128,12 @@ func (l *appendLimits) admit(ctx context.Context, streamID string, in *api.Appen
 		n      int
 		reason string
 	}
+	batches := l.batches
+	if conn == "" {
+		batches = nil // no client connection (an in-process caller): nothing to count it by
+	}
 	takes := [...]take{
-		{l.batches, streamID + "\x00" + conn, 1, RateLimitStreamBatches},
+		{batches, streamID + "\x00" + conn, 1, RateLimitStreamBatches},
 		{l.bytes, streamID, int(api.MeteredBytes(in.Records)), RateLimitStreamBytes},
 	}
 	var wait time.Duration

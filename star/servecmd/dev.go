@@ -97,7 +97,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 			return run(runOptions{
 				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
 				deps: node.Deps{Meta: ms, Objects: objs},
-				srv:  server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
+				srv:  server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, ClientRate: c.clientRate()},
 				ready: func(ctx context.Context, n *node.Node, addr net.Addr) error {
 					if basin != "" {
 						if err := ensureDevBasin(ctx, n, basin); err != nil {

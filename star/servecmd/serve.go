@@ -63,7 +63,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx},
+				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, ClientRate: c.clientRate()},
 			}
 			if devFaults != "" { // tests and local experiments only (devfaults.go)
 				stopFaults, err := withDevFaults(cmd.Context(), &o, devFaults)

@@ -190,7 +190,9 @@ func TestPoolExhaustionByOneStreamIs429(t *testing.T) {
 	big := `{"records":[{"body":"` + strings.Repeat("h", 60<<10) + `"}]}`
 	var wg sync.WaitGroup
 	for range 4 { // ~240 KiB: the buffer is full
-		wg.Go(func() { e.do(newH1(), "POST", "streams/hog/records", []byte(big), "s2-basin", "pool-basin", "Content-Type", "application/json") })
+		wg.Go(func() {
+			e.do(newH1(), "POST", "streams/hog/records", []byte(big), "s2-basin", "pool-basin", "Content-Type", "application/json")
+		})
 	}
 	time.Sleep(100 * time.Millisecond)
 	r := e.do(newH1(), "POST", "streams/hog/records", []byte(big), "s2-basin", "pool-basin", "Content-Type", "application/json")
