@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -209,4 +211,32 @@ func newH1() *http.Client {
 	var p1 http.Protocols
 	p1.SetHTTP1(true)
 	return &http.Client{Transport: &http.Transport{Protocols: &p1}, Timeout: 30 * time.Second}
+}
+
+// A forwarded append counts against the client's own connection, not the
+// forwarding star's: two clients appending through a star that does not
+// lead the stream each get the per-connection batch budget.
+func TestForwardedAppendsCountTheClientConnection(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	lim := func(c *node.Config) { c.Limits = node.RateLimits{StreamBatchesPerSec: 3} }
+	a, b := starWith(t, "a", ms, objs, lim), starWith(t, "b", ms, objs, lim)
+	a.setupBasin("fl-basin")
+	want(t, a.appendJSON("fl-basin", "s", textRecords("lead", 1)), 200, "") // a leads s
+	for _, c := range []*http.Client{newH1(), newH1()} {
+		for i := range 3 {
+			r := b.do(c, "POST", "streams/s/records", []byte(textRecords("x", 1)), "s2-basin", "fl-basin", "Content-Type", "application/json")
+			if r.status != 200 {
+				t.Fatalf("append %d of a client through b: %s", i, r)
+			}
+		}
+		want429(t, b.do(c, "POST", "streams/s/records", []byte(textRecords("y", 1)), "s2-basin", "fl-basin", "Content-Type", "application/json"), 1000)
+		c.CloseIdleConnections()
+	}
+	if tail := a.tail("fl-basin", "s"); tail.SeqNum != 7 {
+		t.Fatalf("tail %d, want 7", tail.SeqNum)
+	}
 }
