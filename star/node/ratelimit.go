@@ -165,8 +165,10 @@ func (l *appendLimits) admit(ctx context.Context, streamID string, in *api.Appen
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
+		// The session ends (drain, or the client went): as for a wait for
+		// pool budget, nothing was sequenced.
 		giveBack()
-		return ctx.Err()
+		return api.Unavailable("stopped waiting for the stream's append rate limit; nothing was appended; retry")
 	}
 }
 
