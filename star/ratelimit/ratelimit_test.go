@@ -79,3 +79,24 @@ func TestNilLimitsNothing(t *testing.T) {
 		t.Fatal("nil refused")
 	}
 }
+
+// The cost a limit adds to an append: one take from a held bucket, and one
+// from a full set of 65 536 that must evict.
+func BenchmarkKeyedTake(b *testing.B) {
+	k := NewKeyed(1e9, 1e9, 0)
+	now := time.Now()
+	b.Run("held", func(b *testing.B) {
+		for range b.N {
+			k.Take("s", 1, now)
+		}
+	})
+	full := NewKeyed(1, 1, 0)
+	for i := range DefaultMaxKeys {
+		full.Take(fmt.Sprint(i), 1, now)
+	}
+	b.Run("evicting", func(b *testing.B) {
+		for i := range b.N {
+			full.Take(fmt.Sprint("n", i), 1, now)
+		}
+	})
+}
