@@ -34,7 +34,10 @@ type RateLimits struct {
 const (
 	DefaultStreamBytesPerSec   = 100 << 20
 	DefaultStreamBatchesPerSec = 200
-	DefaultSessionThrottle     = 5 * time.Second
+	// DefaultSessionThrottle stays well below the S2 SDKs' 5 s wait for an
+	// ack: a session input refused with 429 (definite) is better than one
+	// the SDK gives up on while throttled (indefinite).
+	DefaultSessionThrottle = 2 * time.Second
 )
 
 func (r RateLimits) withDefaults() RateLimits {

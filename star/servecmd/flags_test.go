@@ -128,7 +128,7 @@ func TestRateLimitFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := c.nodeConfig().Limits
-	if l.StreamBytesPerSec != 100<<20 || l.StreamBatchesPerSec != 200 || l.SessionThrottle != 5*time.Second {
+	if l.StreamBytesPerSec != 100<<20 || l.StreamBatchesPerSec != 200 || l.SessionThrottle != 2*time.Second {
 		t.Fatalf("defaults: %+v, want S2's 100 MiB/s and 200 batches/s", l)
 	}
 	if r := c.clientRate(); r.PerSec != 0 {
