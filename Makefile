@@ -229,5 +229,5 @@ test-infra: synth
 rehearsal: synth
 	@mkdir -p build
 	@set -o pipefail; STARLOG_REHEARSAL_ASSEMBLY=$(CURDIR)/cdk.out $(GO) test -count=1 -timeout 10m -v -run '^TestRehearsal' ./functions/ 2>&1 \
-	  | tee build/rehearsal.log | grep -E '^(ok |FAIL|--- |panic:)|^    --- |rehearsal_test.go:[0-9]+: (star [0-9]|rehearsal done|[0-9]+ settings)'
+	  | tee build/rehearsal.log | grep -E '^(ok |FAIL|--- |panic:)|^    --- |rehearsal_test.go:[0-9]+: (star [0-9]|rehearsal done|[0-9]+ settings)|iam_coverage_test.go:[0-9]+: (iam|mutation)'
 # --- end infra ---

@@ -23,7 +23,10 @@ package functions_test
 //     name and timeout);
 //   - the listen addresses: --listen and --internal-listen on loopback
 //     ports, and STARLOG_ADDRESS (the internal listen address as peers
-//     reach it), so two stars of the same unit share this host.
+//     reach it), so two stars of the same unit share this host;
+//   - STARLOG_RECORD_OPS, for the star and every function a file the
+//     operation recorder (shared/awsrecord) appends each AWS call to: the
+//     IAM coverage check (iam_coverage_test.go) reads them.
 //
 // Pseudo parameters come from the assembly manifest (account, region,
 // stack name); generated resource names are <stack>-<logical id>
@@ -112,7 +115,7 @@ func jobOf(t *testing.T, tm *rehearse.Template, f rehearse.Function) string {
 // notShared are the settings both the star and the functions read that a
 // deploy does not set (local endpoints and keys, the log level): the
 // stand-in overrides of the rehearsal itself.
-var notShared = []string{"dynamo-endpoint", "s3-endpoint", "s3-path-style", "aws-access-key-id", "aws-secret-access-key", "log-level"}
+var notShared = []string{"dynamo-endpoint", "s3-endpoint", "s3-path-style", "aws-access-key-id", "aws-secret-access-key", "log-level", "record-ops"}
 
 // regionFallback: a function's S3 and DynamoDB region fall back to
 // AWS_REGION, which Lambda sets to the function's region (the stack's).
@@ -239,6 +242,7 @@ type rehearsal struct {
 	sqs     *localsqs.Server
 	queues  map[string]*localsqs.Queue // by queue name
 	dirs    []string                   // directory bucket names
+	opsDir  string                     // the operation records, <component>.jsonl
 }
 
 // buildHostStar builds the star for this host (as star/servecmd's tests
@@ -374,8 +378,14 @@ func (r *rehearsal) startStar(n int) *star {
 		"AWS_ACCESS_KEY_ID=" + r.express.AccessKey,
 		"AWS_SECRET_ACCESS_KEY=" + r.express.SecretKey,
 		"AWS_EC2_METADATA_DISABLED=true",
+		"STARLOG_RECORD_OPS=" + r.opsFile(starComponent),
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
 		"HOME=" + r.home, "USER=starlog", "LOGNAME=starlog",
+		// TODO(stack secrets): the stack's Secrets Manager secrets give the
+		// star its admin token and internal key; until the unit reads them,
+		// the rehearsal passes both through the environment.
+		"STARLOG_ADMIN_TOKEN=" + rehearsalAdminToken,
+		"STARLOG_INTERNAL_KEY=" + rehearsalInternalKey,
 	})
 	s.public, s.internal = "http://"+pub, "http://"+in
 	s.cmd = exec.Command(r.starBin, argv[1:]...)
@@ -420,6 +430,12 @@ const rehearsalBasin = "starlog-rehearsal"
 
 var apiClient = &http.Client{Timeout: 60 * time.Second}
 
+// The rehearsal's star credentials (see startStar's TODO).
+const (
+	rehearsalAdminToken  = "rehearsal-admin-token-0123456789"
+	rehearsalInternalKey = "rehearsal-internal-key-0123456789abcdef"
+)
+
 func (s *star) call(method, path, body string) (int, []byte, error) {
 	req, err := http.NewRequest(method, s.public+path, strings.NewReader(body))
 	if err != nil {
@@ -427,6 +443,7 @@ func (s *star) call(method, path, body string) (int, []byte, error) {
 	}
 	req.Header.Set("s2-basin", rehearsalBasin)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+rehearsalAdminToken)
 	res, err := apiClient.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -520,6 +537,7 @@ func (r *rehearsal) functionEnv(f rehearse.Function) []string {
 		"AWS_SECRET_ACCESS_KEY=" + sk,
 		"AWS_EC2_METADATA_DISABLED=true",
 		"AWS_LAMBDA_FUNCTION_NAME=" + f.Name,
+		awsenv.EnvRecordOps + "=" + r.opsFile(jobOf(r.t, r.tm, f)),
 		"PATH=/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + r.home,
 	})
@@ -574,7 +592,7 @@ func TestRehearsal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rehearsal{t: t, tm: tm, svc: svc, home: t.TempDir()}
+	r := &rehearsal{t: t, tm: tm, svc: svc, home: t.TempDir(), opsDir: t.TempDir()}
 	var wg sync.WaitGroup
 	var buildErr error
 	wg.Go(func() { _, buildErr = buildFunctions() })
@@ -752,6 +770,8 @@ func TestRehearsal(t *testing.T) {
 		deliverRIE(t, r, byJob["trim"], feeds, 1)
 	})
 	a.checkReadBack(t, s2)
+	s2.kill9() // its last calls are recorded before the check reads them
+	step("iam-coverage", r.iamCoverage)
 	if st := r.express.Front.Stats(); st.Sessions[expressfront.ReadOnly] == 0 || len(st.Refused) > 0 {
 		t.Errorf("Express sessions over the rehearsal: %+v (want the settle role's ReadOnly sessions and no refusal)", st)
 	} else {

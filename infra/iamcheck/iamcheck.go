@@ -69,6 +69,13 @@ func CheckTemplateJSON(b []byte) ([]Finding, error) {
 // Policies of AWS::IAM::Role. Resource policies (bucket and queue policies)
 // are not identity grants and are skipped.
 func Statements(tmpl map[string]any) ([]Statement, error) {
+	return StatementsRendered(tmpl, func(v any) (string, error) { return Render(v), nil })
+}
+
+// StatementsRendered is Statements with every action and resource
+// rendered by render: to the ARNs a deploy would resolve, say, so Evaluate
+// can match requests against them.
+func StatementsRendered(tmpl map[string]any, render func(any) (string, error)) ([]Statement, error) {
 	resources, _ := tmpl["Resources"].(map[string]any)
 	var out []Statement
 	for _, id := range sortedKeys(resources) {
@@ -94,7 +101,7 @@ func Statements(tmpl map[string]any) ([]Statement, error) {
 			continue
 		}
 		for _, doc := range docs {
-			stmts, err := docStatements(id, roles, doc)
+			stmts, err := docStatements(id, roles, doc, render)
 			if err != nil {
 				return nil, err
 			}
@@ -104,7 +111,7 @@ func Statements(tmpl map[string]any) ([]Statement, error) {
 	return out, nil
 }
 
-func docStatements(id string, roles []string, doc any) ([]Statement, error) {
+func docStatements(id string, roles []string, doc any, render func(any) (string, error)) ([]Statement, error) {
 	dm, ok := doc.(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("%s: policy document is %T, not an object", id, doc)
@@ -127,15 +134,25 @@ func docStatements(id string, roles []string, doc any) ([]Statement, error) {
 		st := Statement{Policy: id, Roles: roles, Allow: sm["Effect"] == "Allow"}
 		st.Sid, _ = sm["Sid"].(string)
 		st.Condition, _ = sm["Condition"].(map[string]any)
-		if a, ok := sm["NotAction"]; ok {
-			st.Actions, st.NotAction = actions(a), true
-		} else {
-			st.Actions = actions(sm["Action"])
+		a, ok := sm["NotAction"]
+		if !ok {
+			a = sm["Action"]
 		}
-		if r, ok := sm["NotResource"]; ok {
-			st.Resources, st.NotResource = list(r), true
-		} else {
-			st.Resources = list(sm["Resource"])
+		st.NotAction = ok
+		acts, err := list(a, render)
+		if err != nil {
+			return nil, fmt.Errorf("%s: statement %d: action: %w", id, i, err)
+		}
+		for _, x := range acts {
+			st.Actions = append(st.Actions, strings.ToLower(x))
+		}
+		r, ok := sm["NotResource"]
+		if !ok {
+			r = sm["Resource"]
+		}
+		st.NotResource = ok
+		if st.Resources, err = list(r, render); err != nil {
+			return nil, fmt.Errorf("%s: statement %d: resource: %w", id, i, err)
 		}
 		out = append(out, st)
 	}
@@ -216,27 +233,25 @@ func matchesAny(res []*regexp.Regexp, s string) bool {
 	return false
 }
 
-func actions(v any) []string {
-	l := list(v)
-	for i := range l {
-		l[i] = strings.ToLower(l[i])
-	}
-	return l
-}
-
-func list(v any) []string {
+func list(v any, render func(any) (string, error)) ([]string, error) {
+	var items []any
 	switch x := v.(type) {
 	case nil:
-		return nil
+		return nil, nil
 	case []any:
-		out := make([]string, 0, len(x))
-		for _, e := range x {
-			out = append(out, Render(e))
-		}
-		return out
+		items = x
 	default:
-		return []string{Render(x)}
+		items = []any{x}
 	}
+	out := make([]string, 0, len(items))
+	for _, e := range items {
+		s, err := render(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 func refs(v any) []string {

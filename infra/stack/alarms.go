@@ -154,5 +154,6 @@ func (s *Starlog) outputs() {
 	out("BucketName", "S3 Standard bucket (chains and settled objects)", s.Bucket.BucketName())
 	out("ExpressBucketNames", "S3 Express One Zone directory buckets, one per zone", jsii.String(strings.Join(s.expressBucketRefs(), ",")))
 	out("StarAutoScalingGroupName", "Autoscaling group of the stars", s.Stars.AutoScalingGroupName())
+	out("AdminTokenSecretArn", "Secrets Manager secret holding the admin access token (aws secretsmanager get-secret-value --secret-id <arn>)", s.AdminToken.SecretArn())
 	out("AlarmTopicArn", "SNS topic every alarm notifies", s.AlarmTopic.TopicArn())
 }

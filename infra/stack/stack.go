@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3express"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -55,6 +56,9 @@ type Starlog struct {
 	FunctionRoles map[string]awsiam.Role
 
 	AlarmTopic awssns.Topic
+
+	// AdminToken and InternalKey are the stars' secrets (secrets.go).
+	AdminToken, InternalKey awssecretsmanager.Secret
 
 	starLogs awslogs.LogGroup
 }
@@ -133,6 +137,7 @@ func New(scope constructs.Construct, cfg config.Config) (*Starlog, error) {
 	s := &Starlog{Stack: st, Config: cfg}
 	s.network()
 	s.storage()
+	s.secrets()
 	if err := s.stars(); err != nil {
 		return nil, err
 	}

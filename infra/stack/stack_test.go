@@ -421,11 +421,13 @@ func TestStarUserData(t *testing.T) {
 		regexp.MustCompile(`--dynamo-table=\$\{Metastore[0-9A-F]+\} \\`),
 		regexp.MustCompile(`--standard-buckets=\$\{Standard[0-9A-F]+\} \\`),
 		regexp.MustCompile(`--express-buckets=\$\{Express1\},\$\{Express2\},\$\{Express3\} \\`),
+		regexp.MustCompile(`--admin-token-secret=\$\{AdminToken[0-9A-F]+\} \\`),
+		regexp.MustCompile(`--internal-key-secret=\$\{InternalKey[0-9A-F]+\} \\`),
 		regexp.MustCompile(`--settle-linger=60s \\`),
 		regexp.MustCompile(`--dead-after=30s \\`),
 		regexp.MustCompile(`\nSTARLOG_STAR_ID=\$\{INSTANCE_ID\}\nSTARLOG_ADDRESS=\$\{LOCAL_IP\}:8081\n`),
 		regexp.MustCompile(`StartLimitIntervalSec=0`),
-		regexp.MustCompile(`DRAIN_ARGS='drain --wait --endpoint http://127\.0\.0\.1:8081'`),
+		regexp.MustCompile(`DRAIN_ARGS='drain --wait --endpoint http://127\.0\.0\.1:8081 --internal-key-secret \$\{InternalKey[0-9A-F]+\}'`),
 		regexp.MustCompile(`--s3-chain-backlog-flights=1024 \\`),
 		regexp.MustCompile(`--s3-memory-buffer-mib=256\n`),
 		regexp.MustCompile(`Restart=always`),
@@ -841,12 +843,69 @@ func TestPlaceholdersAllowedWhenAsked(t *testing.T) {
 }
 
 func TestDrainArgsTargetTheInternalPort(t *testing.T) {
-	got := drainArgs([]string{"drain", "--wait"}, 8081)
-	if strings.Join(got, " ") != "drain --wait --endpoint http://127.0.0.1:8081" {
+	got := drainArgs([]string{"drain", "--wait"}, 8081, "arn:k")
+	if strings.Join(got, " ") != "drain --wait --endpoint http://127.0.0.1:8081 --internal-key-secret arn:k" {
 		t.Fatalf("drain args %q", got)
 	}
-	given := []string{"drain", "--endpoint=http://10.0.0.1:9"}
-	if got := drainArgs(given, 8080); strings.Join(got, " ") != strings.Join(given, " ") {
-		t.Fatalf("an explicit endpoint was changed: %q", got)
+	given := []string{"drain", "--endpoint=http://10.0.0.1:9", "--internal-key-file=/k"}
+	if got := drainArgs(given, 8080, "arn:k"); strings.Join(got, " ") != strings.Join(given, " ") {
+		t.Fatalf("an explicit endpoint or key was changed: %q", got)
 	}
+}
+
+// The stars' credentials: two generated secrets, retained like the data
+// (replacing the internal key would void every issued token), readable by
+// the star role and no other, passed to the star by ARN.
+func TestSecrets(t *testing.T) {
+	x := defaults(t)
+	secrets := x.resources("AWS::SecretsManager::Secret")
+	if len(secrets) != 2 {
+		t.Fatalf("%d secrets, want 2 (admin token, internal key)", len(secrets))
+	}
+	ids := map[string]int{}
+	for id, r := range secrets {
+		props, _ := r["Properties"].(map[string]any)
+		gen, _ := props["GenerateSecretString"].(map[string]any)
+		n, _ := gen["PasswordLength"].(float64)
+		switch {
+		case strings.HasPrefix(id, "AdminToken"):
+			ids["admin"]++
+			if int(n) != AdminTokenLength {
+				t.Errorf("%s: length %v, want %d", id, n, AdminTokenLength)
+			}
+		case strings.HasPrefix(id, "InternalKey"):
+			ids["internal"]++
+			if int(n) != InternalKeyLength {
+				t.Errorf("%s: length %v, want %d", id, n, InternalKeyLength)
+			}
+		}
+		if gen["ExcludePunctuation"] != true {
+			t.Errorf("%s: punctuation would need quoting in a header", id)
+		}
+		if r["DeletionPolicy"] != "RetainExceptOnCreate" || r["UpdateReplacePolicy"] != "Retain" {
+			t.Errorf("%s: DeletionPolicy %v UpdateReplacePolicy %v, want retained", id, r["DeletionPolicy"], r["UpdateReplacePolicy"])
+		}
+	}
+	if ids["admin"] != 1 || ids["internal"] != 1 {
+		t.Fatalf("secrets %v", ids)
+	}
+	secretRef := regexp.MustCompile(`^\$\{(AdminToken|InternalKey)[0-9A-F]+\}$`)
+	for _, st := range x.statements(t) {
+		for _, a := range st.Actions {
+			if !strings.HasPrefix(a, "secretsmanager:") {
+				continue
+			}
+			if a != "secretsmanager:getsecretvalue" || len(st.Resources) != 2 || len(st.Roles) != 1 || !strings.HasPrefix(st.Roles[0], "StarRole") {
+				t.Errorf("secrets grant %+v: want GetSecretValue on the two secrets for the star role only", st)
+			}
+			for _, r := range st.Resources {
+				if !secretRef.MatchString(r) {
+					t.Errorf("secrets grant on %s", r)
+				}
+			}
+		}
+	}
+	check(t, "admin token output", func() {
+		x.tmpl.HasOutput(jsii.String("AdminTokenSecretArn"), like("Value", like("Ref", re("^AdminToken"))))
+	})
 }

@@ -72,6 +72,7 @@ func (s *Starlog) stars() error {
 		policy.AddStatements(stmt)
 	}
 	policy.AddStatements(
+		s.secretReadStatement(),
 		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:       jsii.String("StarBinary"),
 			Actions:   strs("s3:GetObject"),
@@ -187,10 +188,12 @@ func (s *Starlog) stars() error {
 		InternalPort:         c.InternalPort,
 		TableName:            *s.Table.TableName(),
 		StandardBucket:       *s.Bucket.BucketName(),
+		AdminTokenSecret:     *s.AdminToken.SecretArn(),
+		InternalKeySecret:    *s.InternalKey.SecretArn(),
 		ExpressBuckets:       s.expressBucketRefs(),
 		PolicyFlags:          c.Policy.Flags(),
 		ExtraFlags:           userdata.SortedFlags(c.StarFlags),
-		DrainArgs:            drainArgs(c.DrainArgs, c.InternalPort),
+		DrainArgs:            drainArgs(c.DrainArgs, c.InternalPort, *s.InternalKey.SecretArn()),
 		DrainMaxSeconds:      c.DrainMaxMinutes * 60,
 		HeartbeatEverySecond: max(c.LifecycleHeartbeatSeconds/3, 30),
 		LifecycleHookName:    LifecycleHookName,
@@ -294,12 +297,25 @@ func clientPort(c config.Config) int {
 
 // drainArgs points the drain command at the local star's internal port
 // (where drain is served) unless the configuration names an endpoint (the
-// CLI's default is star dev's).
-func drainArgs(args []string, port int) []string {
-	for _, a := range args {
-		if a == "--endpoint" || strings.HasPrefix(a, "--endpoint=") {
-			return args
+// CLI's default is star dev's), and gives it the internal key's secret
+// unless it names a key source: drain is an admin call.
+func drainArgs(args []string, port int, internalKeySecret string) []string {
+	out := append([]string(nil), args...)
+	given := func(flags ...string) bool {
+		for _, a := range args {
+			for _, f := range flags {
+				if a == f || strings.HasPrefix(a, f+"=") {
+					return true
+				}
+			}
 		}
+		return false
 	}
-	return append(append([]string(nil), args...), "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", port))
+	if !given("--endpoint") {
+		out = append(out, "--endpoint", fmt.Sprintf("http://127.0.0.1:%d", port))
+	}
+	if !given("--internal-key-secret", "--internal-key-file") {
+		out = append(out, "--internal-key-secret", internalKeySecret)
+	}
+	return out
 }

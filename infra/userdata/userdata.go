@@ -87,6 +87,10 @@ type Params struct {
 	TableName      string
 	StandardBucket string
 	ExpressBuckets []string
+	// AdminTokenSecret and InternalKeySecret are the Secrets Manager ARNs
+	// of the star's credentials (docs/security.md).
+	AdminTokenSecret  string
+	InternalKeySecret string
 	// PolicyFlags are what the stars share with the auditor functions
 	// (config.Policy), rendered after the stack's own flags.
 	PolicyFlags []Flag
@@ -155,7 +159,7 @@ func Render(p Params) (string, error) {
 // command line, or (star-id, address: known only on the instance) through
 // their environment fallbacks in StarEnvFile.
 var StackFlags = []string{"listen", "internal-listen", "star-id", "address", "s3-region", "dynamo-region",
-	"dynamo-table", "standard-buckets", "express-buckets"}
+	"dynamo-table", "standard-buckets", "express-buckets", "admin-token-secret", "internal-key-secret"}
 
 // Flags are the star's command-line flags: the stack-owned ones first,
 // then the policy, then the extra ones. Every setting `star serve` needs
@@ -170,6 +174,8 @@ func (p Params) Flags() []Flag {
 		{"dynamo-table", p.TableName},
 		{"standard-buckets", p.StandardBucket},
 		{"express-buckets", strings.Join(p.ExpressBuckets, ",")},
+		{"admin-token-secret", p.AdminTokenSecret},
+		{"internal-key-secret", p.InternalKeySecret},
 	}
 	fs = append(fs, p.PolicyFlags...)
 	return append(fs, p.ExtraFlags...)
@@ -180,6 +186,7 @@ func (p Params) check() error {
 	for name, v := range map[string]string{
 		"Region": p.Region, "StackName": p.StackName, "SignalResource": p.SignalResource,
 		"StarBinaryURL": p.StarBinaryURL, "TableName": p.TableName, "StandardBucket": p.StandardBucket,
+		"AdminTokenSecret": p.AdminTokenSecret, "InternalKeySecret": p.InternalKeySecret,
 		"LifecycleHookName": p.LifecycleHookName, "AutoScalingGroupName": p.AutoScalingGroupName,
 		"Cluster": p.Cluster, "MetricsNamespace": p.MetricsNamespace,
 		"StarLogGroup": p.StarLogGroup, "MetricsLogGroup": p.MetricsLogGroup,

@@ -22,6 +22,8 @@ func sample() Params {
 		InternalPort:         8081,
 		TableName:            "${Token[TOKEN.201]}",
 		StandardBucket:       "${Token[TOKEN.202]}",
+		AdminTokenSecret:     "${Token[TOKEN.301]}",
+		InternalKeySecret:    "${Token[TOKEN.302]}",
 		ExpressBuckets:       []string{"starlog-1--use1-az4--x-s3", "starlog-1--use1-az5--x-s3", "starlog-1--use1-az6--x-s3"},
 		PolicyFlags:          []Flag{{"settle-linger", "60s"}, {"dead-after", "30s"}},
 		ExtraFlags:           SortedFlags(map[string]string{"s3-memory-buffer-mib": "256", "s3-chain-backlog-flights": "1024"}),
@@ -108,6 +110,7 @@ func TestStarUnit(t *testing.T) {
 			"  --s3-region=${Token[AWS.Region.11]} \\\n  --dynamo-region=${Token[AWS.Region.11]} \\\n" +
 			"  --dynamo-table=${Token[TOKEN.201]} \\\n  --standard-buckets=${Token[TOKEN.202]} \\\n" +
 			"  --express-buckets=starlog-1--use1-az4--x-s3,starlog-1--use1-az5--x-s3,starlog-1--use1-az6--x-s3 \\\n" +
+			"  --admin-token-secret=${Token[TOKEN.301]} \\\n  --internal-key-secret=${Token[TOKEN.302]} \\\n" +
 			"  --settle-linger=60s \\\n  --dead-after=30s \\\n" +
 			"  --s3-chain-backlog-flights=1024 \\\n  --s3-memory-buffer-mib=256\n",
 		"[Unit]\nDescription=starlog star\n",

@@ -67,6 +67,14 @@ func RegistryKey(star string) Key { return Key{PK: "star#" + star, SK: "reg"} }
 // id creates it), so peers find every star's registry row without a scan.
 func StarDirKey(star string) Key { return Key{PK: "stars", SK: star} }
 
+// TokensPK is the partition of access tokens, one row per token id
+// (star/server/tokens.go): the keyed hash of the token, never the token,
+// and its info (scope, expiry). Revoking deletes the row.
+const TokensPK = "tokens"
+
+// TokenKey is the row of the access token id.
+func TokenKey(id string) Key { return Key{PK: TokensPK, SK: id} }
+
 // ChainPK is the partition of one chain's head, epochs and markers.
 func ChainPK(star string, class Class) string { return "chain#" + star + "/" + string(class) }
 

@@ -8,14 +8,51 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/awssecret"
 	"github.com/starlog/starlog/shared/sdk"
+	"github.com/starlog/starlog/star/auth"
 )
+
+// Environment variables of the cluster's internal key, which the admin
+// commands (drain, streams move) need: starlog's own endpoints take the
+// internal credential derived from it, never an access token.
+const (
+	EnvInternalKey       = "STARLOG_INTERNAL_KEY"
+	EnvInternalKeyFile   = "STARLOG_INTERNAL_KEY_FILE"
+	EnvInternalKeySecret = "STARLOG_INTERNAL_KEY_SECRET"
+)
+
+// internalCredential derives the internal credential from
+// --internal-key-file, --internal-key-secret (a Secrets Manager secret:
+// the stack's drain script) or STARLOG_INTERNAL_KEY.
+func (c *conn) internalCredential(ctx context.Context) (string, error) {
+	key := []byte(c.fromEnv("", EnvInternalKey))
+	if id := c.fromEnv(c.internalKeySecret, EnvInternalKeySecret); id != "" {
+		v, err := awssecret.Fetch(ctx, id)
+		if err != nil {
+			return "", fmt.Errorf("internal key: %w", err)
+		}
+		key = []byte(strings.TrimSpace(v))
+	}
+	if f := c.fromEnv(c.internalKeyFile, EnvInternalKeyFile); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("internal key: %w", err)
+		}
+		key = bytes.TrimSpace(b)
+	}
+	if len(key) == 0 {
+		return "", fmt.Errorf("admin commands need the cluster's internal key: set --internal-key-file, --internal-key-secret, %s or %s (star dev keeps it in <data>/dev-internal-key)", EnvInternalKeyFile, EnvInternalKey)
+	}
+	return auth.InternalCredential(key)
+}
 
 // adminCall sends one request to a star's admin extension (/v1/starlog/…)
 // at the account endpoint and decodes a JSON answer into out. Any star
@@ -46,6 +83,11 @@ func (c *conn) adminCall(ctx context.Context, method, path, basin string, in, ou
 	if tok := c.fromEnv(c.token, EnvToken); tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	cred, err := c.internalCredential(ctx)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(auth.HeaderInternal, cred)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("admin request %s %s: %w", method, path, err)

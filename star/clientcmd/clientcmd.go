@@ -44,6 +44,10 @@ type conn struct {
 	basin         string
 	token         string
 	compression   string
+	// internalKeyFile is the admin commands' internal key (admin.go).
+	internalKeyFile string
+	// internalKeySecret names a Secrets Manager secret holding it.
+	internalKeySecret string
 }
 
 func newCommands(lookupEnv func(string) (string, bool)) []*cobra.Command {
@@ -73,6 +77,8 @@ func (c *conn) addFlags(cmd *cobra.Command) {
 	f.StringVar(&c.basin, "basin", "", "basin of the streams (env "+EnvBasin+")")
 	f.StringVar(&c.token, "token", "", "access token, sent as a bearer token (env "+EnvToken+")")
 	f.StringVar(&c.compression, "compression", "none", "compression of session frames: none or gzip")
+	f.StringVar(&c.internalKeySecret, "internal-key-secret", "", "AWS Secrets Manager secret (ARN or name) holding the cluster's internal key, for the admin commands (env "+EnvInternalKeySecret+")")
+	f.StringVar(&c.internalKeyFile, "internal-key-file", "", "file holding the cluster's internal key, for the admin commands drain and streams move (env "+EnvInternalKeyFile+", or "+EnvInternalKey+" holding the key)")
 }
 
 // fromEnv returns v, else the first set environment variable of names.

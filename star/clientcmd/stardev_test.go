@@ -45,11 +45,15 @@ var buildStar = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-var devEndpointRE = regexp.MustCompile(`serving the S2 API on (http://\S+)`)
+var (
+	devEndpointRE = regexp.MustCompile(`serving the S2 API on (http://\S+)`)
+	devTokenRE    = regexp.MustCompile(`^  token:   (\S+) \(admin`)
+)
 
 // startStarDev starts `star dev` on a fresh data folder and returns its
-// endpoint and default basin; the test's cleanup stops it.
-func startStarDev(t *testing.T) (string, string) {
+// endpoint, default basin and the dev token its banner shows; the test's
+// cleanup stops it.
+func startStarDev(t *testing.T) (string, string, string) {
 	t.Helper()
 	bin, err := buildStar()
 	if err != nil {
@@ -68,12 +72,15 @@ func startStarDev(t *testing.T) (string, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	urls := make(chan string, 1)
+	urls, tokens := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if m := devEndpointRE.FindStringSubmatch(sc.Text()); m != nil {
 				urls <- m[1]
+			}
+			if m := devTokenRE.FindStringSubmatch(sc.Text()); m != nil {
+				tokens <- m[1]
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -91,13 +98,18 @@ func startStarDev(t *testing.T) (string, string) {
 	})
 	select {
 	case u := <-urls:
-		return u, basin
+		select {
+		case tok := <-tokens:
+			return u, basin, tok
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the star dev banner shows no token")
+		}
 	case err := <-exited:
 		t.Fatalf("star dev exited: %v\n%s", err, stderr.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("star dev did not start\n%s", stderr.String())
 	}
-	return "", ""
+	return "", "", ""
 }
 
 // TestAgainstStarDev drives every client command against a real star.
@@ -105,8 +117,8 @@ func TestAgainstStarDev(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs star dev")
 	}
-	url, basin := startStarDev(t)
-	env := map[string]string{EnvEndpoint: url, EnvBasin: basin}
+	url, basin, token := startStarDev(t)
+	env := map[string]string{EnvEndpoint: url, EnvBasin: basin, EnvToken: token}
 
 	mustRun(t, env, "", "streams", "create", "cli", "--storage-class", "express")
 	if out := mustRun(t, env, "", "streams", "list"); !strings.Contains(out, "cli") {

@@ -253,6 +253,7 @@ func levelFlags(level int) []string {
 func (bn *bench) client(s *star, timeout time.Duration) *sdk.Client {
 	c, err := sdk.New(sdk.Config{
 		AccountEndpoint: s.url(),
+		Token:           adminToken,
 		RequestTimeout:  timeout,
 		Retry:           sdk.RetryPolicy{MaxAttempts: 1},
 		Logger:          discardLogger,

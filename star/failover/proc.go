@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/starlog/starlog/star/auth"
 )
 
 // star is one `star serve` process on fixed addresses, so a restart (a new
@@ -52,7 +54,7 @@ func (s *star) start(ctx context.Context, extra ...string) error {
 	// No leadership balancer (a flag some builds have; the environment
 	// fallback is ignored by a build without it): its handoffs would move
 	// streams between the stars during the measurement.
-	cmd.Env = append(os.Environ(), "STARLOG_BALANCE_EVERY=0")
+	cmd.Env = append(append(os.Environ(), credentialEnv()...), "STARLOG_BALANCE_EVERY=0")
 	if s.out == nil {
 		s.out = &tail{max: 256 << 10}
 	}
@@ -214,6 +216,7 @@ func (s *star) setFaults(ctx context.Context, body string) error {
 	if err != nil {
 		return err
 	}
+	req.Header.Set(auth.HeaderInternal, internalCredential())
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s fault control of %s: %w", method, s.id, err)

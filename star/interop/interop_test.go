@@ -22,8 +22,13 @@ import (
 
 // wantScenarios is what conformance.mjs reports: the ten scenarios of
 // API.md §5, with the three session scenarios (3, 8, 9) run once per SDK
-// transport. A script that silently drops a scenario fails the test.
-const wantScenarios = 13
+// transport, and the access-token scenario (11). A script that silently
+// drops a scenario fails the test.
+const wantScenarios = 14
+
+// interopToken is the admin token the star dev of the test runs with
+// (STARLOG_ADMIN_TOKEN), and so the SDK's S2_ACCESS_TOKEN.
+const interopToken = "interop-admin-token-0123456789"
 
 // conformanceTimeout bounds the Node run; the script itself takes about
 // 35 s (its 30 s idle session sets the pace).
@@ -52,7 +57,7 @@ func TestS2TypeScriptSDK(t *testing.T) {
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s")
-	star.Env = withoutStarlogConfig(os.Environ())
+	star.Env = append(withoutStarlogConfig(os.Environ()), "STARLOG_ADMIN_TOKEN="+interopToken)
 	srv := testsvc.Start(t, "star dev", star)
 	srv.WaitTCP(t, addr, time.Minute)
 	endpoint := "http://" + addr
@@ -107,7 +112,7 @@ func runConformance(t *testing.T, node, script, nodeTools, endpoint string) (con
 	cmd.Env = append(os.Environ(),
 		"S2_ACCOUNT_ENDPOINT="+endpoint,
 		"S2_BASIN_ENDPOINT="+endpoint,
-		"S2_ACCESS_TOKEN=x",
+		"S2_ACCESS_TOKEN="+interopToken,
 		"STARLOG_NODE_TOOLS="+nodeTools,
 	)
 	cmd.WaitDelay = 5 * time.Second

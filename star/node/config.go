@@ -1,11 +1,14 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/leader"
@@ -19,6 +22,9 @@ type Config struct {
 	// StarID names this star in keys and rows (chains/<star>/…). Empty:
 	// derived from the hostname (see DefaultStarID).
 	StarID string
+	// PeerTLS is how the star dials peers that advertise an https address
+	// (the settle nudge; nil: the system's roots).
+	PeerTLS *tls.Config
 	// Address is advertised in the registry row (where peers reach this
 	// star); informational until multi-star leases land.
 	Address string
@@ -109,6 +115,9 @@ type MetaConfig struct {
 	DynamoCreateTable bool
 	AccessKey         string
 	SecretKey         string
+	// APIOptions are extra SDK middleware on the DynamoDB client (the
+	// rehearsal's operation recorder, shared/awsrecord).
+	APIOptions []func(*middleware.Stack) error
 }
 
 // ObjectsConfig selects the object store: a directory (FSRoot) or S3.
@@ -120,6 +129,9 @@ type ObjectsConfig struct {
 	S3PathStyle bool
 	AccessKey   string
 	SecretKey   string
+	// APIOptions are extra SDK middleware on the S3 client (the
+	// rehearsal's operation recorder, shared/awsrecord).
+	APIOptions []func(*middleware.Stack) error
 }
 
 // Defaults returns the built-in defaults (DESIGN §4.2, §6, §10 and the

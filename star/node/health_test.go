@@ -12,6 +12,7 @@ import (
 
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/server"
 )
 
@@ -34,7 +35,7 @@ func TestHealthFollowsCommitErr(t *testing.T) {
 		}
 		return nil
 	})
-	srv, err := server.New(n, server.Options{})
+	srv, err := server.New(n, server.Options{Auth: auth.Open()})
 	if err != nil {
 		t.Fatal(err)
 	}

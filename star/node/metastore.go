@@ -30,7 +30,7 @@ func openMeta(ctx context.Context, c MetaConfig) (meta.Store, error) {
 	case c.DynamoTable != "":
 		client, err := dynamo.NewClient(ctx, dynamo.Config{
 			Endpoint: c.DynamoEndpoint, Region: c.DynamoRegion,
-			AccessKey: c.AccessKey, SecretKey: c.SecretKey,
+			AccessKey: c.AccessKey, SecretKey: c.SecretKey, APIOptions: c.APIOptions,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("metastore: %w", err)
@@ -65,7 +65,7 @@ func openObjects(ctx context.Context, c ObjectsConfig, buckets []string) (objsto
 	case c.S3Region != "" || c.S3Endpoint != "":
 		client, err := s3store.NewClient(ctx, s3store.Config{
 			Endpoint: c.S3Endpoint, Region: c.S3Region, PathStyle: c.S3PathStyle,
-			AccessKey: c.AccessKey, SecretKey: c.SecretKey,
+			AccessKey: c.AccessKey, SecretKey: c.SecretKey, APIOptions: c.APIOptions,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("object store: %w", err)

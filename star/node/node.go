@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,9 @@ type Deps struct {
 	// Now is the clock of resource times and deletion timing (nil:
 	// time.Now). Timestamps of records always use the real clock.
 	Now func() time.Time
+	// PeerHeader is sent on every request this star makes to a peer (the
+	// settle nudge): the cluster's internal credential (star/auth).
+	PeerHeader http.Header
 }
 
 // Node is one running star.
@@ -59,6 +63,7 @@ type Node struct {
 	commits []commitSource // the loglets, Standard first
 
 	ownMeta meta.Store // closed by Close when Open opened it
+	peerHdr http.Header
 	regn    Registration
 	regVer  int64
 	lease   *leadership
@@ -109,6 +114,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		log:     deps.Logger,
 		reg:     deps.Registry,
 		now:     deps.Now,
+		peerHdr: deps.PeerHeader,
 		loglets: map[meta.Class]*loglet.Loglet{},
 		basins:  map[string]*basinEntry{},
 		streams: map[streamKey]*streamEntry{},
@@ -244,6 +250,9 @@ func (n *Node) Incarnation() uint64 { return n.regn.Incarnation }
 // Registry is the star's metrics registry, for /metrics and for the
 // server's own collectors.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Meta is the star's metastore (the server keeps access tokens there).
+func (n *Node) Meta() meta.Store { return n.meta }
 
 // Logger is the star's logger.
 func (n *Node) Logger() *slog.Logger { return n.log }

@@ -94,7 +94,8 @@ func (n *Node) nudgePeers(ctx context.Context) int {
 		return 0
 	}
 	body, _ := json.Marshal(SettleRequest{Star: n.cfg.StarID, Incarnation: n.regn.Incarnation})
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: n.cfg.PeerTLS}}
+	defer client.CloseIdleConnections()
 	nudged := 0
 	for _, id := range ids {
 		if id == n.cfg.StarID {
@@ -104,7 +105,7 @@ func (n *Node) nudgePeers(ctx context.Context) int {
 		if err != nil || !ok || reg.Address == "" || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) {
 			continue
 		}
-		if err := nudge(ctx, client, reg.Address, body); err != nil {
+		if err := nudge(ctx, client, reg.Address, body, n.peerHdr); err != nil {
 			n.log.Warn("close: nudge peer to settle", "peer", id, "err", err)
 			continue
 		}
@@ -113,13 +114,16 @@ func (n *Node) nudgePeers(ctx context.Context) int {
 	return nudged
 }
 
-func nudge(ctx context.Context, client *http.Client, addr string, body []byte) error {
+func nudge(ctx context.Context, client *http.Client, addr string, body []byte, hdr http.Header) error {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(addr, "/")+SettlePath, bytes.NewReader(body))
 	if err != nil {
 		return err
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)

@@ -18,13 +18,15 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/starlog/starlog/star/auth"
 )
 
 // clusterOnly are dev flags a cluster's stars do not take (each star gets
 // its own id, listen address and the shared stores instead).
 var clusterOnly = map[string]bool{
 	"data": true, "basin": true, "auditor-interval": true, "stars": true,
-	"listen": true, "star-id": true, "address": true,
+	"listen": true, "star-id": true, "address": true, "open": true,
 }
 
 // clusterStar is one star process of a local cluster.
@@ -41,7 +43,7 @@ type clusterStar struct {
 // endpoint and pid, creates the dev basin through the first star, reports
 // stars that exit (kill -9 one to watch its streams fail over), and on
 // SIGINT/SIGTERM stops the rest gracefully.
-func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, listen, basin string, n int) error {
+func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, listen, basin string, n int, creds auth.Config) error {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
@@ -84,6 +86,8 @@ func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, lis
 			"--sqlite", filepath.Join(abs, "meta.db"), "--fs-root", objects,
 			"--star-id", s.id, "--listen", s.addr, "--address", s.addr}, pass...)
 		s.cmd = exec.Command(self, args...)
+		// The secrets travel in the environment, never in argv (ps shows it).
+		s.cmd.Env = append(os.Environ(), EnvAdminToken+"="+creds.AdminToken, EnvInternalKey+"="+string(creds.InternalKey))
 		s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
 		if err := s.cmd.Start(); err != nil {
 			stopAll(stars[:i], log)
@@ -102,7 +106,7 @@ func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, lis
 		}
 	}
 	if basin != "" {
-		if err := createBasin(ctx, "http://"+stars[0].addr, basin); err != nil {
+		if err := createBasin(ctx, "http://"+stars[0].addr, basin, creds.AdminToken); err != nil {
 			return err
 		}
 	}
@@ -113,6 +117,7 @@ func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, lis
 	if basin != "" {
 		fmt.Fprintf(out, "  basin: %s (creates streams on first append or read)\n", basin)
 	}
+	fmt.Fprintf(out, "  token: %s (admin; export S2_ACCESS_TOKEN=%s)\n", creds.AdminToken, creds.AdminToken)
 	fmt.Fprintf(out, "\nAny star serves any stream: requests for a stream led elsewhere are forwarded to its leader.\n")
 	fmt.Fprintf(out, "Watch failover: kill -9 a leader's pid; after --dead-after the next request takes its streams over.\n\n")
 
@@ -171,13 +176,14 @@ func waitHealthy(ctx context.Context, url string, done chan error) error {
 }
 
 // createBasin creates the dev basin through a star's API (409: it exists).
-func createBasin(ctx context.Context, url, basin string) error {
+func createBasin(ctx context.Context, url, basin, token string) error {
 	body := fmt.Sprintf(`{"basin":%q,"config":{"create_stream_on_append":true,"create_stream_on_read":true}}`, basin)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/basins", strings.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("create basin %s: %w", basin, err)

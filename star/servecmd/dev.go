@@ -2,6 +2,8 @@ package servecmd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +23,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/auditor"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -43,6 +46,7 @@ func Dev() *cobra.Command {
 		basin    string
 		interval time.Duration
 		stars    int
+		open     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -72,8 +76,17 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 			if err := os.MkdirAll(data, 0o755); err != nil {
 				return fmt.Errorf("--data %s: %w", data, err)
 			}
+			authCfg := auth.Open()
+			if open {
+				log.Warn("AUTHENTICATION IS OFF (--open): anyone who reaches " + c.listen + " can read, write and delete everything")
+			} else if authCfg, err = devCredentials(data); err != nil {
+				return err
+			}
 			if stars > 1 {
-				return runCluster(cmd.OutOrStdout(), log, cmd.Flags(), data, c.listen, basin, stars)
+				if open {
+					return errors.New("--open runs one star: a cluster's stars always authenticate")
+				}
+				return runCluster(cmd.OutOrStdout(), log, cmd.Flags(), data, c.listen, basin, stars, authCfg)
 			}
 			cfg := c.nodeConfig()
 			if cfg.StarID == "" {
@@ -94,10 +107,10 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 			var audit auditorHandle
 			defer audit.wait() // before the metastore closes
 			out := cmd.OutOrStdout()
-			return run(runOptions{
+			o := runOptions{
 				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
 				deps: node.Deps{Meta: ms, Objects: objs},
-				srv:  server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, ClientRate: c.clientRate()},
+				srv:  server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, Auth: authCfg, ClientRate: c.clientRate()},
 				ready: func(ctx context.Context, n *node.Node, addr net.Addr) error {
 					if basin != "" {
 						if err := ensureDevBasin(ctx, n, basin); err != nil {
@@ -110,10 +123,14 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 							return err
 						}
 					}
-					printBanner(out, n, addr, data, basin)
+					printBanner(out, n, addr, data, basin, authCfg)
 					return nil
 				},
-			})
+			}
+			if err := o.setPeerCredential(); err != nil {
+				return err
+			}
+			return run(o)
 		},
 	}
 	fs := cmd.Flags()
@@ -121,6 +138,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 	fs.StringVar(&data, "data", DefaultDevData, "folder holding the metastore and the object store")
 	fs.StringVar(&basin, "basin", DefaultDevBasin, "basin to create on first start, with streams created on append and read (empty: none)")
 	fs.DurationVar(&interval, "auditor-interval", DefaultAuditorInterval, "run the in-process auditor's plan and janitor this often (0: no auditor)")
+	fs.BoolVar(&open, "open", false, "run without authentication (every request acts as the admin): local experiments only")
 	fs.IntVar(&stars, "stars", 1, "run this many star processes on consecutive ports from --listen's, sharing the data folder's stores (a local cluster; no in-process auditor)")
 	c.register(fs, DefaultDevListen)
 	return withEnv(cmd)
@@ -164,22 +182,75 @@ func ensureDevBasin(ctx context.Context, n *node.Node, name string) error {
 	return nil
 }
 
-func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string) {
+// devCredentials are the dev star's admin token and internal key: kept in
+// <data>/dev-token and <data>/dev-internal-key (generated on first start,
+// so a restart keeps them), unless STARLOG_ADMIN_TOKEN or
+// STARLOG_INTERNAL_KEY set them.
+func devCredentials(data string) (auth.Config, error) {
+	tok, err := devSecret(filepath.Join(data, "dev-token"), EnvAdminToken, "stl_dev_")
+	if err != nil {
+		return auth.Config{}, err
+	}
+	key, err := devSecret(filepath.Join(data, "dev-internal-key"), EnvInternalKey, "")
+	if err != nil {
+		return auth.Config{}, err
+	}
+	cfg := auth.Config{AdminToken: tok, InternalKey: []byte(key)}
+	if _, err := auth.Derive(cfg); err != nil {
+		return auth.Config{}, err
+	}
+	return cfg, nil
+}
+
+// devSecret returns env's value if set, else the secret kept in path,
+// else a new random one written there (mode 0600).
+func devSecret(path, env, prefix string) (string, error) {
+	if v := strings.TrimSpace(os.Getenv(env)); v != "" {
+		return v, nil
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if v := strings.TrimSpace(string(b)); v != "" {
+			return v, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	r := make([]byte, 32)
+	if _, err := rand.Read(r); err != nil {
+		return "", err
+	}
+	v := prefix + hex.EncodeToString(r)
+	if err := os.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return v, nil
+}
+
+func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, authCfg auth.Config) {
 	url := "http://" + addr.String()
 	fmt.Fprintf(w, "\nstarlog dev: star %s (incarnation %d) serving the S2 API on %s\n", n.StarID(), n.Incarnation(), url)
 	fmt.Fprintf(w, "  data:    %s (SQLite metastore; object store with buckets standard, express-a, express-b, express-c)\n", data)
+	tok, bearer := authCfg.AdminToken, ""
+	if authCfg.Open {
+		tok = "unused"
+		fmt.Fprintf(w, "  WARNING: authentication is OFF (--open): any client can do anything\n")
+	} else {
+		fmt.Fprintf(w, "  token:   %s (admin, full scope; kept in %s)\n", tok, filepath.Join(data, "dev-token"))
+		bearer = " -H \"authorization: Bearer $S2_ACCESS_TOKEN\""
+	}
 	if basin == "" {
-		fmt.Fprintf(w, "\nCreate a basin first: curl -X POST %s/v1/basins -d '{\"basin\":\"my-basin-1\"}'\n\n", url)
+		fmt.Fprintf(w, "\nCreate a basin first: curl -X POST%s %s/v1/basins -d '{\"basin\":\"my-basin-1\"}'\n\n", bearer, url)
 		return
 	}
 	fmt.Fprintf(w, "  basin:   %s (creates streams on first append or read)\n", basin)
 	fmt.Fprintf(w, "  metrics: %s/metrics   health: %s/health\n", url, url)
 	fmt.Fprintf(w, "\nTry it:\n")
-	fmt.Fprintf(w, "  curl -s -X POST -H 's2-basin: %s' -H 'content-type: application/json' \\\n", basin)
+	fmt.Fprintf(w, "  export S2_ACCOUNT_ENDPOINT=%s S2_BASIN_ENDPOINT=%s S2_ACCESS_TOKEN=%s\n", url, url, tok)
+	fmt.Fprintf(w, "  curl -s -X POST%s -H 's2-basin: %s' -H 'content-type: application/json' \\\n", bearer, basin)
 	fmt.Fprintf(w, "    -d '{\"records\":[{\"body\":\"hello\"}]}' %s/v1/streams/hello/records\n", url)
-	fmt.Fprintf(w, "  curl -s -H 's2-basin: %s' '%s/v1/streams/hello/records?seq_num=0'\n", basin, url)
-	fmt.Fprintf(w, "\nS2 SDKs and CLI:\n")
-	fmt.Fprintf(w, "  export S2_ACCOUNT_ENDPOINT=%s S2_BASIN_ENDPOINT=%s S2_ACCESS_TOKEN=unused\n\n", url, url)
+	fmt.Fprintf(w, "  curl -s%s -H 's2-basin: %s' '%s/v1/streams/hello/records?seq_num=0'\n", bearer, basin, url)
+	fmt.Fprintf(w, "\nS2 SDKs and the star CLI read S2_ACCOUNT_ENDPOINT, S2_BASIN_ENDPOINT and S2_ACCESS_TOKEN.\n\n")
 }
 
 // openDevStores opens the data folder's metastore and object store, with

@@ -37,6 +37,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	metafaults "github.com/starlog/starlog/shared/meta/faults"
 	objfaults "github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/devfaults"
 	"github.com/starlog/starlog/star/node"
 )
@@ -77,7 +78,13 @@ func withDevFaults(ctx context.Context, o *runOptions, addr string) (func(), err
 		ms.Close()
 		return nil, fmt.Errorf("--dev-fault-listen %s: %w", addr, err)
 	}
-	hs := &http.Server{Handler: d.handler(), ReadHeaderTimeout: 10 * time.Second}
+	keys, err := auth.Derive(o.srv.Auth)
+	if err != nil {
+		ms.Close()
+		ln.Close()
+		return nil, err
+	}
+	hs := &http.Server{Handler: requireInternal(keys, d.handler()), ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
 	o.log.Warn("dev fault control: listening (tests and local experiments only)", "addr", ln.Addr().String(), "buckets", d.buckets)
 	o.deps.Meta, o.deps.Objects = d.meta, d.objs
@@ -85,6 +92,20 @@ func withDevFaults(ctx context.Context, o *runOptions, addr string) (func(), err
 		hs.Close()
 		ms.Close()
 	}, nil
+}
+
+// requireInternal refuses (401) a request without the cluster's internal
+// credential: the fault control can stop the star's stores.
+func requireInternal(keys auth.Keys, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !keys.IsInternal(r.Header.Get(auth.HeaderInternal)) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write(auth.Unauthenticated("the dev fault control needs the cluster's internal credential (%s)", auth.HeaderInternal).JSON())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (d *devFaults) cleared() devfaults.Doc {

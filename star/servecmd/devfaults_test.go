@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/devfaults"
 )
 
@@ -23,6 +24,7 @@ func faultCall(t *testing.T, base, method, body string) (int, devfaults.Doc, str
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set(auth.HeaderInternal, internalCred())
 	res, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s /faults: %v", method, err)
@@ -48,6 +50,7 @@ func appendWithin(url, stream string, d time.Duration) (int, error) {
 	}
 	req.Header.Set("s2-basin", "starlog-dev")
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	res, err := client.Do(req)
 	if err != nil {
 		return 0, err

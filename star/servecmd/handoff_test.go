@@ -161,7 +161,9 @@ func TestHandoffUnderLoad(t *testing.T) {
 	}()
 	before = acks.count(s)
 	start = time.Now()
-	cli, err := exec.Command(bin, "streams", "move", s, "--to", "a", "--endpoint", a.url, "--basin", "starlog-dev").CombinedOutput()
+	move := exec.Command(bin, "streams", "move", s, "--to", "a", "--endpoint", a.url, "--basin", "starlog-dev")
+	move.Env = cliEnv()
+	cli, err := move.CombinedOutput()
 	if err != nil {
 		t.Fatalf("star streams move: %v\n%s", err, cli)
 	}
@@ -309,6 +311,7 @@ func TestDrainOpensTerminateGate(t *testing.T) {
 	}
 	start := time.Now()
 	cmd := exec.Command(bin, "drain", "--wait", "--poll", "50ms", "--endpoint", a.url)
+	cmd.Env = cliEnv()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("star drain --wait: %v\n%s", err, out)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,11 +13,19 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
 )
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	res, err := client.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(url, "/v1/starlog/") { // an operator's call
+		req.Header.Set(auth.HeaderInternal, internalCred())
+	}
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -119,5 +128,40 @@ func TestServeNamesMissingSettings(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "--s3-region (STARLOG_S3_REGION)") {
 		t.Fatalf("the error does not name the flag and its variable:\n%s", out)
+	}
+}
+
+// A star without an admin token or internal key exits at once, naming
+// every flag and variable that would supply them; one with a short key
+// says so.
+func TestServeNeedsCredentials(t *testing.T) {
+	bin, err := buildStar()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(env ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "serve", "--listen=127.0.0.1:0", "--sqlite="+filepath.Join(t.TempDir(), "m.db"), "--fs-root="+t.TempDir())
+		cmd.Env = append([]string{"HOME=" + t.TempDir(), "PATH=/usr/bin:/bin"}, env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("star serve with %v started:\n%s", env, out)
+		}
+		return string(out)
+	}
+	out := run()
+	for _, want := range []string{"--admin-token-file (STARLOG_ADMIN_TOKEN_FILE)", "STARLOG_ADMIN_TOKEN", "--internal-key-file (STARLOG_INTERNAL_KEY_FILE)", "STARLOG_INTERNAL_KEY"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the error does not name %s:\n%s", want, out)
+		}
+	}
+	if out := run("STARLOG_ADMIN_TOKEN="+testAdminToken, "STARLOG_INTERNAL_KEY=short"); !strings.Contains(out, "at least 32 bytes") {
+		t.Errorf("a short internal key:\n%s", out)
+	}
+	keyFile := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(keyFile, []byte(testInternalKey+"\n"), 0o600)
+	if out := run("STARLOG_INTERNAL_KEY_FILE=" + keyFile); strings.Contains(out, "internal key") || !strings.Contains(out, "admin token") {
+		t.Errorf("a key file and no admin token:\n%s", out)
 	}
 }

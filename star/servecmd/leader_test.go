@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 )
 
 // ackLog records every acknowledged record by stream and seq num, from
@@ -66,8 +67,10 @@ func post(url, stream string, hop bool, bodies []string) (int, []byte, error) {
 	}
 	req.Header.Set("s2-basin", "starlog-dev")
 	req.Header.Set("Content-Type", "application/json")
-	if hop {
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	if hop { // a peer's forward: it carries the internal credential
 		req.Header.Set("Starlog-Forwarded-By", "test")
+		req.Header.Set(auth.HeaderInternal, internalCred())
 	}
 	res, err := client.Do(req)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 )
 
 // buildStar builds the star binary once per test run.
@@ -60,6 +61,30 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// The credentials every star of these tests runs with (through the
+// environment, as a unit would pass them).
+const (
+	testAdminToken  = "servecmd-admin-token-0123456789"
+	testInternalKey = "servecmd-internal-key-0123456789abcdef"
+)
+
+var credEnv = []string{"STARLOG_ADMIN_TOKEN=" + testAdminToken, "STARLOG_INTERNAL_KEY=" + testInternalKey}
+
+// cliEnv is the environment of the star CLI in these tests: the admin
+// token and the internal key (drain and streams move need it).
+func cliEnv() []string {
+	return append(os.Environ(), "S2_ACCESS_TOKEN="+testAdminToken, "STARLOG_INTERNAL_KEY="+testInternalKey)
+}
+
+// internalCred is the internal credential of testInternalKey.
+func internalCred() string {
+	c, err := auth.InternalCredential([]byte(testInternalKey))
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
 var endpointRE = regexp.MustCompile(`serving the S2 API on (http://\S+)`)
 
 func startDev(t *testing.T, data string, flags ...string) *proc {
@@ -70,7 +95,7 @@ func startDev(t *testing.T, data string, flags ...string) *proc {
 	}
 	args := append([]string{"dev", "--data", data, "--listen", "127.0.0.1:0", "--s3-flush-interval", "2ms", "--shutdown-timeout", "5s"}, flags...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "STARLOG_LOG_LEVEL=warn")
+	cmd.Env = append(append(os.Environ(), credEnv...), "STARLOG_LOG_LEVEL=warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +150,10 @@ func call(p *proc, method, path, body string) (int, []byte, error) {
 	}
 	req.Header.Set("s2-basin", "starlog-dev")
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	if strings.HasPrefix(path, "/v1/starlog/") { // an operator's call
+		req.Header.Set(auth.HeaderInternal, internalCred())
+	}
 	res, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err

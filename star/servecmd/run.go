@@ -5,6 +5,7 @@ package servecmd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -33,10 +35,26 @@ type runOptions struct {
 	deps            node.Deps
 	srv             server.Options
 	shutdownTimeout time.Duration
-	log             *slog.Logger
+	// tls, when set, serves every listener over TLS (tls.go) and makes
+	// the advertised address https.
+	tls *tls.Config
+	log *slog.Logger
 	// ready runs once the star serves, with its address (the dev banner,
 	// the default basin).
 	ready func(ctx context.Context, n *node.Node, addr net.Addr) error
+}
+
+// setPeerCredential makes the star's own calls to peers (the settle
+// nudge) carry the internal credential its server's Auth derives.
+func (o *runOptions) setPeerCredential() error {
+	keys, err := auth.Derive(o.srv.Auth)
+	if err != nil {
+		return err
+	}
+	if c := keys.Internal(); c != "" {
+		o.deps.PeerHeader = http.Header{auth.HeaderInternal: {c}}
+	}
+	return nil
 }
 
 // advertised is the address peers forward to when --address is not given:
@@ -86,6 +104,9 @@ func run(o runOptions) error {
 			o.cfg.Address = advertised(ln.Addr())
 		}
 	}
+	if o.tls != nil {
+		o.cfg.Address = httpsAddress(o.cfg.Address)
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		lim := o.cfg.MemoryLimit()
 		debug.SetMemoryLimit(lim)
@@ -102,16 +123,20 @@ func run(o runOptions) error {
 		n.Close(context.Background())
 		return err
 	}
-	hs := srv.HTTPServer(o.listen)
+	httpServer := srv.HTTPServer
+	if o.tls != nil {
+		httpServer = func(addr string) *http.Server { return srv.HTTPSServer(addr, o.tls) }
+	}
+	hs := httpServer(o.listen)
 	servers := []*http.Server{hs}
 	serveErr := make(chan error, 2)
 	if iln != nil {
 		hs.Handler = srv.Public()
-		ihs := srv.HTTPServer(o.internalListen)
+		ihs := httpServer(o.internalListen)
 		servers = append(servers, ihs)
-		go func() { serveErr <- ihs.Serve(iln) }()
+		go func() { serveErr <- serve(ihs, iln, o.tls != nil) }()
 	}
-	go func() { serveErr <- hs.Serve(ln) }()
+	go func() { serveErr <- serve(hs, ln, o.tls != nil) }()
 	if iln != nil {
 		o.log.Info("serving", "listen", ln.Addr().String(), "internal", iln.Addr().String(), "address", o.cfg.Address)
 	} else {

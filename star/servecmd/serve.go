@@ -1,8 +1,11 @@
 package servecmd
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"github.com/starlog/starlog/shared/awsrecord"
 	"github.com/starlog/starlog/star/server"
 )
 
@@ -22,12 +25,17 @@ func Serve() *cobra.Command {
 		creds          struct{ accessKey, secretKey string }
 		devFaults      string
 		internalListen string
+		recordOps      string
+		tlsF           tlsFlags
+		keys           credentials
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a star against DynamoDB and S3",
 		Long: `Run a star: the S2-compatible API (HTTP/1.1 and h2c on one port), the write
-path onto the Standard and Express bucket sets, and the read path.
+path onto the Standard and Express bucket sets, and the read path. With
+--tls-cert and --tls-key it serves TLS instead (HTTP/1.1 and HTTP/2 by
+ALPN), and peers reach it over https.
 
 The metastore is a DynamoDB table (--dynamo-table), or a SQLite file shared
 by the stars of one host (--sqlite). Objects go to S3 (--s3-region, and
@@ -38,6 +46,11 @@ Credentials come from the AWS default chain unless given.
 With --internal-listen, peers and operators (forwarding between stars, the
 settle nudge, drain, handoff, /metrics) use that address and --listen serves
 only S2's API and /health, so a load balancer in front exposes nothing else.
+
+Every request is authenticated (S2 access tokens, docs/security.md): the
+star needs the admin token (--admin-token-file, or STARLOG_ADMIN_TOKEN) and
+the cluster's internal key (--internal-key-file, or STARLOG_INTERNAL_KEY;
+at least 32 bytes, the same on every star).
 
 Every flag can also be set by its environment variable, shown with it.`,
 		Args: cobra.NoArgs,
@@ -53,6 +66,10 @@ Every flag can also be set by its environment variable, shown with it.`,
 			}).check(cmd.Context(), defaultAWSRegion); err != nil {
 				return err
 			}
+			authCfg, err := keys.load(cmd.Context())
+			if err != nil {
+				return err
+			}
 			cfg := c.nodeConfig()
 			cfg.Meta.SQLitePath = meta.sqlite
 			cfg.Meta.DynamoTable, cfg.Meta.DynamoEndpoint, cfg.Meta.DynamoRegion = meta.table, meta.endpoint, meta.region
@@ -61,9 +78,26 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.FSRoot = objs.fsRoot
 			cfg.Objects.S3Endpoint, cfg.Objects.S3Region, cfg.Objects.S3PathStyle = objs.endpoint, objs.region, objs.pathStyle
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
+			if recordOps != "" { // the deploy rehearsal's IAM coverage check only
+				rec, err := awsrecord.Open(recordOps)
+				if err != nil {
+					return fmt.Errorf("star serve: --record-ops: %w", err)
+				}
+				defer rec.Close()
+				cfg.Meta.APIOptions, cfg.Objects.APIOptions = rec.APIOptions(), rec.APIOptions()
+			}
+			ts, err := tlsF.load()
+			if err != nil {
+				return err
+			}
+			cfg.PeerTLS = ts.peer
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, ClientRate: c.clientRate()},
+				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, Auth: authCfg, PeerTLS: ts.peer, ClientRate: c.clientRate()},
+				tls: ts.serve,
+			}
+			if err := o.setPeerCredential(); err != nil {
+				return err
 			}
 			if devFaults != "" { // tests and local experiments only (devfaults.go)
 				stopFaults, err := withDevFaults(cmd.Context(), &o, devFaults)
@@ -78,6 +112,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	c.register(fs, "0.0.0.0:7480")
+	keys.register(fs)
 	fs.StringVar(&internalListen, "internal-listen", "", "address to serve peers and operators on (forwarding, settle nudges, drain, handoff, /metrics); when set, --listen serves only the S2 API and /health, and --address defaults to this one")
 	fs.StringVar(&meta.table, "dynamo-table", "", "metastore: DynamoDB table name")
 	fs.StringVar(&meta.endpoint, "dynamo-endpoint", "", "DynamoDB endpoint URL (empty: AWS; set for DynamoDB Local or dynalite)")
@@ -90,7 +125,10 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs.StringVar(&objs.fsRoot, "fs-root", "", "object store: a directory of buckets instead of S3 (stars of one host may share it)")
 	fs.StringVar(&creds.accessKey, "aws-access-key-id", "", "static AWS access key (empty: the default credential chain)")
 	fs.StringVar(&creds.secretKey, "aws-secret-access-key", "", "static AWS secret key")
+	tlsF.register(fs)
 	fs.StringVar(&devFaults, "dev-fault-listen", "", "serve the dev fault control (slow or down the metastore and buckets) on this address: tests and local experiments only")
 	_ = fs.MarkHidden("dev-fault-listen")
+	fs.StringVar(&recordOps, "record-ops", "", "append every AWS operation (S3, S3 Express, DynamoDB) to this file as JSON lines: the deploy rehearsal's IAM coverage check only")
+	_ = fs.MarkHidden("record-ops")
 	return withEnv(cmd)
 }

@@ -25,7 +25,7 @@ func startServe(t *testing.T, env []string) *proc {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), credEnv...), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -83,9 +84,11 @@ func newForwarder(s *Server) (*forwarder, error) {
 		return nil, err
 	}
 	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
+	p.SetUnencryptedHTTP2(true) // http:// peers: h2c with prior knowledge
+	p.SetHTTP2(true)            // https:// peers (TLS): h2 by ALPN
 	tr := &http.Transport{
 		Protocols:           &p,
+		TLSClientConfig:     s.opts.PeerTLS,
 		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		IdleConnTimeout:     2 * time.Minute,
 		MaxIdleConnsPerHost: 4,
@@ -111,6 +114,11 @@ func newForwarder(s *Server) (*forwarder, error) {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(HeaderForwardedBy, me)
 			pr.Out.Header.Set(HeaderClientConn, pr.In.RemoteAddr) // for the leader's rate limits
+			// The peer re-checks the client's own Authorization (passed on
+			// as sent); the internal credential proves this is a star.
+			if c := s.keys.Internal(); c != "" {
+				pr.Out.Header.Set(auth.HeaderInternal, c)
+			}
 		},
 		ModifyResponse: func(res *http.Response) error {
 			t := targetOf(res.Request.Context())

@@ -17,6 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -30,6 +31,12 @@ func starOn(t *testing.T, id string, ms meta.Store, objs objstore.Store) *env {
 
 // starWith is starOn with tweak applied to the star's config.
 func starWith(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak func(*node.Config)) *env {
+	t.Helper()
+	return starAuthed(t, id, ms, objs, tweak, auth.Open())
+}
+
+// starAuthed is starWith authenticating with ac.
+func starAuthed(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak func(*node.Config), ac auth.Config) *env {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,7 +57,7 @@ func starWith(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(n, server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond})
+	srv, err := server.New(n, server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond, Auth: ac})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -63,7 +64,7 @@ func newEnvOn(t testing.TB, objs objstore.Store, opts ...envOpt) *env {
 	cfg.Standard.FlushInterval = time.Millisecond
 	cfg.Express.FlushInterval = time.Millisecond
 	cfg.DeletionPending = 300 * time.Millisecond
-	sopts := server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond}
+	sopts := server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond, Auth: auth.Open()}
 	for _, o := range opts {
 		o(&cfg, &sopts)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -21,6 +22,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		e = api.Other("internal error")
 	} else if e.Status >= 500 {
 		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "code", e.Code, "msg", e.Message)
+	}
+	if stored, ok := r.Context().Value(storedStreamKey{}).(string); ok {
+		if msg := auth.FromContext(r.Context()).ClientMessage(e.Message, stored); msg != e.Message {
+			c := *e
+			c.Message = msg
+			e = &c
+		}
 	}
 	body := e.JSON()
 	h := w.Header()

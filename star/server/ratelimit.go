@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/ratelimit"
 )
@@ -15,16 +16,18 @@ import (
 // HeaderClientConn carries, on a forwarded request, the client connection
 // the forwarding star took it on, so the leader's per-connection batch
 // limit counts the client's connection rather than the peer's. It is
-// trusted only beside HeaderForwardedBy (which Public drops).
+// trusted only beside HeaderForwardedBy (which ServeHTTP drops without the
+// internal credential).
 const HeaderClientConn = "Starlog-Client-Conn"
 
 // ClientRate is the optional per-client request rate limit (docs/security.md,
 // "Rate limits and input hygiene"): off unless PerSec > 0. S2's access
-// tokens carry no rate, so it is one rate for every client, keyed by
-// WithClientKey (the auth code sets the token id) or else the client's IP.
+// tokens carry no rate, so it is one rate for every client, keyed by the
+// access token (see clientKey) or else the client's IP.
 type ClientRate struct {
 	// PerSec is the requests per second each client may make on S2's API
-	// (/v1/basins…, /v1/streams…); 0 turns the limit off.
+	// (/v1/basins…, /v1/streams…, /v1/access-tokens…); 0 turns the limit
+	// off.
 	PerSec float64
 	// Burst is how many it may make at once (default: one second's worth).
 	Burst int
@@ -54,23 +57,31 @@ func (s *Server) limitClient(w http.ResponseWriter, r *http.Request, k routeKind
 		return false
 	}
 	switch k {
-	case routeBasins, routeBasin, routeStreams, routeStream, routeRecords, routeTail:
+	case routeBasins, routeBasin, routeStreams, routeStream, routeRecords, routeTail, routeTokens, routeToken:
 	default:
 		return false
 	}
-	key, _ := r.Context().Value(clientKeyCtx{}).(string)
-	if key == "" {
-		key = "ip:" + clientIP(r.RemoteAddr)
-	} else {
-		key = "key:" + key
-	}
-	wait, ok := s.clients.Take(key, 1, time.Now())
+	wait, ok := s.clients.Take(clientKey(r), 1, time.Now())
 	if ok {
 		return false
 	}
 	s.n.CountRateLimited(node.RateLimitClient)
 	s.writeError(w, r, api.RateLimitedAfter(wait, "this client's request rate limit is exceeded; retry after %v", wait.Round(time.Millisecond)))
 	return true
+}
+
+// clientKey is who the per-client limit counts a request against: the key
+// WithClientKey gave, else the access token that authenticated it, else
+// (the admin token, or an open star, where every request is the admin)
+// the client's IP address.
+func clientKey(r *http.Request) string {
+	if key, _ := r.Context().Value(clientKeyCtx{}).(string); key != "" {
+		return "key:" + key
+	}
+	if p := auth.FromContext(r.Context()); !p.Admin && p.ID != "" {
+		return "token:" + p.ID
+	}
+	return "ip:" + clientIP(r.RemoteAddr)
 }
 
 func clientIP(addr string) string {

@@ -239,3 +239,18 @@ func TestForwardedAppendsCountTheClientConnection(t *testing.T) {
 		t.Fatalf("tail %d, want 3", tail.SeqNum)
 	}
 }
+
+// With authentication on, the per-client rate counts each access token on
+// its own, whatever address its requests come from; the admin token
+// counts by address.
+func TestClientRateLimitByToken(t *testing.T) {
+	e := newEnv(t, withAuth, func(_ *node.Config, o *server.Options) { o.ClientRate = server.ClientRate{PerSec: 0.2, Burst: 2} })
+	scope := map[string]any{"basins": map[string]string{"prefix": ""}, "op_groups": map[string]any{"account": map[string]bool{"read": true}}}
+	t1 := e.issue(map[string]any{"id": "rl-one", "scope": scope})
+	t2 := e.issue(map[string]any{"id": "rl-two", "scope": scope})
+	want429(t, e.call("GET", "basins", nil, bearer(testAdmin)...), 5000) // the admin's address spent its burst issuing
+	for _, tok := range []string{t1, t1, t2, t2} {
+		want(t, e.call("GET", "basins", nil, bearer(tok)...), 200, "")
+	}
+	want429(t, e.call("GET", "basins", nil, bearer(t1)...), 5000)
+}

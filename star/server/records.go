@@ -64,6 +64,10 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 			truncate(r.Header.Get("Content-Type"), 64)))
 		return
 	}
+	if err := checkCommands(r.Context(), basin, name, in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	ack, aerr := s.n.Append(r.Context(), basin, name, in, create)
 	if aerr != nil {
 		s.writeError(w, r, aerr)

@@ -2,8 +2,10 @@ package server
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 )
 
 func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
@@ -17,17 +19,24 @@ func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	set := auth.FromContext(r.Context()).Scope.Basins
+	var ok bool
+	if req.Prefix, ok = set.Narrow(req.Prefix); !ok {
+		writeJSON(w, http.StatusOK, api.ListBasinsResponse{})
+		return
+	}
 	out, lerr := s.n.ListBasins(r.Context(), req)
 	if lerr != nil {
 		s.writeError(w, r, lerr)
 		return
 	}
+	out.Basins = slices.DeleteFunc(out.Basins, func(b api.BasinInfo) bool { return !set.Contains(b.Name) })
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) createBasin(w http.ResponseWriter, r *http.Request) {
 	req, ok := decodeResource(s, w, r, api.DecodeCreateBasinRequest)
-	if !ok {
+	if !ok || !s.checkResource(w, r, auth.Request{Op: auth.CreateBasin, Basin: req.Basin}) {
 		return
 	}
 	info, cerr := s.n.CreateBasin(r.Context(), req, r.Header.Get(api.HeaderRequestToken))
@@ -105,10 +114,26 @@ func (s *Server) listStreams(w http.ResponseWriter, r *http.Request, basin strin
 		s.writeError(w, r, err)
 		return
 	}
+	// The listing shows the streams of the token's scope, named as the
+	// client knows them (auto_prefix_streams strips the prefix).
+	p := auth.FromContext(r.Context())
+	req.Prefix = p.StreamName(req.Prefix)
+	if req.StartAfter != "" {
+		req.StartAfter = p.StreamName(req.StartAfter)
+	}
+	var ok bool
+	if req.Prefix, ok = p.Scope.Streams.Narrow(req.Prefix); !ok {
+		writeJSON(w, http.StatusOK, api.ListStreamsResponse{})
+		return
+	}
 	out, lerr := s.n.ListStreams(r.Context(), basin, req)
 	if lerr != nil {
 		s.writeError(w, r, lerr)
 		return
+	}
+	out.Streams = slices.DeleteFunc(out.Streams, func(st api.StreamInfo) bool { return !p.Scope.Streams.Contains(st.Name) })
+	for i := range out.Streams {
+		out.Streams[i].Name = p.ClientStream(out.Streams[i].Name)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -118,11 +143,18 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, basin stri
 	if !ok {
 		return
 	}
+	p := auth.FromContext(r.Context())
+	client := req.Stream
+	req.Stream = p.StreamName(req.Stream)
+	if !s.checkResource(w, r, auth.Request{Op: auth.CreateStream, Basin: basin, Stream: req.Stream}) {
+		return
+	}
 	info, cerr := s.n.CreateStream(r.Context(), basin, req, r.Header.Get(api.HeaderRequestToken))
 	if cerr != nil {
 		s.writeError(w, r, cerr)
 		return
 	}
+	info.Name = client
 	writeJSON(w, http.StatusCreated, info)
 }
 
@@ -145,6 +177,7 @@ func (s *Server) ensureStream(w http.ResponseWriter, r *http.Request, basin, nam
 		s.writeError(w, r, eerr)
 		return
 	}
+	info.Name = auth.FromContext(r.Context()).ClientStream(info.Name)
 	w.Header().Set(api.HeaderProvisionResult, result)
 	status := http.StatusOK
 	if result == api.ProvisionCreated {

@@ -24,9 +24,11 @@ const (
 	routeHandoff           // /v1/starlog/streams/{s}/handoff (admin)
 	routeDrain             // /v1/starlog/drain (admin)
 	routeSettle            // /v1/starlog/settle (internal: a closing peer's nudge)
+	routeTokens            // /v1/access-tokens
+	routeToken             // /v1/access-tokens/{id}
 )
 
-var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle"}
+var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle", "access_tokens", "access_token"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
@@ -52,6 +54,8 @@ func parsePath(escaped string) (route, *api.Error) {
 		return route{kind: routeBasins}, nil
 	case "/v1/streams":
 		return route{kind: routeStreams}, nil
+	case "/v1/access-tokens":
+		return route{kind: routeTokens}, nil
 	case "/v1/starlog/drain":
 		return route{kind: routeDrain}, nil
 	case node.SettlePath:
@@ -73,6 +77,9 @@ func parsePath(escaped string) (route, *api.Error) {
 	case parts[0] == "basins" && len(parts) == 2:
 		name, err := seg(1)
 		return route{kind: routeBasin, name: name}, err
+	case parts[0] == "access-tokens" && len(parts) == 2:
+		id, err := seg(1)
+		return route{kind: routeToken, name: id}, err
 	case parts[0] == "streams" && len(parts) == 2:
 		name, err := seg(1)
 		return route{kind: routeStream, name: name}, err
@@ -92,8 +99,10 @@ func parsePath(escaped string) (route, *api.Error) {
 // allowed lists the methods of each endpoint, for 405 and its Allow header.
 func (k routeKind) allowed() string {
 	switch k {
-	case routeBasins, routeStreams:
+	case routeBasins, routeStreams, routeTokens:
 		return "GET, POST"
+	case routeToken:
+		return "DELETE"
 	case routeBasin, routeStream:
 		return "GET, PUT, PATCH, DELETE"
 	case routeRecords:

@@ -11,6 +11,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/ratelimit"
 )
@@ -36,6 +38,13 @@ type Options struct {
 	SessionBacklog int
 	// Logger (nil: the node's).
 	Logger *slog.Logger
+	// PeerTLS is how forwarding dials peers that advertise https (nil:
+	// the system's roots; see tls.go).
+	PeerTLS *tls.Config
+	// Auth is how requests are authenticated (star/server/auth.go). It
+	// has no default: production passes the admin token and internal
+	// key, tests and `star dev --open` pass auth.Open().
+	Auth auth.Config
 	// ClientRate is the optional per-client request rate (ratelimit.go).
 	ClientRate ClientRate
 }
@@ -57,6 +66,10 @@ type Server struct {
 
 	fwd *forwarder
 
+	keys          auth.Keys
+	tokens        *tokenStore
+	authDecisions *prometheus.CounterVec
+
 	clients *ratelimit.Keyed // per-client request rate; nil when off
 }
 
@@ -77,7 +90,12 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = n.Logger()
 	}
-	s := &Server{n: n, log: opts.Logger, opts: opts, clients: newClientLimits(opts.ClientRate)}
+	keys, err := auth.Derive(opts.Auth)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w (auth.Open() runs without authentication)", err)
+	}
+	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
+		clients: newClientLimits(opts.ClientRate)}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "requests_total",
@@ -92,12 +110,15 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		Namespace: "starlog", Subsystem: "http", Name: "sessions",
 		Help: "Open streaming sessions by kind (sse, s2s_read, s2s_append).",
 	}, []string{"kind"})
-	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions} {
+	s.authDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "auth", Name: "decisions_total",
+		Help: "Authentication and authorization decisions by result (ok, stale, open, internal, missing, malformed, unknown, expired, denied, error).",
+	}, []string{"result"})
+	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions, s.authDecisions} {
 		if err := n.Registry().Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
 	}
-	var err error
 	if s.fwd, err = newForwarder(s); err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
@@ -146,6 +167,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &recorder{ResponseWriter: w}
 	rt, perr := parsePath(r.URL.EscapedPath())
+	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
+	if !internal {
+		r.Header.Del(HeaderForwardedBy) // only a peer may say it forwards
+	}
 	if r.Header.Get(HeaderForwardedBy) != "" {
 		// The forwarding star believes this one leads: resolve the lease
 		// afresh rather than trust what this star remembers (a handoff to
@@ -173,6 +198,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rw, r, perr)
 		return
 	}
+	p, rt, aerr := s.authorize(r, rt, internal)
+	if aerr != nil {
+		s.writeError(rw, r, aerr)
+		return
+	}
+	ctx := auth.WithPrincipal(r.Context(), p)
+	if rt.name != "" {
+		ctx = context.WithValue(ctx, storedStreamKey{}, rt.name)
+	}
+	r = r.WithContext(ctx)
 	s.route(rw, r, rt)
 }
 
@@ -233,6 +268,20 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 	case routeSettle:
 		if m == http.MethodPost {
 			s.settleFor(w, r)
+			return
+		}
+	case routeTokens:
+		switch m {
+		case http.MethodGet:
+			s.listTokens(w, r)
+			return
+		case http.MethodPost:
+			s.issueToken(w, r)
+			return
+		}
+	case routeToken:
+		if m == http.MethodDelete {
+			s.revokeToken(w, r, rt.name)
 			return
 		}
 	case routeStreams, routeStream, routeRecords, routeTail:

@@ -208,7 +208,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g)
+		s.readInputs(submitCtx, r.Body, a, g, func(in *api.AppendInput) *api.Error { return checkCommands(r.Context(), basin, name, in) })
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.
@@ -284,7 +284,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 // pending batch (or the failure that ends the session) through the gate.
 // It stops at the first failure, at the end of the body, or when the gate
 // closes.
-func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate) {
+func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, check func(*api.AppendInput) *api.Error) {
 	fr := api.NewFrameReader(body)
 	defer fr.Close()
 	defer g.finish()
@@ -312,6 +312,8 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 			in, derr := api.DecodeAppendProto(f.Payload)
 			if derr != nil {
 				item.err = derr
+			} else if cerr := check(in); cerr != nil {
+				item.err = cerr // a trim or fence the token may not do
 			}
 			if !g.push(func() appendItem {
 				if item.err != nil {

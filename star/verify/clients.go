@@ -48,6 +48,7 @@ func NewClients(endpoints []string, timeout time.Duration, log *slog.Logger) ([]
 	for _, ep := range endpoints {
 		c, err := sdk.New(sdk.Config{
 			AccountEndpoint: ep,
+			Token:           AdminToken,
 			RequestTimeout:  timeout,
 			Retry:           sdk.RetryPolicy{MaxAttempts: 1, AppendRetry: sdk.AppendRetryNone},
 			Logger:          log,

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/devfaults"
 )
 
@@ -55,6 +56,7 @@ func faultCall(ctx context.Context, base, method string, body any) (FaultsDoc, e
 			return doc, err
 		}
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(auth.HeaderInternal, internalCredential())
 		res, err := faultHTTP.Do(req)
 		if err != nil {
 			last = err

@@ -199,7 +199,7 @@ func startCluster(t *testing.T, bin, dir string, n int, withFaults bool) *Cluste
 			"--s3-express-flight-deadline", flagExpDeadline.String(),
 			"--s3-chain-backlog-flights", fmt.Sprint(*flagBacklog),
 			"--log-level", "info"}
-		spec := StarSpec{Binary: bin, Args: args, Endpoint: "http://" + addr, Health: true, ID: id,
+		spec := StarSpec{Binary: bin, Args: args, Env: ClusterEnv(), Endpoint: "http://" + addr, Health: true, ID: id,
 			LogFile: filepath.Join(dir, id+".log")}
 		if withFaults {
 			fa := testsvc.Addr(testsvc.FreePort(t))

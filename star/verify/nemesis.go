@@ -16,6 +16,7 @@ import (
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/star/auth"
 )
 
 // Fault is one action of the nemesis. Inject breaks something and repairs
@@ -381,6 +382,7 @@ func postHandoff(ctx context.Context, endpoint, basin, stream, to string) (int, 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("s2-basin", basin)
+	req.Header.Set(auth.HeaderInternal, internalCredential())
 	res, err := handoffHTTP.Do(req)
 	if err != nil {
 		return 0, nil, err

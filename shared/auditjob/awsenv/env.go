@@ -41,6 +41,10 @@ const (
 	// EnvSQSEndpoint has no star flag: only the auditor sends to queues.
 	EnvSQSEndpoint = "STARLOG_SQS_ENDPOINT"
 	EnvLogLevel    = "STARLOG_LOG_LEVEL"
+	// EnvRecordOps names a file to append every AWS operation to (the
+	// deploy rehearsal's IAM coverage check; shared/awsrecord). Test-only,
+	// like the endpoints; the star's --record-ops takes the same variable.
+	EnvRecordOps = "STARLOG_RECORD_OPS"
 	// EnvRegion is the function's region, set by Lambda itself.
 	EnvRegion = "AWS_REGION"
 )
@@ -89,6 +93,7 @@ type Env struct {
 	SQSEndpoint                  string
 	Region                       string
 	LogLevel                     string
+	RecordOps                    string
 
 	// QueueURLs maps a job kind to its queue URL (only those set).
 	QueueURLs map[string]string
@@ -119,6 +124,7 @@ func Parse(lookup Lookup) (Env, error) {
 		SQSEndpoint:      p.str(EnvSQSEndpoint),
 		Region:           p.str(EnvRegion),
 		LogLevel:         p.str(EnvLogLevel),
+		RecordOps:        p.str(EnvRecordOps),
 		QueueURLs:        map[string]string{},
 	}
 	if std := p.list(EnvStandardBuckets); len(std) > 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/starlog/starlog/shared/awsrecord"
 	"github.com/starlog/starlog/shared/awsretry"
 	"github.com/starlog/starlog/shared/meta/dynamo"
 	s3store "github.com/starlog/starlog/shared/objstore/s3"
@@ -46,13 +47,22 @@ func Logger(e Env) (*slog.Logger, error) {
 // Open builds the clients e describes. It makes no request: a bad
 // endpoint or credential shows in the first job.
 func Open(ctx context.Context, e Env, log *slog.Logger) (*Runtime, error) {
+	// The recorder lives as long as the function's process (it writes
+	// each record unbuffered, so nothing is lost when Lambda freezes it).
+	var rec *awsrecord.Recorder
+	if e.RecordOps != "" {
+		var err error
+		if rec, err = awsrecord.Open(e.RecordOps); err != nil {
+			return nil, fmt.Errorf("awsenv: %s: %w", EnvRecordOps, err)
+		}
+	}
 	dc, err := dynamo.NewClient(ctx, dynamo.Config{Endpoint: e.DynamoEndpoint, Region: e.DynamoRegion,
-		AccessKey: e.AccessKey, SecretKey: e.SecretKey})
+		AccessKey: e.AccessKey, SecretKey: e.SecretKey, APIOptions: rec.APIOptions()})
 	if err != nil {
 		return nil, fmt.Errorf("awsenv: metastore: %w", err)
 	}
 	sc, err := s3store.NewClient(ctx, s3store.Config{Endpoint: e.S3Endpoint, Region: e.S3Region, PathStyle: e.S3PathStyle,
-		AccessKey: e.AccessKey, SecretKey: e.SecretKey})
+		AccessKey: e.AccessKey, SecretKey: e.SecretKey, APIOptions: rec.APIOptions()})
 	if err != nil {
 		return nil, fmt.Errorf("awsenv: object store: %w", err)
 	}
@@ -73,7 +83,7 @@ func Open(ctx context.Context, e Env, log *slog.Logger) (*Runtime, error) {
 		Logger:   log,
 	}
 	if len(e.QueueURLs) > 0 {
-		client, err := sqsClient(ctx, e)
+		client, err := sqsClient(ctx, e, rec)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +92,7 @@ func Open(ctx context.Context, e Env, log *slog.Logger) (*Runtime, error) {
 	return rt, nil
 }
 
-func sqsClient(ctx context.Context, e Env) (*sqs.Client, error) {
+func sqsClient(ctx context.Context, e Env, rec *awsrecord.Recorder) (*sqs.Client, error) {
 	region := e.Region
 	if region == "" {
 		region = e.S3Region
@@ -90,6 +100,9 @@ func sqsClient(ctx context.Context, e Env) (*sqs.Client, error) {
 	opts := []func(*config.LoadOptions) error{config.WithRegion(region), config.WithRetryer(awsretry.New(0))}
 	if e.AccessKey != "" {
 		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(e.AccessKey, e.SecretKey, "")))
+	}
+	if o := rec.APIOptions(); o != nil {
+		opts = append(opts, config.WithAPIOptions(o))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {

@@ -95,6 +95,9 @@ type Config struct {
 	AccessKey, SecretKey string
 	// MaxAttempts bounds the SDK's attempts per call (0: awsretry's).
 	MaxAttempts int
+	// APIOptions are extra SDK middleware on every call (the rehearsal's
+	// operation recorder, shared/awsrecord); nil in production.
+	APIOptions []func(*middleware.Stack) error
 }
 
 // NewClient builds a DynamoDB client from cfg.
@@ -108,6 +111,9 @@ func NewClient(ctx context.Context, cfg Config) (*dynamodb.Client, error) {
 			credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
 	}
 	opts = append(opts, config.WithRetryer(awsretry.New(cfg.MaxAttempts)))
+	if len(cfg.APIOptions) > 0 {
+		opts = append(opts, config.WithAPIOptions(cfg.APIOptions))
+	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("meta/dynamo: load AWS config: %w", err)

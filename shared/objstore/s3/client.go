@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/starlog/starlog/shared/awsretry"
 )
@@ -28,6 +29,9 @@ type Config struct {
 	// names such as "<bucket>.s3express.test" to a loopback stand-in).
 	// Nil: the SDK's default client.
 	HTTPClient config.HTTPClient
+	// APIOptions are extra SDK middleware on every call (the rehearsal's
+	// operation recorder, shared/awsrecord); nil in production.
+	APIOptions []func(*middleware.Stack) error
 }
 
 // NewClient builds an S3 client from cfg.
@@ -44,6 +48,9 @@ func NewClient(ctx context.Context, cfg Config) (*awss3.Client, error) {
 	// One deliberate retry policy (no client-side retry quota); the
 	// conditional writes still make a single attempt (session.go clients).
 	opts = append(opts, config.WithRetryer(awsretry.New(0)))
+	if len(cfg.APIOptions) > 0 {
+		opts = append(opts, config.WithAPIOptions(cfg.APIOptions))
+	}
 	if cfg.HTTPClient != nil {
 		opts = append(opts, config.WithHTTPClient(cfg.HTTPClient))
 	}

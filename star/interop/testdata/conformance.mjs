@@ -717,6 +717,71 @@ scenario("10-commands-timestamps-deletion", async (ctx) => {
     `append after delete: got ${describeError(ae)}, want 404 or 409`);
 });
 
+// 11: access tokens. The run's token (the star's admin token) issues a
+// token scoped to one basin and a stream prefix with auto-prefixing; the
+// scoped client appends and reads (unary and an S2S session) under its own
+// names, is refused outside its scope, and is refused once revoked.
+scenario("11-access-tokens", async (ctx) => {
+  const id = `interop/${runId}`;
+  const prefix = `tenant-${runId}/`;
+  const issued = await s2.accessTokens.issue({
+    id,
+    autoPrefixStreams: true,
+    expiresAt: new Date(Date.now() + 3_600_000),
+    scope: {
+      basins: { exact: basinName },
+      streams: { prefix },
+      opGroups: { stream: { read: true, write: true } },
+    },
+  });
+  check(typeof issued.accessToken === "string" && issued.accessToken.length > 20, `issue: got ${show(issued)}`);
+  const listed = await s2.accessTokens.list({ prefix: "interop/" });
+  const mine = listed.accessTokens.find((t) => t.id === id);
+  check(mine !== undefined, `list: ${show(listed)} lacks ${id}`);
+  check(mine.autoPrefixStreams === true && mine.scope.streams?.prefix === prefix, `listed info: ${show(mine)}`);
+  check(!JSON.stringify(listed).includes(issued.accessToken), "the listing shows the token");
+
+  const scoped = new S2({ accessToken: issued.accessToken, endpoints: { account: env.account, basin: env.basin }, retry: { maxAttempts: 1 } });
+  const name = ctx.streamName("scoped");
+  const st = scoped.basin(basinName).stream(name, TRANSPORTS.fetch.options);
+  openStreams.push(st);
+  await scoped.basin(basinName).streams.create({ stream: name });
+  await appendStrings(st, ["a", "b"]);
+  const back = await st.read({ start: { from: { seqNum: 0 } } });
+  equal(back.records.map((r) => r.body), ["a", "b"], "scoped read");
+  const sess = scoped.basin(basinName).stream(name);
+  openStreams.push(sess);
+  const as = await sess.appendSession();
+  const ticket = await as.submit(AppendInput.create([AppendRecord.string({ body: "c" })]));
+  const ack = await ticket.ack();
+  equal(ack.start.seqNum, 2, "scoped S2S append session");
+  await as.close();
+  // The admin sees the stored name; the tenant lists its own.
+  const adminList = await s2.basin(basinName).streams.list({ prefix });
+  check(adminList.streams.some((x) => x.name === prefix + name), `admin listing: ${show(adminList.streams.map((x) => x.name))}`);
+  const tenantList = await scoped.basin(basinName).streams.list();
+  equal(tenantList.streams.map((x) => x.name), [name], "tenant listing");
+
+  const denied = await rejects("basins.list with a stream-only token", () => scoped.basins.list());
+  check(denied instanceof S2Error && denied.status === 403, `out of scope: got ${describeError(denied)}, want 403`);
+  const other = await rejects("another basin", () => scoped.basin("interop-elsewhere").stream("x", TRANSPORTS.fetch.options).checkTail());
+  check(other instanceof S2Error && other.status === 403, `another basin: got ${describeError(other)}, want 403`);
+  const bad = new S2({ accessToken: "not-a-token", endpoints: { account: env.account, basin: env.basin }, retry: { maxAttempts: 1 } });
+  const unauth = await rejects("a made-up token", () => bad.basins.list());
+  check(unauth instanceof S2Error && unauth.status === 401, `made-up token: got ${describeError(unauth)}, want 401`);
+
+  await s2.accessTokens.revoke({ id });
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const r = await st.checkTail().then(() => undefined, (e) => e);
+    if (r instanceof S2Error && r.status === 401) break;
+    check(Date.now() < deadline, `a revoked token still works after 5 s: ${r ? describeError(r) : "ok"}`);
+    await sleep(100);
+  }
+  const after = await s2.accessTokens.list({ prefix: "interop/" });
+  check(!after.accessTokens.some((t) => t.id === id), `revoked token still listed: ${show(after)}`);
+});
+
 // ---------------------------------------------------------------- runner
 
 let passed = 0;
