@@ -28,7 +28,7 @@ func TestS2TypeScriptSDKRateLimits(t *testing.T) {
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s",
 		"--append-stream-mib-per-sec", "0.0625", "--append-stream-batches-per-sec", "4")
-	star.Env = withoutStarlogConfig(os.Environ())
+	star.Env = append(withoutStarlogConfig(os.Environ()), "STARLOG_ADMIN_TOKEN="+interopToken)
 	srv := testsvc.Start(t, "star dev", star)
 	srv.WaitTCP(t, addr, time.Minute)
 	endpoint := "http://" + addr
