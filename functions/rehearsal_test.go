@@ -44,6 +44,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +70,7 @@ import (
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/expressfront"
+	"github.com/starlog/starlog/shared/testsvc/secretsfront"
 	"github.com/starlog/starlog/star/servecmd"
 )
 
@@ -238,11 +240,14 @@ type rehearsal struct {
 	home    string
 	v       testsvc.VersityServer
 	express testsvc.ExpressServer
-	ddb     testsvc.DynamoServer
-	sqs     *localsqs.Server
-	queues  map[string]*localsqs.Queue // by queue name
-	dirs    []string                   // directory bucket names
-	opsDir  string                     // the operation records, <component>.jsonl
+	secrets *secretsfront.Front
+	// secretsURL serves secrets (the stack's Secrets Manager).
+	secretsURL string
+	ddb        testsvc.DynamoServer
+	sqs        *localsqs.Server
+	queues     map[string]*localsqs.Queue // by queue name
+	dirs       []string                   // directory bucket names
+	opsDir     string                     // the operation records, <component>.jsonl
 }
 
 // buildHostStar builds the star for this host (as star/servecmd's tests
@@ -273,6 +278,7 @@ func (r *rehearsal) standIns() {
 	}
 	r.v = testsvc.StartVersity(t, append(std, r.dirs...)...)
 	r.express = testsvc.StartExpress(t, r.v)
+	r.startSecrets()
 
 	r.ddb = dyn.Get(t)
 	tables, err := tm.Tables()
@@ -314,6 +320,46 @@ func (r *rehearsal) standIns() {
 		}
 		r.queues[q.Name] = r.sqs.CreateQueue(t, q.Name, time.Duration(q.VisibilitySeconds)*time.Second, attrs)
 	}
+}
+
+// startSecrets serves the template's secrets (Secrets Manager stand-in),
+// readable with the instance role's keys only (the star policy's grant is
+// checked by the IAM coverage step against what the star read).
+func (r *rehearsal) startSecrets() {
+	t := r.t
+	ids := r.tm.OfType("AWS::SecretsManager::Secret")
+	var secrets []secretsfront.Secret
+	var arns []string
+	for _, id := range ids {
+		arn, err := r.tm.Name(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		switch {
+		case strings.HasPrefix(id, "AdminToken"):
+			v = rehearsalAdminToken
+		case strings.HasPrefix(id, "InternalKey"):
+			v = rehearsalInternalKey
+		default:
+			t.Fatalf("secret %s: the rehearsal does not know what it holds", id)
+		}
+		secrets = append(secrets, secretsfront.Secret{ARN: arn, Name: id, Value: v})
+		arns = append(arns, arn)
+	}
+	if len(secrets) != 2 {
+		t.Fatalf("secrets %v: want the admin token and the internal key", ids)
+	}
+	f, err := secretsfront.New(secretsfront.Config{
+		Region: r.tm.Pseudo.Region, Secrets: secrets,
+		Principals: []secretsfront.Principal{{AccessKey: r.express.AccessKey, SecretKey: r.express.SecretKey, Readable: arns}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	r.secrets, r.secretsURL = f, srv.URL
 }
 
 // star is one `star serve` started from the unit.
@@ -381,11 +427,8 @@ func (r *rehearsal) startStar(n int) *star {
 		"STARLOG_RECORD_OPS=" + r.opsFile(starComponent),
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
 		"HOME=" + r.home, "USER=starlog", "LOGNAME=starlog",
-		// TODO(stack secrets): the stack's Secrets Manager secrets give the
-		// star its admin token and internal key; until the unit reads them,
-		// the rehearsal passes both through the environment.
-		"STARLOG_ADMIN_TOKEN=" + rehearsalAdminToken,
-		"STARLOG_INTERNAL_KEY=" + rehearsalInternalKey,
+		// The unit names both credentials by their secrets' ARNs.
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + r.secretsURL,
 	})
 	s.public, s.internal = "http://"+pub, "http://"+in
 	s.cmd = exec.Command(r.starBin, argv[1:]...)
@@ -430,7 +473,8 @@ const rehearsalBasin = "starlog-rehearsal"
 
 var apiClient = &http.Client{Timeout: 60 * time.Second}
 
-// The rehearsal's star credentials (see startStar's TODO).
+// The values of the stack's two secrets in the rehearsal (CloudFormation
+// generates them on AWS).
 const (
 	rehearsalAdminToken  = "rehearsal-admin-token-0123456789"
 	rehearsalInternalKey = "rehearsal-internal-key-0123456789abcdef"
@@ -772,6 +816,11 @@ func TestRehearsal(t *testing.T) {
 	a.checkReadBack(t, s2)
 	s2.kill9() // its last calls are recorded before the check reads them
 	step("iam-coverage", r.iamCoverage)
+	if st := r.secrets.Stats(); len(st.Reads) != 2 || len(st.Refused) > 0 {
+		t.Errorf("secret reads %v, refused %v: want both secrets read by the star role, nothing refused", st.Reads, st.Refused)
+	} else {
+		t.Logf("secrets read from the Secrets Manager stand-in: %v", st.Reads)
+	}
 	if st := r.express.Front.Stats(); st.Sessions[expressfront.ReadOnly] == 0 || len(st.Refused) > 0 {
 		t.Errorf("Express sessions over the rehearsal: %+v (want the settle role's ReadOnly sessions and no refusal)", st)
 	} else {

@@ -57,6 +57,9 @@ type Record struct {
 
 	QueueURL string `json:"queue_url,omitempty"`
 
+	// SecretID is GetSecretValue's secret (an ARN or a name).
+	SecretID string `json:"secret_id,omitempty"`
+
 	// Status is the last attempt's HTTP status (0: none arrived), Code the
 	// error code of a failed call, Attempts how many attempts it took.
 	Status   int    `json:"status,omitempty"`
@@ -179,6 +182,7 @@ func describe(params any) Record {
 	rec.Table, _ = str("TableName")
 	rec.Index, _ = str("IndexName")
 	rec.QueueURL, _ = str("QueueUrl")
+	rec.SecretID, _ = str("SecretId")
 	// DeleteObjects: Delete.Objects[].Key.
 	if d := v.FieldByName("Delete"); d.IsValid() && d.Kind() == reflect.Pointer && !d.IsNil() {
 		if objs := d.Elem().FieldByName("Objects"); objs.IsValid() && objs.Kind() == reflect.Slice {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/starlog/starlog/shared/awsretry"
 )
@@ -24,7 +25,8 @@ const FetchTimeout = 30 * time.Second
 // stack passes) or name. An ARN names its region; a name uses the SDK's
 // default region. The endpoint is the SDK's (AWS_ENDPOINT_URL_SECRETS_MANAGER
 // overrides it, as the rehearsal does).
-func Fetch(ctx context.Context, id string) (string, error) {
+// apiOptions are added to the client's middleware (an operation recorder).
+func Fetch(ctx context.Context, id string, apiOptions ...func(*middleware.Stack) error) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
 	defer cancel()
 	opts := []func(*config.LoadOptions) error{config.WithRetryer(awsretry.New(0))}
@@ -38,7 +40,8 @@ func Fetch(ctx context.Context, id string) (string, error) {
 	if cfg.Region == "" {
 		return "", fmt.Errorf("secret %s: no region: give the secret's ARN or set AWS_REGION", id)
 	}
-	out, err := secretsmanager.NewFromConfig(cfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
+	client := secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) { o.APIOptions = append(o.APIOptions, apiOptions...) })
+	out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
 	if err != nil {
 		return "", fmt.Errorf("secret %s: %w", id, err)
 	}

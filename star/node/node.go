@@ -78,6 +78,7 @@ type Node struct {
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
 	balance  *balancer
+	idle     *idleReleaser
 
 	// draining refuses new leases; drainLoop releases the led streams
 	// under drainCtx, which Close cancels.
@@ -203,6 +204,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 
 	n.opened.Store(true)
 	n.startBalancer()
+	n.startIdleRelease()
 	n.log.Info("star ready")
 	return n, nil
 }
@@ -367,6 +369,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.closeMu.Unlock()
 	n.drainStop()
 	n.drainWG.Wait()
+	n.stopIdleRelease()
 	// Release before the loglets stop: the release flush needs the absorb.
 	if released, failed := n.releaseAll(ctx); released+failed > 0 {
 		n.log.Info("close: released stream leases", "released", released, "failed", failed)
@@ -429,6 +432,7 @@ const closeAbsorbWait = 10 * time.Second
 func (n *Node) abort() {
 	n.drainStop()
 	n.stopBalance()
+	n.stopIdleRelease()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -87,13 +88,19 @@ type common struct {
 	admitTimeout, delPending  time.Duration
 	readCacheMiB              int
 	heartbeatMin, heartbeatMx time.Duration
+	registryBeat, deadAfter   time.Duration
+	balanceEvery              time.Duration
+	idleRelease               time.Duration
+
+	maxConns                         int
+	bodyReadTimeout, requestTimeout  time.Duration
+	frameTimeout, sessionWriteTimout time.Duration
+
 	// rate limits (node.RateLimits, server.ClientRate)
 	streamMiBPerSec, streamBatchesPerSec float64
 	sessionThrottle                      time.Duration
 	clientPerSec                         float64
 	clientBurst                          int
-	registryBeat, deadAfter              time.Duration
-	balanceEvery                         time.Duration
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
@@ -137,10 +144,16 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
 	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
 	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat); a star whose own heartbeat is half this old stops answering check-tails and tail reads from memory, but keeps acknowledging appends (the chain's fence, not the clock, keeps those safe)")
+	fs.DurationVar(&c.idleRelease, "idle-release", d.IdleRelease, "release the lease of a stream no request, session or read used for this long (the next request re-acquires it; 0 turns it off)")
+	fs.IntVar(&c.maxConns, "max-connections", server.DefaultMaxConns, "connections served at once per listener; more wait in the accept backlog")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "a unary request's body must arrive within this (408 timeout)")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "a unary request's whole life, its response written (a read's wait comes on top)")
+	fs.DurationVar(&c.frameTimeout, "frame-timeout", server.DefaultFrameTimeout, "an S2S frame must complete within this of its header (the session ends with 408)")
+	fs.DurationVar(&c.sessionWriteTimout, "session-write-timeout", server.DefaultSessionWriteTimeout, "a session's client must take each frame or event within this, or it is cut off")
 	fs.Float64Var(&c.streamMiBPerSec, "append-stream-mib-per-sec", node.DefaultStreamBytesPerSec/(1<<20), "per-stream append throughput limit in MiB/s of metered bytes, all clients together (S2's limit; 0 turns it off): past it a unary append is 429 rate_limited, a session is throttled")
 	fs.Float64Var(&c.streamBatchesPerSec, "append-stream-batches-per-sec", node.DefaultStreamBatchesPerSec, "append batches per second one client connection may send to one stream (S2's limit; 0 turns it off)")
 	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", node.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
-	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token, else IP address) may make on S2's API; 0 (the default) turns the limit off")
+	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token; the admin token and open stars by IP address) may make on S2's API; 0 (the default) turns the limit off")
 	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
@@ -165,6 +178,7 @@ func (c *common) nodeConfig() node.Config {
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
 	cfg.BalanceEvery = c.balanceEvery
+	cfg.IdleRelease = c.idleRelease
 	cfg.Limits = node.RateLimits{
 		StreamBytesPerSec:   offIfZero(c.streamMiBPerSec * (1 << 20)),
 		StreamBatchesPerSec: offIfZero(c.streamBatchesPerSec),
@@ -182,9 +196,16 @@ func offIfZero(v float64) float64 {
 	return v
 }
 
-// clientRate maps --client-rate-* onto the server's per-client limit.
-func (c *common) clientRate() server.ClientRate {
-	return server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst}
+// serverOptions maps the flags onto the HTTP server's options.
+func (c *common) serverOptions(ac auth.Config) server.Options {
+	return server.Options{
+		Auth:         ac,
+		HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx,
+		MaxConns:        c.maxConns,
+		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,
+		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
+		ClientRate: server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst},
+	}
 }
 
 // settleConfig maps the --settle-* and --read-grace flags onto the

@@ -61,6 +61,11 @@ func Needs(rec awsrecord.Record, p Pseudo) ([]Need, error) {
 		return dynamoNeeds(rec, p)
 	case "SQS":
 		return sqsNeeds(rec, p)
+	case "Secrets Manager":
+		if rec.Op != "GetSecretValue" || !strings.HasPrefix(rec.SecretID, "arn:") {
+			return nil, fmt.Errorf("rehearse: IAM mapping: Secrets Manager %s of %q is not mapped (the stack passes ARNs)", rec.Op, rec.SecretID)
+		}
+		return []Need{one("secretsmanager:GetSecretValue", rec.SecretID)}, nil
 	}
 	return nil, fmt.Errorf("rehearse: IAM mapping: unknown service %q (%s)", rec.Service, rec.Op)
 }
@@ -357,6 +362,8 @@ func resourceOf(rec awsrecord.Record) string {
 		return rec.Table
 	case len(rec.Tables) > 0:
 		return strings.Join(rec.Tables, ",")
+	case rec.SecretID != "":
+		return rec.SecretID
 	}
 	return rec.QueueURL
 }

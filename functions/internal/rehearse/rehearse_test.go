@@ -21,12 +21,14 @@ func TestRender(t *testing.T) {
 		"Table1": {"Type": "AWS::DynamoDB::Table", "Properties": {}},
 		"Bucket1": {"Type": "AWS::S3::Bucket", "Properties": {}},
 		"Dir1": {"Type": "AWS::S3Express::DirectoryBucket", "Properties": {"BucketName": "b--use1-az4--x-s3"}},
-		"Q1": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "Starlog-settle"}}
+		"Q1": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "Starlog-settle"}},
+		"Sec1": {"Type": "AWS::SecretsManager::Secret", "Properties": {}}
 	}`)
 	for in, want := range map[string]string{
 		`{"Ref": "AWS::Region"}`:                      "us-east-1",
 		`{"Ref": "Table1"}`:                           "Starlog-Table1",
 		`{"Ref": "Bucket1"}`:                          "starlog-bucket1",
+		`{"Ref": "Sec1"}`:                             "arn:aws:secretsmanager:us-east-1:123456789012:secret:Starlog-Sec1-AbCdEf",
 		`{"Ref": "Dir1"}`:                             "b--use1-az4--x-s3",
 		`{"Ref": "Q1"}`:                               "https://sqs.us-east-1.amazonaws.com/123456789012/Starlog-settle",
 		`{"Fn::GetAtt": ["Q1", "Arn"]}`:               "arn:aws:sqs:us-east-1:123456789012:Starlog-settle",

@@ -139,6 +139,13 @@ func (t *Template) Name(id string) (string, error) {
 			n = generated
 		}
 		return fmt.Sprintf("https://sqs.%s.amazonaws.com/%s/%s", t.Pseudo.Region, t.Pseudo.AccountID, n), nil
+	case "AWS::SecretsManager::Secret":
+		// Ref of a secret is its ARN; AWS appends six random characters.
+		n, ok := fixed("Name")
+		if !ok {
+			n = generated
+		}
+		return fmt.Sprintf("arn:aws:secretsmanager:%s:%s:secret:%s-AbCdEf", t.Pseudo.Region, t.Pseudo.AccountID, n), nil
 	case "AWS::Lambda::Function":
 		if n, ok := fixed("FunctionName"); ok {
 			return n, nil
