@@ -9,7 +9,7 @@ VERSITYGW_VERSION := v1.8.0
 # The Lambda Runtime Interface Emulator has no tagged versions: pin the pseudo-version.
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 
-.PHONY: all build test test-go lint tools fuzz bench run cluster clean lambda verify
+.PHONY: all build test test-go lint tools fuzz bench run cluster clean lambda verify soak
 
 all: build
 
@@ -113,6 +113,25 @@ verify: sim
 	  -verify.zone-halts=$$((m*2)) -verify.zone-tail=5s \
 	  -verify.meta-outages=$$(((m+4)/5)) -verify.meta-outage=120s -verify.ack-window=10s \
 	  -verify.max-down=4s -verify.max-hold=4s 2>&1 | tee build/verify.log
+
+## soak: the compressed-time lifecycle soak (issue 14, star/soak): three
+## `star serve` processes and the in-process auditor with settle timers of
+## seconds (1 s linger, 2 s age cap, 2 s read grace, 1 MiB output cap), hot,
+## slow, idle and infinite-retention streams with retention of seconds,
+## trim commands, a stream deleted and re-created under its name every
+## minute, and a kill -9 every 40 s. Every 5 s it measures every stream from
+## the object directory and the metastore (stored vs retained bytes,
+## objects, rows), asserts stored <= 1.1 x retained + one output cap, and
+## reads every stream back. SOAK_MINUTES (10) sets the length (`make test`
+## runs 40 s with one kill and one delete). Writes docs/soak.csv,
+## docs/soak-totals.csv and docs/soak.png; log: build/soak.log.
+SOAK_MINUTES ?= 10
+soak:
+	@mkdir -p build
+	@set -o pipefail; m=$(SOAK_MINUTES); $(GO) test -count=1 -timeout $$((m+15))m -v -run '^TestSoak$$' ./star/soak -args \
+	  -soak.duration=$${m}m -soak.sample=5s -soak.stars=3 -soak.kills=$$((m*3/2)) -soak.deletes=$$m \
+	  -soak.trim-every=30s -soak.retention=60s -soak.hot-kib=96 -soak.drain=2m \
+	  -soak.out=$(CURDIR)/docs 2>&1 | tee build/soak.log
 
 ## sim: the chain simulation (issue 11, shared/chain/chainsim): SIM_SEEDS
 ## seeds of the randomized run (each draws its sizes and faults, then heals

@@ -724,8 +724,10 @@ func (s *soak) checkRecord(st *stream, g *gen, r *api.Record) {
 	}
 	maybe := g.maybe[h]
 	older := false
-	for _, og := range st.gens[:g.n] {
-		older = older || og.maybe[h] || ackedHash(og, h)
+	if !acked || h != want {
+		for _, og := range st.gens[:g.n] {
+			older = older || og.maybe[h] || ackedHash(og, h)
+		}
 	}
 	st.mu.Unlock()
 	switch {
