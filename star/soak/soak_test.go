@@ -190,6 +190,8 @@ type soak struct {
 	violations []string
 	deleted    []*deletedID
 	kills      int
+	stale      int // 404s for existing streams (noteStale)
+	staleBy    map[string]int
 	verified   int // acknowledged records read back and matched
 	unacked    int // records read that only failed appends sent
 	worstOver  map[string]int64
@@ -221,7 +223,7 @@ type gen struct {
 	id      string
 	n       int
 	acked   []batch
-	maybe   map[uint64]bool
+	maybe   map[uint64]bool // records of appends not acknowledged (yet)
 	maxEnd  uint64
 	trimmed uint64 // the highest trim point appended (acknowledged or not)
 }
@@ -249,9 +251,39 @@ func (s *soak) violate(format string, args ...any) {
 }
 
 func (s *soak) client() *sdk.Client {
+	_, c := s.pick()
+	return c
+}
+
+// pick is a random star's client and its index.
+func (s *soak) pick() (int, *sdk.Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cs[s.rng.IntN(len(s.cs))]
+	i := s.rng.IntN(len(s.cs))
+	return i, s.cs[i]
+}
+
+// noteStale counts a 404 stream_not_found that star i answered for a
+// stream that exists (its name row names a live id): a star's cached
+// name row outliving a delete and re-create (see docs/soak.md).
+func (s *soak) noteStale(st *stream, i int, op string, err error) {
+	if isStatus(err, 404) && !st.isSwitching() {
+		s.countStale(st, i, op, err)
+	}
+}
+
+func (s *soak) countStale(st *stream, i int, op string, err error) {
+	s.mu.Lock()
+	s.stale++
+	if s.staleBy == nil {
+		s.staleBy = map[string]int{}
+	}
+	s.staleBy[fmt.Sprintf("star-%d", i+1)]++
+	first := s.stale <= 5
+	s.mu.Unlock()
+	if first {
+		s.t.Logf("%6.1fs STALE-NAME 404: star-%d answered %s of %s (id %s exists): %v", s.now().Seconds(), i+1, op, st.name, st.cur().id, err)
+	}
 }
 
 func (st *stream) cur() *gen {
@@ -275,23 +307,9 @@ func (s *soak) create(ctx context.Context, st *stream) error {
 		return err
 	}
 	var id string
-	k := meta.StreamNameKey(basin, st.name)
-	if err := retry(ctx, 10*time.Second, func() error {
-		it, err := s.ms.Get(ctx, k.PK, k.SK)
-		if err != nil {
-			return err
-		}
-		var row struct {
-			ID string `json:"id"`
-		}
-		if err := json.Unmarshal(it.Val, &row); err != nil {
-			return err
-		}
-		if row.ID == "" {
-			return errors.New("name row without id")
-		}
-		id = row.ID
-		return nil
+	if err := retry(ctx, 10*time.Second, func() (err error) {
+		id, _, err = s.nameRow(ctx, st.name)
+		return err
 	}); err != nil {
 		return fmt.Errorf("stream id: %w", err)
 	}
@@ -299,6 +317,27 @@ func (s *soak) create(ctx context.Context, st *stream) error {
 	st.gens = append(st.gens, &gen{id: id, n: len(st.gens), maybe: map[uint64]bool{}})
 	st.mu.Unlock()
 	return nil
+}
+
+// nameRow reads a stream's name row from the metastore: the id it names
+// and whether it is marked deleted.
+func (s *soak) nameRow(ctx context.Context, name string) (id string, deleted bool, err error) {
+	k := meta.StreamNameKey(basin, name)
+	it, err := s.ms.Get(ctx, k.PK, k.SK)
+	if err != nil {
+		return "", false, err
+	}
+	var row struct {
+		ID        string     `json:"id"`
+		DeletedAt *time.Time `json:"deleted_at"`
+	}
+	if err := json.Unmarshal(it.Val, &row); err != nil {
+		return "", false, err
+	}
+	if row.ID == "" {
+		return "", false, errors.New("name row without id")
+	}
+	return row.ID, row.DeletedAt != nil, nil
 }
 
 // write is a stream's writer: one batch every period, a trim command
@@ -370,9 +409,18 @@ func (s *soak) append(ctx context.Context, st *stream, g *gen, in *api.AppendInp
 	for i := range in.Records {
 		hashes[i] = verify.RecordHash(&in.Records[i])
 	}
+	// Before the call: a read-back may read the batch (durable, its ack
+	// on the way) before this writer has the ack.
+	st.mu.Lock()
+	for _, h := range hashes {
+		g.maybe[h] = true
+	}
+	st.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	ack, err := s.client().Basin(basin).Stream(st.name).Append(cctx, in)
+	i, c := s.pick()
+	ack, err := c.Basin(basin).Stream(st.name).Append(cctx, in)
 	cancel()
+	s.noteStale(st, i, "an append", err)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, r := range in.Records {
@@ -381,10 +429,7 @@ func (s *soak) append(ctx context.Context, st *stream, g *gen, in *api.AppendInp
 		}
 	}
 	if err != nil {
-		for _, h := range hashes {
-			g.maybe[h] = true
-		}
-		return
+		return // its records stay in maybe: the outcome is unknown
 	}
 	if ack.End.SeqNum-ack.Start.SeqNum != uint64(len(hashes)) {
 		s.violate("%s: ack [%d, %d) for a batch of %d records", st.name, ack.Start.SeqNum, ack.End.SeqNum, len(hashes))
@@ -412,12 +457,25 @@ func (s *soak) recreate(ctx context.Context, st *stream) {
 		st.switching = false
 		st.mu.Unlock()
 	}()
+	// Done once the name row marks the old id deleted: a 404 from a star
+	// whose cached row is stale is not a delete.
 	err := retry(ctx, 30*time.Second, func() error {
-		err := s.client().Basin(basin).DeleteStream(ctx, st.name)
-		if isStatus(err, 404) {
-			return nil
+		i, c := s.pick()
+		err := c.Basin(basin).DeleteStream(ctx, st.name)
+		if err != nil && !isStatus(err, 404) {
+			return err
 		}
-		return err
+		id, deleted, rerr := s.nameRow(ctx, st.name)
+		if rerr != nil {
+			return rerr
+		}
+		if id == old.id && !deleted {
+			if isStatus(err, 404) {
+				s.countStale(st, i, "a delete", err)
+			}
+			return errors.New("the delete did not take: the name row still names a live stream")
+		}
+		return nil
 	})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -622,10 +680,16 @@ func (s *soak) readBack(ctx context.Context, st *stream) (readable uint64, oldes
 	g := st.gens[len(st.gens)-1]
 	minTail := g.maxEnd
 	st.mu.Unlock()
-	h := func() *sdk.Stream { return s.client().Basin(basin).Stream(st.name) }
+	var last int
+	h := func() *sdk.Stream {
+		i, c := s.pick()
+		last = i
+		return c.Basin(basin).Stream(st.name)
+	}
 	var tail api.StreamPosition
 	if err := retry(ctx, 20*time.Second, func() (err error) {
 		tail, err = h().CheckTail(ctx)
+		s.noteStale(st, last, "a check-tail", err)
 		return err
 	}); err != nil {
 		if !st.isSwitching() {
@@ -643,6 +707,7 @@ func (s *soak) readBack(ctx context.Context, st *stream) (readable uint64, oldes
 		count := uint64(1000)
 		err := retry(ctx, 20*time.Second, func() (err error) {
 			b, err = h().Read(ctx, api.ReadRequest{From: api.FromSeqNum, Value: at, Count: &count})
+			s.noteStale(st, last, "a read", err)
 			if isStatus(err, 416) {
 				return nil
 			}
@@ -867,6 +932,9 @@ func (s *soak) report(dir string) {
 		} else {
 			s.violations = append(s.violations, fmt.Sprintf("deleted %s id %s at %.1f s: not reclaimed by the end (%d ref rows, peak %d B stored)", d.name, d.id, d.at.Seconds(), d.lastRows, d.peakStored))
 		}
+	}
+	if s.stale > 0 {
+		t.Logf("STALE-NAME 404s: %d requests for an existing stream answered 404 stream_not_found (by star: %v): a star's cached name row outlives a delete and re-create made through another star (star/node; not asserted here, see docs/soak.md)", s.stale, s.staleBy)
 	}
 	t.Logf("%d samples, %d kills, %d deletes; %d acknowledged records read back and matched, %d records of failed appends read", len(s.samples), s.kills, len(s.deleted), s.verified, s.unacked)
 	if s.verified == 0 {
