@@ -1,5 +1,6 @@
 // Package awsrecord records every AWS operation a process performs through
-// starlog's SDK clients (S3 and S3 Express, DynamoDB, SQS), one JSON line
+// starlog's SDK clients (S3 and S3 Express, DynamoDB, SQS, the star's
+// Secrets Manager reads), one JSON line
 // per call, with the resources it named: bucket and key (or list prefix,
 // or the keys of a batch delete), table and index, queue. The deploy
 // rehearsal turns it on (STARLOG_RECORD_OPS=<file>) for the star and every
@@ -56,6 +57,8 @@ type Record struct {
 	Tables []string `json:"tables,omitempty"`
 
 	QueueURL string `json:"queue_url,omitempty"`
+	// SecretID is a Secrets Manager call's secret (ARN or name).
+	SecretID string `json:"secret_id,omitempty"`
 
 	// Status is the last attempt's HTTP status (0: none arrived), Code the
 	// error code of a failed call, Attempts how many attempts it took.
@@ -179,6 +182,7 @@ func describe(params any) Record {
 	rec.Table, _ = str("TableName")
 	rec.Index, _ = str("IndexName")
 	rec.QueueURL, _ = str("QueueUrl")
+	rec.SecretID, _ = str("SecretId")
 	// DeleteObjects: Delete.Objects[].Key.
 	if d := v.FieldByName("Delete"); d.IsValid() && d.Kind() == reflect.Pointer && !d.IsNil() {
 		if objs := d.Elem().FieldByName("Objects"); objs.IsValid() && objs.Kind() == reflect.Slice {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aws/smithy-go/middleware"
 	"strings"
 	"time"
 
@@ -24,10 +25,15 @@ const FetchTimeout = 30 * time.Second
 // stack passes) or name. An ARN names its region; a name uses the SDK's
 // default region. The endpoint is the SDK's (AWS_ENDPOINT_URL_SECRETS_MANAGER
 // overrides it, as the rehearsal does).
-func Fetch(ctx context.Context, id string) (string, error) {
+// apiOptions are extra SDK middleware (the rehearsal's operation
+// recorder, shared/awsrecord).
+func Fetch(ctx context.Context, id string, apiOptions ...func(*middleware.Stack) error) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
 	defer cancel()
 	opts := []func(*config.LoadOptions) error{config.WithRetryer(awsretry.New(0))}
+	if len(apiOptions) > 0 {
+		opts = append(opts, config.WithAPIOptions(apiOptions))
+	}
 	if region := arnRegion(id); region != "" {
 		opts = append(opts, config.WithRegion(region))
 	}

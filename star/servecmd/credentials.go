@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aws/smithy-go/middleware"
 	"os"
 	"strings"
 
@@ -75,12 +76,12 @@ func fileSource(flag string, path *string) secretSource {
 
 // secretsManagerSource reads a secret from the AWS Secrets Manager secret
 // (an ARN, as the stack passes, or a name) a flag (or its variable) names.
-func secretsManagerSource(flag string, id *string) secretSource {
+func secretsManagerSource(flag string, id *string, apiOptions *[]func(*middleware.Stack) error) secretSource {
 	return secretSource{Name: flagRef(flag), Load: func(ctx context.Context) ([]byte, bool, error) {
 		if *id == "" {
 			return nil, false, nil
 		}
-		v, err := awssecret.Fetch(ctx, *id)
+		v, err := awssecret.Fetch(ctx, *id, *apiOptions...)
 		if err != nil {
 			return nil, false, err
 		}
@@ -108,6 +109,9 @@ type credentials struct {
 	adminTokenFile, internalKeyFile     string
 	adminTokenSecret, internalKeySecret string
 	admin, internal                     secret
+	// apiOptions go on the Secrets Manager client (the rehearsal's
+	// operation recorder).
+	apiOptions []func(*middleware.Stack) error
 }
 
 // register adds the credential flags to fs and sets up the sources.
@@ -116,8 +120,8 @@ func (c *credentials) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.internalKeyFile, "internal-key-file", "", fmt.Sprintf("file holding the cluster's internal key (≥ %d bytes, shared by every star: token hashes and the internal credential derive from it); or set %s to the key", auth.MinInternalKeyBytes, EnvInternalKey))
 	fs.StringVar(&c.adminTokenSecret, "admin-token-secret", "", "AWS Secrets Manager secret (ARN or name) holding the admin access token (the stack's AdminToken)")
 	fs.StringVar(&c.internalKeySecret, "internal-key-secret", "", "AWS Secrets Manager secret (ARN or name) holding the internal key (the stack's InternalKey)")
-	c.admin = secret{What: "admin token", Sources: []secretSource{fileSource("admin-token-file", &c.adminTokenFile), secretsManagerSource("admin-token-secret", &c.adminTokenSecret), envSource(EnvAdminToken)}}
-	c.internal = secret{What: "internal key", Sources: []secretSource{fileSource("internal-key-file", &c.internalKeyFile), secretsManagerSource("internal-key-secret", &c.internalKeySecret), envSource(EnvInternalKey)}}
+	c.admin = secret{What: "admin token", Sources: []secretSource{fileSource("admin-token-file", &c.adminTokenFile), secretsManagerSource("admin-token-secret", &c.adminTokenSecret, &c.apiOptions), envSource(EnvAdminToken)}}
+	c.internal = secret{What: "internal key", Sources: []secretSource{fileSource("internal-key-file", &c.internalKeyFile), secretsManagerSource("internal-key-secret", &c.internalKeySecret, &c.apiOptions), envSource(EnvInternalKey)}}
 }
 
 // load resolves both secrets into the server's auth configuration,

@@ -66,6 +66,14 @@ Every flag can also be set by its environment variable, shown with it.`,
 			}).check(cmd.Context(), defaultAWSRegion); err != nil {
 				return err
 			}
+			var rec *awsrecord.Recorder
+			if recordOps != "" { // the deploy rehearsal's IAM coverage check only
+				if rec, err = awsrecord.Open(recordOps); err != nil {
+					return fmt.Errorf("star serve: --record-ops: %w", err)
+				}
+				defer rec.Close()
+				keys.apiOptions = rec.APIOptions()
+			}
 			authCfg, err := keys.load(cmd.Context())
 			if err != nil {
 				return err
@@ -78,14 +86,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.FSRoot = objs.fsRoot
 			cfg.Objects.S3Endpoint, cfg.Objects.S3Region, cfg.Objects.S3PathStyle = objs.endpoint, objs.region, objs.pathStyle
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
-			if recordOps != "" { // the deploy rehearsal's IAM coverage check only
-				rec, err := awsrecord.Open(recordOps)
-				if err != nil {
-					return fmt.Errorf("star serve: --record-ops: %w", err)
-				}
-				defer rec.Close()
-				cfg.Meta.APIOptions, cfg.Objects.APIOptions = rec.APIOptions(), rec.APIOptions()
-			}
+			cfg.Meta.APIOptions, cfg.Objects.APIOptions = rec.APIOptions(), rec.APIOptions()
 			ts, err := tlsF.load()
 			if err != nil {
 				return err

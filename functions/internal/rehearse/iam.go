@@ -61,6 +61,13 @@ func Needs(rec awsrecord.Record, p Pseudo) ([]Need, error) {
 		return dynamoNeeds(rec, p)
 	case "SQS":
 		return sqsNeeds(rec, p)
+	case "Secrets Manager":
+		// The stack passes secrets by ARN; a name would need the ARN's
+		// random suffix to map.
+		if rec.Op == "GetSecretValue" && strings.HasPrefix(rec.SecretID, "arn:") {
+			return []Need{one("secretsmanager:GetSecretValue", rec.SecretID)}, nil
+		}
+		return nil, fmt.Errorf("rehearse: IAM mapping: Secrets Manager %s of %q is not mapped", rec.Op, rec.SecretID)
 	}
 	return nil, fmt.Errorf("rehearse: IAM mapping: unknown service %q (%s)", rec.Service, rec.Op)
 }
@@ -267,10 +274,12 @@ func (c Coverage) Failed() []string {
 	return out
 }
 
+// CheckedServices are the services whose grants Check accounts: the data
+// services and the star's secrets. The others (logs, metrics, the drain
+// hook, the stack signal) are not called through the recorded clients.
+var CheckedServices = append(slices.Clone(iamcheck.DataServices), "secretsmanager")
+
 // Check evaluates one component's calls against its role's statements.
-// Only grants of the data services (iamcheck.DataServices) are accounted:
-// the others (logs, metrics, the drain hook) are not made through the
-// recorded clients.
 func Check(component, role string, stmts []iamcheck.Statement, recs []awsrecord.Record, p Pseudo, allow []Allow) (Coverage, error) {
 	c := Coverage{Component: component, Role: role, Calls: len(recs)}
 	ops := map[string]bool{}
@@ -310,7 +319,7 @@ func Check(component, role string, stmts []iamcheck.Statement, recs []awsrecord.
 	matchedAllow := make([]bool, len(allow))
 	for _, g := range iamcheck.Grants(stmts) {
 		svc, _, _ := strings.Cut(g.Action, ":")
-		if !slices.Contains(iamcheck.DataServices, svc) {
+		if !slices.Contains(CheckedServices, svc) {
 			continue
 		}
 		if used[g] {
