@@ -123,6 +123,7 @@ func (r *rehearsal) iamCoverage(t *testing.T) {
 		{"chain-settle", "ListBucket", "s3:listbucket", "denied: S3 GetObject"},
 		{"settle", "ExpressSessionReadOnly", "s3express:createsession", "denied: S3 CreateSession"},
 		{"trim", "ChainObjects", "s3:deleteobject", "allowlist entry s3:DeleteObject"},
+		{starComponent, "StarSecrets", "secretsmanager:getsecretvalue", "denied: Secrets Manager GetSecretValue"},
 	} {
 		role := r.components()[m.component]
 		var cut []iamcheck.Statement

@@ -11,10 +11,7 @@ package functions_test
 //     and its working directory a temp dir for /var/lib/starlog (also its
 //     HOME, as systemd sets for User=);
 //   - the functions: their `bootstrap`s built for this host;
-//   - the AWS endpoints: AWS_ENDPOINT_URL_SECRETS_MANAGER for the star
-//     (secretsfront, holding the template's secrets with the rehearsal's
-//     admin token and internal key as their values), STARLOG_S3_ENDPOINT
-//     (S3 and S3 Express: the S3
+//   - the AWS endpoints: STARLOG_S3_ENDPOINT (S3 and S3 Express: the S3
 //     Express stand-in testsvc.StartExpress, serving CreateSession and
 //     checking every session-signed request, before versitygw),
 //     STARLOG_DYNAMO_ENDPOINT (DynamoDB Local), for the functions also
@@ -243,12 +240,14 @@ type rehearsal struct {
 	home    string
 	v       testsvc.VersityServer
 	express testsvc.ExpressServer
-	ddb     testsvc.DynamoServer
-	sqs     *localsqs.Server
-	queues  map[string]*localsqs.Queue // by queue name
-	dirs    []string                   // directory bucket names
-	opsDir  string                     // the operation records, <component>.jsonl
-	secrets string                     // the Secrets Manager stand-in's endpoint
+	secrets *secretsfront.Front
+	// secretsURL serves secrets (the stack's Secrets Manager).
+	secretsURL string
+	ddb        testsvc.DynamoServer
+	sqs        *localsqs.Server
+	queues     map[string]*localsqs.Queue // by queue name
+	dirs       []string                   // directory bucket names
+	opsDir     string                     // the operation records, <component>.jsonl
 }
 
 // buildHostStar builds the star for this host (as star/servecmd's tests
@@ -279,6 +278,7 @@ func (r *rehearsal) standIns() {
 	}
 	r.v = testsvc.StartVersity(t, append(std, r.dirs...)...)
 	r.express = testsvc.StartExpress(t, r.v)
+	r.startSecrets()
 
 	r.ddb = dyn.Get(t)
 	tables, err := tm.Tables()
@@ -299,8 +299,6 @@ func (r *rehearsal) standIns() {
 			t.Fatalf("create table %s: %v", tb.Name, err)
 		}
 	}
-
-	r.secretsStandIn()
 
 	r.sqs = localsqs.Start(t)
 	qs, err := tm.Queues()
@@ -324,41 +322,44 @@ func (r *rehearsal) standIns() {
 	}
 }
 
-// secretsStandIn serves the template's Secrets Manager secrets: the one
-// the unit names in --admin-token-secret holds the rehearsal's admin token,
-// the --internal-key-secret one its internal key; the star's keys may read
-// both.
-func (r *rehearsal) secretsStandIn() {
+// startSecrets serves the template's secrets (Secrets Manager stand-in),
+// readable with the instance role's keys only (the star policy's grant is
+// checked by the IAM coverage step against what the star read).
+func (r *rehearsal) startSecrets() {
 	t := r.t
-	arns, err := r.tm.Names("AWS::SecretsManager::Secret")
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := map[string]string{}
-	for flag, v := range map[string]string{"admin-token-secret": rehearsalAdminToken, "internal-key-secret": rehearsalInternalKey} {
-		arn, ok := rehearse.Flag(r.svc.Argv, flag)
-		if !ok || !slices.Contains(arns, arn) {
-			t.Fatalf("the unit's --%s is %q, not one of the template's secrets %v", flag, arn, arns)
-		}
-		values[arn] = v
-	}
+	ids := r.tm.OfType("AWS::SecretsManager::Secret")
 	var secrets []secretsfront.Secret
-	for _, arn := range arns {
-		v, ok := values[arn]
-		if !ok {
-			t.Fatalf("secret %s: the unit names it in no flag", arn)
+	var arns []string
+	for _, id := range ids {
+		arn, err := r.tm.Name(id)
+		if err != nil {
+			t.Fatal(err)
 		}
-		name := strings.TrimSuffix(arn[strings.LastIndex(arn, ":secret:")+len(":secret:"):], "-AbCdEf")
-		secrets = append(secrets, secretsfront.Secret{ARN: arn, Name: name, Value: v})
+		var v string
+		switch {
+		case strings.HasPrefix(id, "AdminToken"):
+			v = rehearsalAdminToken
+		case strings.HasPrefix(id, "InternalKey"):
+			v = rehearsalInternalKey
+		default:
+			t.Fatalf("secret %s: the rehearsal does not know what it holds", id)
+		}
+		secrets = append(secrets, secretsfront.Secret{ARN: arn, Name: id, Value: v})
+		arns = append(arns, arn)
 	}
-	f, err := secretsfront.New(secretsfront.Config{Region: r.tm.Pseudo.Region, Secrets: secrets,
-		Principals: []secretsfront.Principal{{AccessKey: r.express.AccessKey, SecretKey: r.express.SecretKey, Readable: arns}}})
+	if len(secrets) != 2 {
+		t.Fatalf("secrets %v: want the admin token and the internal key", ids)
+	}
+	f, err := secretsfront.New(secretsfront.Config{
+		Region: r.tm.Pseudo.Region, Secrets: secrets,
+		Principals: []secretsfront.Principal{{AccessKey: r.express.AccessKey, SecretKey: r.express.SecretKey, Readable: arns}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	r.secrets = srv.URL
+	r.secrets, r.secretsURL = f, srv.URL
 }
 
 // star is one `star serve` started from the unit.
@@ -426,9 +427,8 @@ func (r *rehearsal) startStar(n int) *star {
 		"STARLOG_RECORD_OPS=" + r.opsFile(starComponent),
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",
 		"HOME=" + r.home, "USER=starlog", "LOGNAME=starlog",
-		// The unit's --admin-token-secret and --internal-key-secret are
-		// read from the Secrets Manager stand-in (secretsStandIn).
-		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + r.secrets,
+		// The unit names both credentials by their secrets' ARNs.
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + r.secretsURL,
 	})
 	s.public, s.internal = "http://"+pub, "http://"+in
 	s.cmd = exec.Command(r.starBin, argv[1:]...)
@@ -473,7 +473,8 @@ const rehearsalBasin = "starlog-rehearsal"
 
 var apiClient = &http.Client{Timeout: 60 * time.Second}
 
-// The rehearsal's star credentials (see startStar's TODO).
+// The values of the stack's two secrets in the rehearsal (CloudFormation
+// generates them on AWS).
 const (
 	rehearsalAdminToken  = "rehearsal-admin-token-0123456789"
 	rehearsalInternalKey = "rehearsal-internal-key-0123456789abcdef"
@@ -815,6 +816,11 @@ func TestRehearsal(t *testing.T) {
 	a.checkReadBack(t, s2)
 	s2.kill9() // its last calls are recorded before the check reads them
 	step("iam-coverage", r.iamCoverage)
+	if st := r.secrets.Stats(); len(st.Reads) != 2 || len(st.Refused) > 0 {
+		t.Errorf("secret reads %v, refused %v: want both secrets read by the star role, nothing refused", st.Reads, st.Refused)
+	} else {
+		t.Logf("secrets read from the Secrets Manager stand-in: %v", st.Reads)
+	}
 	if st := r.express.Front.Stats(); st.Sessions[expressfront.ReadOnly] == 0 || len(st.Refused) > 0 {
 		t.Errorf("Express sessions over the rehearsal: %+v (want the settle role's ReadOnly sessions and no refusal)", st)
 	} else {

@@ -15,7 +15,7 @@ import (
 
 // DataServices are the IAM service prefixes whose actions read or change
 // starlog's data (objects, metastore rows, job messages).
-var DataServices = []string{"s3", "s3express", "dynamodb", "sqs"}
+var DataServices = []string{"s3", "s3express", "dynamodb", "sqs", "secretsmanager"}
 
 // Statement is one policy statement, flattened for checking.
 type Statement struct {

@@ -53,7 +53,14 @@ func (f *Frame) Err() *Error {
 // FrameReader reads s2s frames. It never holds more than MaxFrameLen of
 // input and MaxFramePayload of decompressed output: a larger length prefix
 // or a payload that decompresses past the bound fails with 400 bad_frame.
+// Input is buffered as it arrives, so a frame whose header announces more
+// than follows costs only the bytes sent.
 type FrameReader struct {
+	// Started, when set, is called once a frame's header has arrived and
+	// before its payload is read: a server arms its frame-completion
+	// deadline there (and disarms it when Next returns).
+	Started func()
+
 	r    io.Reader
 	hdr  [frameHeaderLen]byte
 	in   []byte
@@ -108,11 +115,18 @@ func (fr *FrameReader) Next() (Frame, error) {
 	if f.Compression > CompressionGzip {
 		return Frame{}, BadFrame("unknown compression %d", f.Compression)
 	}
-	if cap(fr.in) < n-1 {
-		fr.in = make([]byte, n-1)
+	if fr.Started != nil {
+		fr.Started()
 	}
-	fr.in = fr.in[:n-1]
-	if _, err := io.ReadFull(fr.r, fr.in); err != nil {
+	// The payload buffer grows with the bytes that arrive, not with what
+	// the header announces: a stalled frame holds only what it sent. A
+	// big buffer is not kept for the next frame either.
+	if cap(fr.in) > frameKeep {
+		fr.in = nil
+	}
+	in, err := readN(fr.r, fr.in[:0], n-1)
+	fr.in = in
+	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return Frame{}, io.ErrUnexpectedEOF
 		}
@@ -175,6 +189,32 @@ func (fr *FrameReader) decompress(c Compression, p []byte) ([]byte, error) {
 		return out, nil
 	}
 	return nil, BadFrame("unknown compression %d", c)
+}
+
+// Payload buffering: a frame's buffer grows by at least frameChunk at a
+// time (doubling), and one bigger than frameKeep is dropped after use.
+const (
+	frameChunk = 32 << 10
+	frameKeep  = 256 << 10
+)
+
+// readN reads exactly n bytes from r into dst (from its length), growing
+// it only as bytes arrive.
+func readN(r io.Reader, dst []byte, n int) ([]byte, error) {
+	for len(dst) < n {
+		if len(dst) == cap(dst) {
+			dst = slices.Grow(dst, min(max(cap(dst), frameChunk), n-len(dst)))
+		}
+		m, err := r.Read(dst[len(dst):min(cap(dst), n)])
+		dst = dst[:len(dst)+m]
+		if err != nil && len(dst) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return dst, err
+		}
+	}
+	return dst, nil
 }
 
 // readAtMost reads r to the end into dst, failing past limit bytes.

@@ -315,3 +315,45 @@ func TestFrameWriterLimitsAndErrors(t *testing.T) {
 		t.Fatalf("write error: %v", err)
 	}
 }
+
+// A header that announces MaxFrameLen followed by a trickle must cost the
+// reader what arrived, not what was announced (issue 13 item 7: 250
+// stalled sessions held 536 MB). Started fires once the header is in.
+func TestFrameReaderAllocatesAsBytesArrive(t *testing.T) {
+	n := MaxFrameLen
+	hdr := []byte{byte(n >> 16), byte(n >> 8), byte(n), 0}
+	src := io.MultiReader(bytes.NewReader(hdr), bytes.NewReader(make([]byte, 100)))
+	fr := NewFrameReader(src)
+	defer fr.Close()
+	started := 0
+	fr.Started = func() { started++ }
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := fr.Next()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a frame cut short: want io.ErrUnexpectedEOF, got %v", err)
+	}
+	if started != 1 {
+		t.Fatalf("Started called %d times, want 1", started)
+	}
+	// One chunk (32 KiB) plus slack, against 2 MiB announced.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<10 {
+		t.Fatalf("reading 100 bytes of an announced %d-byte frame allocated %d bytes", MaxFrameLen, got)
+	}
+
+	// A whole big frame still reads, and its buffer is not kept.
+	payload := bytes.Repeat([]byte{7}, MaxFramePayload)
+	fr = NewFrameReader(bytes.NewReader(AppendFrame(AppendFrame(nil, 0, payload), 0, []byte("x"))))
+	defer fr.Close()
+	f, err := fr.Next()
+	if err != nil || !bytes.Equal(f.Payload, payload) {
+		t.Fatalf("big frame: %v (payload %d bytes)", err, len(f.Payload))
+	}
+	if f, err = fr.Next(); err != nil || string(f.Payload) != "x" {
+		t.Fatalf("frame after a big one: %v %q", err, f.Payload)
+	}
+	if cap(fr.in) > frameKeep {
+		t.Fatalf("reader keeps a %d-byte buffer after a big frame", cap(fr.in))
+	}
+}

@@ -1,6 +1,5 @@
 // Package awsrecord records every AWS operation a process performs through
-// starlog's SDK clients (S3 and S3 Express, DynamoDB, SQS, the star's
-// Secrets Manager reads), one JSON line
+// starlog's SDK clients (S3 and S3 Express, DynamoDB, SQS), one JSON line
 // per call, with the resources it named: bucket and key (or list prefix,
 // or the keys of a batch delete), table and index, queue. The deploy
 // rehearsal turns it on (STARLOG_RECORD_OPS=<file>) for the star and every
@@ -57,7 +56,8 @@ type Record struct {
 	Tables []string `json:"tables,omitempty"`
 
 	QueueURL string `json:"queue_url,omitempty"`
-	// SecretID is a Secrets Manager call's secret (ARN or name).
+
+	// SecretID is GetSecretValue's secret (an ARN or a name).
 	SecretID string `json:"secret_id,omitempty"`
 
 	// Status is the last attempt's HTTP status (0: none arrived), Code the

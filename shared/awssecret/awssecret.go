@@ -6,13 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/aws/smithy-go/middleware"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/starlog/starlog/shared/awsretry"
 )
@@ -25,15 +25,11 @@ const FetchTimeout = 30 * time.Second
 // stack passes) or name. An ARN names its region; a name uses the SDK's
 // default region. The endpoint is the SDK's (AWS_ENDPOINT_URL_SECRETS_MANAGER
 // overrides it, as the rehearsal does).
-// apiOptions are extra SDK middleware (the rehearsal's operation
-// recorder, shared/awsrecord).
+// apiOptions are added to the client's middleware (an operation recorder).
 func Fetch(ctx context.Context, id string, apiOptions ...func(*middleware.Stack) error) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
 	defer cancel()
 	opts := []func(*config.LoadOptions) error{config.WithRetryer(awsretry.New(0))}
-	if len(apiOptions) > 0 {
-		opts = append(opts, config.WithAPIOptions(apiOptions))
-	}
 	if region := arnRegion(id); region != "" {
 		opts = append(opts, config.WithRegion(region))
 	}
@@ -44,7 +40,8 @@ func Fetch(ctx context.Context, id string, apiOptions ...func(*middleware.Stack)
 	if cfg.Region == "" {
 		return "", fmt.Errorf("secret %s: no region: give the secret's ARN or set AWS_REGION", id)
 	}
-	out, err := secretsmanager.NewFromConfig(cfg).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
+	client := secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) { o.APIOptions = append(o.APIOptions, apiOptions...) })
+	out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(id)})
 	if err != nil {
 		return "", fmt.Errorf("secret %s: %w", id, err)
 	}

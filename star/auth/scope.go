@@ -145,14 +145,14 @@ func (s ResourceSet) Within(parent ResourceSet) bool {
 
 // Narrow returns the list prefix that enumerates exactly the names of s
 // that start with want, and false when no name can match (a listing of s
-// filtered by want is then empty). An exact set narrows to its name (the
-// caller still filters for equality).
+// filtered by want is then empty). An exact set narrows to its own name
+// (the caller still filters for equality: longer names share the prefix).
 func (s ResourceSet) Narrow(want string) (string, bool) {
 	switch {
 	case s.IsNone():
 		return "", false
 	case !s.Prefix:
-		return want, strings.HasPrefix(s.Value, want)
+		return s.Value, strings.HasPrefix(s.Value, want)
 	case strings.HasPrefix(want, s.Value):
 		return want, true
 	case strings.HasPrefix(s.Value, want):

@@ -13,25 +13,64 @@ import (
 )
 
 // Appender appends to one stream this star leads: a unary append or an
-// append session.
+// append session. Close it when done: a stream with an open appender is
+// not released as idle.
 type Appender struct {
 	n *Node
-	l *ledStream
+	l *ledStream // nil until the stream exists (see OpenAppend)
+
+	basin, name string
+	create      *api.StreamConfig
+	closed      bool
 }
 
-// OpenAppend resolves a stream for appending, creating it when the basin
-// creates streams on append (with create as its config, from the
-// s2-stream-config header), and leads it.
+// OpenAppend resolves a stream for an append session and leads it. A
+// missing stream the basin creates on append (with create as its config,
+// from the s2-stream-config header) is created by the first Submit whose
+// input a new stream accepts, not here: a session that never appends
+// leaves nothing behind.
 func (n *Node) OpenAppend(ctx context.Context, basin, name string, create *api.StreamConfig) (*Appender, error) {
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: true, config: create})
+	return n.openAppend(ctx, basin, name, create, autoCreate{onAppend: true, config: create, lazy: true})
+}
+
+func (n *Node) openAppend(ctx context.Context, basin, name string, create *api.StreamConfig, ac autoCreate) (*Appender, error) {
+	b, e, err := n.liveStream(ctx, basin, name, ac)
 	if err != nil {
 		return nil, err
 	}
-	l, err := n.lead(ctx, b, e)
-	if err != nil {
+	a := &Appender{n: n, basin: basin, name: name, create: create}
+	if e == nil {
+		return a, nil // created by the first accepted Submit
+	}
+	if a.l, err = n.lead(ctx, b, e); err != nil {
 		return nil, err
 	}
-	return &Appender{n: n, l: l}, nil
+	a.l.acquire()
+	return a, nil
+}
+
+// createFor creates and leads the stream of a lazily opened appender, if
+// a new stream accepts in.
+func (a *Appender) createFor(ctx context.Context, in *api.AppendInput) error {
+	b, e, err := a.n.liveStream(ctx, a.basin, a.name, autoCreate{onAppend: true, config: a.create, admit: a.n.admitNew(in)})
+	if err != nil {
+		return err
+	}
+	l, err := a.n.lead(ctx, b, e)
+	if err != nil {
+		return err
+	}
+	l.acquire()
+	a.l = l
+	return nil
+}
+
+// Close releases the appender's hold on the stream (idempotent).
+func (a *Appender) Close() {
+	if !a.closed && a.l != nil {
+		a.l.release()
+	}
+	a.closed = true
 }
 
 // PendingAppend is a sequenced batch waiting for its ack.
@@ -48,6 +87,12 @@ func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingApp
 	if err := api.ValidateAppendInput(in); err != nil {
 		return nil, err
 	}
+	if a.l == nil {
+		if err := a.createFor(ctx, in); err != nil {
+			return nil, err
+		}
+	}
+	a.l.touch()
 	a.l.admit.RLock()
 	defer a.l.admit.RUnlock()
 	if err := a.l.gone(); err != nil {
@@ -80,16 +125,26 @@ func (p *PendingAppend) Wait(ctx context.Context) (api.AppendAck, error) {
 	return api.AppendAck{Start: position(ack.Start), End: position(ack.End), Tail: position(ack.Tail)}, nil
 }
 
-// Tail is the stream's durable tail.
-func (a *Appender) Tail() api.StreamPosition { return position(a.l.s.Tail()) }
+// Tail is the stream's durable tail (zero while it does not exist yet).
+func (a *Appender) Tail() api.StreamPosition {
+	if a.l == nil {
+		return api.StreamPosition{}
+	}
+	return position(a.l.s.Tail())
+}
 
 // Append appends one batch and waits for its ack (POST …/records). It
-// waits for pool budget at most Config.AdmitTimeout.
+// waits for pool budget at most Config.AdmitTimeout. A missing stream the
+// basin creates on append is created only for a batch it would accept.
 func (n *Node) Append(ctx context.Context, basin, name string, in *api.AppendInput, create *api.StreamConfig) (api.AppendAck, error) {
-	a, err := n.OpenAppend(ctx, basin, name, create)
+	if err := api.ValidateAppendInput(in); err != nil {
+		return api.AppendAck{}, err
+	}
+	a, err := n.openAppend(ctx, basin, name, create, autoCreate{onAppend: true, config: create, admit: n.admitNew(in)})
 	if err != nil {
 		return api.AppendAck{}, err
 	}
+	defer a.Close()
 	actx, cancel := context.WithTimeout(ctx, n.cfg.AdmitTimeout)
 	p, err := a.Submit(actx, in)
 	cancel()

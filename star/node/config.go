@@ -78,6 +78,11 @@ type Config struct {
 	// fields, zero is not replaced by the default: zero or negative turns
 	// the balancer off (Defaults() has it on).
 	BalanceEvery time.Duration
+	// IdleRelease releases the lease of a stream led here that no request,
+	// session or read used for this long (hygiene.go), so the streams a
+	// star leads idle are bounded by what clients use. Like BalanceEvery,
+	// zero or negative turns it off (Defaults() has it on).
+	IdleRelease time.Duration
 }
 
 // ClassConfig fixes one storage class's chain and loglet.
@@ -164,6 +169,7 @@ func Defaults() Config {
 		DeadAfter:       leader.DefaultDeadAfter,
 		LeaseCacheTTL:   time.Second,
 		BalanceEvery:    30 * time.Second,
+		IdleRelease:     DefaultIdleRelease,
 	}
 }
 

@@ -10,6 +10,13 @@ func (n *Node) StandInCommit(class meta.Class, commitErr func() error) {
 	n.commits = append(n.commits, commitSource{class: class, src: commitFunc(commitErr)})
 }
 
+// Kept is what the star keeps per stream: lead slots and cached rows.
+func (n *Node) Kept() (slots, rows int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.led), len(n.streams)
+}
+
 type commitFunc func() error
 
 func (f commitFunc) CommitErr() error { return f() }

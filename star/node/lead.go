@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
@@ -20,6 +21,7 @@ import (
 // unabsorbed tail window covered first (a handoff, DESIGN §9).
 type ledStream struct {
 	s      *streams.Stream
+	key    streamKey
 	name   string
 	class  meta.Class
 	loglet *loglet.Loglet
@@ -37,7 +39,19 @@ type ledStream struct {
 	maxEnd atomic.Uint64
 	// released says a handoff dropped the stream.
 	released atomic.Bool
+
+	// users counts the open appenders and cursors, lastUse is when a
+	// request last used the stream (unix ns): the idle release
+	// (hygiene.go) takes only a stream with no user for a while.
+	users   atomic.Int64
+	lastUse atomic.Int64
 }
+
+func (l *ledStream) touch() { l.lastUse.Store(time.Now().UnixNano()) }
+
+func (l *ledStream) acquire() { l.users.Add(1); l.touch() }
+
+func (l *ledStream) release() { l.touch(); l.users.Add(-1) }
 
 // movingErr is the error of a request while a handoff runs, else nil.
 func (l *ledStream) movingErr() error {
@@ -96,8 +110,13 @@ type ledSlot struct {
 //     chain that may hold records no row covers) and opens the stream at
 //     the end of its greatest row.
 func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStream, error) {
+	return n.leadIn(ctx, n.slot(e.row.ID), b, e)
+}
+
+// leadIn is lead through slot, the slot it took for e's stream id (which
+// the idle release may forget meanwhile: see forget).
+func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *streamEntry) (*ledStream, error) {
 	id := e.row.ID
-	slot := n.slot(id)
 	if l, err := n.ledOpen(slot, e.key.name); l != nil || err != nil {
 		return l, err
 	}
@@ -130,6 +149,11 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
+	if !n.slotIs(id, slot) {
+		// The idle release forgot this empty slot meanwhile: never open
+		// beside the current one.
+		return nil, api.Unavailable("stream %q was released while this star opened it; retry", e.key.name)
+	}
 	if slot.deleted {
 		return nil, api.StreamDeletionPending("stream %q is being deleted", e.key.name)
 	}
@@ -151,7 +175,8 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 	if err != nil {
 		return nil, n.storageErr("open stream", err)
 	}
-	slot.l = &ledStream{s: s, name: e.key.name, class: class, loglet: l, lost: n.zombie}
+	slot.l = &ledStream{s: s, key: e.key, name: e.key.name, class: class, loglet: l, lost: n.zombie}
+	slot.l.touch()
 	n.log.Debug("leading stream", "basin", e.key.basin, "stream", e.key.name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
 	return slot.l, nil
 }
@@ -159,11 +184,14 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 // Route is the leadership check of a data request (append, check-tail,
 // read, and their sessions) before the server reads its body: nil when
 // this star leads the stream (it acquires and opens it as the request
-// would), a *NotLeaderError naming the leader to forward to, or the
-// error the request itself would get.
+// would) or the stream is missing and the request may create it here, a
+// *NotLeaderError naming the leader to forward to, or the error the
+// request itself would get.
 func (n *Node) Route(ctx context.Context, basin, name string, create *api.StreamConfig, onAppend bool) error {
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: onAppend, onRead: !onAppend, config: create})
-	if err != nil {
+	// A missing stream is not created here: the request creates it once
+	// it passes its own checks (a new stream has no leader to forward to).
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: onAppend, onRead: !onAppend, config: create, lazy: true})
+	if err != nil || e == nil {
 		return err
 	}
 	_, err = n.lead(ctx, b, e)
@@ -207,6 +235,7 @@ func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, error) {
 		}
 		return nil, err
 	}
+	slot.l.touch()
 	return slot.l, nil
 }
 

@@ -76,6 +76,7 @@ type Node struct {
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
 	balance  *balancer
+	idle     *idleReleaser
 
 	// draining refuses new leases; drainLoop releases the led streams
 	// under drainCtx, which Close cancels.
@@ -198,6 +199,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 
 	n.opened.Store(true)
 	n.startBalancer()
+	n.startIdleRelease()
 	n.log.Info("star ready")
 	return n, nil
 }
@@ -362,6 +364,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.closeMu.Unlock()
 	n.drainStop()
 	n.drainWG.Wait()
+	n.stopIdleRelease()
 	// Release before the loglets stop: the release flush needs the absorb.
 	if released, failed := n.releaseAll(ctx); released+failed > 0 {
 		n.log.Info("close: released stream leases", "released", released, "failed", failed)
@@ -424,6 +427,7 @@ const closeAbsorbWait = 10 * time.Second
 func (n *Node) abort() {
 	n.drainStop()
 	n.stopBalance()
+	n.stopIdleRelease()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

@@ -41,6 +41,7 @@ func (n *Node) CheckTail(ctx context.Context, basin, name string, create *api.St
 	if err != nil {
 		return api.StreamPosition{}, err
 	}
+	l.touch()
 	// The tail is this star's memory: the clock guard (selfLive).
 	if err := n.selfLive(); err != nil {
 		return api.StreamPosition{}, err
@@ -55,6 +56,7 @@ func (n *Node) Read(ctx context.Context, basin, name string, req api.ReadRequest
 	if err != nil {
 		return api.ReadBatch{}, err
 	}
+	defer c.Close()
 	ev, err := c.Next(ctx)
 	if err != nil {
 		return api.ReadBatch{}, err
@@ -66,11 +68,19 @@ func (n *Node) Read(ctx context.Context, basin, name string, req api.ReadRequest
 }
 
 // OpenRead resolves the stream (auto-creating it when the basin creates
-// streams on read), leads it, and places the read's start by S2's rules
-// (API.md §1): past the tail is 416 unless clamped (then at the tail); at
-// the tail is 416 unless the read can follow; a tail offset saturates at 0.
+// streams on read, unless the read would fail 416 on the new stream), leads
+// it, and places the read's start by S2's rules (API.md §1): past the tail
+// is 416 unless clamped (then at the tail); at the tail is 416 unless the
+// read can follow; a tail offset saturates at 0. Close the cursor when
+// done: a stream with an open cursor is not released as idle.
 func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadRequest, opts ReadOptions) (*Cursor, error) {
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onRead: true, config: opts.Create})
+	admit := func(api.EffectiveStreamConfig) error {
+		if _, err := ResolveStart(req, api.StreamPosition{}); err != nil {
+			return err
+		}
+		return nil
+	}
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onRead: true, config: opts.Create, admit: admit})
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +88,13 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 	if err != nil {
 		return nil, err
 	}
+	l.acquire()
+	ok := false
+	defer func() {
+		if !ok {
+			l.release()
+		}
+	}()
 	var start reader.Start
 	var unresolved *api.ReadRequest
 	if guard := n.selfLive(); guard == nil {
@@ -120,7 +137,16 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 	if c.hbMax < c.hbMin {
 		c.hbMax = max(DefaultHeartbeatMax, c.hbMin)
 	}
+	ok = true
 	return c, nil
+}
+
+// Close releases the cursor's hold on the stream (idempotent).
+func (c *Cursor) Close() {
+	if !c.closed {
+		c.closed = true
+		c.l.release()
+	}
 }
 
 // ResolveStart places a read's start against the stream's tail, or fails
@@ -204,6 +230,7 @@ type Cursor struct {
 	following bool
 	idleSince time.Time
 	done      bool
+	closed    bool
 }
 
 // Next returns the next batch, heartbeat or the end of the read. Catch-up

@@ -102,6 +102,13 @@ type autoCreate struct {
 	onAppend, onRead bool
 	// config is the s2-stream-config header's config, if any.
 	config *api.StreamConfig
+	// admit, if set, is the request's verdict on a new stream of the
+	// resolved config: a request it rejects creates nothing (admitNew).
+	admit func(api.EffectiveStreamConfig) error
+	// lazy: a stream that would be created is not; liveStream returns the
+	// basin and a nil stream, for the caller to create it later (an append
+	// session, on its first accepted input).
+	lazy bool
 }
 
 // liveStream returns a stream that exists and is not being deleted,
@@ -129,9 +136,17 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 		return nil, nil, api.StreamDeletionPending("stream %q is being deleted", name)
 	}
 	if ac.onAppend && b.row.Config.CreateStreamOnAppend || ac.onRead && b.row.Config.CreateStreamOnRead {
+		if ac.lazy {
+			return b, nil, nil
+		}
 		var cfg api.StreamConfig
 		if ac.config != nil {
 			cfg = *ac.config
+		}
+		if ac.admit != nil {
+			if err := ac.admit(cfg.Resolve(b.row.Config.DefaultStreamConfig)); err != nil {
+				return nil, nil, err
+			}
 		}
 		e, _, err := n.createStream(ctx, b, basin, name, cfg, "", false)
 		if err != nil {

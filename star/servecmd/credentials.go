@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/aws/smithy-go/middleware"
 	"os"
 	"strings"
 
+	"github.com/aws/smithy-go/middleware"
 	"github.com/spf13/pflag"
 
 	"github.com/starlog/starlog/shared/awssecret"
@@ -108,10 +108,10 @@ func envSource(name string) secretSource {
 type credentials struct {
 	adminTokenFile, internalKeyFile     string
 	adminTokenSecret, internalKeySecret string
-	admin, internal                     secret
-	// apiOptions go on the Secrets Manager client (the rehearsal's
+	// apiOptions go to the Secrets Manager client (the rehearsal's
 	// operation recorder).
-	apiOptions []func(*middleware.Stack) error
+	apiOptions      []func(*middleware.Stack) error
+	admin, internal secret
 }
 
 // register adds the credential flags to fs and sets up the sources.

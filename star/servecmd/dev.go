@@ -25,7 +25,6 @@ import (
 	"github.com/starlog/starlog/star/auditor"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
-	"github.com/starlog/starlog/star/server"
 )
 
 // Dev defaults.
@@ -110,7 +109,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 			o := runOptions{
 				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
 				deps: node.Deps{Meta: ms, Objects: objs},
-				srv:  server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, Auth: authCfg},
+				srv:  c.serverOptions(authCfg),
 				ready: func(ctx context.Context, n *node.Node, addr net.Addr) error {
 					if basin != "" {
 						if err := ensureDevBasin(ctx, n, basin); err != nil {

@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/server"
 )
 
 // EnvPrefix prefixes every flag's environment fallback: --s3-region is
@@ -88,6 +90,11 @@ type common struct {
 	heartbeatMin, heartbeatMx time.Duration
 	registryBeat, deadAfter   time.Duration
 	balanceEvery              time.Duration
+	idleRelease               time.Duration
+
+	maxConns                         int
+	bodyReadTimeout, requestTimeout  time.Duration
+	frameTimeout, sessionWriteTimout time.Duration
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
@@ -131,6 +138,12 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
 	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
 	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat); a star whose own heartbeat is half this old stops answering check-tails and tail reads from memory, but keeps acknowledging appends (the chain's fence, not the clock, keeps those safe)")
+	fs.DurationVar(&c.idleRelease, "idle-release", d.IdleRelease, "release the lease of a stream no request, session or read used for this long (the next request re-acquires it; 0 turns it off)")
+	fs.IntVar(&c.maxConns, "max-connections", server.DefaultMaxConns, "connections served at once per listener; more wait in the accept backlog")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "a unary request's body must arrive within this (408 timeout)")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "a unary request's whole life, its response written (a read's wait comes on top)")
+	fs.DurationVar(&c.frameTimeout, "frame-timeout", server.DefaultFrameTimeout, "an S2S frame must complete within this of its header (the session ends with 408)")
+	fs.DurationVar(&c.sessionWriteTimout, "session-write-timeout", server.DefaultSessionWriteTimeout, "a session's client must take each frame or event within this, or it is cut off")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
 
@@ -154,7 +167,19 @@ func (c *common) nodeConfig() node.Config {
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
 	cfg.BalanceEvery = c.balanceEvery
+	cfg.IdleRelease = c.idleRelease
 	return cfg
+}
+
+// serverOptions maps the flags onto the HTTP server's options.
+func (c *common) serverOptions(ac auth.Config) server.Options {
+	return server.Options{
+		Auth:         ac,
+		HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx,
+		MaxConns:        c.maxConns,
+		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,
+		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
+	}
 }
 
 // settleConfig maps the --settle-* and --read-grace flags onto the

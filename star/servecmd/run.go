@@ -134,9 +134,9 @@ func run(o runOptions) error {
 		hs.Handler = srv.Public()
 		ihs := httpServer(o.internalListen)
 		servers = append(servers, ihs)
-		go func() { serveErr <- serve(ihs, iln, o.tls != nil) }()
+		go func() { serveErr <- serve(ihs, srv.Listener(iln), o.tls != nil) }()
 	}
-	go func() { serveErr <- serve(hs, ln, o.tls != nil) }()
+	go func() { serveErr <- serve(hs, srv.Listener(ln), o.tls != nil) }()
 	if iln != nil {
 		o.log.Info("serving", "listen", ln.Addr().String(), "internal", iln.Addr().String(), "address", o.cfg.Address)
 	} else {

@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/starlog/starlog/shared/awsrecord"
-	"github.com/starlog/starlog/star/server"
 )
 
 // Serve is `star serve`: a production star on DynamoDB and S3 (or, for a
@@ -48,9 +47,10 @@ settle nudge, drain, handoff, /metrics) use that address and --listen serves
 only S2's API and /health, so a load balancer in front exposes nothing else.
 
 Every request is authenticated (S2 access tokens, docs/security.md): the
-star needs the admin token (--admin-token-file, or STARLOG_ADMIN_TOKEN) and
-the cluster's internal key (--internal-key-file, or STARLOG_INTERNAL_KEY;
-at least 32 bytes, the same on every star).
+star needs the admin token (--admin-token-file, --admin-token-secret, or
+STARLOG_ADMIN_TOKEN) and the cluster's internal key (--internal-key-file,
+--internal-key-secret, or STARLOG_INTERNAL_KEY; at least 32 bytes, the same
+on every star). The stack passes both as Secrets Manager secrets.
 
 Every flag can also be set by its environment variable, shown with it.`,
 		Args: cobra.NoArgs,
@@ -86,7 +86,9 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.Objects.FSRoot = objs.fsRoot
 			cfg.Objects.S3Endpoint, cfg.Objects.S3Region, cfg.Objects.S3PathStyle = objs.endpoint, objs.region, objs.pathStyle
 			cfg.Objects.AccessKey, cfg.Objects.SecretKey = creds.accessKey, creds.secretKey
-			cfg.Meta.APIOptions, cfg.Objects.APIOptions = rec.APIOptions(), rec.APIOptions()
+			if rec != nil {
+				cfg.Meta.APIOptions, cfg.Objects.APIOptions = rec.APIOptions(), rec.APIOptions()
+			}
 			ts, err := tlsF.load()
 			if err != nil {
 				return err
@@ -94,9 +96,10 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.PeerTLS = ts.peer
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: server.Options{HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx, Auth: authCfg, PeerTLS: ts.peer},
+				srv: c.serverOptions(authCfg),
 				tls: ts.serve,
 			}
+			o.srv.PeerTLS = ts.peer
 			if err := o.setPeerCredential(); err != nil {
 				return err
 			}

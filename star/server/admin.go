@@ -39,7 +39,7 @@ func (s *Server) handoff(w http.ResponseWriter, r *http.Request, name string) {
 		s.writeError(w, r, err)
 		return
 	}
-	body, aerr := readBody(w, r, 4<<10, api.BadJSON)
+	body, aerr := readBody(w, r, 4<<10, s.opts.BodyReadTimeout, api.BadJSON)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
@@ -75,7 +75,7 @@ func (s *Server) handoff(w http.ResponseWriter, r *http.Request, name string) {
 // settleFor takes a closing peer's nudge (node.SettleRequest): this star
 // starts settling the peer's chains in the background and answers 202.
 func (s *Server) settleFor(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(w, r, 4<<10, api.BadJSON)
+	body, aerr := readBody(w, r, 4<<10, s.opts.BodyReadTimeout, api.BadJSON)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return

@@ -538,3 +538,32 @@ func TestTokensThroughMetastoreOutage(t *testing.T) {
 	fm.SetUnavailable(false)
 	want(t, e.call("GET", "basins", nil, bearer(unseen)...), 200, "")
 }
+
+// A listing under an exact set shows that one name, however many names
+// extend it, and says there is no more.
+func TestListingsUnderExactSets(t *testing.T) {
+	e := newEnv(t, withAuth)
+	for _, b := range []string{"authbasin-1", "authbasin-10", "authbasin-11"} {
+		want(t, e.call("POST", "basins", jsonBody(map[string]any{"basin": b}), bearer(testAdmin)...), 201, "")
+	}
+	for _, s := range []string{"s", "s1", "s2"} {
+		want(t, e.stream("authbasin-1", "PUT", "streams/"+s, []byte(`{}`), bearer(testAdmin)...), 201, "")
+	}
+	tok := e.issue(map[string]any{"id": "exact", "scope": map[string]any{"basins": map[string]string{"exact": "authbasin-1"},
+		"streams": map[string]string{"exact": "s"}, "access_tokens": map[string]string{"exact": "exact"},
+		"ops": []string{"list-basins", "list-streams", "list-access-tokens"}}})
+	e.issue(map[string]any{"id": "exact-2", "scope": map[string]any{}})
+	for path, w := range map[string]string{
+		"basins?limit=1":        `{"basins":[{"name":"authbasin-1",`,
+		"access-tokens?limit=1": `{"access_tokens":[{"id":"exact",`,
+	} {
+		r := e.call("GET", path, nil, bearer(tok)...)
+		if !strings.HasPrefix(string(r.body), w) || !strings.HasSuffix(string(r.body), `"has_more":false}`) || strings.Count(string(r.body), `"name"`)+strings.Count(string(r.body), `"id"`) != 1 {
+			t.Errorf("%s: %s", path, r)
+		}
+	}
+	r := e.stream("authbasin-1", "GET", "streams?limit=1", nil, bearer(tok)...)
+	if !strings.HasPrefix(string(r.body), `{"streams":[{"name":"s",`) || !strings.HasSuffix(string(r.body), `"has_more":false}`) {
+		t.Errorf("streams: %s", r)
+	}
+}

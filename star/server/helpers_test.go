@@ -81,7 +81,7 @@ func newEnvOn(t testing.TB, objs objstore.Store, opts ...envOpt) *env {
 		t.Fatal(err)
 	}
 	hs := srv.HTTPServer(ln.Addr().String())
-	go hs.Serve(ln)
+	go hs.Serve(srv.Listener(ln))
 	e := &env{t: t, n: n, srv: srv, hs: hs, base: "http://" + ln.Addr().String()}
 	var p1, p2 http.Protocols
 	p1.SetHTTP1(true)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
@@ -67,23 +69,38 @@ func writeEmpty(w http.ResponseWriter, status int) {
 	w.WriteHeader(status)
 }
 
-// readBody reads the whole request body, at most limit bytes. A larger
-// body is 422 invalid (it cannot hold a valid request); a body that ends
-// early (a client that declared more than it sent, or a stream reset) is
-// 400 with the code of what it should have been: nothing is applied from
-// a truncated request.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64, truncated func(string, ...any) *api.Error) ([]byte, *api.Error) {
+// readBody reads the whole request body, at most limit bytes, within
+// timeout. A larger body is 422 invalid (it cannot hold a valid request);
+// one not in within timeout (a client dripping it) is 408 timeout; a body
+// that ends early (a client that declared more than it sent, or a stream
+// reset) is 400 with the code of what it should have been: nothing is
+// applied from a truncated request.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration, truncated func(string, ...any) *api.Error) ([]byte, *api.Error) {
 	if r.ContentLength > limit {
 		return nil, api.Invalid("request body of %d bytes exceeds %d", r.ContentLength, limit)
 	}
+	// Cleared once read: on HTTP/1.1 a read deadline left behind would
+	// end the connection's background read, and with it the request. Kept
+	// after a timeout: the HTTP/1.1 server reads the rest of an unread
+	// body before it answers, and must not wait for the drip either.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(timeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
 			return nil, api.Invalid("request body exceeds %d bytes", limit)
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if r.ProtoMajor == 1 {
+				w.Header().Set("Connection", "close")
+			}
+			return nil, api.Timeout("the request body did not arrive within %v", timeout)
+		}
+		_ = rc.SetReadDeadline(time.Time{})
 		return nil, truncated("request body cut off: %v", err)
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	return body, nil
 }
 

@@ -34,7 +34,7 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 		s.appendSession(w, r, basin, name, create)
 		return
 	case api.MediaProto:
-		body, err := readBody(w, r, api.MaxAppendProtoBodyBytes, api.BadProto)
+		body, err := readBody(w, r, api.MaxAppendProtoBodyBytes, s.opts.BodyReadTimeout, api.BadProto)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -49,7 +49,7 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 			s.writeError(w, r, err)
 			return
 		}
-		body, err := readBody(w, r, api.MaxAppendJSONBodyBytes, api.BadJSON)
+		body, err := readBody(w, r, api.MaxAppendJSONBodyBytes, s.opts.BodyReadTimeout, api.BadJSON)
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -26,6 +26,7 @@ func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.Basins = slices.DeleteFunc(out.Basins, func(b api.BasinInfo) bool { return !set.Contains(b.Name) })
+	out.HasMore = out.HasMore && set.Prefix // an exact set holds one name
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -122,6 +123,7 @@ func (s *Server) listStreams(w http.ResponseWriter, r *http.Request, basin strin
 		return
 	}
 	out.Streams = slices.DeleteFunc(out.Streams, func(st api.StreamInfo) bool { return !p.Scope.Streams.Contains(st.Name) })
+	out.HasMore = out.HasMore && p.Scope.Streams.Prefix // an exact set holds one name
 	for i := range out.Streams {
 		out.Streams[i].Name = p.ClientStream(out.Streams[i].Name)
 	}
@@ -201,7 +203,7 @@ func (s *Server) deleteStream(w http.ResponseWriter, r *http.Request, basin, nam
 // it, answering the error itself when either fails.
 func decodeResource[T any](s *Server, w http.ResponseWriter, r *http.Request, decode func([]byte) (T, *api.Error)) (T, bool) {
 	var zero T
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	body, err := readBody(w, r, api.MaxResourceJSONBytes, s.opts.BodyReadTimeout, api.BadJSON)
 	if err != nil {
 		s.writeError(w, r, err)
 		return zero, false

@@ -10,17 +10,20 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
@@ -44,7 +47,44 @@ type Options struct {
 	// has no default: production passes the admin token and internal
 	// key, tests and `star dev --open` pass auth.Open().
 	Auth auth.Config
+
+	// Resource limits (docs/security.md, "Resource limits").
+	//
+	// MaxConns bounds the connections a listener wrapped by Listener
+	// serves at once (default DefaultMaxConns); more wait in the kernel's
+	// accept backlog.
+	MaxConns int
+	// BodyReadTimeout bounds reading a unary request's body (default 10 s):
+	// a body not in by then is answered 408 timeout and nothing applied.
+	BodyReadTimeout time.Duration
+	// RequestTimeout bounds a unary request's whole life, writing its
+	// response included (default 30 s; a read's wait comes on top).
+	RequestTimeout time.Duration
+	// FrameTimeout bounds how long an S2S frame may take to arrive once
+	// its header has (default 30 s): the session ends with 408 timeout.
+	FrameTimeout time.Duration
+	// SessionWriteTimeout bounds how long a session's client may take to
+	// take one frame or event (default 30 s): a client that stopped
+	// reading is cut off.
+	SessionWriteTimeout time.Duration
 }
+
+// Defaults of the resource limits, and the fixed ones.
+const (
+	DefaultMaxConns            = 1024
+	DefaultBodyReadTimeout     = 10 * time.Second
+	DefaultRequestTimeout      = 30 * time.Second
+	DefaultFrameTimeout        = 30 * time.Second
+	DefaultSessionWriteTimeout = 30 * time.Second
+	// MaxHeaderBytes bounds a request's line and headers (Go's default is
+	// 1 MiB; S2 requests need a few KiB).
+	MaxHeaderBytes = 64 << 10
+	// MaxConcurrentStreams bounds the HTTP/2 streams (sessions and
+	// requests) open at once on one connection (Go's default is 250).
+	MaxConcurrentStreams = 100
+	// maxWait is the longest wait a unary read may ask for (S2: 60 s).
+	maxWait = 60 * time.Second
+)
 
 // Server serves the API of one node.
 type Server struct {
@@ -85,6 +125,11 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = n.Logger()
 	}
+	opts.MaxConns = cmp.Or(max(opts.MaxConns, 0), DefaultMaxConns)
+	opts.BodyReadTimeout = cmp.Or(max(opts.BodyReadTimeout, 0), DefaultBodyReadTimeout)
+	opts.RequestTimeout = cmp.Or(max(opts.RequestTimeout, 0), DefaultRequestTimeout)
+	opts.FrameTimeout = cmp.Or(max(opts.FrameTimeout, 0), DefaultFrameTimeout)
+	opts.SessionWriteTimeout = cmp.Or(max(opts.SessionWriteTimeout, 0), DefaultSessionWriteTimeout)
 	keys, err := auth.Derive(opts.Auth)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w (auth.Open() runs without authentication)", err)
@@ -121,7 +166,9 @@ func New(n *node.Node, opts Options) (*Server, error) {
 
 // HTTPServer returns an http.Server for s on addr that speaks HTTP/1.1 and
 // unencrypted HTTP/2 on the same port. It sets no read or write timeout:
-// sessions live as long as their clients.
+// sessions live as long as their clients, so each request sets its own
+// deadlines (ServeHTTP, readBody, the sessions). Serve it on a listener
+// wrapped by Listener.
 func (s *Server) HTTPServer(addr string) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -132,6 +179,7 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		HTTP2: &http.HTTP2Config{
 			// Big windows let one S2S append session carry ~100 MiB/s
@@ -139,8 +187,15 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 			MaxReceiveBufferPerConnection: 64 << 20,
 			MaxReceiveBufferPerStream:     16 << 20,
 			MaxReadFrameSize:              1 << 20,
+			MaxConcurrentStreams:          MaxConcurrentStreams,
 		},
 	}
+}
+
+// Listener bounds the connections ln serves at once to Options.MaxConns:
+// past it, Accept waits for a connection to close.
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	return netutil.LimitListener(ln, s.opts.MaxConns)
 }
 
 // Drain asks every session to end: read sessions end at once with a
@@ -161,6 +216,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &recorder{ResponseWriter: w}
 	rt, perr := parsePath(r.URL.EscapedPath())
+	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete {
+		// No route reads a body of these: drop one at once rather than
+		// hold what the client sent (on HTTP/2 up to a stream's 16 MiB
+		// window) for a long poll's or a session's life.
+		r.Body.Close()
+		r.Body, r.ContentLength = http.NoBody, 0
+	}
+	if d, ok := s.requestBudget(r, rt); ok {
+		// The response must be out by then; a client that does not take
+		// it is cut off. Cleared for the next request on the connection.
+		rc := http.NewResponseController(w)
+		_ = rc.SetWriteDeadline(start.Add(d))
+		defer rc.SetWriteDeadline(time.Time{})
+	}
 	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
 	if !internal {
 		r.Header.Del(HeaderForwardedBy) // only a peer may say it forwards
@@ -185,7 +254,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		s.requests.WithLabelValues(rt.kind.String(), r.Method, strconv.Itoa(status)).Inc()
+		s.requests.WithLabelValues(rt.kind.String(), methodLabel(r.Method), strconv.Itoa(status)).Inc()
 		s.duration.WithLabelValues(rt.kind.String()).Observe(time.Since(start).Seconds())
 	}()
 	if perr != nil {
@@ -203,6 +272,34 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(ctx)
 	s.route(rw, r, rt)
+}
+
+// requestBudget is how long a unary request may take in all, and false
+// for what has no such bound: sessions (their own rules: FrameTimeout,
+// SessionWriteTimeout, heartbeats), /metrics, and the internal admin
+// calls (a settle run has its own bound).
+func (s *Server) requestBudget(r *http.Request, rt route) (time.Duration, bool) {
+	switch rt.kind {
+	case routeSettle, routeHandoff, routeMetrics:
+		return 0, false
+	case routeRecords:
+		if isSession(r) {
+			return 0, false
+		}
+		if r.Method == http.MethodGet {
+			// A long poll waits up to wait seconds before it answers.
+			wait, _ := strconv.ParseUint(r.URL.Query().Get("wait"), 10, 32)
+			return s.opts.RequestTimeout + min(time.Duration(wait)*time.Second, maxWait), true
+		}
+	}
+	return s.opts.RequestTimeout, true
+}
+
+// isSession reports whether a records request opens a session: S2S
+// (either way) or SSE.
+func isSession(r *http.Request) bool {
+	return api.ParseMediaType(r.Header.Get("Content-Type")) == api.MediaS2S ||
+		r.Method == http.MethodGet && api.ParseMediaType(r.Header.Get("Accept")) == api.MediaSSE
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
@@ -393,6 +490,18 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		"status": "ok", "star": s.n.StarID(), "incarnation": s.n.Incarnation(),
 		"heartbeat_age_ms": s.n.HeartbeatAge().Milliseconds(),
 	})
+}
+
+// methodLabel bounds the method label to the standard methods: any other
+// token a client sends is "other" (a label per invented method would let
+// a client grow the registry without bound).
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
 }
 
 // recorder remembers the status for the metrics; Unwrap keeps

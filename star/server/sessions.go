@@ -69,27 +69,31 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 	if !ok {
 		return
 	}
+	defer c.Close()
 	s.sessions.WithLabelValues("sse").Inc()
 	defer s.sessions.WithLabelValues("sse").Dec()
 	ctx, cancel := s.sessionContext(r)
 	defer cancel()
 
 	rc := http.NewResponseController(w)
+	defer rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", api.ContentTypeSSE)
 	h.Set("Cache-Control", "no-cache, no-transform")
 	h.Set("X-Accel-Buffering", "no")
+	s.writeBy(rc)
 	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
+	if s.flush(rc) != nil {
 		return
 	}
 	sw := api.NewSSEWriter(w, f)
 	for {
 		ev, err := c.Next(ctx)
+		s.writeBy(rc)
 		if err != nil {
 			if e := sessionErr(ctx, err); e != nil {
 				if sw.Error(e) == nil {
-					rc.Flush()
+					s.flush(rc)
 				}
 			}
 			return
@@ -102,11 +106,11 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 			err = sw.Ping(api.Ping{Timestamp: uint64(time.Now().UnixMilli()), Tail: ev.Tail})
 		case node.EventEnd:
 			if sw.Done() == nil {
-				rc.Flush()
+				s.flush(rc)
 			}
 			return
 		}
-		if err != nil || rc.Flush() != nil {
+		if err != nil || s.flush(rc) != nil {
 			return // the client went away
 		}
 	}
@@ -120,15 +124,18 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 	if !ok {
 		return
 	}
+	defer c.Close()
 	s.sessions.WithLabelValues("s2s_read").Inc()
 	defer s.sessions.WithLabelValues("s2s_read").Dec()
 	ctx, cancel := s.sessionContext(r)
 	defer cancel()
 
 	rc := http.NewResponseController(w)
+	defer rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", api.ContentTypeS2S)
+	s.writeBy(rc)
 	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
+	if s.flush(rc) != nil {
 		return
 	}
 	fw := api.NewFrameWriter(w, api.NegotiateCompression(r.Header.Values("Accept-Encoding")...))
@@ -136,10 +143,11 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 	var buf []byte
 	for {
 		ev, err := c.Next(ctx)
+		s.writeBy(rc)
 		if err != nil {
 			if e := sessionErr(ctx, err); e != nil {
 				if fw.WriteTerminal(e) == nil {
-					rc.Flush()
+					s.flush(rc)
 				}
 			}
 			return
@@ -153,7 +161,7 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		case node.EventEnd:
 			return
 		}
-		if fw.WriteMessage(buf) != nil || rc.Flush() != nil {
+		if fw.WriteMessage(buf) != nil || s.flush(rc) != nil {
 			return
 		}
 		if cap(buf) > 4<<20 {
@@ -182,16 +190,20 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 		s.writeError(w, r, err)
 		return
 	}
+	// Runs after the reader goroutine ends (deferred before its wait).
+	defer a.Close()
 	s.sessions.WithLabelValues("s2s_append").Inc()
 	defer s.sessions.WithLabelValues("s2s_append").Dec()
 
 	rc := http.NewResponseController(w)
+	defer rc.SetWriteDeadline(time.Time{})
 	// HTTP/2 is full duplex already; HTTP/1.1 must be told (an error means
 	// HTTP/2 or a server that cannot, and then the client uses HTTP/2).
 	_ = rc.EnableFullDuplex()
 	w.Header().Set("Content-Type", api.ContentTypeS2S)
+	s.writeBy(rc)
 	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
+	if s.flush(rc) != nil {
 		return
 	}
 
@@ -201,16 +213,17 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	defer cancelSubmit()
 	g := &gate{items: make(chan appendItem, s.opts.SessionBacklog), closed: make(chan struct{}), abandon: make(chan struct{})}
 	readerDone := make(chan struct{})
+	watch := newFrameWatch(rc)
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g, func(in *api.AppendInput) *api.Error { return checkCommands(r.Context(), basin, name, in) })
+		s.readInputs(submitCtx, r.Body, a, g, watch, func(in *api.AppendInput) *api.Error { return checkCommands(r.Context(), basin, name, in) })
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.
 	defer func() {
 		cancelSubmit()
 		close(g.abandon)
-		_ = rc.SetReadDeadline(time.Now())
+		watch.end()
 		r.Body.Close()
 		<-readerDone
 	}()
@@ -218,8 +231,9 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	fw := api.NewFrameWriter(w, api.NegotiateCompression(r.Header.Values("Accept-Encoding")...))
 	defer fw.Close()
 	terminal := func(e *api.Error) {
+		s.writeBy(rc)
 		if fw.WriteTerminal(e) == nil {
-			rc.Flush()
+			s.flush(rc)
 		}
 	}
 	drain := s.drain.Done()
@@ -269,7 +283,8 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			terminal(e)
 			return
 		}
-		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || rc.Flush() != nil {
+		s.writeBy(rc)
+		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || s.flush(rc) != nil {
 			return
 		}
 	}
@@ -278,19 +293,26 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 // readInputs reads AppendInput frames and submits each, pushing the
 // pending batch (or the failure that ends the session) through the gate.
 // It stops at the first failure, at the end of the body, or when the gate
-// closes.
-func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, check func(*api.AppendInput) *api.Error) {
+// closes. A frame must complete within FrameTimeout of its header: an
+// idle session costs nothing, a stalled frame holds a buffer.
+func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appender, g *gate, watch *frameWatch, check func(*api.AppendInput) *api.Error) {
 	fr := api.NewFrameReader(body)
 	defer fr.Close()
 	defer g.finish()
+	fr.Started = func() { watch.t.Reset(s.opts.FrameTimeout) }
 	for {
 		f, err := fr.Next()
+		watch.t.Stop()
 		var item appendItem
 		switch {
 		case errors.Is(err, io.EOF):
 			return // half-close: the writer sends the remaining acks
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			item.err = api.BadFrame("the request ended inside a frame")
+		case err != nil && watch.expired():
+			// Before the ctx check: on HTTP/1.1 the deadline's read error
+			// also cancels the request context.
+			item.err = api.Timeout("an S2S frame did not complete within %v of its header", s.opts.FrameTimeout)
 		case err != nil:
 			var e *api.Error
 			if !errors.As(err, &e) {
@@ -331,6 +353,64 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 		g.push(func() appendItem { return item })
 		return
 	}
+}
+
+// frameWatch is an append session's frame-completion deadline: a timer
+// the reader starts at each frame's header and stops when the frame is
+// in (no I/O per frame). When it fires, or when the handler ends, the
+// body's read deadline is set in the past to unblock the reader.
+type frameWatch struct {
+	t  *time.Timer
+	rc *http.ResponseController
+
+	mu           sync.Mutex
+	fired, ended bool
+}
+
+func newFrameWatch(rc *http.ResponseController) *frameWatch {
+	w := &frameWatch{rc: rc}
+	w.t = time.AfterFunc(time.Hour, w.fire)
+	w.t.Stop()
+	return w
+}
+
+func (w *frameWatch) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.fired = true
+		_ = w.rc.SetReadDeadline(time.Now())
+	}
+}
+
+// expired reports whether a frame was late.
+func (w *frameWatch) expired() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fired
+}
+
+// end unblocks the reader for good, when the handler ends.
+func (w *frameWatch) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	w.t.Stop()
+	_ = w.rc.SetReadDeadline(time.Now())
+}
+
+// writeBy gives a session's client SessionWriteTimeout to take the next
+// frame or event: one that stopped reading is cut off. flush sends it
+// and clears the deadline: an idle session has none (on HTTP/2 a
+// deadline fires between writes too).
+func (s *Server) writeBy(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(time.Now().Add(s.opts.SessionWriteTimeout))
+}
+
+func (s *Server) flush(rc *http.ResponseController) error {
+	err := rc.Flush()
+	_ = rc.SetWriteDeadline(time.Time{})
+	return err
 }
 
 // gate hands a session's items from the reader to the writer and lets the

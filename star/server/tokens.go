@@ -181,7 +181,7 @@ type ListTokensResponse struct {
 // issueToken serves POST /v1/access-tokens: 201 with the token, shown
 // this once; 409 when the id is taken.
 func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(w, r, api.MaxResourceJSONBytes, api.BadJSON)
+	body, aerr := readBody(w, r, api.MaxResourceJSONBytes, s.opts.BodyReadTimeout, api.BadJSON)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
@@ -269,7 +269,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 			}
 			out.AccessTokens = append(out.AccessTokens, row.Info)
 		}
-		if pg.Next == "" {
+		if pg.Next == "" || !set.Prefix { // an exact set holds one id
 			writeJSON(w, http.StatusOK, out)
 			return
 		}

@@ -62,12 +62,10 @@ func Needs(rec awsrecord.Record, p Pseudo) ([]Need, error) {
 	case "SQS":
 		return sqsNeeds(rec, p)
 	case "Secrets Manager":
-		// The stack passes secrets by ARN; a name would need the ARN's
-		// random suffix to map.
-		if rec.Op == "GetSecretValue" && strings.HasPrefix(rec.SecretID, "arn:") {
-			return []Need{one("secretsmanager:GetSecretValue", rec.SecretID)}, nil
+		if rec.Op != "GetSecretValue" || !strings.HasPrefix(rec.SecretID, "arn:") {
+			return nil, fmt.Errorf("rehearse: IAM mapping: Secrets Manager %s of %q is not mapped (the stack passes ARNs)", rec.Op, rec.SecretID)
 		}
-		return nil, fmt.Errorf("rehearse: IAM mapping: Secrets Manager %s of %q is not mapped", rec.Op, rec.SecretID)
+		return []Need{one("secretsmanager:GetSecretValue", rec.SecretID)}, nil
 	}
 	return nil, fmt.Errorf("rehearse: IAM mapping: unknown service %q (%s)", rec.Service, rec.Op)
 }
@@ -366,6 +364,8 @@ func resourceOf(rec awsrecord.Record) string {
 		return rec.Table
 	case len(rec.Tables) > 0:
 		return strings.Join(rec.Tables, ",")
+	case rec.SecretID != "":
+		return rec.SecretID
 	}
 	return rec.QueueURL
 }

@@ -1,0 +1,182 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/star/node"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+// metric sums a metric's values in n's registry.
+func metric(t *testing.T, n *node.Node, name string) float64 {
+	t.Helper()
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// waitLed waits until n leads want streams.
+func waitLed(t *testing.T, n *node.Node, want float64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for metric(t, n, "starlog_leader_streams_led") != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("streams led: %v after %v, want %v", metric(t, n, "starlog_leader_streams_led"), within, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Issue 13 item 10: a star releases the lease of a stream nobody used for
+// Config.IdleRelease, through the handoff's release path, so the streams
+// it leads idle are bounded by use; an open cursor or appender keeps its
+// stream, and the next request re-acquires a released one where its tail
+// was.
+func TestIdleStreamsAreReleased(t *testing.T) {
+	const idle = time.Second
+	ctx := context.Background()
+	cfg := testConfig()
+	cfg.IdleRelease = idle
+	n := open(t, newStores(t), cfg)
+	if _, err := n.CreateBasin(ctx, api.CreateBasinRequest{Basin: "idle-basin", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	const streams = 20
+	for i := range streams {
+		if _, err := n.Append(ctx, "idle-basin", fmt.Sprint("s", i), records("a", 3), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := n.OpenRead(ctx, "idle-basin", "s0", api.ReadRequest{From: api.FromSeqNum}, node.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLed(t, n, streams, 0)
+	// All but the stream with an open cursor go, within 1¼ periods (and
+	// the machine's slack).
+	waitLed(t, n, 1, 10*idle)
+	if got := metric(t, n, "starlog_leader_idle_releases_total"); got != streams-1 {
+		t.Fatalf("idle releases counted %v, want %d", got, streams-1)
+	}
+	time.Sleep(2 * idle)
+	waitLed(t, n, 1, 0) // the cursor holds s0
+	// Nothing is kept of a released stream: no slot, no cached row.
+	if slots, rows := n.Kept(); slots != 1 || rows != 1 {
+		t.Fatalf("after releasing %d streams the star keeps %d slots and %d rows, want 1 and 1", streams-1, slots, rows)
+	}
+
+	// A released stream is re-acquired by its next request, at its tail.
+	ack, err := n.Append(ctx, "idle-basin", "s1", records("idle-basin", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Start.SeqNum != 3 {
+		t.Fatalf("append after an idle release started at %d, want 3", ack.Start.SeqNum)
+	}
+	if got := readAll(t, n, "idle-basin", "s1"); len(got) != 4 {
+		t.Fatalf("read %d records after an idle release, want 4", len(got))
+	}
+	c.Close()
+	waitLed(t, n, 0, 10*idle)
+}
+
+// Appends racing idle releases (a period of 30 ms, streams idle between
+// bursts) are never sequenced twice: each acknowledged range is its own
+// and reads back as sent, whichever lease acquisition sequenced it.
+func TestIdleReleaseRacesAppends(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig()
+	cfg.IdleRelease = 30 * time.Millisecond
+	n := open(t, newStores(t), cfg)
+	if _, err := n.CreateBasin(ctx, api.CreateBasinRequest{Basin: "idle-basin", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	const writers, streams, appends = 4, 3, 40
+	type acked struct {
+		stream     string
+		start, end uint64
+		body       string
+	}
+	results := make([][]acked, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range appends {
+				s := fmt.Sprint("r", (w+i)%streams)
+				body := fmt.Sprintf("w%d-%d", w, i)
+				in := &api.AppendInput{Records: []api.Record{{Body: []byte(body)}}}
+				for attempt := 0; ; attempt++ {
+					ack, err := n.Append(ctx, "idle-basin", s, in, nil)
+					if err == nil {
+						results[w] = append(results[w], acked{s, ack.Start.SeqNum, ack.End.SeqNum, body})
+						break
+					}
+					if e, ok := errors.AsType[*api.Error](err); !ok || e.Status != 503 || attempt > 50 {
+						t.Errorf("append %s: %v", body, err)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	if got := metric(t, n, "starlog_leader_idle_releases_total"); got == 0 {
+		t.Fatal("no idle release happened during the race")
+	}
+	t.Logf("%v idle releases during %d appends", metric(t, n, "starlog_leader_idle_releases_total"), writers*appends)
+	read := map[string][]api.Record{}
+	for i := range streams {
+		s := fmt.Sprint("r", i)
+		read[s] = readRetrying(t, n, "idle-basin", s)
+	}
+	for _, rs := range results {
+		for _, a := range rs {
+			recs := read[a.stream]
+			if a.end != a.start+1 || a.start >= uint64(len(recs)) || string(recs[a.start].Body) != a.body {
+				t.Fatalf("ack %+v does not read back (%d records)", a, len(recs))
+			}
+		}
+	}
+}
+
+// readRetrying reads a whole stream, retrying the 503s of a release.
+func readRetrying(t *testing.T, n *node.Node, basin, stream string) []api.Record {
+	t.Helper()
+	var out []api.Record
+	for attempt := 0; attempt < 100; {
+		b, err := n.Read(context.Background(), basin, stream, api.ReadRequest{From: api.FromSeqNum, Value: uint64(len(out)), Count: api.Uint64(1000), Bytes: api.Uint64(1 << 20)}, nil)
+		e, _ := errors.AsType[*api.Error](err)
+		switch {
+		case err == nil:
+			out = append(out, b.Records...)
+		case e != nil && e.Status == 416:
+			return out
+		case e != nil && e.Status == 503:
+			attempt++
+			time.Sleep(5 * time.Millisecond)
+		default:
+			t.Fatalf("read from %d: %v", len(out), err)
+		}
+	}
+	t.Fatalf("read of %s: 503 after 100 attempts", stream)
+	return nil
+}
