@@ -1,7 +1,8 @@
 // Command janitor is the auditor's janitor function: on its EventBridge
-// schedule it sends a chain-settle job for every halted epoch below its
-// chain's mint head (the settle duty; dead stars, retention and
-// decommission come later).
+// schedule it marks dead stars, sends chain-settle jobs for the settle
+// duty, trims streams by retention, reclaims deleted streams, and
+// deletes superseded and trimmed settled objects behind the read grace
+// (auditjob.Janitor; decommission comes later).
 package main
 
 import (

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 	"unicode/utf8"
 )
 
@@ -68,6 +69,10 @@ type Error struct {
 	// Body, when non-nil, replaces the standard body: an
 	// AppendConditionFailed (412) or a TailResponse (416).
 	Body any
+	// RetryAfter, when positive, is how long the client should wait before
+	// retrying (a 429): the server sends it as Retry-After (whole seconds,
+	// rounded up) and retry-after-ms (what S2's Rust SDK reads).
+	RetryAfter time.Duration
 }
 
 // ErrorInfo is the standard error body.
@@ -267,6 +272,13 @@ func Invalid(format string, args ...any) *Error {
 // RateLimited is 429 rate_limited.
 func RateLimited(format string, args ...any) *Error {
 	return newError(http.StatusTooManyRequests, CodeRateLimited, format, args...)
+}
+
+// RateLimitedAfter is 429 rate_limited with the wait a retry should take.
+func RateLimitedAfter(wait time.Duration, format string, args ...any) *Error {
+	e := RateLimited(format, args...)
+	e.RetryAfter = wait
+	return e
 }
 
 // Storage is 500 storage: the storage layer failed.

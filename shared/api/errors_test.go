@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 )
 
 func TestErrorConstructorsStatusAndCode(t *testing.T) {
@@ -170,5 +171,22 @@ func TestRetryable(t *testing.T) {
 	}
 	if http.StatusText(SeqNumMismatch(1).Status) != "Precondition Failed" {
 		t.Error("412 status")
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	for _, c := range []struct {
+		h    map[string]string
+		want time.Duration
+	}{
+		{map[string]string{HeaderRetryAfterMs: "250", HeaderRetryAfter: "1"}, 250 * time.Millisecond},
+		{map[string]string{HeaderRetryAfter: "3"}, 3 * time.Second},
+		{map[string]string{HeaderRetryAfter: "Wed, 21 Oct 2015 07:28:00 GMT"}, 0},
+		{map[string]string{HeaderRetryAfterMs: "-5"}, 0},
+		{nil, 0},
+	} {
+		if got := ParseRetryAfter(func(k string) string { return c.h[k] }); got != c.want {
+			t.Errorf("%v: %v, want %v", c.h, got, c.want)
+		}
 	}
 }

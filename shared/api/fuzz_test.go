@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -54,6 +55,78 @@ func FuzzDecodeAppendJSON(f *testing.F) {
 		back, err := DecodeAppendJSON(enc, fm)
 		if err != nil || !equalInput(in, back) {
 			t.Fatalf("re-decode: %v\n%+v\n%+v", err, in, back)
+		}
+		// Accepted text is kept exactly: a U+FFFD in what was decoded must
+		// have been in the request (literally or escaped), never put there
+		// in place of bytes that were not text.
+		if fm == FormatRaw && containsFFFD(in) && !bytes.Contains(data, []byte("\uFFFD")) && !bytes.Contains(bytes.ToLower(data), []byte(`\ufffd`)) {
+			t.Fatalf("decoding replaced bytes with U+FFFD: %q → %+v", data, in)
+		}
+	})
+}
+
+func containsFFFD(in *AppendInput) bool {
+	has := func(b []byte) bool { return bytes.ContainsRune(b, '\uFFFD') }
+	if in.FencingToken != nil && strings.ContainsRune(*in.FencingToken, '\uFFFD') {
+		return true
+	}
+	for _, r := range in.Records {
+		if has(r.Body) {
+			return true
+		}
+		for _, h := range r.Headers {
+			if has(h.Name) || has(h.Value) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Any bytes in a record: an append in raw format encodes only text and
+// decodes it exactly; a read in raw format replaces what is not text with
+// U+FFFD (S2's lossy raw reads) and nothing else; base64 keeps everything.
+func FuzzJSONRecordBytes(f *testing.F) {
+	f.Add([]byte("plain"), []byte("k"))
+	f.Add([]byte{0xff, 'a', 0xed, 0xa0, 0x80}, []byte{0xc3})
+	f.Add([]byte("\ufffd\"\\\u2028"), []byte{})
+	f.Fuzz(func(t *testing.T, body, name []byte) {
+		in := &AppendInput{Records: []Record{{Headers: []Header{{Name: name, Value: body}}, Body: body}}}
+		text := utf8.Valid(body) && utf8.Valid(name)
+		enc, err := EncodeAppendJSON(in, FormatRaw)
+		if (err == nil) != text {
+			t.Fatalf("raw append encode of %q/%q: %v", body, name, err)
+		}
+		for _, fm := range []Format{FormatRaw, FormatBase64} {
+			if fm == FormatBase64 {
+				if enc, err = EncodeAppendJSON(in, fm); err != nil {
+					t.Fatal(err)
+				}
+			} else if err != nil {
+				continue
+			}
+			back, derr := DecodeAppendJSON(enc, fm)
+			if derr != nil && derr.Code != CodeInvalid {
+				t.Fatalf("format %v: %s → %v", fm, enc, derr)
+			}
+			if derr == nil && !equalInput(in, back) {
+				t.Fatalf("format %v: append round trip changed %+v into %+v", fm, in, back)
+			}
+		}
+		rb := &ReadBatch{Records: []Record{{SeqNum: 1, Timestamp: Uint64(2), Headers: in.Records[0].Headers, Body: body}}}
+		for _, fm := range []Format{FormatRaw, FormatBase64} {
+			back, derr := DecodeReadBatchJSON(EncodeReadBatchJSON(rb, fm), fm)
+			if derr != nil {
+				t.Fatalf("format %v: read batch: %v", fm, derr)
+			}
+			want := rb
+			if fm == FormatRaw {
+				lossy := func(b []byte) []byte { return []byte(toValidUTF8(b)) }
+				want = &ReadBatch{Records: []Record{{SeqNum: 1, Timestamp: Uint64(2), Headers: []Header{{Name: lossy(name), Value: lossy(body)}}, Body: lossy(body)}}}
+			}
+			if !equalBatch(want, back) {
+				t.Fatalf("format %v: read round trip gave %+v, want %+v", fm, back, want)
+			}
 		}
 	})
 }

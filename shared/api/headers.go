@@ -3,6 +3,7 @@ package api
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Request and response header names (canonical HTTP/1.1 spelling; HTTP/2
@@ -15,6 +16,8 @@ const (
 	HeaderEncryptionKey   = "S2-Encryption-Key"
 	HeaderProvisionResult = "S2-Provision-Result"
 	HeaderLastEventID     = "Last-Event-ID"
+	HeaderRetryAfter      = "Retry-After"
+	HeaderRetryAfterMs    = "Retry-After-Ms"
 )
 
 // Values of the S2-Provision-Result response header (PUT ensure).
@@ -165,4 +168,17 @@ func refusedByQ(params string) bool {
 		return err == nil && q == 0
 	}
 	return false
+}
+
+// ParseRetryAfter reads a 429's wait from retry-after-ms (milliseconds, as
+// S2's Rust SDK reads it) or else Retry-After (whole seconds; an HTTP date
+// is not used by S2 and is ignored). Zero when absent or malformed.
+func ParseRetryAfter(get func(string) string) time.Duration {
+	if ms, err := strconv.ParseUint(strings.TrimSpace(get(HeaderRetryAfterMs)), 10, 32); err == nil {
+		return time.Duration(ms) * time.Millisecond
+	}
+	if s, err := strconv.ParseUint(strings.TrimSpace(get(HeaderRetryAfter)), 10, 32); err == nil {
+		return time.Duration(s) * time.Second
+	}
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Read limits of unary (non-session) reads.
@@ -107,6 +108,27 @@ func subSat(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
+}
+
+// ParseQuery parses a request's raw query string. Where net/url would
+// drop a pair it cannot decode (a malformed escape such as %ZZ, a ";"
+// separator) and serve the request as if it were absent, this is 400
+// bad_query; so is a value that does not decode to UTF-8 (names and
+// prefixes are text). Unknown parameters are kept, for the caller to
+// ignore, as S2 does.
+func ParseQuery(raw string) (url.Values, *Error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, BadQuery("malformed query: %s", truncate(err.Error(), 128))
+	}
+	for name, vs := range q {
+		for _, v := range vs {
+			if !utf8.ValidString(name) || !utf8.ValidString(v) {
+				return nil, BadQuery("query parameter %q is not UTF-8 once decoded", truncate(toValidUTF8([]byte(name)), 32))
+			}
+		}
+	}
+	return q, nil
 }
 
 // readParams are the query parameters a read understands; others are

@@ -203,3 +203,17 @@ func TestParseListQuery(t *testing.T) {
 		}
 	}
 }
+
+// A query net/url cannot decode is 400 bad_query, not served as if the
+// pair were absent.
+func TestParseQueryMalformed(t *testing.T) {
+	for _, raw := range []string{"seq_num=%ZZ", "count=5&x=%", "prefix=a;limit=1", "prefix=%FF", "%C3=1"} {
+		if _, err := ParseQuery(raw); err == nil || err.Status != 400 || err.Code != CodeBadQuery {
+			t.Errorf("%q: got %v, want 400 bad_query", raw, err)
+		}
+	}
+	q, err := ParseQuery("seq_num=5&prefix=a%2Fb&unknown=1&empty=")
+	if err != nil || q.Get("seq_num") != "5" || q.Get("prefix") != "a/b" || !q.Has("unknown") || !q.Has("empty") {
+		t.Fatalf("valid query: %v %v", q, err)
+	}
+}

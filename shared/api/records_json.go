@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -69,6 +70,51 @@ func jsonMessage(err error) string {
 	return err.Error()
 }
 
+// checkJSONText rejects JSON text that is not valid UTF-8 or that escapes
+// a lone UTF-16 surrogate (\ud800 without its pair). encoding/json turns
+// both into U+FFFD, so the bytes stored would not be the bytes sent; S2's
+// parser rejects them as malformed JSON, and so do we. A backslash is only
+// legal inside a string, so the escapes can be scanned without tracking
+// string boundaries (anything else is a syntax error json.Unmarshal
+// reports anyway).
+func checkJSONText(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("the JSON text is not valid UTF-8")
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			continue
+		}
+		if b[i+1] != 'u' {
+			i++ // a two-byte escape: skip its second byte (it may be a backslash)
+			continue
+		}
+		r, ok := hexEscape(b, i)
+		switch {
+		case !ok || !utf16.IsSurrogate(r):
+		case r >= 0xdc00:
+			return fmt.Errorf("lone low surrogate \\u%04x at offset %d", r, i)
+		default:
+			lo, ok := hexEscape(b, i+6)
+			if !ok || lo < 0xdc00 || lo > 0xdfff {
+				return fmt.Errorf("lone high surrogate \\u%04x at offset %d", r, i)
+			}
+			i += 6
+		}
+		i += 5
+	}
+	return nil
+}
+
+// hexEscape parses the \uXXXX escape at b[i:].
+func hexEscape(b []byte, i int) (rune, bool) {
+	if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+	return rune(n), err == nil
+}
+
 // decodeBytes turns a JSON string in format f into bytes.
 func decodeBytes(s string, f Format) ([]byte, error) {
 	if f == FormatBase64 {
@@ -94,6 +140,9 @@ func encodeText(b []byte, f Format) (string, error) {
 // JSON is 400 bad_json; bad base64 and every ValidateAppendInput failure are
 // 422 invalid.
 func DecodeAppendJSON(body []byte, f Format) (*AppendInput, *Error) {
+	if err := checkJSONText(body); err != nil {
+		return nil, BadJSON("append: %v", err)
+	}
 	var w appendInputJSON
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, BadJSON("append: %s", jsonMessage(err))
@@ -233,6 +282,9 @@ func EncodeReadBatchJSON(b *ReadBatch, f Format) []byte {
 // Every record must carry seq_num and timestamp; missing headers and body
 // are empty.
 func DecodeReadBatchJSON(body []byte, f Format) (*ReadBatch, *Error) {
+	if err := checkJSONText(body); err != nil {
+		return nil, BadJSON("read batch: %v", err)
+	}
 	var w readBatchJSON
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, BadJSON("read batch: %s", jsonMessage(err))

@@ -591,3 +591,33 @@ func ExampleEncodeReadBatchJSON() {
 	// {"records":[{"seq_num":1,"timestamp":2,"body":"/2E="}]}
 	// /2E=
 }
+
+// A JSON append whose text is not valid UTF-8, or escapes a lone UTF-16
+// surrogate, is 400 bad_json in every format, as S2's JSON parser rejects
+// it: encoding/json would store U+FFFD, so the bytes could not round-trip.
+func TestDecodeAppendJSONRejectsInvalidText(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+	}{
+		{"invalid byte in body", "{\"records\":[{\"body\":\"a\xffz\"}]}"},
+		{"invalid byte in header", "{\"records\":[{\"headers\":[[\"k\xc3\",\"v\"]]}]}"},
+		{"invalid byte in token", "{\"records\":[{\"body\":\"a\"}],\"fencing_token\":\"\xed\xa0\x80\"}"},
+		{"lone high surrogate", `{"records":[{"body":"\ud800"}]}`},
+		{"lone low surrogate", `{"records":[{"body":"x\uDC00y"}]}`},
+		{"high then non-low", `{"records":[{"body":"\ud83d\u0041"}]}`},
+		{"high at the end", `{"records":[{"headers":[["\ud83d",""]]}]}`},
+	} {
+		for _, f := range []Format{FormatRaw, FormatBase64} {
+			_, err := DecodeAppendJSON([]byte(c.body), f)
+			if err == nil || err.Status != 400 || err.Code != CodeBadJSON {
+				t.Errorf("%s (format %v): got %v, want 400 bad_json", c.name, f, err)
+			}
+		}
+	}
+	// A surrogate pair is one character; an escaped backslash before "u"
+	// is no escape.
+	in, err := DecodeAppendJSON([]byte(`{"records":[{"body":"\ud83d\ude00 \\ud800"}]}`), FormatRaw)
+	if err != nil || string(in.Records[0].Body) != "😀 \\ud800" {
+		t.Fatalf("valid text: %v %+v", err, in)
+	}
+}

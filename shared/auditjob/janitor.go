@@ -30,6 +30,13 @@ type JanitorReport struct {
 	// Gone counts chains whose head epoch is settled for a star that is
 	// gone (dead, stopped, superseded, or closed with a settle marker).
 	Gone int
+	// Retention is what the retention pass did (trimmed catalog rows).
+	Retention RetentionReport
+	// Deleted is what the deleted-stream reclamation did.
+	Deleted settle.StreamsReport
+	// Reclaim is what the reclaim pass did (superseded and trimmed
+	// settled objects).
+	Reclaim settle.ReclaimReport
 }
 
 // Janitor runs the janitor's registry and settle duties (DESIGN §9):
@@ -56,9 +63,17 @@ type JanitorReport struct {
 // the job that serves it, or here once its epoch is settled): running it
 // twice finds the same jobs, and a job found twice is safe.
 //
-// Not done yet: retention and deleted streams (rows, then settled
-// objects), deleting superseded tail revisions, and the poison of
-// decommissioned stars.
+// Then it runs the retention pass (Retention: every live stream's
+// catalog rows below its trim point or older than its retention age are
+// deleted, and deleted streams are registered), the deleted-stream pass
+// (settle.ReclaimStreams: rows, then objects) and the reclaim pass
+// (settle.Reclaim): superseded tail revisions and the objects of trimmed
+// rows are deleted a read grace after it first saw no row name them. A
+// failure of any does not hold back the jobs found: they are in the
+// report beside the error.
+//
+// Not done yet: delete_on_empty, and the poison, epoch records and chain
+// directory rows of decommissioned stars.
 func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	var rep JanitorReport
 	if st.Meta == nil {
@@ -134,7 +149,17 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 			}
 		}
 	}
-	return rep, nil
+	var errs []error
+	if rep.Retention, err = Retention(ctx, st, now); err != nil {
+		errs = append(errs, err)
+	}
+	if rep.Deleted, err = settle.ReclaimStreams(ctx, st, now); err != nil {
+		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
+	}
+	if rep.Reclaim, err = settle.Reclaim(ctx, st, now); err != nil {
+		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
+	}
+	return rep, errors.Join(errs...)
 }
 
 // markStaleDead marks dead every star whose heartbeat is older than

@@ -210,6 +210,17 @@ type Settled struct {
 	FirstSeq uint64 `json:"first"`
 	Revision uint64 `json:"rev,omitempty"`
 	Bytes    uint64 `json:"bytes"`
+	// Recent are the earlier revisions of this object superseded lately,
+	// which may still be in storage: the settle extends the object only
+	// while they and the object together stay within the output cap.
+	Recent []Superseded `json:"recent,omitempty"`
+}
+
+// Superseded is a revision of a settled object replaced at unix ms At.
+type Superseded struct {
+	Rev   uint64 `json:"rev"`
+	Bytes uint64 `json:"bytes"`
+	At    int64  `json:"at"`
 }
 
 // Marker is the batch marker of one absorb pass of a chain.

@@ -32,3 +32,59 @@ type SettleDue struct {
 	Epoch uint64 `json:"epoch"`
 	At    int64  `json:"at"` // unix ms
 }
+
+// ReclaimPK is the partition of the auditor's reclaim entries: one per
+// tail object a settle decided whether to extend (docs/settle.md,
+// "Reclamation"). One partition for now: an entry is written once per
+// settle round that finds a tail, far below a partition's write rate.
+const ReclaimPK = "reclaim"
+
+// ReclaimKey is the reclaim entry of revision rev of the settled object
+// (streamID, epoch, first): derivable from the tail's catalog row, so a
+// settle re-run finds the decision an earlier run made.
+func ReclaimKey(streamID string, epoch, first, rev uint64) Key {
+	return Key{PK: ReclaimPK, SK: streamID + "/" + pad(epoch) + "/" + pad(first) + "/" + pad(rev)}
+}
+
+// Reclaim is a reclaim entry, written (IfAbsent) by a settle before it
+// publishes the object that follows a stream's tail. Extend records the
+// decision: the next object is the tail's next revision (the tail is then
+// superseded, and deleted a read grace after a reclaim pass saw the
+// catalog row name the later revision), or a new object after the tail
+// (the entry only keeps the decision until that object is committed).
+// A trim or retention that deletes a catalog row first writes (or marks)
+// the entry of the row's object with Drop.
+type Reclaim struct {
+	Basin  string `json:"basin"`
+	Stream string `json:"stream"`
+	Epoch  uint64 `json:"epoch"`
+	First  uint64 `json:"first"`
+	Rev    uint64 `json:"rev"`
+	Bytes  uint64 `json:"bytes"`
+	Extend bool   `json:"extend"`
+	// Drop: a trim or retention is deleting the object's catalog row, so
+	// the object goes once no row names it, whatever Extend says.
+	Drop bool `json:"drop,omitempty"`
+	// Armed is when (unix ms) a reclaim pass first saw no row name the
+	// object; it is deleted a read grace later. 0: not seen yet.
+	Armed int64 `json:"armed,omitempty"`
+}
+
+// ReclaimStreamsPK is the partition of deleted streams whose rows and
+// settled objects the janitor is reclaiming: one row per stream id (sk),
+// written when the janitor first sees the stream deleted, so the work
+// finishes even after the name is re-created (the new stream has a new
+// id).
+const ReclaimStreamsPK = "reclaim-streams"
+
+// ReclaimStreamKey is a deleted stream's reclamation row.
+func ReclaimStreamKey(streamID string) Key { return Key{PK: ReclaimStreamsPK, SK: streamID} }
+
+// ReclaimStream is the value of a deleted stream's reclamation row.
+type ReclaimStream struct {
+	Basin  string `json:"basin"`
+	Stream string `json:"stream"`
+	// Armed is when (unix ms) a pass first found none of the stream's ref
+	// rows left; its objects are deleted a read grace later. 0: not yet.
+	Armed int64 `json:"armed,omitempty"`
+}

@@ -85,3 +85,83 @@ func TestAWSBackends(t *testing.T) {
 	}
 	e.checkReads(e.rd)
 }
+
+// The reclaim on the production adapters: a stream settled over several
+// rounds extends its tail (DynamoDB Local holds the decision entries and
+// catalog rows), and the janitor's passes delete every superseded
+// revision from versitygw, leaving exactly the objects the rows name;
+// then a retention trim of all but its greatest row, and a deleted
+// stream's reclamation, delete the rest.
+func TestAWSReclaim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts versitygw and DynamoDB Local")
+	}
+	cfg := defaultSettleConfig(t)
+	e := newEnv(t, envOpts{aws: true, settle: cfg})
+	ctx := context.Background()
+	now := time.Now().Add(time.Hour)
+	var deleted int
+	for range 6 {
+		e.write("slow", 1, 4, 500)
+		e.waitAbsorbed()
+		now = now.Add(cfg.ReadGrace + time.Second)
+		if _, err := settleAll(ctx, e.st, now, true); err != nil {
+			t.Fatal(err)
+		}
+		deleted += janitor(t, e, now).Deleted
+	}
+	for range 2 {
+		now = now.Add(cfg.ReadGrace + time.Second)
+		deleted += janitor(t, e, now).Deleted
+	}
+	if deleted == 0 {
+		t.Fatal("no superseded revision deleted")
+	}
+	if err := onlyCurrentRevisions(t, e.meta, e.objs, e.ids()); err != nil {
+		t.Fatal(err)
+	}
+	if left := entries(t, e); len(left) != 0 {
+		t.Fatalf("reclaim entries left: %v", left)
+	}
+	stored, retained, objects := storage(t, e, "slow")
+	t.Logf("%d superseded revisions deleted; %d B stored in %d objects for %d B retained", deleted, stored, objects, retained)
+	e.checkReads(e.rd)
+
+	e.write("slow", 30, 4, 1000) // past the output cap: more objects
+	e.write("gone", 1, 4, 500)
+	e.waitAbsorbed()
+	now = now.Add(time.Hour)
+	if _, err := settleAll(ctx, e.st, now, true); err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog(t, e.meta, "slow")
+	if len(cat) < 2 {
+		for _, r := range rowsOf(t, e.meta, "slow") {
+			t.Logf("row [%d,%d) settled %+v span %v", r.ref.FirstSeq, r.ref.EndSeq, r.ref.Settled, r.ref.Span != nil)
+		}
+		t.Fatalf("%d catalog rows, want 2 or more", len(cat))
+	}
+	rep, err := settle.TrimStream(ctx, e.st, "slow", basin, time.Now().Add(time.Hour))
+	if err != nil || rep.Rows != len(cat)-1 {
+		t.Fatalf("retention trim: %+v, %v; want %d rows", rep, err, len(cat)-1)
+	}
+	if err := settle.ForgetStream(ctx, e.st, basin, "gone", "gone", now); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		at := now.Add(time.Duration(i) * (cfg.ReadGrace + time.Second))
+		janitor(t, e, at)
+		if _, err := settle.ReclaimStreams(ctx, e.st, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if start, err := e.readFrom(ctx, e.rd, "slow", frontier(t, e.meta, "slow")); err != nil || start != cat[len(cat)-1].FirstSeq {
+		t.Fatalf("read from 0 after the trim: start %d, %v", start, err)
+	}
+	if err := onlyCurrentRevisions(t, e.meta, e.objs, e.ids()); err != nil {
+		t.Fatal(err)
+	}
+	if stored, _, objects := storage(t, e, "gone"); objects != 0 || len(rowsOf(t, e.meta, "gone")) != 0 {
+		t.Fatalf("deleted stream: %d objects (%d B), %d rows left", objects, stored, len(rowsOf(t, e.meta, "gone")))
+	}
+}

@@ -179,7 +179,7 @@ func commitObject(ctx context.Context, st *Stores, cache *fetchCache, w *streamW
 	cat := meta.Ref{
 		FirstSeq: p.pivot.Ref.FirstSeq, EndSeq: end,
 		MinTimestamp: f.Entries[0].MinTimestamp, MaxTimestamp: f.Entries[len(f.Entries)-1].MaxTimestamp,
-		Settled: &meta.Settled{Epoch: p.epoch, FirstSeq: f.FirstSeq, Revision: p.rev, Bytes: size},
+		Settled: &meta.Settled{Epoch: p.epoch, FirstSeq: f.FirstSeq, Revision: p.rev, Bytes: size, Recent: p.recent},
 	}
 	var rem *meta.Ref
 	if straddle == nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
@@ -204,7 +205,7 @@ func takeSnapshot(t testing.TB, e *env) snapshot {
 			s.objects[b+"/"+info.Key] = body
 		}
 	}
-	pks := []string{"chains", meta.ChainPK(e.cfg.Star, e.cfg.Class)}
+	pks := []string{"chains", meta.ChainPK(e.cfg.Star, e.cfg.Class), meta.ReclaimPK}
 	for _, id := range e.ids() {
 		pks = append(pks, meta.RefKey(id, 0).PK)
 	}
@@ -340,7 +341,7 @@ func TestCrashAtEveryStepConverges(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().Add(3 * time.Hour)
 	ch := settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}
-	pks := []string{"chains", meta.ChainPK(e.cfg.Star, e.cfg.Class)}
+	pks := []string{"chains", meta.ChainPK(e.cfg.Star, e.cfg.Class), meta.ReclaimPK}
 	for _, id := range e.ids() {
 		pks = append(pks, meta.RefKey(id, 0).PK)
 	}
@@ -389,7 +390,7 @@ func TestRacingSettlersConverge(t *testing.T) {
 	e, snap := crashState(t)
 	ctx := context.Background()
 	now := time.Now().Add(3 * time.Hour)
-	pks := []string{"chains", meta.ChainPK(e.cfg.Star, e.cfg.Class)}
+	pks := []string{"chains", meta.ChainPK(e.cfg.Star, e.cfg.Class), meta.ReclaimPK}
 	for _, id := range e.ids() {
 		pks = append(pks, meta.RefKey(id, 0).PK)
 	}
@@ -453,4 +454,93 @@ func diff(want, got string) string {
 		}
 	}
 	return b.String()
+}
+
+// A crash at every step of a settle tick followed by the janitor's two
+// reclaim passes (the first arms the superseded revisions, the second,
+// a grace later, deletes them), then a clean re-run of the whole: the
+// same objects and rows as an uncrashed run, and no superseded revision
+// left in storage.
+func TestReclaimCrashAtEveryStepConverges(t *testing.T) {
+	e, snap := crashState(t)
+	ctx := context.Background()
+	now := time.Now().Add(3 * time.Hour)
+	grace := e.st.Config.WithDefaults().ReadGrace
+	ch := settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}
+	pks := []string{"chains", meta.ChainPK(e.cfg.Star, e.cfg.Class), meta.ReclaimPK}
+	for _, id := range e.ids() {
+		pks = append(pks, meta.RefKey(id, 0).PK)
+	}
+	stores := func(ms meta.Store, os objstore.Store) *settle.Stores {
+		cfg := e.st.Config
+		cfg.Workers = 1
+		cfg.ScratchDir = t.TempDir()
+		return &settle.Stores{Meta: ms, Objects: os, SettledBucket: settledB, Streams: settle.MetaStreams{Meta: ms}, Config: cfg, Logger: quietLog()}
+	}
+	var deleted int
+	run := func(st *settle.Stores) error {
+		if _, err := tick(ctx, st, ch, now); err != nil {
+			return err
+		}
+		for _, at := range []time.Time{now.Add(grace), now.Add(2*grace + time.Second)} {
+			rep, err := settle.Reclaim(ctx, st, at)
+			deleted += rep.Deleted
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ms, os := snap.restore(t)
+	ref := &crasher{left: 1 << 30}
+	if err := run(stores(crashMeta{ms, ref}, crashObjects{os, ref})); err != nil {
+		t.Fatal(err)
+	}
+	want := dump(t, ms, os, pks)
+	if deleted == 0 || strings.Contains(want, "row reclaim/") {
+		t.Fatalf("reference run: %d superseded revisions deleted, entries left:\n%s", deleted, want)
+	}
+	if err := onlyCurrentRevisions(t, ms, os, e.ids()); err != nil {
+		t.Fatalf("reference run: %v", err)
+	}
+	steps := ref.steps
+	t.Logf("a clean tick and two reclaim passes take %d mutating steps; %d revisions deleted", steps, deleted)
+	for _, after := range []bool{false, true} {
+		for k := 0; k < steps; k++ {
+			ms, os := snap.restore(t)
+			c := &crasher{left: k, after: after}
+			if err := run(stores(crashMeta{ms, c}, crashObjects{os, c})); !errors.Is(err, errCrash) {
+				t.Fatalf("crash at step %d (after=%v): run returned %v", k, after, err)
+			}
+			if err := run(stores(ms, os)); err != nil {
+				t.Fatalf("re-run after a crash at step %d (after=%v): %v", k, after, err)
+			}
+			if got := dump(t, ms, os, pks); got != want {
+				t.Fatalf("crash at step %d (after=%v) then re-run diverges:\n%s", k, after, diff(want, got))
+			}
+		}
+	}
+}
+
+// onlyCurrentRevisions checks that every settled object in storage is
+// one a catalog row names.
+func onlyCurrentRevisions(t testing.TB, ms meta.Store, os objstore.Store, ids []string) error {
+	t.Helper()
+	named := map[string]bool{}
+	for _, id := range ids {
+		for _, r := range rowsOf(t, ms, id) {
+			if s := r.ref.Settled; s != nil {
+				named[format.SettledKey(basin, id, s.Epoch, s.FirstSeq, s.Revision)] = true
+			}
+		}
+	}
+	for info, err := range os.Bucket(settledB).List(context.Background(), "streams/") {
+		if err != nil {
+			return err
+		}
+		if !named[info.Key] {
+			return fmt.Errorf("settled object %s is named by no catalog row", info.Key)
+		}
+	}
+	return nil
 }

@@ -320,12 +320,25 @@ func settleRound(ctx context.Context, st *Stores, cache *fetchCache, era *eraSet
 	if len(window) == 0 {
 		return true, nil
 	}
-	outputCap := st.cfg().OutputCap
-	tail, err := loadTail(ctx, st, w, outputCap)
+	cfg, now := st.cfg(), st.now()
+	tail, err := loadTail(ctx, st, w, cfg.OutputCap)
 	if err != nil {
 		return false, err
 	}
-	p := planObject(tail, window, outputCap)
+	if tail != nil {
+		ext, err := decideExtend(ctx, st, w, tail, now)
+		if err != nil {
+			return false, err
+		}
+		if !ext {
+			tail = nil // the tail stays as it is; a new object follows it
+		}
+	}
+	p := planObject(tail, window, cfg.OutputCap)
+	if tail != nil {
+		s := tail.row.Ref.Settled
+		p.recent = append(recent(s, now, recentWindow(cfg.ReadGrace)), meta.Superseded{Rev: s.Revision, Bytes: s.Bytes, At: millis(now)})
+	}
 	f, size, adopted, err := publish(ctx, st, cache, w, p)
 	if err != nil {
 		return false, err

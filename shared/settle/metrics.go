@@ -28,6 +28,13 @@ type Metrics struct {
 	bundleBytes  *prometheus.CounterVec
 	markers      *prometheus.CounterVec
 	slotsTrimmed *prometheus.CounterVec
+	// reclaimed and reclaimedBytes count settled objects deleted, by kind:
+	// "superseded" revisions, or "trimmed" rows' objects.
+	reclaimed      *prometheus.CounterVec
+	reclaimedBytes *prometheus.CounterVec
+	// rowsReclaimed counts ref rows deleted by kind: "trimmed" (retention
+	// and trim points) or "deleted" (deleted streams).
+	rowsReclaimed *prometheus.CounterVec
 }
 
 // nopMetrics records into unregistered instruments.
@@ -54,12 +61,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		bundleBytes:  counter("bundle_bytes_total", "Bytes of transit bundles read into the fetch cache."),
 		markers:      counter("markers_total", "Batch markers judged, by outcome: resolved or rescheduled.", "outcome"),
 		slotsTrimmed: counter("slots_trimmed_total", "Chain slots deleted by the trim-check."),
+		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "objects_reclaimed_total",
+			Help: "Settled objects deleted by the reclaim pass, by kind."}, []string{"kind"}),
+		reclaimedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "reclaimed_bytes_total",
+			Help: "Bytes of settled objects deleted by the reclaim pass, by kind."}, []string{"kind"}),
+		rowsReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "rows_reclaimed_total",
+			Help: "Stream ref rows deleted by retention, trims and deleted-stream reclamation, by kind."}, []string{"kind"}),
 		jobSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "settle", Name: "job_seconds",
 			Help: "Duration of auditor jobs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"class", "kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobSeconds,
-			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed)
+			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed)
 	}
 	return m
 }

@@ -31,6 +31,9 @@ type objPlan struct {
 	epoch, first, rev uint64
 	pivot             refRow // the row whose CAS makes the object visible
 	end               uint64 // one past the last seq of the object
+	// recent: an extension's superseded revisions that may still stand,
+	// the tail's own included (meta.Settled.Recent).
+	recent []meta.Superseded
 }
 
 // planObject picks the next settled object of a stream from its window

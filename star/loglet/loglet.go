@@ -187,6 +187,7 @@ type Loglet struct {
 	index   *Index
 	backlog *backlog
 	admit   admitStalls
+	shares  shares // bytes outstanding by stream, for ErrOverShare
 
 	absorbNudge chan struct{}
 	absorbDone  chan struct{}
@@ -359,6 +360,7 @@ func (l *Loglet) Reserve(ctx context.Context, size int64) (*pool.Reservation[*Ba
 
 // Push hands a sequenced batch to the flusher.
 func (l *Loglet) Push(r *pool.Reservation[*Batch], b *Batch) {
+	l.track(b, r.Size())
 	r.Commit(b)
 }
 

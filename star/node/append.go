@@ -93,6 +93,12 @@ func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingApp
 		}
 	}
 	a.l.touch()
+	// The rate limits before the admit lock: a throttled session input
+	// must not hold up a handoff (admit's write side). A stream created
+	// just now has fresh buckets, so its first batch is always within them.
+	if err := a.n.limits.admit(ctx, a.l.s.ID, in); err != nil {
+		return nil, err
+	}
 	a.l.admit.RLock()
 	defer a.l.admit.RUnlock()
 	if err := a.l.gone(); err != nil {
@@ -145,7 +151,7 @@ func (n *Node) Append(ctx context.Context, basin, name string, in *api.AppendInp
 		return api.AppendAck{}, err
 	}
 	defer a.Close()
-	actx, cancel := context.WithTimeout(ctx, n.cfg.AdmitTimeout)
+	actx, cancel := context.WithTimeout(context.WithValue(ctx, unaryKey{}, true), n.cfg.AdmitTimeout)
 	p, err := a.Submit(actx, in)
 	cancel()
 	if err != nil {
@@ -172,6 +178,9 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 		return n.fromMemory(api.FencingTokenMismatch(fence.Current))
 	case errors.As(err, &inv):
 		return api.Invalid("%s", inv.Reason)
+	case errors.Is(err, loglet.ErrOverShare):
+		n.CountRateLimited(RateLimitPoolShare)
+		return api.RateLimitedAfter(poolShareRetry, "this stream holds more than its share of the star's write buffer; retry after %v", poolShareRetry)
 	case errors.Is(err, loglet.ErrDeposed), errors.Is(err, loglet.ErrClosed):
 		if sequenced {
 			return api.Unavailable("the star stopped leading this stream before the append was acknowledged; it may or may not be durable")

@@ -83,6 +83,8 @@ type Config struct {
 	// star leads idle are bounded by what clients use. Like BalanceEvery,
 	// zero or negative turns it off (Defaults() has it on).
 	IdleRelease time.Duration
+	// Limits are the per-stream append rate limits (ratelimit.go).
+	Limits RateLimits
 }
 
 // ClassConfig fixes one storage class's chain and loglet.
@@ -197,6 +199,7 @@ func (c Config) withDefaults() Config {
 		c.ReadCacheBytes = d.ReadCacheBytes
 	}
 	c.Settle = c.Settle.WithDefaults()
+	c.Limits = c.Limits.withDefaults()
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = d.DeadAfter
 	}

@@ -73,6 +73,8 @@ type Node struct {
 	streams map[streamKey]*streamEntry
 	led     map[string]*ledSlot // by stream id
 
+	limits *appendLimits
+
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
 	balance  *balancer
@@ -145,6 +147,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 		n.ownMeta = ms
+	}
+	if n.limits, err = newAppendLimits(cfg.Limits, n.reg); err != nil {
+		return nil, fmt.Errorf("node: rate limit metrics: %w", err)
 	}
 	if n.meta, err = wrapMeta(ms, n.reg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)

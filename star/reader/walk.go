@@ -94,6 +94,13 @@ func (w *walk) run(ctx context.Context, start Start) (Result, error) {
 				a.next = l.row.FirstSeq
 				continue
 			}
+			if !l.below {
+				// A trim removed the rows past those this read has
+				// read: end the batch there; the next read starts past
+				// the trim.
+				a.stop = StopBatch
+				break
+			}
 			return Result{}, fmt.Errorf("%w: no row covers seq %d; the next row starts at %d", ErrGap, a.next, l.row.FirstSeq)
 		case none:
 			if w.tail == nil || w.tail.Window == nil {

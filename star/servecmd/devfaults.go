@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/starlog/starlog/shared/api"
 	metafaults "github.com/starlog/starlog/shared/meta/faults"
 	objfaults "github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/star/auth"
@@ -115,30 +116,45 @@ func (d *devFaults) cleared() devfaults.Doc {
 	return doc
 }
 
+// handler serves /faults. Every error is the API's JSON error body, as on
+// the star's own port.
 func (d *devFaults) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, _ *http.Request) {
-		writeFaults(w, d.snapshot())
-	})
-	mux.HandleFunc("PUT /faults", func(w http.ResponseWriter, r *http.Request) {
-		var p devfaults.DocPatch
-		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p); err != nil {
-			http.Error(w, "dev fault control: body: "+err.Error(), http.StatusBadRequest)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/faults" {
+			writeFaultErr(w, api.BadPath("dev fault control: no such endpoint (want /faults)"))
 			return
 		}
-		doc, err := d.apply(p)
-		if err != nil {
-			http.Error(w, "dev fault control: "+err.Error(), http.StatusBadRequest)
-			return
+		switch r.Method {
+		case http.MethodGet:
+			writeFaults(w, d.snapshot())
+		case http.MethodPut:
+			var p devfaults.DocPatch
+			dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&p); err != nil {
+				writeFaultErr(w, api.BadJSON("dev fault control: body: %v", err))
+				return
+			}
+			doc, err := d.apply(p)
+			if err != nil {
+				writeFaultErr(w, api.BadJSON("dev fault control: %v", err))
+				return
+			}
+			writeFaults(w, doc)
+		case http.MethodDelete:
+			writeFaults(w, d.clear())
+		default:
+			w.Header().Set("Allow", "GET, PUT, DELETE")
+			writeFaultErr(w, &api.Error{Status: http.StatusMethodNotAllowed, Code: api.CodeBadPath,
+				Message: "dev fault control: /faults takes GET, PUT or DELETE"})
 		}
-		writeFaults(w, doc)
 	})
-	mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, _ *http.Request) {
-		writeFaults(w, d.clear())
-	})
-	return mux
+}
+
+func writeFaultErr(w http.ResponseWriter, e *api.Error) {
+	w.Header().Set("Content-Type", api.ContentTypeJSON)
+	w.WriteHeader(e.Status)
+	w.Write(e.JSON())
 }
 
 func writeFaults(w http.ResponseWriter, doc devfaults.Doc) {

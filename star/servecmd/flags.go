@@ -95,6 +95,12 @@ type common struct {
 	maxConns                         int
 	bodyReadTimeout, requestTimeout  time.Duration
 	frameTimeout, sessionWriteTimout time.Duration
+
+	// rate limits (node.RateLimits, server.ClientRate)
+	streamMiBPerSec, streamBatchesPerSec float64
+	sessionThrottle                      time.Duration
+	clientPerSec                         float64
+	clientBurst                          int
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
@@ -144,6 +150,11 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "a unary request's whole life, its response written (a read's wait comes on top)")
 	fs.DurationVar(&c.frameTimeout, "frame-timeout", server.DefaultFrameTimeout, "an S2S frame must complete within this of its header (the session ends with 408)")
 	fs.DurationVar(&c.sessionWriteTimout, "session-write-timeout", server.DefaultSessionWriteTimeout, "a session's client must take each frame or event within this, or it is cut off")
+	fs.Float64Var(&c.streamMiBPerSec, "append-stream-mib-per-sec", node.DefaultStreamBytesPerSec/(1<<20), "per-stream append throughput limit in MiB/s of metered bytes, all clients together (S2's limit; 0 turns it off): past it a unary append is 429 rate_limited, a session is throttled")
+	fs.Float64Var(&c.streamBatchesPerSec, "append-stream-batches-per-sec", node.DefaultStreamBatchesPerSec, "append batches per second one client connection may send to one stream (S2's limit; 0 turns it off)")
+	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", node.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
+	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token; the admin token and open stars by IP address) may make on S2's API; 0 (the default) turns the limit off")
+	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
 
@@ -168,7 +179,21 @@ func (c *common) nodeConfig() node.Config {
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
 	cfg.BalanceEvery = c.balanceEvery
 	cfg.IdleRelease = c.idleRelease
+	cfg.Limits = node.RateLimits{
+		StreamBytesPerSec:   offIfZero(c.streamMiBPerSec * (1 << 20)),
+		StreamBatchesPerSec: offIfZero(c.streamBatchesPerSec),
+		SessionThrottle:     c.sessionThrottle,
+	}
 	return cfg
+}
+
+// offIfZero maps a flag's 0 ("off") onto a negative rate (RateLimits
+// fills zero with the default).
+func offIfZero(v float64) float64 {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }
 
 // serverOptions maps the flags onto the HTTP server's options.
@@ -179,6 +204,7 @@ func (c *common) serverOptions(ac auth.Config) server.Options {
 		MaxConns:        c.maxConns,
 		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,
 		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
+		ClientRate: server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst},
 	}
 }
 

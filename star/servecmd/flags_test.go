@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/auditjob/awsenv"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/auth"
 )
 
 func TestEnvFallback(t *testing.T) {
@@ -115,5 +116,33 @@ func TestAuditorEnvNamesAreFlagFallbacks(t *testing.T) {
 		if EnvName(flag) != env {
 			t.Errorf("--%s falls back to %s, the functions read %s", flag, EnvName(flag), env)
 		}
+	}
+}
+
+// The rate-limit flags default to S2's documented per-stream limits, 0
+// turns one off, and the per-client limit is off unless asked for.
+func TestRateLimitFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	var c common
+	c.register(fs, "127.0.0.1:1")
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	l := c.nodeConfig().Limits
+	if l.StreamBytesPerSec != 100<<20 || l.StreamBatchesPerSec != 200 || l.SessionThrottle != 2*time.Second {
+		t.Fatalf("defaults: %+v, want S2's 100 MiB/s and 200 batches/s", l)
+	}
+	if r := c.serverOptions(auth.Config{}).ClientRate; r.PerSec != 0 {
+		t.Fatalf("per-client limit on by default: %+v", r)
+	}
+	if err := fs.Parse([]string{"--append-stream-mib-per-sec=0", "--append-stream-batches-per-sec=50", "--client-rate-per-sec=20", "--client-rate-burst=40"}); err != nil {
+		t.Fatal(err)
+	}
+	l = c.nodeConfig().Limits
+	if l.StreamBytesPerSec >= 0 || l.StreamBatchesPerSec != 50 {
+		t.Fatalf("flags: %+v, want throughput off and 50 batches/s", l)
+	}
+	if r := c.serverOptions(auth.Config{}).ClientRate; r.PerSec != 20 || r.Burst != 40 {
+		t.Fatalf("per-client limit %+v", r)
 	}
 }

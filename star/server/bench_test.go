@@ -30,6 +30,8 @@ func benchEnv(b *testing.B) *env {
 		d := node.Defaults()
 		c.Standard.FlushInterval = d.Standard.FlushInterval
 		c.Express.FlushInterval = d.Express.FlushInterval
+		// The engine's ceiling, not S2's per-stream limits.
+		c.Limits = node.RateLimits{StreamBytesPerSec: -1, StreamBatchesPerSec: -1}
 	})
 }
 

@@ -113,6 +113,7 @@ func newForwarder(s *Server) (*forwarder, error) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = t.url.Scheme, t.url.Host
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(HeaderForwardedBy, me)
+			pr.Out.Header.Set(HeaderClientConn, pr.In.RemoteAddr) // for the leader's rate limits
 			// The peer re-checks the client's own Authorization (passed on
 			// as sent); the internal credential proves this is a star.
 			if c := s.keys.Internal(); c != "" {

@@ -47,6 +47,9 @@ func starAuthed(t *testing.T, id string, ms meta.Store, objs objstore.Store, twe
 	cfg.Standard.FlushInterval = time.Millisecond
 	cfg.Express.FlushInterval = time.Millisecond
 	cfg.HeartbeatEvery, cfg.DeadAfter = 50*time.Millisecond, time.Second
+	// The append loops here drive one connection past S2's 200 batches/s
+	// per stream; the rate limits have their own tests (ratelimit_test.go).
+	cfg.Limits.StreamBatchesPerSec = -1
 	if tweak != nil {
 		tweak(&cfg)
 	}

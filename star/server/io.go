@@ -39,6 +39,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// "-": this star gave the stream up and names no successor.
 		h.Set(HeaderNotLeader, cmp.Or(nl.Leader.Star, "-"))
 	}
+	setRetryAfter(h, e)
 	h.Set("Content-Type", api.ContentTypeJSON)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.Status)

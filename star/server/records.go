@@ -23,6 +23,7 @@ func (s *Server) checkTail(w http.ResponseWriter, r *http.Request, basin, name s
 // append serves POST …/records: an S2S append session, or one batch in
 // protobuf or JSON (raw or base64 by s2-format).
 func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name string) {
+	r = withClientConn(r)
 	create, err := streamConfigHeader(r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -104,7 +105,12 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 			return
 		}
 	}
-	req, err := api.ParseReadQuery(r.URL.Query(), api.ReadUnary)
+	q, err := query(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := api.ParseReadQuery(q, api.ReadUnary)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

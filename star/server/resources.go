@@ -9,7 +9,12 @@ import (
 )
 
 func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
-	req, err := api.ParseListQuery(r.URL.Query())
+	q, err := query(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := api.ParseListQuery(q)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -100,7 +105,12 @@ func (s *Server) deleteBasin(w http.ResponseWriter, r *http.Request, name string
 }
 
 func (s *Server) listStreams(w http.ResponseWriter, r *http.Request, basin string) {
-	req, err := api.ParseListQuery(r.URL.Query())
+	q, err := query(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := api.ParseListQuery(q)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

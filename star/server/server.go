@@ -28,6 +28,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/ratelimit"
 )
 
 // Options tune a Server. Zero values take the defaults named.
@@ -67,6 +68,8 @@ type Options struct {
 	// take one frame or event (default 30 s): a client that stopped
 	// reading is cut off.
 	SessionWriteTimeout time.Duration
+	// ClientRate is the optional per-client request rate (ratelimit.go).
+	ClientRate ClientRate
 }
 
 // Defaults of the resource limits, and the fixed ones.
@@ -106,6 +109,8 @@ type Server struct {
 	keys          auth.Keys
 	tokens        *tokenStore
 	authDecisions *prometheus.CounterVec
+
+	clients *ratelimit.Keyed // per-client request rate; nil when off
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -134,7 +139,8 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w (auth.Open() runs without authentication)", err)
 	}
-	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta())}
+	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
+		clients: newClientLimits(opts.ClientRate)}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "requests_total",
@@ -303,6 +309,9 @@ func isSession(r *http.Request) bool {
 }
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
+	if s.limitClient(w, r, rt.kind) {
+		return
+	}
 	m := r.Method
 	switch rt.kind {
 	case routeHealth:

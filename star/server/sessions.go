@@ -30,7 +30,12 @@ func sessionErr(ctx context.Context, err error) *api.Error {
 }
 
 func (s *Server) openSessionRead(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig, sse bool) (*node.Cursor, api.LastEventID, bool) {
-	req, err := api.ParseReadQuery(r.URL.Query(), api.ReadSession)
+	q, err := query(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, api.LastEventID{}, false
+	}
+	req, err := api.ParseReadQuery(q, api.ReadSession)
 	if err != nil {
 		s.writeError(w, r, err)
 		return nil, api.LastEventID{}, false

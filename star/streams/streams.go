@@ -80,6 +80,12 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 	}
 	res, err := s.loglet.Reserve(ctx, size)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && s.loglet.OverShare(s.ID) {
+			// The admission timeout ran out and the full pool is this
+			// stream's doing. (A cancelled wait is a session or client
+			// gone: nobody to tell.)
+			return nil, fmt.Errorf("%w: %w", loglet.ErrOverShare, err)
+		}
 		return nil, err
 	}
 	s.mu.Lock()

@@ -133,14 +133,19 @@ func Janitor(rt *Runtime) func(context.Context, events.EventBridgeEvent) error {
 			return errors.New("handler: janitor has no queue to send to")
 		}
 		rep, err := auditjob.Janitor(ctx, rt.Stores)
+		if err != nil && len(rep.Jobs) == 0 {
+			return fmt.Errorf("janitor: %w", err)
+		}
+		// A failed reclaim pass still sends the jobs it found.
+		if serr := rt.Sender.Send(ctx, rep.Jobs); serr != nil {
+			return errors.Join(err, fmt.Errorf("janitor: enqueue %d jobs: %w", len(rep.Jobs), serr))
+		}
+		rt.log().Info("janitor pass", "event", ev.ID, "chains", rep.Chains, "chain_settle", len(rep.Jobs), "deferred", rep.Deferred,
+			"marked_dead", rep.MarkedDead, "gone", rep.Gone, "trimmed_rows", rep.Retention.Rows, "deleted_streams_done", rep.Deleted.Done, "reclaimed", rep.Reclaim.Deleted, "reclaimed_bytes", rep.Reclaim.Bytes,
+			"reclaim_pending", rep.Reclaim.Pending)
 		if err != nil {
 			return fmt.Errorf("janitor: %w", err)
 		}
-		if err := rt.Sender.Send(ctx, rep.Jobs); err != nil {
-			return fmt.Errorf("janitor: enqueue %d jobs: %w", len(rep.Jobs), err)
-		}
-		rt.log().Info("janitor pass", "event", ev.ID, "chains", rep.Chains, "chain_settle", len(rep.Jobs), "deferred", rep.Deferred,
-			"marked_dead", rep.MarkedDead, "gone", rep.Gone)
 		return nil
 	}
 }

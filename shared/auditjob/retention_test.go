@@ -1,0 +1,189 @@
+package auditjob_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/auditjob"
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/stores"
+)
+
+// The janitor applies each live stream's retention: a stream with a
+// one-minute age loses its catalog rows older than that (never its
+// greatest), and their objects a read grace later; an infinite stream
+// keeps everything. A deleted stream, and a stream of an earlier basin of
+// the same name, lose all their rows, then (a grace after a pass found
+// none left) all their objects; their tombstones stay. Rows as star/node
+// writes them.
+func TestJanitorRetention(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		var objs objstore.Store
+		var ms meta.Store
+		if b == onAWS {
+			objs, ms = stores.S3(t, "std"), stores.Dynamo(t, &sharedDyn)
+		} else {
+			m, err := mem.New("std")
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, ms = m, testsvc.SQLite(t)
+		}
+		now := time.Now()
+		st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
+			Config: settle.Config{ScratchDir: t.TempDir()}, Now: func() time.Time { return now }}
+		put := func(pk, sk, val string) {
+			t.Helper()
+			if _, err := ms.Put(ctx, pk, sk, []byte(val), meta.Always()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		put("basins", "b1", `{"id":"B1"}`)
+		put("basin#b1", "cfg", `{"id":"B1","config":{}}`)
+		streams := map[string]string{
+			"aged":    `{"id":"s-aged","basin_id":"B1","config":{"retention_policy":{"age":60}}}`,
+			"forever": `{"id":"s-inf","basin_id":"B1","config":{"retention_policy":{"infinite":{}}}}`,
+			"deleted": `{"id":"s-del","basin_id":"B1","config":{"retention_policy":{"age":60}},"deleted_at":"2026-01-01T00:00:00Z"}`,
+			"stale":   `{"id":"s-old","basin_id":"B0","config":{"retention_policy":{"age":60}}}`, // an earlier basin of the name
+		}
+		old := uint64(now.Add(-time.Hour).UnixMilli())
+		var keys []string
+		for name, row := range streams {
+			put("basin#b1", "s#"+name, row)
+			id := map[string]string{"aged": "s-aged", "forever": "s-inf", "deleted": "s-del", "stale": "s-old"}[name]
+			for i := range uint64(3) {
+				body := []byte(fmt.Sprintf("object %d of %s", i, id))
+				key := format.SettledKey("b1", id, 1, 10*i, 0)
+				if _, err := objs.Bucket("std").PutIfAbsent(ctx, key, body); err != nil {
+					t.Fatal(err)
+				}
+				keys = append(keys, key)
+				r := meta.Ref{FirstSeq: 10 * i, EndSeq: 10*i + 10, MinTimestamp: old + i, MaxTimestamp: old + i,
+					Settled: &meta.Settled{Epoch: 1, FirstSeq: 10 * i, Bytes: uint64(len(body))}}
+				k := meta.RefKey(id, 10*i)
+				put(k.PK, k.SK, string(meta.Encode(r)))
+			}
+		}
+		rep, err := auditjob.Janitor(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Retention.Streams != 2 || rep.Retention.Rows != 2 || rep.Retention.Forgotten != 2 || rep.Deleted.Rows != 6 {
+			t.Fatalf("retention: %+v, deleted streams %+v: want 2 live streams visited, 2 rows trimmed, 2 deleted streams' 6 rows gone", rep.Retention, rep.Deleted)
+		}
+		now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
+		if rep, err = auditjob.Janitor(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Reclaim.Deleted != 2 || rep.Deleted.Objects != 0 {
+			t.Fatalf("reclaim: %+v, deleted streams %+v: want the 2 trimmed rows' objects deleted, and no deleted stream's yet (armed now)", rep.Reclaim, rep.Deleted)
+		}
+		now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
+		if rep, err = auditjob.Janitor(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Deleted.Objects != 6 || rep.Deleted.Done != 2 {
+			t.Fatalf("deleted streams: %+v, want 6 objects deleted and 2 streams done", rep.Deleted)
+		}
+		for _, key := range keys {
+			_, err := objs.Bucket("std").Head(ctx, key)
+			gone := err != nil
+			want := key == format.SettledKey("b1", "s-aged", 1, 0, 0) || key == format.SettledKey("b1", "s-aged", 1, 10, 0) ||
+				strings.Contains(key, "/s-del/") || strings.Contains(key, "/s-old/")
+			if gone != want {
+				t.Errorf("object %s: gone %v, want %v (%v)", key, gone, want, err)
+			}
+		}
+		for _, id := range []string{"s-del", "s-old"} {
+			pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey(id, 0).PK})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pg.Items) != 1 || pg.Items[0].SK != "deleted" {
+				t.Errorf("rows of deleted stream %s: %v, want its tombstone only", id, pg.Items)
+			}
+		}
+		if pg, err := ms.Query(ctx, meta.Query{PK: meta.ReclaimStreamsPK}); err != nil || len(pg.Items) != 0 {
+			t.Errorf("deleted-stream rows left: %v %v", pg.Items, err)
+		}
+		// The deleted name rows still stand: a later run does not register
+		// the reclaimed streams again.
+		if _, err = auditjob.Janitor(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if pg, err := ms.Query(ctx, meta.Query{PK: meta.ReclaimStreamsPK}); err != nil || len(pg.Items) != 0 {
+			t.Errorf("reclaimed streams registered again: %v %v", pg.Items, err)
+		}
+		pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey("s-aged", 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pg.Items) != 1 || pg.Items[0].SK != meta.RefKey("s-aged", 20).SK {
+			t.Fatalf("rows of the aged stream: %v, want only its greatest", pg.Items)
+		}
+	})
+}
+
+// hookMeta runs hook once, before the first query of partition pk.
+type hookMeta struct {
+	meta.Store
+	pk   string
+	once sync.Once
+	hook func()
+}
+
+func (m *hookMeta) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
+	if q.PK == m.pk {
+		m.once.Do(m.hook)
+	}
+	return m.Store.Query(ctx, q)
+}
+
+// A basin deleted and re-created while the retention pass lists its
+// streams: a stream created in the new basin is live, never taken for one
+// of the old basin's, so its rows and objects stay.
+func TestRetentionBasinRecreatedMidPass(t *testing.T) {
+	ctx := context.Background()
+	m, err := mem.New("std")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	put := func(pk, sk, val string) {
+		t.Helper()
+		if _, err := ms.Put(ctx, pk, sk, []byte(val), meta.Always()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("basins", "b1", `{"id":"B1"}`)
+	put("basin#b1", "cfg", `{"id":"B1","config":{}}`)
+	hm := &hookMeta{Store: ms, pk: "basin#b1", hook: func() {
+		// Between the pass's read of the basin and its listing: the basin is
+		// re-created (a new id) and a stream created in it.
+		put("basin#b1", "cfg", `{"id":"B2","config":{}}`)
+		put("basin#b1", "s#new", `{"id":"s-new","basin_id":"B2","config":{"retention_policy":{"infinite":{}}}}`)
+	}}
+	now := time.Now()
+	st := &settle.Stores{Meta: hm, Objects: m, SettledBucket: "std", Streams: settle.MetaStreams{Meta: hm},
+		Config: settle.Config{ScratchDir: t.TempDir()}, Now: func() time.Time { return now }}
+	rep, err := auditjob.Retention(ctx, st, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Forgotten != 0 {
+		t.Fatalf("a stream of the re-created basin was taken for a deleted one: %+v", rep)
+	}
+	if _, err := ms.Get(ctx, meta.ReclaimStreamKey("s-new").PK, meta.ReclaimStreamKey("s-new").SK); err == nil {
+		t.Fatal("the live stream is registered for deletion")
+	}
+}

@@ -1,0 +1,244 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// recentWindow is how long a superseded revision counts against the
+// extension bound: the reclaim deletes it a read grace after a pass first
+// saw it superseded, and passes run at least every half grace.
+func recentWindow(grace time.Duration) time.Duration { return 2 * grace }
+
+// decideExtend decides whether the next object of w extends its tail or
+// starts after it, and records the decision (IfAbsent) before anything is
+// published, so a re-run (or a concurrent settler, or a settle from
+// another chain) follows the first decision and never publishes the other
+// object: the entry is the one place the decision lives. The tail is
+// extended only while its superseded revisions that may still stand,
+// itself included, stay within the output cap, which bounds what a stream
+// stores beyond its retained bytes by one output cap (docs/settle.md,
+// "Reclamation").
+func decideExtend(ctx context.Context, st *Stores, w *streamWork, t *tailObj, now time.Time) (bool, error) {
+	s := t.row.Ref.Settled
+	k := meta.ReclaimKey(w.id, s.Epoch, s.FirstSeq, s.Revision)
+	it, err := st.Meta.Get(ctx, k.PK, k.SK)
+	if err == nil {
+		return decodeDecision(it, w.id)
+	}
+	if !errors.Is(err, meta.ErrNotFound) {
+		return false, fmt.Errorf("settle: read reclaim entry %s: %w", k.SK, err)
+	}
+	cfg := st.cfg()
+	ext := extendable(s, now, recentWindow(cfg.ReadGrace), cfg.OutputCap)
+	rc := meta.Reclaim{Basin: w.basin, Stream: w.id, Epoch: s.Epoch, First: s.FirstSeq, Rev: s.Revision, Bytes: s.Bytes, Extend: ext}
+	_, err = st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(rc), meta.IfAbsent())
+	if err == nil {
+		return ext, nil
+	}
+	if !errors.Is(err, meta.ErrConditionFailed) {
+		return false, fmt.Errorf("settle: write reclaim entry %s: %w", k.SK, err)
+	}
+	if it, err = st.Meta.Get(ctx, k.PK, k.SK); err != nil {
+		return false, fmt.Errorf("settle: read reclaim entry %s: %w", k.SK, err)
+	}
+	return decodeDecision(it, w.id)
+}
+
+func decodeDecision(it meta.Item, id string) (bool, error) {
+	var rc meta.Reclaim
+	if err := meta.Decode(it.Val, &rc); err != nil {
+		return false, err
+	}
+	if rc.Stream != id {
+		return false, fmt.Errorf("%w: reclaim entry %s names stream %q", ErrRows, it.SK, rc.Stream)
+	}
+	return rc.Extend, nil
+}
+
+// extendable is the extension bound: the revisions of s superseded within
+// window, plus s itself once superseded, fit in the output cap. Pure.
+func extendable(s *meta.Settled, now time.Time, window time.Duration, outputCap uint64) bool {
+	pending := s.Bytes
+	for _, r := range recent(s, now, window) {
+		pending += r.Bytes
+	}
+	return pending <= outputCap
+}
+
+// recent is s.Recent without the revisions superseded before now−window.
+// Pure.
+func recent(s *meta.Settled, now time.Time, window time.Duration) []meta.Superseded {
+	var out []meta.Superseded
+	for _, r := range s.Recent {
+		if r.At > millis(now.Add(-window)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ReclaimReport is what one reclaim pass did.
+type ReclaimReport struct {
+	Entries  int    // reclaim entries read
+	Armed    int    // superseded objects first seen unreferenced
+	Deleted  int    // superseded objects deleted
+	Bytes    uint64 // their bytes
+	Resolved int    // decisions to start a new object, done with
+	Pending  int    // entries left for a later pass
+}
+
+// maxReclaimEntries bounds one pass; the next pass continues.
+const maxReclaimEntries = 4096
+
+// Reclaim is the reclaim pass over the reclaim entries (run by the
+// janitor, the one deleter of settled objects). Per entry, from the
+// catalog row at the object's first seq:
+//
+//   - the row names a later revision of the object (an extension
+//     superseded it), or no row is left (a trim or retention deleted it,
+//     after marking the entry Drop). The first pass that sees this
+//     arms the entry (Armed = now); a pass a read grace later deletes the
+//     object, then the entry. A reader holding the old row therefore
+//     keeps its bytes for a whole grace after the commit landed.
+//   - the row still names the object: the extension has not committed
+//     (a settle crashed or runs), or the trim deleting the row has not
+//     yet: the entry stays. A decision to start a new object instead is
+//     done with once a catalog row follows the tail (that object
+//     committed); its entry is deleted, unless a trim marked it Drop.
+//
+// Every step is conditional or idempotent (an absent object or entry is
+// fine), so a crash anywhere leaves an entry the next pass finishes.
+func Reclaim(ctx context.Context, st *Stores, now time.Time) (rep ReclaimReport, err error) {
+	if err := st.check(); err != nil {
+		return rep, err
+	}
+	grace := st.cfg().ReadGrace
+	q := meta.Query{PK: meta.ReclaimPK, Limit: 256}
+	var errs []error
+	for rep.Entries < maxReclaimEntries {
+		pg, err := st.Meta.Query(ctx, q)
+		if err != nil {
+			return rep, fmt.Errorf("settle: list reclaim entries: %w", err)
+		}
+		for _, it := range pg.Items {
+			rep.Entries++
+			if err := reclaimOne(ctx, st, it, now, grace, &rep); err != nil {
+				errs = append(errs, err)
+				if len(errs) >= 8 {
+					return rep, errors.Join(errs...)
+				}
+			}
+		}
+		if pg.Next == "" {
+			break
+		}
+		q.PageToken = pg.Next
+	}
+	return rep, errors.Join(errs...)
+}
+
+func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, grace time.Duration, rep *ReclaimReport) error {
+	var rc meta.Reclaim
+	if err := meta.Decode(it.Val, &rc); err != nil {
+		return fmt.Errorf("settle: reclaim entry %s: %w", it.SK, err)
+	}
+	if it.SK != meta.ReclaimKey(rc.Stream, rc.Epoch, rc.First, rc.Rev).SK {
+		return fmt.Errorf("settle: reclaim entry %s does not match its key", it.SK)
+	}
+	rk := meta.RefKey(rc.Stream, rc.First)
+	var unreferenced, done bool
+	row, err := st.Meta.Get(ctx, rk.PK, rk.SK)
+	switch {
+	case errors.Is(err, meta.ErrNotFound):
+		// A trim or retention deleted the row before the object.
+		unreferenced = true
+	case err != nil:
+		return fmt.Errorf("settle: reclaim %s: read row: %w", it.SK, err)
+	default:
+		var ref meta.Ref
+		if err := meta.Decode(row.Val, &ref); err != nil {
+			return err
+		}
+		s := ref.Settled
+		if s == nil || s.Epoch != rc.Epoch || s.FirstSeq != rc.First {
+			// Not the row the entry was written from: leave it to look at.
+			rep.Pending++
+			st.Log().Warn("settle: reclaim entry names an object its row does not", "entry", it.SK)
+			return nil
+		}
+		switch {
+		case s.Revision > rc.Rev:
+			unreferenced = true
+		case !rc.Extend && !rc.Drop:
+			if done, err = followed(ctx, st, rc.Stream, ref.EndSeq); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case done:
+		rep.Resolved++
+		return deleteEntry(ctx, st, it)
+	case !unreferenced:
+		rep.Pending++
+		return nil
+	case rc.Armed == 0:
+		rc.Armed = millis(now)
+		if _, err := st.Meta.Put(ctx, it.PK, it.SK, meta.Encode(rc), meta.IfVer(it.Ver)); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+			return fmt.Errorf("settle: arm reclaim entry %s: %w", it.SK, err)
+		}
+		rep.Armed++
+		return nil
+	case millis(now) < rc.Armed+grace.Milliseconds():
+		rep.Pending++
+		return nil
+	}
+	key := format.SettledKey(rc.Basin, rc.Stream, rc.Epoch, rc.First, rc.Rev)
+	if err := st.Objects.Bucket(st.SettledBucket).Delete(ctx, key); err != nil {
+		return fmt.Errorf("settle: delete superseded %s: %w", key, err)
+	}
+	rep.Deleted++
+	rep.Bytes += rc.Bytes
+	kind := "superseded"
+	if rc.Drop {
+		kind = "trimmed"
+	}
+	m := st.metrics()
+	m.reclaimed.WithLabelValues(kind).Inc()
+	m.reclaimedBytes.WithLabelValues(kind).Add(float64(rc.Bytes))
+	return deleteEntry(ctx, st, it)
+}
+
+// followed reports whether a catalog row starts at end: the object after
+// a tail that was not extended has committed.
+func followed(ctx context.Context, st *Stores, id string, end uint64) (bool, error) {
+	k := meta.RefKey(id, end)
+	it, err := st.Meta.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("settle: reclaim: read row %s/%s: %w", k.PK, k.SK, err)
+	}
+	var ref meta.Ref
+	if err := meta.Decode(it.Val, &ref); err != nil {
+		return false, err
+	}
+	return ref.Settled != nil, nil
+}
+
+// deleteEntry deletes a reclaim entry if it is still the one read (a
+// settle re-writing it, or a racing pass, keeps its own).
+func deleteEntry(ctx context.Context, st *Stores, it meta.Item) error {
+	err := st.Meta.Delete(ctx, it.PK, it.SK, meta.IfVer(it.Ver))
+	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("settle: delete reclaim entry %s: %w", it.SK, err)
+	}
+	return nil
+}

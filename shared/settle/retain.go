@@ -1,0 +1,161 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+)
+
+// StreamTrimReport is what one trim of a stream's catalog rows did.
+type StreamTrimReport struct {
+	Rows  int    // catalog rows deleted
+	Bytes uint64 // bytes of the objects they named (reclaimed a grace later)
+	First uint64 // the stream's first row after the trim
+}
+
+// maxTrimRows bounds the rows one pass deletes from one stream.
+const maxTrimRows = 1024
+
+// TrimStream moves a stream's first readable seq up: oldest first, it
+// deletes each catalog row whose records are all below the stream's trim
+// point (the greatest row's, from trim command records) or, when before
+// is not zero, older than before (age retention), and stops at the first
+// row it keeps, so the rows left still chain from the new first seq. The
+// stream's greatest catalog row is never deleted (nor any span ref): it
+// carries the stream's tail, which a re-opened leader and check-tail
+// read, and it is the only row a settle changes, so this never races one.
+//
+// Rows go before objects: the row's object first gets a reclaim entry
+// marked Drop, then the row is deleted, and the reclaim pass deletes the
+// object a read grace after it first sees no row name it. A reader that
+// meets no row below the first one starts there (S2's behaviour for a
+// read that starts below the first retained record); one holding a row
+// it read before the delete reads its object for the whole grace. Every
+// step is conditional or idempotent: a crash leaves at worst an entry
+// marked Drop beside its row, which the next pass deletes.
+func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.Time) (rep StreamTrimReport, err error) {
+	if err := st.check(); err != nil {
+		return rep, err
+	}
+	trim, err := trimPoint(ctx, st.Meta, id)
+	if err != nil {
+		return rep, err
+	}
+	var cut uint64
+	if !before.IsZero() {
+		cut = uint64(max(before.UnixMilli(), 0))
+	}
+	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Limit: 64}
+	var prev *refRow
+	for rep.Rows < maxTrimRows {
+		pg, err := st.Meta.Query(ctx, q)
+		if err != nil {
+			return rep, fmt.Errorf("settle: rows of stream %s: %w", id, err)
+		}
+		for _, it := range pg.Items {
+			var r meta.Ref
+			if err := meta.Decode(it.Val, &r); err != nil {
+				return rep, fmt.Errorf("settle: row %s/%s: %w", it.PK, it.SK, err)
+			}
+			cur := refRow{Ver: it.Ver, Ref: r}
+			if prev == nil {
+				prev = &cur
+				rep.First = r.FirstSeq
+				continue
+			}
+			if !trimmable(prev.Ref, r, trim, cut) {
+				return rep, nil
+			}
+			if err := dropRow(ctx, st, id, basin, *prev); err != nil {
+				return rep, err
+			}
+			rep.Rows++
+			rep.Bytes += prev.Ref.Settled.Bytes
+			st.metrics().rowsReclaimed.WithLabelValues("trimmed").Inc()
+			rep.First = r.FirstSeq
+			prev = &cur
+		}
+		if pg.Next == "" {
+			return rep, nil
+		}
+		q.PageToken = pg.Next
+	}
+	return rep, nil
+}
+
+// trimmable reports whether catalog row r may go, given the row after it:
+// a catalog row follows it (so r is not the stream's greatest catalog
+// row) and chains from it, and all of r's records are below the trim
+// point or older than cut (unix ms; 0: no age limit). Pure.
+func trimmable(r, next meta.Ref, trim, cut uint64) bool {
+	if r.Settled == nil || next.Settled == nil || next.FirstSeq != r.EndSeq {
+		return false
+	}
+	return r.EndSeq <= trim || cut > 0 && r.MaxTimestamp < cut
+}
+
+// trimPoint is the stream's trim point as of its greatest row.
+func trimPoint(ctx context.Context, ms meta.Store, id string) (uint64, error) {
+	pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Backward: true, Limit: 1})
+	if err != nil {
+		return 0, fmt.Errorf("settle: greatest row of stream %s: %w", id, err)
+	}
+	if len(pg.Items) == 0 {
+		return 0, nil
+	}
+	var r meta.Ref
+	if err := meta.Decode(pg.Items[0].Val, &r); err != nil {
+		return 0, err
+	}
+	return r.TrimPoint, nil
+}
+
+// dropRow deletes a catalog row after marking its object's reclaim entry
+// Drop (writing it when there is none).
+func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) error {
+	s := row.Ref.Settled
+	k := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision)
+	marked := false
+	for range 4 {
+		it, err := st.Meta.Get(ctx, k.PK, k.SK)
+		switch {
+		case errors.Is(err, meta.ErrNotFound):
+			rc := meta.Reclaim{Basin: basin, Stream: id, Epoch: s.Epoch, First: s.FirstSeq, Rev: s.Revision, Bytes: s.Bytes, Drop: true}
+			_, err = st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(rc), meta.IfAbsent())
+		case err == nil:
+			var rc meta.Reclaim
+			if err := meta.Decode(it.Val, &rc); err != nil {
+				return err
+			}
+			if rc.Drop {
+				marked = true
+				break
+			}
+			rc.Drop = true
+			_, err = st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(rc), meta.IfVer(it.Ver))
+		}
+		if errors.Is(err, meta.ErrConditionFailed) {
+			continue // a reclaim pass or settle moved the entry: read it again
+		}
+		if err != nil {
+			return fmt.Errorf("settle: mark reclaim entry %s: %w", k.SK, err)
+		}
+		marked = true
+		break
+	}
+	if !marked {
+		return fmt.Errorf("settle: reclaim entry %s kept changing", k.SK)
+	}
+	rk := meta.RefKey(id, row.Ref.FirstSeq)
+	err := st.Meta.Delete(ctx, rk.PK, rk.SK, meta.IfVer(row.Ver))
+	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("settle: delete trimmed row %s/%s: %w", rk.PK, rk.SK, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: trimmed row %s/%s changed", ErrRows, rk.PK, rk.SK)
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/ratelimit"
+)
+
+// HeaderClientConn carries, on a forwarded request, the client connection
+// the forwarding star took it on, so the leader's per-connection batch
+// limit counts the client's connection rather than the peer's. It is
+// trusted only beside HeaderForwardedBy (which ServeHTTP drops without the
+// internal credential).
+const HeaderClientConn = "Starlog-Client-Conn"
+
+// ClientRate is the optional per-client request rate limit (docs/security.md,
+// "Rate limits and input hygiene"): off unless PerSec > 0. S2's access
+// tokens carry no rate, so it is one rate for every client, keyed by the
+// access token (see clientKey) or else the client's IP.
+type ClientRate struct {
+	// PerSec is the requests per second each client may make on S2's API
+	// (/v1/basins…, /v1/streams…, /v1/access-tokens…); 0 turns the limit
+	// off.
+	PerSec float64
+	// Burst is how many it may make at once (default: one second's worth).
+	Burst int
+}
+
+type clientKeyCtx struct{}
+
+// WithClientKey names the client a request is from (an access token's id)
+// for the per-client rate limit; without it the client is its IP address.
+func WithClientKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, clientKeyCtx{}, key)
+}
+
+func newClientLimits(c ClientRate) *ratelimit.Keyed {
+	if c.Burst <= 0 {
+		c.Burst = int(c.PerSec)
+	}
+	return ratelimit.NewKeyed(c.PerSec, c.Burst, 0)
+}
+
+// limitClient applies the per-client rate to an S2 API request and
+// answers 429 itself (reporting true) when the client is over it. The
+// peers' forwards, /health, /metrics and starlog's own endpoints are not
+// limited.
+func (s *Server) limitClient(w http.ResponseWriter, r *http.Request, k routeKind) bool {
+	if s.clients == nil || r.Header.Get(HeaderForwardedBy) != "" {
+		return false
+	}
+	switch k {
+	case routeBasins, routeBasin, routeStreams, routeStream, routeRecords, routeTail, routeTokens, routeToken:
+	default:
+		return false
+	}
+	wait, ok := s.clients.Take(clientKey(r), 1, time.Now())
+	if ok {
+		return false
+	}
+	s.n.CountRateLimited(node.RateLimitClient)
+	s.writeError(w, r, api.RateLimitedAfter(wait, "this client's request rate limit is exceeded; retry after %v", wait.Round(time.Millisecond)))
+	return true
+}
+
+// clientKey is who the per-client limit counts a request against: the key
+// WithClientKey gave, else the access token that authenticated it, else
+// (the admin token, or an open star, where every request is the admin)
+// the client's IP address.
+func clientKey(r *http.Request) string {
+	if key, _ := r.Context().Value(clientKeyCtx{}).(string); key != "" {
+		return "key:" + key
+	}
+	if p := auth.FromContext(r.Context()); !p.Admin && p.ID != "" {
+		return "token:" + p.ID
+	}
+	return "ip:" + clientIP(r.RemoteAddr)
+}
+
+func clientIP(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
+// withClientConn names the client connection of an append (see
+// node.WithClient): the peer's word for it on a forwarded request, else
+// the connection's remote address.
+func withClientConn(r *http.Request) *http.Request {
+	conn := r.RemoteAddr
+	if r.Header.Get(HeaderForwardedBy) != "" {
+		if c := r.Header.Get(HeaderClientConn); c != "" {
+			conn = c
+		}
+	}
+	return r.WithContext(node.WithClient(r.Context(), conn))
+}
+
+// setRetryAfter sets the retry headers of a 429: Retry-After in whole
+// seconds (rounded up, HTTP's unit) and retry-after-ms (S2's Rust SDK
+// honours it).
+func setRetryAfter(h http.Header, e *api.Error) {
+	if e.RetryAfter <= 0 {
+		return
+	}
+	h.Set(api.HeaderRetryAfter, strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
+	h.Set(api.HeaderRetryAfterMs, strconv.FormatInt(int64((e.RetryAfter+time.Millisecond-1)/time.Millisecond), 10))
+}
