@@ -175,8 +175,8 @@ func (c *Client) AllAccessTokens(ctx context.Context, prefix string) iter.Seq2[A
 
 // RevokeAccessToken revokes a token (404 access_token_not_found if there is
 // none with that id). A server honours a revocation within its stated
-// bound (a star: at once on the star that revoked, within 5 s on the
-// others). A retry after an attempt that was applied gets the 404.
+// bound (a star: at once on the star that revoked, within about 2 s on
+// the others; docs/security.md). A retry after an attempt that was applied gets the 404.
 func (c *Client) RevokeAccessToken(ctx context.Context, id string) error {
 	_, err := c.do(ctx, &request{method: http.MethodDelete, path: "/access-tokens/" + url.PathEscape(id)}, idempotent)
 	return err

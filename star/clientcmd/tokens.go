@@ -37,8 +37,8 @@ A scope is what a token may do:
 
 The server keeps only a keyed hash of each token: issue prints the token
 once, and a lost token cannot be shown again (revoke it, issue another).
-A revocation is honoured at once by the star that revoked and within 5 s
-by the others.`,
+A revocation is honoured at once by the star that revoked and within
+about 2 s (a token cache's lifetime plus one metastore read) by the others.`,
 		Example: `  # A token that appends to and reads the streams under app/ of basin
   # starlog-dev, seeing them without the prefix, for 30 days:
   star tokens issue app-writer --basins-exact starlog-dev --streams-prefix app/ \
@@ -378,7 +378,7 @@ func (c *conn) tokensRevokeCmd() *cobra.Command {
 		Use:   "revoke ID",
 		Short: "Revoke an access token",
 		Long: `Revoke the access token with id ID: it stops working at once on the star
-that revoked it and within 5 s on every other star. Revoking an unknown id
+that revoked it and within about 2 s on every other star. Revoking an unknown id
 fails with access_token_not_found.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
