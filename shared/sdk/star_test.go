@@ -69,8 +69,9 @@ func startStar(t *testing.T, extra ...string) string {
 	p.WaitTCP(t, addr, time.Minute)
 	endpoint := "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
+	hc := &http.Client{Timeout: 2 * time.Second}
 	for {
-		resp, err := http.Get(endpoint + "/health")
+		resp, err := hc.Get(endpoint + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -2,8 +2,11 @@ package sdk
 
 import (
 	"errors"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -127,4 +130,50 @@ func TestAccessTokensAgainstStar(t *testing.T) {
 func isStatus(err error, status int, code string) bool {
 	var ae *api.Error
 	return errors.As(err, &ae) && ae.Status == status && ae.Code == code
+}
+
+// TestRevocationAcrossStarsSDK: a token issued and revoked through one
+// star of a two-star star dev cluster is refused by the other within the
+// bound docs/security.md states (2 s of cache plus one metastore read;
+// the issue's bound is 5 s).
+func TestRevocationAcrossStarsSDK(t *testing.T) {
+	a := startStar(t, "--stars", "2")
+	u, err := url.Parse(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	b := "http://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(port+1))
+	ctx := testCtx(t)
+	admin := starClient(t, a, starAdminToken, nil)
+	tok, err := admin.IssueAccessToken(ctx, IssueAccessTokenRequest{ID: "across",
+		Scope: AccessTokenScope{Basins: ExactSet("starlog-dev"), Streams: PrefixSet(""), Ops: []Operation{OpCheckTail, OpRead}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := starClient(t, b, tok, func(c *Config) {
+		c.Retry = RetryPolicy{MaxAttempts: 20, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+	})
+	s := other.Basin("starlog-dev").Stream("across")
+	if _, err := s.CheckTail(ctx); err != nil {
+		t.Fatalf("the token on the other star: %v", err)
+	}
+	if err := admin.RevokeAccessToken(ctx, "across"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		_, err := s.CheckTail(ctx)
+		if isStatus(err, http.StatusUnauthorized, "authn") {
+			break
+		}
+		if err != nil {
+			t.Fatalf("check-tail after the revocation: %v", err)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the other star still accepts the revoked token after %v", time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("revocation honoured by the other star after %v", time.Since(start))
 }
