@@ -45,7 +45,8 @@ var buildStar = sync.OnceValues(func() (string, error) {
 })
 
 // startStar runs `star dev` with the basin starlog-dev and extra flags,
-// and returns its endpoint; the test's cleanup stops it.
+// and returns its (first star's) endpoint once the basin exists; the
+// test's cleanup stops it.
 func startStar(t *testing.T, extra ...string) string {
 	t.Helper()
 	if testing.Short() {
@@ -71,7 +72,11 @@ func startStar(t *testing.T, extra ...string) string {
 	deadline := time.Now().Add(30 * time.Second)
 	hc := &http.Client{Timeout: 2 * time.Second}
 	for {
-		resp, err := hc.Get(endpoint + "/health")
+		// Healthy, and the dev basin made (a cluster makes it once its
+		// stars are up).
+		req, _ := http.NewRequest(http.MethodGet, endpoint+"/v1/basins/starlog-dev", nil)
+		req.Header.Set("Authorization", "Bearer "+starAdminToken)
+		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
