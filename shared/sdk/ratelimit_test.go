@@ -100,3 +100,35 @@ func TestRetryAfterSeconds(t *testing.T) {
 		t.Fatalf("always 429: %v after %d calls and %v", err, calls.Load()+100, time.Since(start))
 	}
 }
+
+// TestIssueRetriedOnlyWhenDefinite: an issue that failed indefinitely (a
+// 503) is not retried (a retry of an applied issue could only get 409,
+// the token lost); a definite 429 is.
+func TestIssueRetriedOnlyWhenDefinite(t *testing.T) {
+	var calls atomic.Int32
+	var status atomic.Int32
+	srv := startH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After-Ms", "1")
+			w.WriteHeader(int(status.Load()))
+			_, _ = w.Write([]byte(`{"code":"x","message":"first attempt fails"}`))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"access_token":"stl1.secret"}`))
+	}))
+	c := newClient(t, srv.URL, nil)
+	req := IssueAccessTokenRequest{ID: "t", Scope: AccessTokenScope{Ops: []Operation{OpRead}}}
+
+	status.Store(http.StatusServiceUnavailable)
+	if _, err := c.IssueAccessToken(testCtx(t), req); !isStatus(err, http.StatusServiceUnavailable, "x") || calls.Load() != 1 {
+		t.Fatalf("after a 503: %v in %d calls, want the 503 in 1", err, calls.Load())
+	}
+	calls.Store(0)
+	status.Store(http.StatusTooManyRequests)
+	tok, err := c.IssueAccessToken(testCtx(t), req)
+	if err != nil || tok != "stl1.secret" || calls.Load() != 2 {
+		t.Fatalf("after a 429: %q %v in %d calls", tok, err, calls.Load())
+	}
+}
