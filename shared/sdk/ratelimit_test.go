@@ -132,3 +132,29 @@ func TestIssueRetriedOnlyWhenDefinite(t *testing.T) {
 		t.Fatalf("after a 429: %q %v in %d calls", tok, err, calls.Load())
 	}
 }
+
+// TestAllAccessTokensStopsOnAStuckPage: a server whose has_more page does
+// not move past start_after ends the iteration with a protocol error
+// instead of looping.
+func TestAllAccessTokensStopsOnAStuckPage(t *testing.T) {
+	var calls atomic.Int32
+	srv := startH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", api.ContentTypeJSON)
+		_, _ = w.Write([]byte(`{"access_tokens":[{"id":"a","auto_prefix_streams":false,"scope":{}}],"has_more":true}`))
+	}))
+	c := newClient(t, srv.URL, nil)
+	var ids []string
+	var last error
+	for info, err := range c.AllAccessTokens(testCtx(t), api.ListRequest{}) {
+		if err != nil {
+			last = err
+			break
+		}
+		ids = append(ids, info.ID)
+	}
+	var pe *ProtocolError
+	if !errors.As(last, &pe) || len(ids) != 2 || calls.Load() != 2 {
+		t.Fatalf("ids %v, err %v after %d calls", ids, last, calls.Load())
+	}
+}

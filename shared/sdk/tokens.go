@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"net/http"
 	"net/url"
@@ -149,11 +150,11 @@ func (c *Client) ListAccessTokens(ctx context.Context, req api.ListRequest) (Lis
 }
 
 // AllAccessTokens iterates over every visible token whose id starts with
-// prefix, fetching pages as it goes. It stops at the first error, which it
+// req.Prefix and sorts after req.StartAfter, fetching pages of req.Limit
+// (0: the server's 1000) as it goes. It stops at the first error, which it
 // yields.
-func (c *Client) AllAccessTokens(ctx context.Context, prefix string) iter.Seq2[AccessTokenInfo, error] {
+func (c *Client) AllAccessTokens(ctx context.Context, req api.ListRequest) iter.Seq2[AccessTokenInfo, error] {
 	return func(yield func(AccessTokenInfo, error) bool) {
-		req := api.ListRequest{Prefix: prefix}
 		for {
 			page, err := c.ListAccessTokens(ctx, req)
 			if err != nil {
@@ -168,7 +169,13 @@ func (c *Client) AllAccessTokens(ctx context.Context, prefix string) iter.Seq2[A
 			if !page.HasMore || len(page.AccessTokens) == 0 {
 				return
 			}
-			req.StartAfter = page.AccessTokens[len(page.AccessTokens)-1].ID
+			last := page.AccessTokens[len(page.AccessTokens)-1].ID
+			if last <= req.StartAfter {
+				// A page must move forward: otherwise the loop never ends.
+				yield(AccessTokenInfo{}, &ProtocolError{Msg: fmt.Sprintf("list access tokens: a page after %q ends at %q", req.StartAfter, last)})
+				return
+			}
+			req.StartAfter = last
 		}
 	}
 }

@@ -97,7 +97,7 @@ func TestAccessTokensAgainstStar(t *testing.T) {
 		t.Fatalf("app-writer's info: %+v", w)
 	}
 	var ids []string
-	for info, err := range admin.AllAccessTokens(ctx, "") {
+	for info, err := range admin.AllAccessTokens(ctx, api.ListRequest{Limit: 2}) {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -279,18 +279,19 @@ secrets): id, expiry and scope. With --limit, one page of at most that many
 			}
 			var infos []sdk.AccessTokenInfo
 			more := false
-			req := api.ListRequest{Prefix: prefix, StartAfter: startAfter, Limit: limit}
-			for {
-				page, err := cl.ListAccessTokens(cmd.Context(), req)
+			if limit > 0 {
+				page, err := cl.ListAccessTokens(cmd.Context(), api.ListRequest{Prefix: prefix, StartAfter: startAfter, Limit: limit})
 				if err != nil {
 					return err
 				}
-				infos = append(infos, page.AccessTokens...)
-				if limit > 0 || !page.HasMore || len(page.AccessTokens) == 0 {
-					more = limit > 0 && page.HasMore
-					break
+				infos, more = page.AccessTokens, page.HasMore
+			} else {
+				for t, err := range cl.AllAccessTokens(cmd.Context(), api.ListRequest{Prefix: prefix, StartAfter: startAfter}) {
+					if err != nil {
+						return err
+					}
+					infos = append(infos, t)
 				}
-				req.StartAfter = page.AccessTokens[len(page.AccessTokens)-1].ID
 			}
 			if asJSON {
 				if infos == nil {
