@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/sdk/sdktest"
 )
 
 // TestRateLimitedAppendsAgainstStar runs appends against a star that lets
@@ -156,5 +158,44 @@ func TestAllAccessTokensStopsOnAStuckPage(t *testing.T) {
 	var pe *ProtocolError
 	if !errors.As(last, &pe) || len(ids) != 2 || calls.Load() != 2 {
 		t.Fatalf("ids %v, err %v after %d calls", ids, last, calls.Load())
+	}
+}
+
+// TestReadSessionWaitsForRetryAfter: a read session whose open is refused
+// with 429 and retry-after-ms reconnects after that wait, not after the
+// (here 1–5 ms) backoff.
+func TestReadSessionWaitsForRetryAfter(t *testing.T) {
+	inner := sdktest.NewUnstarted(sdktest.Options{})
+	var refused atomic.Bool
+	srv := startH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/records") && !refused.Swap(true) {
+			w.Header().Set("Retry-After-Ms", "400")
+			w.Header().Set("Content-Type", api.ContentTypeJSON)
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"code":"rate_limited","message":"later"}`))
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	c := newClient(t, srv.URL, nil)
+	ctx := testCtx(t)
+	if _, err := c.CreateBasin(ctx, testBasin, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := c.Basin(testBasin)
+	if _, err := b.CreateStream(ctx, "s", nil); err != nil {
+		t.Fatal(err)
+	}
+	s := b.Stream("s")
+	appendText(t, s, "a")
+	start := time.Now()
+	rs, err := s.ReadSession(ctx, api.ReadRequest{From: api.FromSeqNum}, ReadSessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	checkBodies(t, nextRecords(t, rs, 1), 0, "a")
+	if took := time.Since(start); took < 350*time.Millisecond || !refused.Load() {
+		t.Fatalf("first record after %v (refused: %v), want after the 400 ms retry-after", took, refused.Load())
 	}
 }
