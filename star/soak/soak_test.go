@@ -692,7 +692,8 @@ func (s *soak) readBack(ctx context.Context, st *stream) (readable uint64, oldes
 		s.noteStale(st, last, "a check-tail", err)
 		return err
 	}); err != nil {
-		if !st.isSwitching() {
+		// A 404 is counted as a stale-name 404 (noteStale), not here.
+		if !st.isSwitching() && !isStatus(err, 404) {
 			s.violate("%s: check-tail: %v", st.name, err)
 		}
 		return 0, 0
@@ -714,7 +715,7 @@ func (s *soak) readBack(ctx context.Context, st *stream) (readable uint64, oldes
 			return err
 		})
 		if err != nil {
-			if !st.isSwitching() {
+			if !st.isSwitching() && !isStatus(err, 404) {
 				s.violate("%s: read at %d: %v", st.name, at, err)
 			}
 			return readable, oldest
