@@ -21,7 +21,7 @@ const maxTrimRows = 1024
 
 // TrimStream moves a stream's first readable seq up: oldest first, it
 // deletes each catalog row whose records are all below the stream's trim
-// point (the greatest row's, from trim command records) or, when before
+// point (from its trim command records: trimPoint) or, when before
 // is not zero, older than before (age retention), and stops at the first
 // row it keeps, so the rows left still chain from the new first seq. The
 // stream's greatest catalog row is never deleted (nor any span ref): it
@@ -97,20 +97,35 @@ func trimmable(r, next meta.Ref, trim, cut uint64) bool {
 	return r.EndSeq <= trim || cut > 0 && r.MaxTimestamp < cut
 }
 
-// trimPoint is the stream's trim point as of its greatest row.
+// trimPoint is the stream's trim point: the greatest over its rows from
+// the greatest down to the greatest catalog row. The settle derives a
+// catalog row's from the trim command records it settles; a span ref
+// above it carries the absorb's chained value, which may be lower (bundle
+// footers hold no trim point), never higher than what the records said.
 func trimPoint(ctx context.Context, ms meta.Store, id string) (uint64, error) {
-	pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Backward: true, Limit: 1})
-	if err != nil {
-		return 0, fmt.Errorf("settle: greatest row of stream %s: %w", id, err)
+	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Backward: true, Limit: 64}
+	var trim uint64
+	for range maxTrimRows / 64 {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("settle: greatest rows of stream %s: %w", id, err)
+		}
+		for _, it := range pg.Items {
+			var r meta.Ref
+			if err := meta.Decode(it.Val, &r); err != nil {
+				return 0, err
+			}
+			trim = max(trim, r.TrimPoint)
+			if r.Settled != nil {
+				return trim, nil
+			}
+		}
+		if pg.Next == "" {
+			return trim, nil
+		}
+		q.PageToken = pg.Next
 	}
-	if len(pg.Items) == 0 {
-		return 0, nil
-	}
-	var r meta.Ref
-	if err := meta.Decode(pg.Items[0].Val, &r); err != nil {
-		return 0, err
-	}
-	return r.TrimPoint, nil
+	return trim, nil
 }
 
 // dropRow deletes a catalog row after marking its object's reclaim entry
