@@ -326,4 +326,12 @@ type Lease struct {
 	// To is the star a handoff released the lease to: while it is live,
 	// every other star forwards to it instead of taking the lease.
 	To string `json:"to,omitempty"`
+	// Emptied says the auditor took the lease to delete the stream under
+	// its delete_on_empty config (Holder names EmptiedBy): no star takes
+	// it or appends, so the stream stays as empty as the auditor judged
+	// it while its deletion is written.
+	Emptied bool `json:"emptied,omitempty"`
 }
+
+// EmptiedBy is the holder of an Emptied lease: no star's name.
+const EmptiedBy = "~auditor"
