@@ -297,6 +297,12 @@ type Registration struct {
 	// Leads is how many streams the star had open as leader at its last
 	// heartbeat (the balancer compares it to the fair share).
 	Leads int `json:"leads,omitempty"`
+	// Decommissioned says the incarnation stopped after a decommission:
+	// its drain settled its chains and its terminate gate opened, so its
+	// host is terminated and no process of this or an earlier incarnation
+	// writes again. The janitor then collects the star's chain garbage
+	// (settle.CollectChains). A later start writes a fresh row without it.
+	Decommissioned bool `json:"decommissioned,omitempty"`
 }
 
 // LeaseHolder names one incarnation of a star.
