@@ -111,6 +111,7 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 				var gone bool
 				if gone, err = deleteOnEmpty(ctx, st, b.name, name, s, tr, minAge, age, now); gone {
 					rep.Emptied++
+					st.CountEmptied()
 				}
 			}
 			if err != nil {

@@ -51,6 +51,10 @@ type CollectReport struct {
 func collect(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef) (CollectReport, error) {
 	var rep CollectReport
 	err := collectChain(ctx, st, c, ch, &rep)
+	m, class := st.metrics(), string(ch.Class)
+	m.chainGarbage.WithLabelValues(class, "epoch").Add(float64(rep.Epochs))
+	m.chainGarbage.WithLabelValues(class, "slot").Add(float64(rep.Objects))
+	m.chainGarbage.WithLabelValues(class, "directory").Add(float64(rep.Chains))
 	return rep, err
 }
 
