@@ -65,12 +65,16 @@ var jobGrants = map[string]grant{
 		meta:   metaRead,
 		sendTo: []string{config.JobSettle, config.JobTrim, config.JobChainSettle},
 	},
-	// janitor: dead stars (heartbeat rows) and settle duty (enqueued);
-	// it touches no object (retention, deleted streams and decommission
-	// are not built yet: they bring their grants with them).
+	// janitor: dead stars (heartbeat rows), settle duty (enqueued), and
+	// reclamation of settled objects: it lists a deleted stream's settled
+	// objects and deletes them, and deletes superseded and trimmed ones
+	// after the read grace (settle.ReclaimStreams, settle.Reclaim). It
+	// touches no chain slot and no directory bucket.
 	config.JobJanitor: {
-		meta:   metaWrite,
-		sendTo: []string{config.JobChainSettle},
+		meta:    metaWrite,
+		objects: map[string][]string{StreamsPrefix: {"s3:DeleteObject"}},
+		list:    true,
+		sendTo:  []string{config.JobChainSettle},
 	},
 	// settle reads an era's bundles (either class) and the standing tail
 	// object, publishes settled objects by multipart create-once, and

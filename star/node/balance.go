@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -52,56 +51,35 @@ type balancer struct {
 	// round serialises rounds (the loop's and Balance calls).
 	round    sync.Mutex
 	handoffs prometheus.Counter
-
-	stop context.CancelFunc
-	done chan struct{} // closed when the loop ends; nil: no loop
+	loop     bgLoop
 }
 
 // startBalancer registers the balancer's metric and starts its loop when
 // Config.BalanceEvery is positive.
 func (n *Node) startBalancer() {
-	b := &balancer{stop: func() {}}
+	b := &balancer{}
 	c := prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "leader", Name: "balance_handoffs_total",
 		Help: "Streams this star handed to a peer below the fair share (balancer).",
 	})
-	if err := n.reg.Register(c); err != nil {
-		// A registry shared by several nodes (tests) already has it.
-		var dup prometheus.AlreadyRegisteredError
-		prev, ok := c, false
-		if errors.As(err, &dup) {
-			prev, ok = dup.ExistingCollector.(prometheus.Counter)
-		}
-		if ok {
-			c = prev
-		} else {
-			n.log.Warn("balance: registering the handoff counter failed", "err", err)
-		}
-	}
-	b.handoffs = c
+	b.handoffs = registerShared(n, c, "balance_handoffs_total")
 	n.balance = b
 	if n.cfg.BalanceEvery <= 0 {
 		return
 	}
-	ctx, stop := context.WithCancel(n.drainCtx)
-	b.stop, b.done = stop, make(chan struct{})
-	go n.balanceLoop(ctx, n.cfg.BalanceEvery)
+	b.loop.start(n.drainCtx, func(ctx context.Context) { n.balanceLoop(ctx, n.cfg.BalanceEvery) })
 }
 
 // stopBalance stops the balancer's loop and waits for it (idempotent).
 func (n *Node) stopBalance() {
 	if b := n.balance; b != nil {
-		b.stop()
-		if b.done != nil {
-			<-b.done
-		}
+		b.loop.halt()
 	}
 }
 
 // balanceLoop runs a round every period (plus up to a quarter of it at
 // random, so stars started together do not count at the same moment).
 func (n *Node) balanceLoop(ctx context.Context, every time.Duration) {
-	defer close(n.balance.done)
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,14 +68,13 @@ func (n *Node) slotIs(id string, slot *ledSlot) bool {
 // idleReleaser is the idle release's loop state.
 type idleReleaser struct {
 	released prometheus.Counter
-	stop     context.CancelFunc
-	done     chan struct{} // closed when the loop ends; nil: no loop
+	loop     bgLoop
 }
 
 // startIdleRelease registers the idle release's metrics and starts its
 // loop when Config.IdleRelease is positive.
 func (n *Node) startIdleRelease() {
-	ir := &idleReleaser{stop: func() {}}
+	ir := &idleReleaser{}
 	ir.released = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "leader", Name: "idle_releases_total",
 		Help: "Stream leases this star released because nothing used the stream for the idle-release period.",
@@ -85,42 +83,25 @@ func (n *Node) startIdleRelease() {
 		Namespace: "starlog", Subsystem: "leader", Name: "streams_led",
 		Help: "Streams open (led) on this star.",
 	}, func() float64 { return float64(n.leading()) })
-	for _, c := range []prometheus.Collector{ir.released, led} {
-		if err := n.reg.Register(c); err != nil {
-			// A registry shared by several nodes (tests) has them already:
-			// this node's figures go uncounted there.
-			if dup, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-				if prev, ok := dup.ExistingCollector.(prometheus.Counter); ok && c == ir.released {
-					ir.released = prev
-				}
-				continue
-			}
-			n.log.Warn("idle release: registering a metric failed", "err", err)
-		}
-	}
+	ir.released = registerShared(n, ir.released, "idle_releases_total")
+	registerShared(n, led, "streams_led")
 	n.idle = ir
 	if n.cfg.IdleRelease <= 0 {
 		return
 	}
-	ctx, stop := context.WithCancel(n.drainCtx)
-	ir.stop, ir.done = stop, make(chan struct{})
-	go n.idleLoop(ctx, n.cfg.IdleRelease)
+	ir.loop.start(n.drainCtx, func(ctx context.Context) { n.idleLoop(ctx, n.cfg.IdleRelease) })
 }
 
 // stopIdleRelease stops the loop and waits for it (idempotent).
 func (n *Node) stopIdleRelease() {
 	if ir := n.idle; ir != nil {
-		ir.stop()
-		if ir.done != nil {
-			<-ir.done
-		}
+		ir.loop.halt()
 	}
 }
 
 // idleLoop looks for idle streams four times per period, so a stream is
 // released between one and 1¼ periods after its last use.
 func (n *Node) idleLoop(ctx context.Context, period time.Duration) {
-	defer close(n.idle.done)
 	t := time.NewTicker(max(period/4, 10*time.Millisecond))
 	defer t.Stop()
 	for {

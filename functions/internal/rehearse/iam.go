@@ -272,10 +272,12 @@ func (c Coverage) Failed() []string {
 	return out
 }
 
+// CheckedServices are the services whose grants Check accounts: the data
+// services and the star's secrets. The others (logs, metrics, the drain
+// hook, the stack signal) are not called through the recorded clients.
+var CheckedServices = append(slices.Clone(iamcheck.DataServices), "secretsmanager")
+
 // Check evaluates one component's calls against its role's statements.
-// Only grants of the data services (iamcheck.DataServices) are accounted:
-// the others (logs, metrics, the drain hook) are not made through the
-// recorded clients.
 func Check(component, role string, stmts []iamcheck.Statement, recs []awsrecord.Record, p Pseudo, allow []Allow) (Coverage, error) {
 	c := Coverage{Component: component, Role: role, Calls: len(recs)}
 	ops := map[string]bool{}
@@ -315,7 +317,7 @@ func Check(component, role string, stmts []iamcheck.Statement, recs []awsrecord.
 	matchedAllow := make([]bool, len(allow))
 	for _, g := range iamcheck.Grants(stmts) {
 		svc, _, _ := strings.Cut(g.Action, ":")
-		if !slices.Contains(iamcheck.DataServices, svc) {
+		if !slices.Contains(CheckedServices, svc) {
 			continue
 		}
 		if used[g] {

@@ -80,6 +80,7 @@ func TestCheckCoverage(t *testing.T) {
 		"batch delete":       {awsrecord.Record{Service: "S3", Op: "DeleteObjects", Bucket: "std", Keys: []string{"chains/a", "streams/b"}}, "s3:DeleteObject on arn:aws:s3:::std/streams/b"},
 		"table write":        {awsrecord.Record{Service: "DynamoDB", Op: "BatchWriteItem", Tables: []string{"meta"}}, "dynamodb:BatchWriteItem on arn:aws:dynamodb:us-east-1:123456789012:table/meta"},
 		"other queue":        {awsrecord.Record{Service: "SQS", Op: "SendMessage", QueueURL: "https://sqs.us-east-1.amazonaws.com/123456789012/third"}, "sqs:SendMessage on arn:aws:sqs:us-east-1:123456789012:third"},
+		"secret":             {awsrecord.Record{Service: "Secrets Manager", Op: "GetSecretValue", SecretID: "arn:aws:secretsmanager:us-east-1:123456789012:secret:x-AbCdEf"}, "secretsmanager:GetSecretValue on arn:aws:secretsmanager:us-east-1:123456789012:secret:x-AbCdEf"},
 		"copy onto streams":  {awsrecord.Record{Service: "S3", Op: "UploadPartCopy", Bucket: "std", Key: "streams/x", CopySource: "std/chains%2Fy"}, "s3:PutObject on arn:aws:s3:::std/streams/x"},
 	} {
 		t.Run(name, func(t *testing.T) {
