@@ -824,7 +824,7 @@ func TestRehearsal(t *testing.T) {
 	if st := r.express.Front.Stats(); st.Sessions[expressfront.ReadOnly] == 0 || len(st.Refused) > 0 {
 		t.Errorf("Express sessions over the rehearsal: %+v (want the settle role's ReadOnly sessions and no refusal)", st)
 	} else {
-		t.Logf("Express sessions: %d ReadWrite, %d ReadOnly; nothing refused", st.Sessions[expressfront.ReadWrite], st.Sessions[expressfront.ReadOnly])
+		t.Logf("Express sessions: %d ReadWrite, %d ReadOnly; nothing refused (%d requests cut off by the kill -9)", st.Sessions[expressfront.ReadWrite], st.Sessions[expressfront.ReadOnly], st.Aborted)
 	}
 	t.Logf("rehearsal done in %v", time.Since(t0).Round(time.Millisecond))
 }

@@ -19,8 +19,8 @@ func main() {
 
   star dev     one embedded star on a local data folder (start here)
   star serve   a production star on DynamoDB and S3
-  the client commands (basins, streams, append, read, tail, check-tail,
-  bench) talk to a star over its API`,
+  the client commands (basins, streams, tokens, append, read, tail,
+  check-tail, bench) talk to a star over its API`,
 		SilenceUsage: true,
 	}
 	root.AddCommand(servecmd.Serve(), servecmd.Dev())

@@ -311,7 +311,11 @@ func (c *Client) attempt(ctx context.Context, r *request) (*response, error) {
 		return nil, &TransportError{Op: r.method + " " + r.path, Err: fmt.Errorf("read response: %w", err), responded: true}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, api.ParseError(resp.StatusCode, b)
+		e := api.ParseError(resp.StatusCode, b)
+		if e.Status == http.StatusTooManyRequests {
+			e.RetryAfter = api.ParseRetryAfter(resp.Header.Get)
+		}
+		return nil, e
 	}
 	if len(b) > maxResponseBytes {
 		return nil, &ProtocolError{Msg: fmt.Sprintf("%s %s: response exceeds %d bytes", r.method, r.path, maxResponseBytes)}

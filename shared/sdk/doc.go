@@ -20,6 +20,9 @@
 //   - ReadSession: an S2S read session that follows live, checks
 //     heartbeats and resumes after a reconnect at the last seq num + 1.
 //
+// Client also manages access tokens (IssueAccessToken, ListAccessTokens,
+// AllAccessTokens, RevokeAccessToken), with the types of S2's spec.
+//
 // # Encoding
 //
 // Unary appends and reads use protobuf (Content-Type and Accept
@@ -59,6 +62,13 @@
 //
 // A 412 received by such a retry is returned wrapped with the indefinite
 // failure that preceded it: the earlier attempt may have been applied.
+//
+// A 429 rate_limited carries the server's wait (retry-after-ms, else
+// Retry-After, in api.Error.RetryAfter); the next attempt waits at least
+// that long (capped by RetryPolicy.MaxRetryAfter). The attempts stay
+// bounded by MaxAttempts, and a wait that would outlast the context's
+// deadline is not taken: the 429 is returned at once. A 429 is definite,
+// so a rate-limited append is retried under AppendRetrySafe.
 //
 // Sessions are never retried inside an append session (a batch in flight
 // when the session breaks fails with an indefinite error, later ones with

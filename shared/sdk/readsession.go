@@ -174,7 +174,7 @@ func (r *ReadSession) Next() (*api.ReadBatch, error) {
 			continue
 		}
 		r.stream.b.c.log.DebugContext(r.ctx, "sdk: read session reconnecting", "stream", r.stream.name, "err", err)
-		if err := r.sleep(); err != nil {
+		if err := r.sleep(err); err != nil {
 			r.setErr(err)
 		}
 	}
@@ -218,8 +218,14 @@ func (r *ReadSession) limitsDone() bool {
 	return (r.req.Count != nil && *r.req.Count == 0) || (r.req.Bytes != nil && *r.req.Bytes == 0)
 }
 
-func (r *ReadSession) sleep() error {
-	t := time.NewTimer(r.backoff.NextBackOff())
+// sleep waits the backoff, or longer when after (a 429's retry-after,
+// capped by the policy) asks for more.
+func (r *ReadSession) sleep(after error) error {
+	wait := r.backoff.NextBackOff()
+	if ra := retryAfter(after); ra > 0 {
+		wait = max(wait, min(ra, r.policy.MaxRetryAfter))
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -246,7 +252,7 @@ func (r *ReadSession) connectWithRetry() error {
 		if r.failures >= r.policy.MaxAttempts {
 			return fmt.Errorf("giving up after %d attempts: %w", r.failures, err)
 		}
-		if err := r.sleep(); err != nil {
+		if err := r.sleep(err); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -39,12 +40,18 @@ type RetryPolicy struct {
 	MaxBackoff     time.Duration
 	// AppendRetry selects which failed appends are retried.
 	AppendRetry AppendRetry
+	// MaxRetryAfter caps the wait a 429's retry-after-ms (or Retry-After)
+	// asks for; default 30 s. A retry waits the longer of the server's
+	// wait and the backoff, and is never attempted when the wait would
+	// outlast the context's deadline (the 429 is returned at once).
+	MaxRetryAfter time.Duration
 }
 
-// DefaultRetryPolicy: 3 attempts, 100 ms doubling to 5 s, appends retried
-// only when safe.
+// DefaultRetryPolicy: 3 attempts, 100 ms doubling to 5 s (or a 429's
+// retry-after, up to 30 s), appends retried only when safe.
 func DefaultRetryPolicy() RetryPolicy {
-	return RetryPolicy{MaxAttempts: 3, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}
+	return RetryPolicy{MaxAttempts: 3, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second,
+		MaxRetryAfter: 30 * time.Second}
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
@@ -58,6 +65,9 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.MaxBackoff <= 0 {
 		p.MaxBackoff = d.MaxBackoff
 	}
+	if p.MaxRetryAfter <= 0 {
+		p.MaxRetryAfter = d.MaxRetryAfter
+	}
 	if p.MaxBackoff < p.InitialBackoff {
 		p.MaxBackoff = p.InitialBackoff
 	}
@@ -70,9 +80,16 @@ type opKind struct {
 	append bool
 	// matchSeqNum: the append carries match_seq_num.
 	matchSeqNum bool
+	// definite: a call that is retried only after a definite failure,
+	// whatever the policy (issuing a token: a retry of an attempt that was
+	// applied could only fail).
+	definite bool
 }
 
-var idempotent = opKind{}
+var (
+	idempotent   = opKind{}
+	definiteOnly = opKind{definite: true}
+)
 
 // mayRetry is the retry rule: may a call of this kind be attempted again
 // after err? It never looks at attempts or time; the loop does.
@@ -95,6 +112,9 @@ func (p RetryPolicy) mayRetry(kind opKind, err error) bool {
 		// Protocol errors and local failures: a retry would fail the same.
 		return false
 	}
+	if kind.definite {
+		return IsDefinite(err)
+	}
 	if !kind.append {
 		return true
 	}
@@ -105,6 +125,16 @@ func (p RetryPolicy) mayRetry(kind opKind, err error) bool {
 		return true
 	}
 	return IsDefinite(err) || kind.matchSeqNum
+}
+
+// retryAfter is the wait a failure's server asked for (a 429's
+// retry-after), zero if none.
+func retryAfter(err error) time.Duration {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+		return ae.RetryAfter
+	}
+	return 0
 }
 
 // permanentError stops retryLoop.
@@ -143,7 +173,16 @@ func retryLoop[T any](ctx context.Context, p RetryPolicy, op func(attempt int) (
 		if attempt >= p.MaxAttempts {
 			return zero, err
 		}
-		t := time.NewTimer(b.NextBackOff())
+		wait := b.NextBackOff()
+		if ra := retryAfter(err); ra > 0 {
+			wait = max(wait, min(ra, p.MaxRetryAfter))
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				// The server asks for a wait the caller will not give:
+				// fail now with its answer instead of sleeping to the end.
+				return zero, err
+			}
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

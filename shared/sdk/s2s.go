@@ -50,7 +50,11 @@ func checkSessionResponse(resp *http.Response) error {
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return api.ParseError(resp.StatusCode, b)
+		e := api.ParseError(resp.StatusCode, b)
+		if e.Status == http.StatusTooManyRequests {
+			e.RetryAfter = api.ParseRetryAfter(resp.Header.Get)
+		}
+		return e
 	}
 	if mt := api.ParseMediaType(resp.Header.Get("Content-Type")); mt != api.MediaS2S {
 		resp.Body.Close()

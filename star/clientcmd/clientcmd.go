@@ -1,5 +1,6 @@
-// Package clientcmd holds the client commands of the star binary: basins
-// and streams management, append, read, tail, check-tail and bench. They
+// Package clientcmd holds the client commands of the star binary: basins,
+// streams and access tokens management, append, read, tail, check-tail and
+// bench. They
 // speak the public API through the Go SDK (shared/sdk), so they work
 // against any S2-compatible server, a star included.
 package clientcmd
@@ -60,6 +61,7 @@ func newCommands(lookupEnv func(string) (string, bool)) []*cobra.Command {
 		c.tailCmd(),
 		c.checkTailCmd(),
 		c.benchCmd(),
+		c.tokensCmd(),
 		c.drainCmd(),
 	}
 	for _, cmd := range cmds {

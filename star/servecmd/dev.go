@@ -239,7 +239,7 @@ func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, a
 		bearer = " -H \"authorization: Bearer $S2_ACCESS_TOKEN\""
 	}
 	if basin == "" {
-		fmt.Fprintf(w, "\nCreate a basin first: curl -X POST%s %s/v1/basins -d '{\"basin\":\"my-basin-1\"}'\n\n", bearer, url)
+		fmt.Fprintf(w, "\nCreate a basin first: curl -X POST%s -H 'content-type: application/json' %s/v1/basins -d '{\"basin\":\"my-basin-1\"}'\n\n", bearer, url)
 		return
 	}
 	fmt.Fprintf(w, "  basin:   %s (creates streams on first append or read)\n", basin)

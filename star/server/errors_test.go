@@ -25,6 +25,7 @@ func TestErrorCodes(t *testing.T) {
 	json1001 := textRecords("x", 1001)
 	bigBody := `{"records":[{"body":"` + strings.Repeat("y", 1<<20) + `"}]}`
 	proto1001, _ := api.EncodeAppendProto(batch("p", 1001))
+	jsonCT := []string{"Content-Type", "application/json"}
 
 	cases := []struct {
 		name    string
@@ -65,9 +66,9 @@ func TestErrorCodes(t *testing.T) {
 		// 400 bad_json / bad_proto
 		{"malformed append JSON", "POST", "/v1/streams/s/records", `{"records":[{"body":`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"wrong JSON type", "POST", "/v1/streams/s/records", `{"records":"x"}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
-		{"malformed basin JSON", "POST", "/v1/basins", `{"basin":`, nil, 400, api.CodeBadJSON},
-		{"malformed stream JSON", "POST", "/v1/streams", `[]`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
-		{"unknown storage class", "POST", "/v1/streams", `{"stream":"x","config":{"storage_class":"glacier"}}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
+		{"malformed basin JSON", "POST", "/v1/basins", `{"basin":`, jsonCT, 400, api.CodeBadJSON},
+		{"malformed stream JSON", "POST", "/v1/streams", `[]`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
+		{"unknown storage class", "POST", "/v1/streams", `{"stream":"x","config":{"storage_class":"glacier"}}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
 		{"raw append not UTF-8", "POST", "/v1/streams/s/records", "{\"records\":[{\"body\":\"\xff\"}]}", []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"raw append lone surrogate", "POST", "/v1/streams/s/records", `{"records":[{"body":"\ud800"}]}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"malformed proto", "POST", "/v1/streams/s/records", "\xff\xff\xff", []string{"s2-basin", "err-basin", "Content-Type", "application/protobuf"}, 400, api.CodeBadProto},
@@ -80,16 +81,16 @@ func TestErrorCodes(t *testing.T) {
 		{"no stream tail", "GET", "/v1/streams/missing/records/tail", "", []string{"s2-basin", "plain-basin"}, 404, api.CodeStreamNotFound},
 		{"delete no stream", "DELETE", "/v1/streams/missing", "", []string{"s2-basin", "err-basin"}, 404, api.CodeStreamNotFound},
 		// 409
-		{"basin exists", "POST", "/v1/basins", `{"basin":"err-basin"}`, nil, 409, api.CodeResourceAlreadyExists},
-		{"stream exists", "POST", "/v1/streams", `{"stream":"s"}`, []string{"s2-basin", "err-basin"}, 409, api.CodeResourceAlreadyExists},
+		{"basin exists", "POST", "/v1/basins", `{"basin":"err-basin"}`, jsonCT, 409, api.CodeResourceAlreadyExists},
+		{"stream exists", "POST", "/v1/streams", `{"stream":"s"}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 409, api.CodeResourceAlreadyExists},
 		// 412
 		{"seq mismatch", "POST", "/v1/streams/s/records", `{"records":[{"body":"a"}],"match_seq_num":7}`, []string{"s2-basin", "err-basin"}, 412, ""},
 		// 416
 		{"past the tail", "GET", "/v1/streams/s/records?seq_num=4", "", []string{"s2-basin", "err-basin"}, 416, ""},
 		// 422
-		{"invalid basin name", "POST", "/v1/basins", `{"basin":"ab"}`, nil, 422, api.CodeInvalid},
+		{"invalid basin name", "POST", "/v1/basins", `{"basin":"ab"}`, jsonCT, 422, api.CodeInvalid},
 		{"invalid basin in path", "GET", "/v1/basins/UPPER-CASE", "", nil, 422, api.CodeInvalid},
-		{"invalid stream name", "POST", "/v1/streams", `{"stream":""}`, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
+		{"invalid stream name", "POST", "/v1/streams", `{"stream":""}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 422, api.CodeInvalid},
 		{"stream name too long", "GET", "/v1/streams/" + strings.Repeat("n", 513), "", []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"empty batch", "POST", "/v1/streams/s/records", `{"records":[]}`, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"1001 records", "POST", "/v1/streams/s/records", json1001, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
@@ -101,8 +102,8 @@ func TestErrorCodes(t *testing.T) {
 		{"bad command", "POST", "/v1/streams/s/records", `{"records":[{"headers":[["","fence"],["a","b"]]}]}`, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"two starts", "GET", "/v1/streams/s/records?seq_num=0&tail_offset=1", "", []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"timestamp at until", "GET", "/v1/streams/s/records?timestamp=5&until=5", "", []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
-		{"zero age", "POST", "/v1/streams", `{"stream":"z","config":{"retention_policy":{"age":0}}}`, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
-		{"cipher", "POST", "/v1/basins", `{"basin":"cipher-basin","config":{"stream_cipher":"aes"}}`, nil, 422, api.CodeInvalid},
+		{"zero age", "POST", "/v1/streams", `{"stream":"z","config":{"retention_policy":{"age":0}}}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 422, api.CodeInvalid},
+		{"cipher", "POST", "/v1/basins", `{"basin":"cipher-basin","config":{"stream_cipher":"aes"}}`, jsonCT, 422, api.CodeInvalid},
 		{"start_after before prefix", "GET", "/v1/basins?prefix=b&start_after=a", "", nil, 422, api.CodeInvalid},
 	}
 	for _, c := range cases {
@@ -283,6 +284,69 @@ func TestHealthAndMetrics(t *testing.T) {
 	} {
 		if !strings.Contains(string(r.body), m) {
 			t.Errorf("metrics lack %s", m)
+		}
+	}
+}
+
+// TestResourceBodiesNeedJSONContentType: as S2 does, a create, reconfigure
+// or issue whose body is not declared JSON is 400 bad_json and changes
+// nothing; a PUT (ensure) may leave the Content-Type out only without a
+// body. application/*+json and parameters are JSON.
+func TestResourceBodiesNeedJSONContentType(t *testing.T) {
+	e := newEnv(t)
+	e.setupBasin("ctype-basin")
+	sb := []string{"s2-basin", "ctype-basin"}
+	cases := []struct {
+		name, method, path string
+		headers            []string
+		body               string
+	}{
+		{"create basin", "POST", "basins", nil, `{"basin":"ctype-new"}`},
+		{"reconfigure basin", "PATCH", "basins/ctype-basin", nil, `{"create_stream_on_append":false}`},
+		{"ensure basin", "PUT", "basins/ctype-put", nil, `{}`},
+		{"create stream", "POST", "streams", sb, `{"stream":"ctype-s"}`},
+		{"reconfigure stream", "PATCH", "streams/ctype-s0", sb, `{}`},
+		{"ensure stream", "PUT", "streams/ctype-put", sb, `{}`},
+		{"issue token", "POST", "access-tokens", nil, `{"id":"ctype-t","scope":{"ops":["read"]}}`},
+	}
+	if r := e.stream("ctype-basin", "POST", "streams", []byte(`{"stream":"ctype-s0"}`)); r.status != 201 {
+		t.Fatalf("create ctype-s0: %s", r)
+	}
+	for _, c := range cases {
+		for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "application/protobuf", "json", ""} {
+			if ct == "" && c.method == "PUT" {
+				continue // below
+			}
+			h := append(append([]string{}, c.headers...), "Content-Type", ct)
+			r := e.do(e.h1, c.method, c.path, []byte(c.body), h...)
+			if r.status != 400 || !strings.Contains(string(r.body), `"bad_json"`) {
+				t.Errorf("%s with Content-Type %q: %s, want 400 bad_json", c.name, ct, r)
+			}
+		}
+	}
+	// Nothing was created or changed.
+	if r := e.call("GET", "basins/ctype-new", nil); r.status != 404 {
+		t.Errorf("ctype-new after refused creates: %s", r)
+	}
+	if r := e.stream("ctype-basin", "GET", "streams/ctype-s", nil); r.status != 404 {
+		t.Errorf("ctype-s after refused creates: %s", r)
+	}
+	if r := e.call("GET", "basins/ctype-basin", nil); !strings.Contains(string(r.body), `"create_stream_on_append":true`) {
+		t.Errorf("ctype-basin after a refused reconfigure: %s", r)
+	}
+	// A PUT without Content-Type and without a body ensures; with a body
+	// it is refused (rather than drop the config).
+	if r := e.do(e.h1, "PUT", "basins/ctype-put", nil); r.status != 201 {
+		t.Errorf("PUT without a body: %s", r)
+	}
+	if r := e.do(e.h1, "PUT", "basins/ctype-put2", []byte(`{"config":{"create_stream_on_append":true}}`)); r.status != 400 || !strings.Contains(string(r.body), `"bad_json"`) {
+		t.Errorf("PUT with a body but no Content-Type: %s", r)
+	}
+	// JSON spelt otherwise is JSON.
+	for i, ct := range []string{"application/json; charset=utf-8", "Application/JSON", "application/vnd.s2+json"} {
+		r := e.do(e.h1, "POST", "basins", []byte(fmt.Sprintf(`{"basin":"ctype-ok-%d"}`, i)), "Content-Type", ct)
+		if r.status != 201 {
+			t.Errorf("create basin with Content-Type %q: %s", ct, r)
 		}
 	}
 }

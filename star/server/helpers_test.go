@@ -147,9 +147,25 @@ func (e *env) do(c *http.Client, method, path string, body []byte, headers ...st
 	return resp{status: res.StatusCode, header: res.Header, body: b}
 }
 
+// call sends a request on HTTP/1.1. A body sent to the account's
+// resources (basins, access tokens) without a Content-Type among headers
+// goes as application/json, as every SDK sends it (the server refuses
+// other bodies: TestResourceBodiesNeedJSONContentType).
 func (e *env) call(method, path string, body []byte, headers ...string) resp {
 	e.t.Helper()
+	if body != nil && (strings.HasPrefix(path, "basins") || strings.HasPrefix(path, "access-tokens")) && !hasHeader(headers, "Content-Type") {
+		headers = append(headers, "Content-Type", "application/json")
+	}
 	return e.do(e.h1, method, path, body, headers...)
+}
+
+func hasHeader(headers []string, name string) bool {
+	for i := 0; i+1 < len(headers); i += 2 {
+		if strings.EqualFold(headers[i], name) {
+			return true
+		}
+	}
+	return false
 }
 
 // stream calls a /streams route of basin.

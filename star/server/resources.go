@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"net/http"
 	"slices"
 
@@ -213,7 +214,7 @@ func (s *Server) deleteStream(w http.ResponseWriter, r *http.Request, basin, nam
 // it, answering the error itself when either fails.
 func decodeResource[T any](s *Server, w http.ResponseWriter, r *http.Request, decode func([]byte) (T, *api.Error)) (T, bool) {
 	var zero T
-	body, err := readBody(w, r, api.MaxResourceJSONBytes, s.opts.BodyReadTimeout, api.BadJSON)
+	body, err := readResourceBody(s, w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return zero, false
@@ -224,4 +225,29 @@ func decodeResource[T any](s *Server, w http.ResponseWriter, r *http.Request, de
 		return zero, false
 	}
 	return v, true
+}
+
+// readResourceBody reads a resource request's JSON body, bounded in size
+// and time. As S2 does, a body that does not say it is JSON is 400
+// bad_json, before any of it is read: the Content-Type must be
+// application/json or application/*+json. Only a PUT (ensure), whose
+// body is optional, may leave the Content-Type out, and then it must send
+// no body (S2 ignores one; a star refuses it rather than drop the config
+// it holds).
+func readResourceBody(s *Server, w http.ResponseWriter, r *http.Request) ([]byte, *api.Error) {
+	ct := r.Header.Get("Content-Type")
+	switch mt := api.ParseMediaType(ct); {
+	case mt == api.MediaJSON:
+	case mt == api.MediaNone && r.Method == http.MethodPut:
+		body, err := readBody(w, r, api.MaxResourceJSONBytes, s.opts.BodyReadTimeout, api.BadJSON)
+		if err == nil && len(bytes.TrimSpace(body)) > 0 {
+			err = api.BadJSON("a request body needs Content-Type: %s", api.ContentTypeJSON)
+		}
+		return nil, err
+	case mt == api.MediaNone:
+		return nil, api.BadJSON("expected a JSON body with Content-Type: %s", api.ContentTypeJSON)
+	default:
+		return nil, api.BadJSON("expected Content-Type: %s, got %q", api.ContentTypeJSON, truncate(ct, 96))
+	}
+	return readBody(w, r, api.MaxResourceJSONBytes, s.opts.BodyReadTimeout, api.BadJSON)
 }

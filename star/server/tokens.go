@@ -181,7 +181,7 @@ type ListTokensResponse struct {
 // issueToken serves POST /v1/access-tokens: 201 with the token, shown
 // this once; 409 when the id is taken.
 func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
-	body, aerr := readBody(w, r, api.MaxResourceJSONBytes, s.opts.BodyReadTimeout, api.BadJSON)
+	body, aerr := readResourceBody(s, w, r)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return

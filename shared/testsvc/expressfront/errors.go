@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // s3Error is one refusal the front answers itself, in S3's REST error shape.
@@ -16,6 +17,12 @@ type s3Error struct {
 	Code    string
 	Message string
 }
+
+// bodyReadFailed starts the message of a request whose body did not
+// arrive: its client went away (Stats.Aborted).
+const bodyReadFailed = "reading the body: "
+
+func (e *s3Error) aborted() bool { return strings.HasPrefix(e.Message, bodyReadFailed) }
 
 func (e *s3Error) Error() string { return e.Code + ": " + e.Message }
 

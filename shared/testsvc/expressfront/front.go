@@ -108,6 +108,10 @@ type Stats struct {
 	Forwarded map[Op]int
 	// Refused counts the front's own refusals, by S3 error code.
 	Refused map[string]int
+	// Aborted counts requests whose client went away before its body
+	// arrived (a star killed mid-request): no answer reaches anyone, so
+	// they are not refusals.
+	Aborted int
 	// ShuffledPages counts ListObjectsV2 pages returned in a new order.
 	ShuffledPages int
 	// InGrace counts requests accepted although their session had expired
@@ -214,6 +218,7 @@ func (f *Front) Stats() Stats {
 	}
 	c.ShuffledPages = f.stats.ShuffledPages
 	c.InGrace = f.stats.InGrace
+	c.Aborted = f.stats.Aborted
 	return c
 }
 
@@ -256,7 +261,11 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := &request{id: f.requestID()}
 	if err := f.serve(ctx, w, r, req); err != nil {
 		f.mu.Lock()
-		f.stats.Refused[err.Code]++
+		if err.aborted() {
+			f.stats.Aborted++
+		} else {
+			f.stats.Refused[err.Code]++
+		}
 		f.mu.Unlock()
 		err.write(w, r, req.id)
 	}
@@ -364,7 +373,7 @@ func (f *Front) readBody(r *http.Request, payloadHash string) ([]byte, *s3Error)
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, f.cfg.MaxBody+1))
 	if err != nil {
-		return nil, errInvalidRequest("reading the body: " + err.Error())
+		return nil, errInvalidRequest(bodyReadFailed + err.Error())
 	}
 	if int64(len(body)) > f.cfg.MaxBody {
 		return nil, errTooLarge(f.cfg.MaxBody)
