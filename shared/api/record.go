@@ -198,6 +198,28 @@ func ParseCommandHeaders[H HeaderLayout](headers []H, body []byte) (Command, *Er
 	}
 }
 
+// TrimAfter is a stream's trim point after a trim command at seq asking
+// for point, when it was cur: S2 keeps the record at min(point, seq+1) and
+// every later one, and a trim point never moves back.
+func TrimAfter(cur, point, seq uint64) uint64 {
+	return max(cur, min(point, seq+1))
+}
+
+// ApplyTrim is a stream's trim point after the record at seq with these
+// headers and body, when it was cur: a trim command moves it (TrimAfter),
+// any other record, or a malformed command (which no star accepted),
+// leaves it. The settle finds trim points in settled records with it.
+func ApplyTrim[H HeaderLayout](cur uint64, headers []H, body []byte, seq uint64) uint64 {
+	if !IsCommand(headers) {
+		return cur
+	}
+	c, err := ParseCommandHeaders(headers, body)
+	if err != nil || c.Kind != Trim {
+		return cur
+	}
+	return TrimAfter(cur, c.TrimPoint, seq)
+}
+
 // FenceRecord builds a fence command record.
 func FenceRecord(token string) Record {
 	return Record{

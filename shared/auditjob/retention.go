@@ -27,6 +27,7 @@ type streamRow struct {
 	ID        string           `json:"id"`
 	BasinID   string           `json:"basin_id"`
 	Config    api.StreamConfig `json:"config"`
+	CreatedAt time.Time        `json:"created_at"`
 	DeletedAt *time.Time       `json:"deleted_at,omitempty"`
 }
 
@@ -39,13 +40,16 @@ type RetentionReport struct {
 	// Forgotten counts deleted streams seen (registered for reclamation
 	// with settle.ForgetStream; registering twice is a no-op).
 	Forgotten int
+	// Emptied counts live streams deleted under delete_on_empty.
+	Emptied int
 }
 
 // maxRetentionErrors bounds the errors one pass collects before it stops.
 const maxRetentionErrors = 8
 
 // Retention trims every live stream by its trim point and its resolved
-// retention age (settle.TrimStream): basins from the basin directory,
+// retention age (settle.TrimStream), then applies its delete_on_empty
+// (deleteOnEmpty): basins from the basin directory,
 // streams from each basin's stream rows. A stream deleted itself, of a
 // deleted basin, or of an earlier basin of the same name is registered
 // for the deleted-stream reclamation instead (settle.ForgetStream).
@@ -89,14 +93,26 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 			}
 			rep.Streams++
 			var before time.Time
-			if r := s.Config.Resolve(b.row.Config.DefaultStreamConfig).Retention; !r.Infinite {
-				before = now.Add(-time.Duration(r.AgeSecs) * time.Second)
+			var age time.Duration
+			cfg := s.Config.Resolve(b.row.Config.DefaultStreamConfig)
+			if r := cfg.Retention; !r.Infinite {
+				age = time.Duration(r.AgeSecs) * time.Second
+				before = now.Add(-age)
 			}
 			tr, err := settle.TrimStream(ctx, st, s.ID, b.name, before)
 			if tr.Rows > 0 {
 				rep.Trimmed++
 				rep.Rows += tr.Rows
 				rep.Bytes += tr.Bytes
+			}
+			if err == nil {
+				name := strings.TrimPrefix(it.SK, "s#")
+				minAge := time.Duration(cfg.DeleteOnEmptyMinAgeSecs) * time.Second
+				var gone bool
+				if gone, err = deleteOnEmpty(ctx, st, b.name, name, s, tr, minAge, age, now); gone {
+					rep.Emptied++
+					st.CountEmptied()
+				}
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("stream %s: %w", s.ID, err))

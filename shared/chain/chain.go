@@ -298,7 +298,10 @@ func (c *Chain) Mint(ctx context.Context, p meta.EpochParams) (meta.Epoch, error
 			}
 			continue
 		}
-		if !ok {
+		{
+			// On every mint, not only the first: the janitor deletes the
+			// directory row of a decommissioned star's chain
+			// (settle.CollectChains), and a restart of the id lists it again.
 			dk := meta.ChainDirKey(c.Star, c.Class)
 			if _, err := c.Meta.Put(ctx, dk.PK, dk.SK, nil, meta.Always()); err != nil {
 				return meta.Epoch{}, fmt.Errorf("chain %s/%s: register in chain directory: %w", c.Star, c.Class, err)

@@ -297,6 +297,12 @@ type Registration struct {
 	// Leads is how many streams the star had open as leader at its last
 	// heartbeat (the balancer compares it to the fair share).
 	Leads int `json:"leads,omitempty"`
+	// Decommissioned says the incarnation stopped after a decommission:
+	// its drain settled its chains and its terminate gate opened, so its
+	// host is terminated and no process of this or an earlier incarnation
+	// writes again. The janitor then collects the star's chain garbage
+	// (settle.CollectChains). A later start writes a fresh row without it.
+	Decommissioned bool `json:"decommissioned,omitempty"`
 }
 
 // LeaseHolder names one incarnation of a star.
@@ -326,4 +332,12 @@ type Lease struct {
 	// To is the star a handoff released the lease to: while it is live,
 	// every other star forwards to it instead of taking the lease.
 	To string `json:"to,omitempty"`
+	// Emptied says the auditor took the lease to delete the stream under
+	// its delete_on_empty config (Holder names EmptiedBy): no star takes
+	// it or appends, so the stream stays as empty as the auditor judged
+	// it while its deletion is written.
+	Emptied bool `json:"emptied,omitempty"`
 }
+
+// EmptiedBy is the holder of an Emptied lease: no star's name.
+const EmptiedBy = "~auditor"

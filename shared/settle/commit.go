@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
@@ -181,10 +182,31 @@ func commitObject(ctx context.Context, st *Stores, cache *fetchCache, w *streamW
 		MinTimestamp: f.Entries[0].MinTimestamp, MaxTimestamp: f.Entries[len(f.Entries)-1].MaxTimestamp,
 		Settled: &meta.Settled{Epoch: p.epoch, FirstSeq: f.FirstSeq, Revision: p.rev, Bytes: size, Recent: p.recent},
 	}
+	// The trim point at end: the stream's previous one (the tail's row, or
+	// the greatest catalog row before this object) raised by every trim
+	// command record among the object's new records. Span refs carry only
+	// a lower bound (bundle footers hold no trim point), so the records
+	// decide; they are in the fetch cache, which this era warmed.
+	trim := uint64(0)
+	if b := w.view.base; b != nil {
+		trim = b.Ref.TrimPoint
+	}
+	newRefs := make([]meta.Ref, 0, k+1)
+	for _, r := range covered {
+		newRefs = append(newRefs, r.Ref)
+	}
+	if straddle != nil {
+		newRefs = append(newRefs, straddle.Ref)
+	}
+	scanned, err := trimThrough(ctx, cache, w.id, newRefs, end)
+	if err != nil {
+		return err
+	}
+	trim = max(trim, scanned)
 	var rem *meta.Ref
 	if straddle == nil {
 		last := covered[k-1].Ref
-		cat.CumBytes, cat.FencingToken, cat.TrimPoint = last.CumBytes, last.FencingToken, last.TrimPoint
+		cat.CumBytes, cat.FencingToken, cat.TrimPoint = last.CumBytes, last.FencingToken, max(trim, last.TrimPoint)
 	} else {
 		r := straddle.Ref
 		prev := p.pivot.Ref
@@ -195,11 +217,12 @@ func commitObject(ctx context.Context, st *Stores, cache *fetchCache, w *streamW
 		if err != nil {
 			return err
 		}
-		cat.CumBytes, cat.FencingToken, cat.TrimPoint = cumAt(r, end), tok, prev.TrimPoint
+		cat.CumBytes, cat.FencingToken, cat.TrimPoint = cumAt(r, end), tok, max(trim, prev.TrimPoint)
 		x, err := remainderOf(r, end, cat.MaxTimestamp)
 		if err != nil {
 			return err
 		}
+		x.TrimPoint = max(x.TrimPoint, cat.TrimPoint)
 		rem = &x
 	}
 
@@ -247,6 +270,50 @@ func cumAt(r meta.Ref, at uint64) uint64 {
 		}
 	}
 	return c
+}
+
+// trimThrough is the greatest trim point the trim command records of
+// stream id below seq end set, over the slot refs of span refs refs
+// (0 when there is none). The records come from the fetch cache. A trim
+// command keeps min(point, its seq+1), as the facade applies it.
+func trimThrough(ctx context.Context, cache *fetchCache, id string, refs []meta.Ref, end uint64) (uint64, error) {
+	var trim uint64
+	for _, r := range refs {
+		sp := r.Span
+		if sp == nil {
+			continue
+		}
+		for _, sl := range sp.Slots {
+			if sl.FirstSeq >= end {
+				break
+			}
+			ws, err := cache.get(ctx, slotID{sp.Star, sp.Class, sp.Epoch, sl.Slot})
+			if err != nil {
+				return 0, err
+			}
+			xs, err := ws.blocks(id, sl)
+			if err != nil {
+				return 0, err
+			}
+			for _, x := range xs {
+				b, err := ws.readAt(int64(x.Offset), int64(x.Length))
+				if err != nil {
+					return 0, err
+				}
+				recs, _, err := format.DecodeBlock(b)
+				if err != nil {
+					return 0, fmt.Errorf("settle: slot %d: block at %d: %w", sl.Slot, x.Offset, err)
+				}
+				for _, rec := range recs {
+					if rec.SeqNum >= end {
+						break
+					}
+					trim = api.ApplyTrim(trim, rec.Headers, rec.Body, rec.SeqNum)
+				}
+			}
+		}
+	}
+	return trim, nil
 }
 
 // tokenAt is the stream's fencing token after seq at−1, from the bundle

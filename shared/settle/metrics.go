@@ -35,6 +35,12 @@ type Metrics struct {
 	// rowsReclaimed counts ref rows deleted by kind: "trimmed" (retention
 	// and trim points) or "deleted" (deleted streams).
 	rowsReclaimed *prometheus.CounterVec
+	// chainGarbage counts a decommissioned star's chain garbage deleted by
+	// the trim-check, by kind: "epoch" records, "slot" keys (per bucket),
+	// "directory" rows.
+	chainGarbage *prometheus.CounterVec
+	// emptied counts streams deleted under delete_on_empty.
+	emptied prometheus.Counter
 }
 
 // nopMetrics records into unregistered instruments.
@@ -67,12 +73,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bytes of settled objects deleted by the reclaim pass, by kind."}, []string{"kind"}),
 		rowsReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "rows_reclaimed_total",
 			Help: "Stream ref rows deleted by retention, trims and deleted-stream reclamation, by kind."}, []string{"kind"}),
+		chainGarbage: counter("chain_garbage_reclaimed_total", "Chain garbage of decommissioned stars deleted by the trim-check, by kind: epoch records, slot keys, directory rows.", "kind"),
+		emptied: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "streams_emptied_total",
+			Help: "Streams the janitor deleted under delete_on_empty."}),
 		jobSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "settle", Name: "job_seconds",
 			Help: "Duration of auditor jobs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"class", "kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobSeconds,
-			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed)
+			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied)
 	}
 	return m
 }
+
+// CountEmptied counts a stream the janitor deleted under delete_on_empty.
+func (st *Stores) CountEmptied() { st.metrics().emptied.Inc() }

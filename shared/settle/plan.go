@@ -118,6 +118,13 @@ func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
 				m.erasPlanned.WithLabelValues(string(ch.Class)).Inc()
 			}
 		}
+		if !trimDue && collectDue(epochs) {
+			// A chain whose epochs are all spent: its trim-check collects
+			// the garbage if its star is decommissioned.
+			if trimDue, err = collectPending(ctx, st, ch); err != nil {
+				return nil, err
+			}
+		}
 		if trimDue {
 			jobs = append(jobs, Job{Kind: KindTrim, Chain: ch})
 		}

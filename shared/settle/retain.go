@@ -14,6 +14,30 @@ type StreamTrimReport struct {
 	Rows  int    // catalog rows deleted
 	Bytes uint64 // bytes of the objects they named (reclaimed a grace later)
 	First uint64 // the stream's first row after the trim
+	// The stream's tail as its rows say: Written is false when it has no
+	// row at all; Tail and LastTimestamp are its greatest row's end seq
+	// and max timestamp; TrimPoint is trimPoint's.
+	Written       bool
+	Tail          uint64
+	LastTimestamp uint64
+	TrimPoint     uint64
+}
+
+// Empty reports whether every record of the stream as the report saw it
+// is gone from what it retains, and since when (unix ms): a stream never
+// written since created (created: unix ms); one trimmed to its tail since
+// its last record (the trim command); one whose records all aged past
+// age (0: infinite) since its last record's timestamp plus age. Pure.
+func (r StreamTrimReport) Empty(created uint64, age time.Duration) (since uint64, empty bool) {
+	switch {
+	case !r.Written || r.Tail == 0:
+		return created, true
+	case r.TrimPoint >= r.Tail:
+		return r.LastTimestamp, true
+	case age > 0:
+		return r.LastTimestamp + uint64(age.Milliseconds()), true
+	}
+	return 0, false
 }
 
 // maxTrimRows bounds the rows one pass deletes from one stream.
@@ -21,7 +45,7 @@ const maxTrimRows = 1024
 
 // TrimStream moves a stream's first readable seq up: oldest first, it
 // deletes each catalog row whose records are all below the stream's trim
-// point (the greatest row's, from trim command records) or, when before
+// point (from its trim command records: trimPoint) or, when before
 // is not zero, older than before (age retention), and stops at the first
 // row it keeps, so the rows left still chain from the new first seq. The
 // stream's greatest catalog row is never deleted (nor any span ref): it
@@ -40,9 +64,13 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 	if err := st.check(); err != nil {
 		return rep, err
 	}
-	trim, err := trimPoint(ctx, st.Meta, id)
+	trim, top, err := trimPoint(ctx, st.Meta, id)
 	if err != nil {
 		return rep, err
+	}
+	rep.TrimPoint = trim
+	if top != nil {
+		rep.Written, rep.Tail, rep.LastTimestamp = true, top.EndSeq, top.MaxTimestamp
 	}
 	var cut uint64
 	if !before.IsZero() {
@@ -97,20 +125,41 @@ func trimmable(r, next meta.Ref, trim, cut uint64) bool {
 	return r.EndSeq <= trim || cut > 0 && r.MaxTimestamp < cut
 }
 
-// trimPoint is the stream's trim point as of its greatest row.
-func trimPoint(ctx context.Context, ms meta.Store, id string) (uint64, error) {
-	pg, err := ms.Query(ctx, meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Backward: true, Limit: 1})
-	if err != nil {
-		return 0, fmt.Errorf("settle: greatest row of stream %s: %w", id, err)
+// trimPoint is the stream's trim point: the greatest over its rows from
+// the greatest down to the greatest catalog row. The settle derives a
+// catalog row's from the trim command records it settles; a span ref
+// above it carries the absorb's chained value, which may be lower (bundle
+// footers hold no trim point), never higher than what the records said.
+//
+// It also returns the greatest row (nil: the stream has none).
+func trimPoint(ctx context.Context, ms meta.Store, id string) (uint64, *meta.Ref, error) {
+	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Backward: true, Limit: 64}
+	var trim uint64
+	var top *meta.Ref
+	for range maxTrimRows / 64 {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return 0, nil, fmt.Errorf("settle: greatest rows of stream %s: %w", id, err)
+		}
+		for _, it := range pg.Items {
+			var r meta.Ref
+			if err := meta.Decode(it.Val, &r); err != nil {
+				return 0, nil, err
+			}
+			if top == nil {
+				top = &r
+			}
+			trim = max(trim, r.TrimPoint)
+			if r.Settled != nil {
+				return trim, top, nil
+			}
+		}
+		if pg.Next == "" {
+			return trim, top, nil
+		}
+		q.PageToken = pg.Next
 	}
-	if len(pg.Items) == 0 {
-		return 0, nil
-	}
-	var r meta.Ref
-	if err := meta.Decode(pg.Items[0].Val, &r); err != nil {
-		return 0, err
-	}
-	return r.TrimPoint, nil
+	return trim, top, nil
 }
 
 // dropRow deletes a catalog row after marking its object's reclaim entry

@@ -2,6 +2,7 @@ package settle_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/reader"
 )
 
@@ -311,5 +314,92 @@ func TestReadRacingTrim(t *testing.T) {
 			t.Fatalf("trim before query %d of the read: %v", at, err)
 		}
 		t.Logf("trim before query %d: the read started at %d", at, start)
+	}
+}
+
+// trim appends a trim command record asking for point to stream id and
+// remembers it as acknowledged.
+func (e *env) trim(id string, point uint64) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tk, err := e.stream(id).Submit(ctx, facade.Request{Records: []facade.Input{{
+		Headers: []format.Header{{Value: []byte(api.CommandTrim)}},
+		Body:    binary.BigEndian.AppendUint64(nil, point),
+	}}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := tk.Wait(ctx); err != nil {
+		e.t.Fatalf("trim %s to %d: %v", id, point, err)
+	}
+	e.mu.Lock()
+	e.acked[id] = append(e.acked[id], tk.Sequenced().Records...)
+	e.mu.Unlock()
+}
+
+// A trim command record, appended through the write path, reaches the
+// rows: the settle that takes it into a catalog row derives the row's
+// trim point from the records, and the janitor's passes then delete the
+// catalog rows wholly below it and, a grace later, their objects. A read
+// from 0 starts at the first retained row (as S2 starts a read below the
+// first retained record), every record read is the one acknowledged, and
+// a later trim command with a smaller point moves nothing back. On both
+// backends.
+func TestTrimCommandReclaims(t *testing.T) {
+	for _, aws := range []bool{false, true} {
+		t.Run(map[bool]string{false: "mem", true: "aws"}[aws], func(t *testing.T) {
+			if aws && testing.Short() {
+				t.Skip("starts versitygw and DynamoDB Local")
+			}
+			e := newEnv(t, envOpts{aws: aws})
+			ctx := context.Background()
+			now := retainedState(t, e)
+			cat := catalog(t, e.meta, "r")
+			point := cat[2].FirstSeq + 1 // inside row 2: rows 0 and 1 go, row 2 stays whole
+			e.trim("r", point)
+			e.write("r", 2, 8, 500)
+			e.trim("r", 1) // below the point: the point stays
+			e.write("r", 1, 8, 500)
+			e.waitAbsorbed()
+			now = now.Add(time.Hour)
+			if _, err := settleAll(ctx, e.st, now, true); err != nil {
+				t.Fatal(err)
+			}
+			after := catalog(t, e.meta, "r")
+			if got := after[len(after)-1].TrimPoint; got != point {
+				t.Fatalf("the greatest catalog row's trim point is %d, want %d", got, point)
+			}
+			stored, _, _ := storage(t, e, "r")
+			rep, err := settle.TrimStream(ctx, e.st, "r", basin, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Rows != 2 || rep.First != cat[2].FirstSeq {
+				t.Fatalf("trim to %d: %+v, want rows 0 and 1 deleted, first seq %d", point, rep, cat[2].FirstSeq)
+			}
+			for _, at := range []time.Time{now, now.Add(e.st.Config.ReadGrace + time.Second)} {
+				if _, err := settle.Reclaim(ctx, e.st, at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if start, err := e.readFrom(ctx, e.rd, "r", frontier(t, e.meta, "r")); err != nil || start != cat[2].FirstSeq {
+				t.Fatalf("read from 0 after the trim: start %d (want %d), %v", start, cat[2].FirstSeq, err)
+			}
+			if err := onlyCurrentRevisions(t, e.meta, e.objs, e.ids()); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range cat[:2] {
+				s := r.Settled
+				if _, err := e.objs.Bucket(settledB).Head(ctx, format.SettledKey(basin, "r", s.Epoch, s.FirstSeq, s.Revision)); !errors.Is(err, objstore.ErrNotFound) {
+					t.Fatalf("the object of trimmed row [%d,%d) is still stored: %v", r.FirstSeq, r.EndSeq, err)
+				}
+			}
+			left, retained, _ := storage(t, e, "r")
+			if left != retained {
+				t.Fatalf("after the reclaim: %d B stored (was %d) for %d B retained", left, stored, retained)
+			}
+			t.Logf("trim to %d reclaimed %d B of %d", point, stored-left, stored)
+		})
 	}
 }

@@ -15,6 +15,8 @@ import (
 type TrimReport struct {
 	Epochs  int    // epochs whose cursors moved
 	Trimmed uint64 // slots deleted from every bucket of their set
+	// Collected is the chain garbage of a decommissioned star it reclaimed.
+	Collected CollectReport
 }
 
 // TrimCheck retires a chain's slots (DESIGN §7, §10). Per epoch, as pure
@@ -56,6 +58,13 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 		}
 		if err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 && collectDue(epochs) {
+		// The epochs as read before this run's trims: a chain whose last
+		// trim just landed is collected by the next run.
+		if rep.Collected, err = collect(ctx, st, c, ch); err != nil {
+			errs = append(errs, fmt.Errorf("settle: collect %s's garbage: %w", ch, err))
 		}
 	}
 	return rep, errors.Join(errs...)

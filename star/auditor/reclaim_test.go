@@ -201,3 +201,127 @@ func strayObjects(t *testing.T, ms meta.Store, objs *mem.Store, basin string, id
 	}
 	return stray
 }
+
+// The in-process runner applies trim commands and delete_on_empty beside
+// a star as `star dev` runs it: a trim command appended to a stream makes
+// reads from 0 start past the rows below its point, with every record
+// read the one appended; a stream whose records age out and whose leader
+// releases it idle is deleted once empty for its min age, while a stream
+// with the same config that keeps being appended to is kept.
+func TestDevStarTrimsAndDeletesEmpty(t *testing.T) {
+	ctx := context.Background()
+	ms := testsvc.SQLite(t)
+	inner, err := mem.New("standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := settle.Config{
+		Trigger:   32 << 10,
+		Standard:  settle.ClassTimers{Linger: 20 * time.Millisecond, AgeCap: 60 * time.Millisecond},
+		Express:   settle.ClassTimers{Linger: 20 * time.Millisecond, AgeCap: 60 * time.Millisecond},
+		OutputCap: 32 << 10, ReadGrace: 200 * time.Millisecond, Workers: 2, ScratchDir: t.TempDir(),
+	}
+	cfg := node.Defaults()
+	cfg.StarID = "dev-star"
+	cfg.Standard.FlushInterval = 2 * time.Millisecond
+	cfg.Standard.TargetFlightBytes = 16 << 10
+	cfg.Settle = policy
+	cfg.DeletionPending = 100 * time.Millisecond
+	cfg.IdleRelease = 400 * time.Millisecond
+	n, err := node.Open(ctx, cfg, node.Deps{Meta: ms, Objects: inner, Logger: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(context.Background())
+	reg := prometheus.NewRegistry()
+	st := &settle.Stores{Meta: ms, Objects: inner, SettledBucket: "standard", Streams: settle.MetaStreams{Meta: ms},
+		Config: policy, Metrics: settle.NewMetrics(reg), Logger: testLog()}
+	r, err := auditor.New(st, auditor.Options{Interval: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.Run(rctx) })
+	defer func() { stop(); wg.Wait() }()
+
+	const basin = "dev-basin"
+	if _, err := n.CreateBasin(ctx, api.CreateBasinRequest{Basin: basin}, ""); err != nil {
+		t.Fatal(err)
+	}
+	doe := &api.StreamConfig{RetentionPolicy: &api.RetentionPolicy{AgeSecs: 1}, DeleteOnEmpty: &api.DeleteOnEmptyConfig{MinAgeSecs: 1}}
+	names := map[string]*api.StreamConfig{"trimmed": nil, "emptied": doe, "busy": doe}
+	for name, sc := range names {
+		if _, err := n.CreateStream(ctx, basin, api.CreateStreamRequest{Stream: name, Config: sc}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string][][]byte{}
+	appendTo := func(name string, recs ...api.Record) {
+		t.Helper()
+		in := &api.AppendInput{Records: recs}
+		if _, err := n.Append(ctx, basin, name, in, nil); err != nil {
+			t.Fatalf("append to %s: %v", name, err)
+		}
+		for _, rec := range recs {
+			want[name] = append(want[name], rec.Body)
+		}
+	}
+	batch := func(name string, round int) []api.Record {
+		var recs []api.Record
+		for i := range 10 {
+			recs = append(recs, api.Record{Body: []byte(fmt.Sprintf("%s-%d-%d-%s", name, round, i, strings.Repeat("x", 400)))})
+		}
+		return recs
+	}
+	for round := range 20 {
+		for _, name := range []string{"trimmed", "emptied", "busy"} {
+			appendTo(name, batch(name, round)...)
+		}
+		time.Sleep(60 * time.Millisecond)
+	}
+	const point = 150
+	appendTo("trimmed", api.TrimRecord(point))
+	appendTo("trimmed", batch("trimmed", 99)...)
+	deadline := time.Now().Add(30 * time.Second)
+	for round := 100; ; round++ {
+		appendTo("busy", batch("busy", round)...)
+		start := readKept(t, n, basin, "trimmed", want["trimmed"])
+		gone := deletedAt(t, ms, basin, "emptied")
+		if start > 0 && gone {
+			if start > point {
+				t.Fatalf("reads of the trimmed stream start at %d, past the trim point %d", start, point)
+			}
+			t.Logf("trimmed stream: reads start at %d (point %d); the empty stream is deleted", start, point)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: the trimmed stream's reads start at %d, the emptied stream deleted %v; metrics:\n%s", start, gone, dump(t, reg))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := n.Append(ctx, basin, "emptied", &api.AppendInput{Records: []api.Record{{Body: []byte("late")}}}, nil); err == nil {
+		t.Fatal("an append to the deleted empty stream was acknowledged")
+	}
+	if deletedAt(t, ms, basin, "busy") {
+		t.Fatal("the busy stream with delete_on_empty was deleted")
+	}
+	readKept(t, n, basin, "busy", want["busy"])
+}
+
+// deletedAt reports whether a stream's name row says it is deleted.
+func deletedAt(t *testing.T, ms meta.Store, basin, name string) bool {
+	t.Helper()
+	k := meta.StreamNameKey(basin, name)
+	it, err := ms.Get(context.Background(), k.PK, k.SK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row struct {
+		DeletedAt *time.Time `json:"deleted_at"`
+	}
+	if err := meta.Decode(it.Val, &row); err != nil {
+		t.Fatal(err)
+	}
+	return row.DeletedAt != nil
+}

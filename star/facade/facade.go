@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
 )
 
@@ -176,7 +177,7 @@ func (s *Stream) Sequence(req Request, nowMs uint64) (Sequenced, error) {
 		case Fence:
 			token = c.Token
 		case Trim:
-			trim = max(trim, min(c.Point, seq+1))
+			trim = api.TrimAfter(trim, c.Point, seq)
 		}
 	}
 

@@ -127,6 +127,28 @@ func TestDrain(t *testing.T) {
 	if got := gateSettles(t, b); got != 0 {
 		t.Fatalf("%v gate settles after a drain, want 0", got)
 	}
+	// Its close is a decommission: the registry row says so, so the
+	// janitor's trim job may collect its chain garbage; a plain close is not.
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for star, want := range map[string]bool{"a": true, "b": false} {
+		k := meta.RegistryKey(star)
+		it, err := st.meta.Get(ctx, k.PK, k.SK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reg meta.Registration
+		if err := meta.Decode(it.Val, &reg); err != nil {
+			t.Fatal(err)
+		}
+		if reg.State != meta.StarStopped || reg.Decommissioned != want {
+			t.Errorf("star %s after its close: %+v, want stopped, decommissioned %v", star, reg, want)
+		}
+	}
 }
 
 func isStatus(err error, status int) bool {

@@ -234,6 +234,9 @@ const (
 	claimWait
 	// claimNoAddress: a live holder advertises nowhere to forward to.
 	claimNoAddress
+	// claimEmptied: the auditor took the lease to delete the stream on
+	// empty (meta.Lease.Emptied); nobody leads it again.
+	claimEmptied
 )
 
 // claimView is what decideClaim judges: the lease as read, the
@@ -296,6 +299,8 @@ func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
 //     dead-after bound after the holder's last one (leader.PresumeDead,
 //     this star its witness): after a metastore outage every star looks
 //     stale, and the first one back must not depose the rest;
+//   - a lease the auditor took to delete the stream on empty is never
+//     taken (the stream is being deleted: 404);
 //   - anything else (unled, dead, stopped, superseded, never registered,
 //     an earlier incarnation of this star) is acquired.
 //
@@ -305,6 +310,9 @@ func decideClaim(v claimView) claimDecision {
 		return claimDecision{act: claimAcquire, from: "unled"}
 	}
 	l := v.lease
+	if l.Emptied {
+		return claimDecision{act: claimEmptied}
+	}
 	if l.Released {
 		if v.registered && l.To != "" && l.To != v.me.Star && v.reg.State == meta.StarLive &&
 			leader.Live(v.reg, v.reg.Incarnation, v.now, v.deadAfter) && v.reg.Address != "" {
@@ -405,6 +413,8 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, whose heartbeat looks stale, but this star only just regained the metastore; retry", name, v.lease.Star)
 		case claimNoAddress:
 			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, which advertises no address", name, v.lease.Star)
+		case claimEmptied:
+			return meta.Lease{}, 0, api.StreamNotFound("stream %q is being deleted: it was empty for its delete_on_empty min age", name)
 		}
 		// claimAcquire. A draining star forwards to live leaders but takes
 		// no lease.

@@ -130,6 +130,8 @@ func TestDecideClaim(t *testing.T) {
 		want       claimDecision
 	}{
 		{name: "unled", want: claimDecision{act: claimAcquire, from: "unled"}},
+		{name: "emptied by the auditor", lease: meta.Lease{LeaseHolder: meta.LeaseHolder{Star: meta.EmptiedBy}, Version: 4, Emptied: true}, leased: true,
+			want: claimDecision{act: claimEmptied}},
 		{name: "held by me", lease: held(me), leased: true, want: claimDecision{act: claimHeld}},
 		{name: "released by me to nobody", lease: released(me, ""), leased: true, want: claimDecision{act: claimAcquire, from: "released"}},
 		{name: "released to me", lease: released(peer, "me"), leased: true, want: claimDecision{act: claimAcquire, from: "released"}},

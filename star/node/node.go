@@ -398,6 +398,9 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	reg := n.regn
 	reg.State, reg.Heartbeat = StateStopped, time.Now().UnixMilli()
+	// After a drain that settled every chain (the terminate gate is open),
+	// the stop is a decommission: the janitor may collect the chain garbage.
+	reg.Decommissioned = n.draining.Load() && n.ownSettled.Load()
 	// A zombie's row is no longer its own: there is nothing to mark.
 	if _, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil && !errors.Is(err, errSuperseded) {
 		errs = append(errs, err)
