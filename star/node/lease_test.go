@@ -324,3 +324,43 @@ func TestTakeoverReadsRowsAgain(t *testing.T) {
 	}
 	t.Fatal("b never learned that s1 was deleted")
 }
+
+// A star that cached a stream's row deleted still finds the stream a peer
+// re-creates under the name (the soak's finding: such a star answered 404
+// stream_not_found, or 409 within the pending window, until restarted, and
+// a stream handed to it was unreachable through it).
+func TestDeletedRowCacheSeesRecreatedStream(t *testing.T) {
+	st := newStores(t)
+	a := open(t, st, clusterConfig("a"))
+	b := open(t, st, clusterConfig("b"))
+	ctx := context.Background()
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: "s1"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, "basin-one", "s1", records("old", 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteStream(ctx, "basin-one", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	// A request in the pending window reads the row and caches it deleted.
+	if _, err := a.CheckTail(ctx, "basin-one", "s1", nil); err == nil {
+		t.Fatal("check-tail of a stream being deleted succeeded")
+	}
+	var created bool
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !created; time.Sleep(20 * time.Millisecond) {
+		_, err := b.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: "s1"}, "")
+		created = err == nil
+	}
+	if !created {
+		t.Fatal("b could not re-create s1 after the deletion-pending window")
+	}
+	// Within the pending window or after it, a must answer for the new
+	// stream, not from its cached row of the old one (409 or 404).
+	if _, err := a.CheckTail(ctx, "basin-one", "s1", nil); err != nil {
+		t.Fatalf("a answers for the deleted stream, not the re-created one: %v", err)
+	}
+}

@@ -16,7 +16,10 @@ func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*
 	n.mu.Lock()
 	e := n.streams[key]
 	n.mu.Unlock()
-	if e == nil {
+	// Only a live row is trusted from the cache: a deleted one (or one of
+	// an earlier basin) may have been re-created by a peer since, and
+	// answering from it would make this star 404 a stream that exists.
+	if e == nil || e.row.DeletedAt != nil || e.row.BasinID != b.row.ID {
 		var err error
 		if e, err = n.readStream(ctx, key); err != nil || e == nil {
 			return nil, err
