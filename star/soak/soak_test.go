@@ -935,7 +935,7 @@ func (s *soak) report(dir string) {
 		}
 	}
 	if s.stale > 0 {
-		t.Logf("STALE-NAME 404s: %d requests for an existing stream answered 404 stream_not_found (by star: %v): a star's cached name row outlives a delete and re-create made through another star (star/node; not asserted here, see docs/soak.md)", s.stale, s.staleBy)
+		t.Errorf("STALE-NAME 404s: %d requests for an existing stream answered 404 stream_not_found (by star: %v): a star answered from a cached row of a deleted stream (star/node, TestDeletedRowCacheSeesRecreatedStream)", s.stale, s.staleBy)
 	}
 	t.Logf("%d samples, %d kills, %d deletes; %d acknowledged records read back and matched, %d records of failed appends read", len(s.samples), s.kills, len(s.deleted), s.verified, s.unacked)
 	if s.verified == 0 {
