@@ -41,6 +41,9 @@ type Metrics struct {
 	chainGarbage *prometheus.CounterVec
 	// emptied counts streams deleted under delete_on_empty.
 	emptied prometheus.Counter
+	// badRows counts rows Plan could not decode and set aside, by kind:
+	// "directory", "epoch" or "marker" (planBadRow logs each).
+	badRows *prometheus.CounterVec
 }
 
 // nopMetrics records into unregistered instruments.
@@ -74,6 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rowsReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "rows_reclaimed_total",
 			Help: "Stream ref rows deleted by retention, trims and deleted-stream reclamation, by kind."}, []string{"kind"}),
 		chainGarbage: counter("chain_garbage_reclaimed_total", "Chain garbage of decommissioned stars deleted by the trim-check, by kind: epoch records, slot keys, directory rows.", "kind"),
+		badRows:      counter("plan_bad_rows_total", "Rows Plan could not decode and set aside (quarantined), by kind: directory, epoch or marker.", "kind"),
 		emptied: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "streams_emptied_total",
 			Help: "Streams the janitor deleted under delete_on_empty."}),
 		jobSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "settle", Name: "job_seconds",
@@ -81,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobSeconds,
-			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied)
+			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied, m.badRows)
 	}
 	return m
 }

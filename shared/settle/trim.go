@@ -75,7 +75,7 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 // many slots it deleted.
 func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e meta.Epoch, now time.Time, grace time.Duration) (uint64, error) {
 	if e.Rewritten < e.Checkpoint {
-		first, err := liveMarkers(ctx, st.Meta, ch, e, 1)
+		first, err := firstLiveMarker(ctx, st, ch, e)
 		if err != nil {
 			return 0, err
 		}
