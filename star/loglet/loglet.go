@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
@@ -80,6 +81,10 @@ type Config struct {
 	AbsorbInterval time.Duration
 	// AbsorbMaxSlots bounds one pass.
 	AbsorbMaxSlots int
+	// Pacer spaces the passes of the star's loglets so their metastore
+	// writes stay within its budget (nil: AbsorbInterval alone spaces
+	// them, and passes run at the flight rate).
+	Pacer *Pacer
 	// Ripening schedules the batch markers.
 	Ripening absorb.Ripening
 	// MetaConcurrency bounds the metastore writes of one pass.
@@ -123,8 +128,7 @@ func (c *Config) defaults() {
 	}
 	if c.AbsorbInterval <= 0 {
 		// A pass per 100 ms at most: the metastore sees (streams + 2) writes
-		// per pass whatever the bytes, and a released flight waits at most
-		// this long for its refs.
+		// per pass whatever the bytes; the Pacer spaces passes further.
 		c.AbsorbInterval = 100 * time.Millisecond
 	}
 	if c.SlowMetaOp <= 0 {
@@ -134,7 +138,9 @@ func (c *Config) defaults() {
 		c.MetaConcurrency = 16
 	}
 	if c.AbsorbMaxSlots <= 0 {
-		c.AbsorbMaxSlots = 256
+		// Half the default backlog: a pass at the pressure point (half the
+		// backlog's flights) takes everything released since the last.
+		c.AbsorbMaxSlots = 512
 	}
 }
 
@@ -189,8 +195,9 @@ type Loglet struct {
 	admit   admitStalls
 	shares  shares // bytes outstanding by stream, for ErrOverShare
 
-	absorbNudge chan struct{}
-	absorbDone  chan struct{}
+	absorbNudge  chan struct{}
+	absorbDone   chan struct{}
+	absorbUrgent atomic.Int32 // AwaitAbsorbed callers waiting: no pacing
 
 	mu     sync.Mutex
 	closed error // set once the loglet stops taking batches

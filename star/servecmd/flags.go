@@ -82,6 +82,7 @@ type common struct {
 	ageCap, expAgeCap         time.Duration
 	backlogFlights            int
 	backlogMiB                int
+	absorbBudget              float64
 	settleTriggerMiB          int
 	settleOutputCapMiB        int
 	readGrace                 time.Duration
@@ -129,6 +130,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.expDeadline, "s3-express-flight-deadline", d.Express.FlightDeadline, "Express: flight deadline")
 	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "flights a chain may hold cut but unabsorbed (released, or at most the window uploading) before publishing blocks: it bounds a successor's settle")
 	fs.IntVar(&c.backlogMiB, "s3-chain-backlog-mib", int(d.BacklogBytes>>20), "the same bound in bytes of rendered flights, per chain (the flight index holds them in memory)")
+	fs.Float64Var(&c.absorbBudget, "absorb-write-budget", d.AbsorbWriteBudget, "metastore writes per second the star's absorb passes may average (one span ref per stream per pass): passes are spaced to stay within it, at least 100 ms apart, and sooner when a chain's backlog reaches half its budget (0 turns the budget off)")
 	sd := d.Settle
 	fs.IntVar(&c.settleTriggerMiB, "settle-trigger-mib", int(sd.Trigger>>20), "un-settled bytes per stream that ripen its batches at the linger")
 	fs.DurationVar(&c.linger, "settle-linger", sd.Standard.Linger, "Standard: a batch past the size trigger ripens this long after its birth (plus jitter)")
@@ -173,6 +175,10 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Standard.FlightDeadline, cfg.Express.FlightDeadline = c.deadline, c.expDeadline
 	cfg.BacklogFlights = c.backlogFlights
 	cfg.BacklogBytes = int64(c.backlogMiB) << 20
+	cfg.AbsorbWriteBudget = c.absorbBudget
+	if c.absorbBudget <= 0 {
+		cfg.AbsorbWriteBudget = -1 // off (the config fills 0 with the default)
+	}
 	cfg.Settle = c.settleConfig()
 	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
