@@ -93,6 +93,17 @@ BENCHTIME ?= 1s
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
 
+## bench-density: metastore writes and object requests per GiB against the
+## stream count (issue 15): one Standard loglet at 4 MiB/s of 1 KiB records
+## over N = 1, 100, 1,000 and 10,000 streams, on SQLite and on DynamoDB
+## Local, DENSITY_SECONDS (60) each (figures in docs/bench.md, "Density").
+DENSITY_SECONDS ?= 60
+.PHONY: bench-density
+bench-density:
+	@mkdir -p build
+	@set -o pipefail; DENSITY_SECONDS=$(DENSITY_SECONDS) $(GO) test -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkDensity$$' -benchtime 1x ./star/loglet 2>&1 \
+	  | tee build/bench-density.log | grep -E '^(Benchmark|ok |FAIL|panic:)'
+
 ## verify: the long linearizability run (issue 6): clients append, read and
 ## check-tail through three `star serve` processes (one SQLite metastore, one
 ## object folder) while the nemesis kills stars with kill -9 and restarts them,
