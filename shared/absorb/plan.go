@@ -179,7 +179,7 @@ func Plan(star string, class meta.Class, epoch uint64, slots []Slot, prev map[st
 		Birth: birth.UnixMilli(), Ripen: ripen.UnixMilli(), Cause: cause, Streams: streams, Bytes: bytes,
 	}
 	if p.Shards = meta.ShardStreams(streams); p.Shards != nil {
-		p.Marker.Streams, p.Marker.Shards = nil, len(p.Shards)
+		p.Marker.Streams, p.Marker.Shards = []string{meta.MarkerShardedStream}, len(p.Shards)
 	}
 	return p, nil
 }

@@ -141,6 +141,12 @@ func ShardStreams(ids []string) [][]string {
 	return append(out, cur)
 }
 
+// MarkerShardedStream stands alone in the Streams of a marker whose set is
+// in shard rows. No stream has that id, so a settler of an earlier build,
+// which reads only Streams, finds the stream unknown and leaves the marker
+// alone instead of resolving it with its streams unsettled.
+const MarkerShardedStream = "~sharded"
+
 // MarkerShard is one shard row of a marker's stream set.
 type MarkerShard struct {
 	Streams []string `json:"streams"`
@@ -284,8 +290,8 @@ type Marker struct {
 	Ripen    int64  `json:"ripen"` // unix ms
 	Cause    string `json:"cause"` // "linger" or "cap"
 	// Streams is the pass's stream set when it fits inline; otherwise it
-	// is empty and Shards says how many shard rows (MarkerShardKey) hold
-	// it. The shards are written after the marker and before the pass's
+	// is MarkerShardedStream alone and Shards says how many shard rows
+	// (MarkerShardKey) hold it. The shards are written after the marker and before the pass's
 	// refs, so every marker below the checkpoint has all of its shards.
 	Streams []string `json:"streams,omitempty"`
 	Shards  int      `json:"shards,omitempty"`
