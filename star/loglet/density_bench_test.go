@@ -118,7 +118,7 @@ func densityRun(b *testing.B, backend string, n int) {
 	start := time.Now()
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	next, owed := 0, 0.0
+	next, owed, peak := 0, 0.0, 0
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -127,6 +127,7 @@ func densityRun(b *testing.B, backend string, n int) {
 		if ctx.Err() != nil {
 			break
 		}
+		peak = max(peak, l.Index().Len())
 		owed += float64(rate) * tick.Seconds()
 		recs := int(owed)
 		owed -= float64(recs)
@@ -170,6 +171,11 @@ func densityRun(b *testing.B, backend string, n int) {
 	b.ReportMetric(float64(objs)/gib, "obj-reqs/GiB")
 	b.ReportMetric(float64(quantile(lat, 0.99).Microseconds())/1000, "ack-p99-ms")
 	b.ReportMetric(gaugeOrCounter(reg, "starlog_absorb_pressured_passes_total"), "pressured-passes")
+	// The trade: pass spacing against the backlog it leaves (released,
+	// unabsorbed flights: the flight index's memory and a successor's walk).
+	passes := histogramCount(reg, "starlog_absorb_pass_seconds")
+	b.ReportMetric(elapsed.Seconds()/max(passes, 1), "s/pass")
+	b.ReportMetric(float64(peak), "backlog-peak-flights")
 }
 
 func gaugeOrCounter(reg *prometheus.Registry, name string) float64 {
@@ -179,6 +185,19 @@ func gaugeOrCounter(reg *prometheus.Registry, name string) float64 {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
 				v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+func histogramCount(reg *prometheus.Registry, name string) float64 {
+	mfs, _ := reg.Gather()
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}
