@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
@@ -138,6 +139,19 @@ func streamsIn(slots []absorb.Slot) int {
 		}
 	}
 	return len(seen)
+}
+
+// Urge makes the absorb run its passes at the minimum interval, whatever
+// the write budget, until done is called: a handoff waiting for a
+// stream's extents to be absorbed does not wait out the pacing.
+func (l *Loglet) Urge() (done func()) {
+	l.absorbUrgent.Add(1)
+	select {
+	case l.absorbNudge <- struct{}{}:
+	default:
+	}
+	var once sync.Once
+	return func() { once.Do(func() { l.absorbUrgent.Add(-1) }) }
 }
 
 // AwaitAbsorbed waits until the absorb has taken every released flight
