@@ -70,6 +70,7 @@ func densityRun(b *testing.B, backend string, n int) {
 	cfg.TargetFlight = 4 << 20
 	cfg.PoolBudget = 256 << 20
 	cfg.BacklogFlights = densityEnv("DENSITY_BACKLOG_FLIGHTS", 1024)
+	cfg.BacklogBytes = int64(densityEnv("DENSITY_BACKLOG_MIB", 1024)) << 20
 	cfg.Pacer = loglet.NewPacer(budget)
 	reg := prometheus.NewRegistry()
 	r := &benchRig{meta: mfaults.New(ms, 1), store: faults.Wrap(inner, faults.WithSeed(7)), cfg: cfg}
