@@ -138,9 +138,10 @@ func (c *Config) defaults() {
 		c.MetaConcurrency = 16
 	}
 	if c.AbsorbMaxSlots <= 0 {
-		// Half the default backlog: a pass at the pressure point (half the
-		// backlog's flights) takes everything released since the last.
-		c.AbsorbMaxSlots = 512
+		// Half the backlog (512 by default): a pass at the pressure point
+		// (half the backlog's flights) takes everything released since the
+		// last, so a larger backlog spaces passes further.
+		c.AbsorbMaxSlots = max(c.BacklogFlights/2, 1)
 	}
 }
 
