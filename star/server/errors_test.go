@@ -40,10 +40,24 @@ func TestErrorCodes(t *testing.T) {
 		{"unknown endpoint", "GET", "/v1/nope", "", nil, 400, api.CodeBadPath},
 		{"unknown top level", "GET", "/v2/basins", "", nil, 400, api.CodeBadPath},
 		{"too deep", "GET", "/v1/streams/s/records/tail/x", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
-		{"trailing slash", "GET", "/v1/basins/", "", nil, 422, api.CodeInvalid},
-		// 405
-		{"method", "DELETE", "/v1/basins", "", nil, 405, api.CodeBadPath},
-		{"method on tail", "POST", "/v1/streams/s/records/tail", "", []string{"s2-basin", "err-basin"}, 405, api.CodeBadPath},
+		{"trailing slash", "GET", "/v1/basins/", "", nil, 400, api.CodeBadPath},
+		// 400 bad_path for a bad name in the path, bad_json in a body (as S2)
+		{"invalid basin in path", "GET", "/v1/basins/UPPER-CASE", "", nil, 400, api.CodeBadPath},
+		{"short basin in path", "DELETE", "/v1/basins/ab", "", nil, 400, api.CodeBadPath},
+		{"invalid basin name", "POST", "/v1/basins", `{"basin":"ab"}`, jsonCT, 400, api.CodeBadJSON},
+		{"invalid stream name", "POST", "/v1/streams", `{"stream":""}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
+		{"stream name dot in body", "POST", "/v1/streams", `{"stream":"."}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
+		{"stream name dot-dot in body", "POST", "/v1/streams", `{"stream":".."}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
+		{"stream name dot in path", "PUT", "/v1/streams/%2E", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		{"stream name dot-dot in path", "GET", "/v1/streams/%2E%2E/records/tail", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		{"stream name dot-dot appended", "POST", "/v1/streams/%2e%2e/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		{"stream name too long", "GET", "/v1/streams/" + strings.Repeat("n", 513), "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		// 405 (S2 has no code for it: not_implemented, with Allow)
+		{"method", "DELETE", "/v1/basins", "", nil, 405, api.CodeNotImplemented},
+		{"method on tail", "POST", "/v1/streams/s/records/tail", "", []string{"s2-basin", "err-basin"}, 405, api.CodeNotImplemented},
+		{"method on locations", "POST", "/v1/locations", "", nil, 405, api.CodeNotImplemented},
+		// 501 not_implemented: S2 endpoints this deployment does not offer
+		{"set default location", "PUT", "/v1/locations/default", `"elsewhere"`, jsonCT, 501, api.CodeNotImplemented},
 		// 400 bad_header
 		{"missing s2-basin", "GET", "/v1/streams", "", nil, 400, api.CodeBadHeader},
 		{"invalid s2-basin", "GET", "/v1/streams", "", []string{"s2-basin", "Bad_Basin"}, 400, api.CodeBadHeader},
@@ -83,15 +97,13 @@ func TestErrorCodes(t *testing.T) {
 		// 409
 		{"basin exists", "POST", "/v1/basins", `{"basin":"err-basin"}`, jsonCT, 409, api.CodeResourceAlreadyExists},
 		{"stream exists", "POST", "/v1/streams", `{"stream":"s"}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 409, api.CodeResourceAlreadyExists},
+		{"stream exists, other config, same token", "POST", "/v1/streams", `{"stream":"s","config":{"storage_class":"express"}}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json", "s2-request-token", "tok"}, 409, api.CodeResourceAlreadyExists},
 		// 412
 		{"seq mismatch", "POST", "/v1/streams/s/records", `{"records":[{"body":"a"}],"match_seq_num":7}`, []string{"s2-basin", "err-basin"}, 412, ""},
 		// 416
 		{"past the tail", "GET", "/v1/streams/s/records?seq_num=4", "", []string{"s2-basin", "err-basin"}, 416, ""},
 		// 422
-		{"invalid basin name", "POST", "/v1/basins", `{"basin":"ab"}`, jsonCT, 422, api.CodeInvalid},
-		{"invalid basin in path", "GET", "/v1/basins/UPPER-CASE", "", nil, 422, api.CodeInvalid},
-		{"invalid stream name", "POST", "/v1/streams", `{"stream":""}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 422, api.CodeInvalid},
-		{"stream name too long", "GET", "/v1/streams/" + strings.Repeat("n", 513), "", []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
+		{"basin in another location", "POST", "/v1/basins", `{"basin":"where-basin","location":"aws:mars-1"}`, jsonCT, 422, api.CodeInvalid},
 		{"empty batch", "POST", "/v1/streams/s/records", `{"records":[]}`, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"1001 records", "POST", "/v1/streams/s/records", json1001, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"1001 records proto", "POST", "/v1/streams/s/records", string(proto1001), []string{"s2-basin", "err-basin", "Content-Type", "application/protobuf"}, 422, api.CodeInvalid},

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"net/http"
 
 	"github.com/starlog/starlog/shared/api"
@@ -120,6 +122,9 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 	defer cancel()
 	b, rerr := s.n.Read(ctx, basin, name, req, create)
 	if rerr != nil {
+		if errors.Is(context.Cause(ctx), errDraining) {
+			rerr = errServerDraining()
+		}
 		s.writeError(w, r, rerr)
 		return
 	}

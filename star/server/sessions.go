@@ -13,11 +13,12 @@ import (
 )
 
 // sessionErr turns the error that ended a session into what the client is
-// told: the session's own *api.Error, a retryable 503 when the server is
-// draining, or nil when the client went away (nobody to tell).
+// told: the session's own *api.Error, 503 server_draining when the server
+// is draining (S2's code: the SDKs resume at once and know nothing was
+// lost), or nil when the client went away (nobody to tell).
 func sessionErr(ctx context.Context, err error) *api.Error {
 	if errors.Is(context.Cause(ctx), errDraining) {
-		return api.Unavailable("the star is shutting down; reconnect")
+		return errServerDraining()
 	}
 	if ctx.Err() != nil {
 		return nil
@@ -27,6 +28,12 @@ func sessionErr(ctx context.Context, err error) *api.Error {
 		return e
 	}
 	return api.Other("session failed")
+}
+
+// errServerDraining is what a draining star answers: everything it took
+// was acknowledged first, so nothing unacknowledged was applied.
+func errServerDraining() *api.Error {
+	return api.ServerDraining("the star is shutting down; reconnect")
 }
 
 func (s *Server) openSessionRead(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig, sse bool) (*node.Cursor, api.LastEventID, bool) {
@@ -251,7 +258,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			select {
 			case it, ok = <-g.items:
 			default:
-				terminal(api.Unavailable("the star is shutting down; reconnect"))
+				terminal(errServerDraining())
 				return
 			}
 		} else {
@@ -259,8 +266,11 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			case it, ok = <-g.items:
 			case <-drain:
 				// Stop taking inputs; what the reader already submitted
-				// still gets its ack.
+				// still gets its ack, flagged reconnect-advised (S2S), so
+				// the SDK half-closes once it has every ack and resubmits
+				// the rest on a new session.
 				drain = nil
+				fw.SetReconnectAdvised(true)
 				cancelSubmit()
 				go g.close()
 				continue
