@@ -204,3 +204,33 @@ func expressAcks(t *testing.T, e *env) float64 {
 	}
 	return 0
 }
+
+// Locations: the deployment's one location, in /v1/locations, the default
+// and basin info; a create may name it, not another.
+func TestLocations(t *testing.T) {
+	e := newEnv(t, func(_ *node.Config, o *server.Options) { o.Location = "aws:test-1" })
+	r := e.call("GET", "/v1/locations", nil)
+	want(t, r, 200, "")
+	if string(r.body) != `[{"name":"aws:test-1","is_private":false}]` {
+		t.Fatalf("locations: %s", r)
+	}
+	r = e.call("GET", "/v1/locations/default", nil)
+	if r.status != 200 || string(r.body) != `{"name":"aws:test-1","is_private":false}` {
+		t.Fatalf("default location: %s", r)
+	}
+	r = e.call("POST", "basins", []byte(`{"basin":"loc-basin","location":"aws:test-1"}`))
+	want(t, r, 201, "")
+	if !strings.Contains(string(r.body), `"location":"aws:test-1"`) {
+		t.Fatalf("created basin info: %s", r)
+	}
+	r = e.call("GET", "basins?prefix=loc-", nil)
+	if !strings.Contains(string(r.body), `"location":"aws:test-1"`) {
+		t.Fatalf("listed basin info: %s", r)
+	}
+	r = e.call("PUT", "basins/loc-basin2", []byte(`{"location":"aws:test-1"}`))
+	if r.status != 201 || !strings.Contains(string(r.body), `"location":"aws:test-1"`) {
+		t.Fatalf("ensured basin info: %s", r)
+	}
+	want(t, e.call("PUT", "basins/loc-basin3", []byte(`{"location":"aws:elsewhere"}`)), 422, api.CodeInvalid)
+	want(t, e.call("GET", "basins/loc-basin3", nil), 404, api.CodeBasinNotFound)
+}
