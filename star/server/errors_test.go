@@ -64,6 +64,7 @@ func TestErrorCodes(t *testing.T) {
 		{"two s2-basin", "GET", "/v1/streams", "", []string{"s2-basin", "err-basin", "s2-basin", "err-basin"}, 400, api.CodeBadHeader},
 		{"bad s2-format", "POST", "/v1/streams/s/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin", "s2-format", "hex"}, 400, api.CodeBadHeader},
 		{"bad s2-stream-config", "POST", "/v1/streams/new/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin", "s2-stream-config", "{"}, 400, api.CodeBadHeader},
+		{"unsupported content-encoding", "POST", "/v1/streams/s/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin", "Content-Encoding", "br"}, 400, api.CodeBadHeader},
 		{"bad content-type", "POST", "/v1/streams/s/records", `a`, []string{"s2-basin", "err-basin", "Content-Type", "text/plain"}, 400, api.CodeBadHeader},
 		// 400 bad_query
 		{"bad count", "GET", "/v1/streams/s/records?count=abc", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},

@@ -117,6 +117,8 @@ type Server struct {
 	authDecisions *prometheus.CounterVec
 
 	clients *ratelimit.Keyed // per-client request rate; nil when off
+
+	codecs *codecs // compressed unary bodies (compress.go)
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -148,6 +150,9 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	}
 	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
 		clients: newClientLimits(opts.ClientRate)}
+	if s.codecs, err = newCodecs(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "requests_total",
@@ -227,7 +232,7 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, context.Cance
 // ServeHTTP routes a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rw := &recorder{ResponseWriter: w}
+	rw := &recorder{ResponseWriter: w, codecs: s.codecs, coding: responseCoding(r)}
 	rt, perr := parsePath(r.URL.EscapedPath())
 	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete {
 		// No route reads a body of these: drop one at once rather than
@@ -561,6 +566,10 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	// codecs decode compressed request bodies and encode responses in
+	// coding (the request's Accept-Encoding; "" for none): see compress.go.
+	codecs *codecs
+	coding string
 }
 
 func (w *recorder) WriteHeader(code int) {
