@@ -234,3 +234,85 @@ func TestLocations(t *testing.T) {
 	want(t, e.call("PUT", "basins/loc-basin3", []byte(`{"location":"aws:elsewhere"}`)), 422, api.CodeInvalid)
 	want(t, e.call("GET", "basins/loc-basin3", nil), 404, api.CodeBasinNotFound)
 }
+
+// The metrics API answers S2's sets and shapes: storage from the
+// metastore, the timeseries from what this star served.
+func TestMetricsAPI(t *testing.T) {
+	e := newEnv(t)
+	e.setupBasin("mtr-basin")
+	rec := `{"records":[{"body":"0123456789"}]}` // 8 + 10 metered bytes
+	for range 3 {
+		want(t, e.appendJSON("mtr-basin", "m", rec), 200, "")
+	}
+	if b, r := e.readJSON("mtr-basin", "m", "seq_num=0"); b == nil || len(b.Records) != 3 {
+		t.Fatalf("read: %s", r)
+	}
+	get := func(path string) api.MetricSetResponse {
+		t.Helper()
+		r := e.call("GET", path, nil)
+		want(t, r, 200, "")
+		var out api.MetricSetResponse
+		if err := json.Unmarshal(r.body, &out); err != nil || len(out.Values) != 1 {
+			t.Fatalf("%s: %s %v", path, r, err)
+		}
+		return out
+	}
+	sum := func(a *api.AccumulationMetric) float64 {
+		var v float64
+		for _, p := range a.Values {
+			v += p[1]
+		}
+		return v
+	}
+	for _, c := range []struct {
+		set, unit string
+		total     float64
+	}{
+		{"append-ops", "operations", 3}, {"append-throughput", "bytes", 54},
+		{"read-ops", "operations", 1}, {"read-throughput", "bytes", 54},
+	} {
+		for _, iv := range []string{"", "&interval=minute", "&interval=hour", "&interval=day"} {
+			m := get("/v1/metrics/mtr-basin?set=" + c.set + iv).Values[0].Accumulation
+			if m == nil || m.Name != c.set || m.Unit != c.unit || sum(m) != c.total {
+				t.Fatalf("%s%s: %+v, want %s total %v", c.set, iv, m, c.unit, c.total)
+			}
+		}
+	}
+	want(t, e.stream("mtr-basin", "GET", "streams", nil), 200, "")
+	want(t, e.stream("mtr-basin", "GET", "streams/m", nil), 200, "")
+	if m := get("/v1/metrics/mtr-basin?set=basin-ops").Values[0].Accumulation; m == nil || sum(m) != 2 {
+		t.Fatalf("basin-ops: %+v", m)
+	}
+	if m := get("/v1/metrics?set=account-ops").Values[0].Accumulation; m == nil || sum(m) < 1 {
+		t.Fatalf("account-ops: %+v", m)
+	}
+	if m := get("/v1/metrics?set=active-basins").Values[0].Label; m == nil || len(m.Values) != 1 || m.Values[0] != "mtr-basin" {
+		t.Fatalf("active-basins: %+v", m)
+	}
+	// Storage appears once the absorb has written the stream's refs.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := get("/v1/metrics/mtr-basin/m?set=storage").Values[0].Gauge
+		b := get("/v1/metrics/mtr-basin?set=storage").Values[0].Gauge
+		if s == nil || b == nil || s.Unit != "bytes" || len(s.Values) != 1 {
+			t.Fatalf("storage: %+v %+v", s, b)
+		}
+		if s.Values[0][1] > 0 {
+			if b.Values[0][1] != s.Values[0][1] {
+				t.Fatalf("basin storage %v, its one stream %v", b.Values[0][1], s.Values[0][1])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("stream storage still 0 after 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Errors: an unknown set, a bad interval, a bad name, a missing stream.
+	want(t, e.call("GET", "/v1/metrics?set=storage", nil), 400, api.CodeBadQuery)
+	want(t, e.call("GET", "/v1/metrics/mtr-basin?set=append-ops&interval=week", nil), 400, api.CodeBadQuery)
+	want(t, e.call("GET", "/v1/metrics/mtr-basin?set=append-ops&start=x", nil), 400, api.CodeBadQuery)
+	want(t, e.call("GET", "/v1/metrics/BAD?set=storage", nil), 400, api.CodeBadPath)
+	want(t, e.call("GET", "/v1/metrics/mtr-basin/nope?set=storage", nil), 404, api.CodeStreamNotFound)
+	want(t, e.call("GET", "/v1/metrics/no-such-basin?set=append-ops", nil), 404, api.CodeBasinNotFound)
+}

@@ -75,6 +75,8 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 		s.writeError(w, r, aerr)
 		return
 	}
+	s.usage.record(basin, useAppendOps, 1)
+	s.usage.record(basin, useAppendBytes, float64(api.MeteredBytes(in.Records)))
 	if wantsProto(r) {
 		writeBody(w, http.StatusOK, api.ContentTypeProto, api.EncodeAppendAckProto(ack))
 		return
@@ -128,6 +130,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 		s.writeError(w, r, rerr)
 		return
 	}
+	s.usage.record(basin, useReadOps, 1)
+	s.usage.record(basin, useReadBytes, float64(api.MeteredBytes(b.Records)))
 	if proto {
 		writeBody(w, http.StatusOK, api.ContentTypeProto, api.EncodeReadBatchProto(&b))
 		return

@@ -119,6 +119,7 @@ type Server struct {
 	clients *ratelimit.Keyed // per-client request rate; nil when off
 
 	codecs *codecs // compressed unary bodies (compress.go)
+	usage  *usage  // what this star served, for the metrics API (usage.go)
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -150,6 +151,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	}
 	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
 		clients: newClientLimits(opts.ClientRate)}
+	s.usage = newUsage(time.Now)
 	if s.codecs, err = newCodecs(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -273,6 +275,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK
 		}
 		s.requests.WithLabelValues(rt.kind.String(), methodLabel(r.Method), strconv.Itoa(status)).Inc()
+		if status < 400 {
+			s.countOp(r, rt)
+		}
 		s.duration.WithLabelValues(rt.kind.String()).Observe(time.Since(start).Seconds())
 	}()
 	if perr != nil {

@@ -32,6 +32,14 @@ func sessionErr(ctx context.Context, err error) *api.Error {
 
 // errServerDraining is what a draining star answers: everything it took
 // was acknowledged first, so nothing unacknowledged was applied.
+// countRead counts a read batch a session delivers, for the usage metrics.
+func (s *Server) countRead(basin string, b *api.ReadBatch) {
+	if len(b.Records) > 0 {
+		s.usage.record(basin, useReadOps, 1)
+		s.usage.record(basin, useReadBytes, float64(api.MeteredBytes(b.Records)))
+	}
+}
+
 func errServerDraining() *api.Error {
 	return api.ServerDraining("the star is shutting down; reconnect")
 }
@@ -112,6 +120,7 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			s.countRead(basin, &ev.Batch)
 			id = id.Next(&ev.Batch)
 			err = sw.Batch(&ev.Batch, id)
 		case node.EventHeartbeat:
@@ -166,6 +175,7 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			s.countRead(basin, &ev.Batch)
 			buf = api.AppendReadBatchProto(buf[:0], &ev.Batch)
 		case node.EventHeartbeat:
 			tail := ev.Tail
@@ -185,8 +195,9 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 // appendItem is one input of an append session on its way to an ack: a
 // submitted batch, or the failure that ends the session.
 type appendItem struct {
-	p   *node.PendingAppend
-	err *api.Error
+	p     *node.PendingAppend
+	err   *api.Error
+	bytes uint64 // metered, for the usage metrics
 }
 
 // appendSession serves an S2S append session: AppendInput frames in, one
@@ -298,6 +309,8 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			terminal(e)
 			return
 		}
+		s.usage.record(basin, useAppendOps, 1)
+		s.usage.record(basin, useAppendBytes, float64(it.bytes))
 		s.writeBy(rc)
 		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || s.flush(rc) != nil {
 			return
@@ -359,7 +372,7 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 					}
 					return appendItem{err: e}
 				}
-				return appendItem{p: p}
+				return appendItem{p: p, bytes: api.MeteredBytes(in.Records)}
 			}) {
 				return
 			}
