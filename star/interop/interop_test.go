@@ -22,9 +22,9 @@ import (
 
 // wantScenarios is what conformance.mjs reports: the ten scenarios of
 // API.md §5, with the three session scenarios (3, 8, 9) run once per SDK
-// transport, and the access-token scenario (11). A script that silently
-// drops a scenario fails the test.
-const wantScenarios = 14
+// transport, the access-token scenario (11) and S2 fidelity (12). A script
+// that silently drops a scenario fails the test.
+const wantScenarios = 15
 
 // interopToken is the admin token the star dev of the test runs with
 // (STARLOG_ADMIN_TOKEN), and so the SDK's S2_ACCESS_TOKEN.
@@ -56,7 +56,9 @@ func TestS2TypeScriptSDK(t *testing.T) {
 
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
-	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s")
+	// A short deletion-pending window lets scenario 12 see a name's
+	// re-creation refused (409) and then allowed.
+	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s", "--deletion-pending", "5s")
 	star.Env = append(withoutStarlogConfig(os.Environ()), "STARLOG_ADMIN_TOKEN="+interopToken)
 	srv := testsvc.Start(t, "star dev", star)
 	srv.WaitTCP(t, addr, time.Minute)

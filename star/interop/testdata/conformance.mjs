@@ -782,6 +782,92 @@ scenario("11-access-tokens", async (ctx) => {
   check(!after.accessTokens.some((t) => t.id === id), `revoked token still listed: ${show(after)}`);
 });
 
+// 12: S2 fidelity (issue 16): the basin default is copied into a stream at
+// create; a name being deleted cannot be re-created until its deletion is
+// no longer pending (the star runs with --deletion-pending 5s); create is
+// idempotent on the request token and the config; ensure reports its
+// provision result; bad names are 400; locations; metrics; a storage-class
+// change on an open stream.
+scenario("12-s2-fidelity", async (ctx) => {
+  const b = `interop-fid-${runId}`;
+  ctx.names.add(b);
+  const info = await s2.basins.create({ basin: b, config: { defaultStreamConfig: { retentionPolicy: { ageSecs: 3600 } } } });
+  equal(info.location, "local", "basins.create location");
+  const streams = s2.basin(b).streams;
+  await streams.create({ stream: "old" });
+  await s2.basins.reconfigure({ basin: b, defaultStreamConfig: { retentionPolicy: { ageSecs: 60 }, timestamping: { mode: "arrival" } } });
+  const old = await streams.getConfig({ stream: "old" });
+  equal([old.retentionPolicy, old.timestamping?.mode], [{ ageSecs: 3600 }, "client-prefer"], "existing stream after the basin default changed");
+  await streams.create({ stream: "new" });
+  const nu = await streams.getConfig({ stream: "new" });
+  equal([nu.retentionPolicy, nu.timestamping?.mode], [{ ageSecs: 60 }, "arrival"], "new stream after the basin default changed");
+
+  // Idempotent create: same token and config is a retry; another config is 409.
+  const tok = { headers: { "s2-request-token": `tok-${runId}` } };
+  await streams.create({ stream: "idem", config: { storageClass: "express" } }, tok);
+  await streams.create({ stream: "idem", config: { storageClass: "express" } }, tok);
+  const ce = await rejects("create with the same token, another config", () => streams.create({ stream: "idem", config: { storageClass: "standard" } }, tok));
+  check(ce instanceof S2Error && ce.status === 409 && ce.code === "resource_already_exists", `same token, other config: got ${describeError(ce)}, want 409 resource_already_exists`);
+  const e1 = await streams.ensure({ stream: "ens" });
+  const e2 = await streams.ensure({ stream: "ens" });
+  const e3 = await streams.ensure({ stream: "ens", config: { storageClass: "express" } });
+  equal([e1.result, e2.result, e3.result], ["created", "noop", "updated"], "streams.ensure provision results");
+
+  // Names.
+  const dot = await rejects("create stream \".\"", () => streams.create({ stream: "." }));
+  check(dot instanceof S2Error && dot.status === 400 && dot.code === "bad_json", `stream ".": got ${describeError(dot)}, want 400 bad_json`);
+  const bad = await rejects("getConfig of a bad basin name", () => s2.basins.getConfig({ basin: "Bad_Name" }));
+  check(bad instanceof S2Error && bad.status === 400 && bad.code === "bad_path", `bad basin name: got ${describeError(bad)}, want 400 bad_path`);
+
+  // Deletion pending, then re-creation.
+  await streams.create({ stream: "pend" });
+  await streams.delete({ stream: "pend" });
+  const pe = await rejects("re-create while deletion is pending", () => streams.create({ stream: "pend" }));
+  check(pe instanceof S2Error && pe.status === 409 && pe.code === "stream_deletion_pending", `re-create while pending: got ${describeError(pe)}, want 409 stream_deletion_pending`);
+  for (const deadline = Date.now() + 30_000; ;) {
+    const r = await streams.create({ stream: "pend" }).then(() => undefined, (e) => e);
+    if (r === undefined) break;
+    check(r instanceof S2Error && r.code === "stream_deletion_pending" && Date.now() < deadline, `re-create after the window: ${describeError(r)}`);
+    await sleep(250);
+  }
+
+  // Locations.
+  equal((await s2.locations.list()).map((l) => [l.name, l.isPrivate]), [["local", false]], "locations.list");
+  equal((await s2.locations.getDefault()).name, "local", "locations.getDefault");
+  const se = await rejects("locations.setDefault", () => s2.locations.setDefault({ location: "elsewhere" }));
+  check(se instanceof S2Error && se.status === 501 && se.code === "not_implemented", `setDefault: got ${describeError(se)}, want 501 not_implemented`);
+
+  // Metrics: what this scenario appended and read, and the stream's storage.
+  const st = ctx.handle(b, "new", "fetch");
+  await appendStrings(st, ["m1", "m2", "m3"]);
+  await st.read({ start: { from: { seqNum: 0 } } });
+  const total = (m) => m.accumulation.values.reduce((a, [, v]) => a + v, 0);
+  const ops = await s2.metrics.basin({ basin: b, set: "append-ops", interval: "minute" });
+  check(ops.values.length === 1 && ops.values[0].accumulation?.unit === "operations" && total(ops.values[0]) === 1,
+    `metrics append-ops: ${show(ops)}`);
+  check(ops.values[0].accumulation.values.every(([t]) => t instanceof Date), "metrics timestamps are Dates");
+  const thr = await s2.metrics.basin({ basin: b, set: "append-throughput", interval: "hour" });
+  check(total(thr.values[0]) === 3 * (8 + 2), `metrics append-throughput: ${show(thr)}`);
+  const rd = await s2.metrics.basin({ basin: b, set: "read-ops" });
+  check(total(rd.values[0]) === 1, `metrics read-ops: ${show(rd)}`);
+  const act = await s2.metrics.account({ set: "active-basins" });
+  check(act.values[0].label?.values.includes(b), `metrics active-basins: ${show(act)}`);
+  for (const deadline = Date.now() + 20_000; ;) {
+    const g = await s2.metrics.stream({ basin: b, stream: "new", set: "storage" });
+    const v = g.values[0].gauge?.values?.[0]?.[1];
+    if (v > 0) break;
+    check(Date.now() < deadline, `stream storage still ${show(g)} after 20 s`);
+    await sleep(250);
+  }
+
+  // A storage-class change on an open stream: appends go on, all readable.
+  await streams.reconfigure({ stream: "new", storageClass: "express" });
+  await appendStrings(st, ["after"]);
+  const back = await st.read({ start: { from: { seqNum: 0 } } });
+  equal(back.records.map((r) => r.body), ["m1", "m2", "m3", "after"], "records across the class change");
+  equal((await streams.getConfig({ stream: "new" })).storageClass, "express", "storage class after reconfigure");
+});
+
 // ---------------------------------------------------------------- runner
 
 let passed = 0;
