@@ -304,6 +304,10 @@ func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at t
 			name := strings.TrimPrefix(it.SK, streamNamePrefix)
 			tk := StreamTombstoneKey(row.ID)
 			items = append(items, meta.Item{PK: tk.PK, SK: tk.SK, Val: meta.Encode(Tombstone{Basin: basin, Name: name, DeletedAt: at})})
+			// Registered for reclamation at once (see DeleteStream): a
+			// basin re-created with its streams would hide these ids.
+			rk := meta.ReclaimStreamKey(row.ID)
+			items = append(items, meta.Item{PK: rk.PK, SK: rk.SK, Val: meta.Encode(meta.ReclaimStream{Basin: basin, Stream: row.ID})})
 			n.unlead(row.ID)
 		}
 		if len(items) > 0 {

@@ -409,6 +409,14 @@ func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
 		if _, err := n.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.Always()); err != nil {
 			return n.storageErr("write stream tombstone", err)
 		}
+		// Register the id for the janitor's reclamation now: found only
+		// from the name row, it would be hidden by a stream re-created
+		// under the name before the janitor's next run (a leak).
+		rk := meta.ReclaimStreamKey(e.row.ID)
+		_, err = n.meta.Put(ctx, rk.PK, rk.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: e.row.ID}), meta.IfAbsent())
+		if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+			return n.storageErr("register deleted stream", err)
+		}
 		n.unlead(e.row.ID)
 		n.log.Info("stream deleted", "basin", basin, "stream", name, "id", e.row.ID)
 		return nil
