@@ -89,18 +89,21 @@ type StreamInfo struct {
 	CreatedAt time.Time
 	// DeletedAt is set while the stream is being deleted.
 	DeletedAt *time.Time
+	// Cipher is the stream's cipher ("" for none), fixed at its creation.
+	Cipher string
 }
 
 type streamInfoJSON struct {
 	Name      string  `json:"name"`
 	CreatedAt string  `json:"created_at"`
 	DeletedAt *string `json:"deleted_at"`
+	Cipher    string  `json:"cipher,omitempty"`
 }
 
-// MarshalJSON renders {"name","created_at","deleted_at"} (deleted_at null
-// unless deleting; no cipher: streams are not encrypted).
+// MarshalJSON renders {"name","created_at","deleted_at","cipher"}
+// (deleted_at null unless deleting; cipher only for an encrypted stream).
 func (s StreamInfo) MarshalJSON() ([]byte, error) {
-	return json.Marshal(streamInfoJSON{Name: s.Name, CreatedAt: rfc3339(s.CreatedAt), DeletedAt: rfc3339Ptr(s.DeletedAt)})
+	return json.Marshal(streamInfoJSON{Name: s.Name, CreatedAt: rfc3339(s.CreatedAt), DeletedAt: rfc3339Ptr(s.DeletedAt), Cipher: s.Cipher})
 }
 
 func (s *StreamInfo) UnmarshalJSON(data []byte) error {
@@ -116,7 +119,7 @@ func (s *StreamInfo) UnmarshalJSON(data []byte) error {
 	if err != nil {
 		return err
 	}
-	*s = StreamInfo{Name: w.Name, CreatedAt: created, DeletedAt: deleted}
+	*s = StreamInfo{Name: w.Name, CreatedAt: created, DeletedAt: deleted, Cipher: w.Cipher}
 	return nil
 }
 

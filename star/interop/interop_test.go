@@ -22,9 +22,10 @@ import (
 
 // wantScenarios is what conformance.mjs reports: the ten scenarios of
 // API.md §5, with the three session scenarios (3, 8, 9) run once per SDK
-// transport, the access-token scenario (11) and S2 fidelity (12). A script
-// that silently drops a scenario fails the test.
-const wantScenarios = 15
+// transport, the access-token scenario (11), S2 fidelity (12) and stream
+// encryption (13, once per transport). A script that silently drops a
+// scenario fails the test.
+const wantScenarios = 17
 
 // interopToken is the admin token the star dev of the test runs with
 // (STARLOG_ADMIN_TOKEN), and so the SDK's S2_ACCESS_TOKEN.

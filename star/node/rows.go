@@ -80,6 +80,9 @@ type StreamRow struct {
 	// RequestToken and CreateKey: see BasinRow.
 	RequestToken string `json:"request_token,omitempty"`
 	CreateKey    string `json:"create_key,omitempty"`
+	// Cipher is the stream's cipher, the basin's stream_cipher at its
+	// creation ("" for none); never the key, which each request brings.
+	Cipher string `json:"cipher,omitempty"`
 }
 
 // Tombstone is the value of stream#<id>/deleted (settle.MetaStreams reads

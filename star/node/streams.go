@@ -196,6 +196,9 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		stored := storedConfig(b, cfg)
 		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
 			RequestToken: token, CreateKey: createKey(token, cfg)}
+		if c := b.row.Config.StreamCipher; c != nil {
+			row.Cipher = *c
+		}
 		// The identity row goes first: once the name row exists the stream
 		// can take appends, and the auditor needs the basin of every stream
 		// id it meets in a chain. A lost race below orphans it (an id never
@@ -223,7 +226,29 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 }
 
 func streamInfo(e *streamEntry) api.StreamInfo {
-	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt}
+	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt, Cipher: e.row.Cipher}
+}
+
+// StreamCipher is the cipher of a stream's records ("" for none): the
+// live stream's, or, for a stream an append or read would create, the
+// basin's stream_cipher. Errors are those of the lookup (a stream that is
+// missing and would not be created is not an error here: the request's
+// own call answers for it).
+func (n *Node) StreamCipher(ctx context.Context, basin, name string) (string, error) {
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: true, onRead: true, lazy: true})
+	if err != nil {
+		if ae, ok := errors.AsType[*api.Error](err); ok && ae.Code == api.CodeStreamNotFound {
+			return "", nil
+		}
+		return "", err
+	}
+	if e != nil {
+		return e.row.Cipher, nil
+	}
+	if c := b.row.Config.StreamCipher; c != nil {
+		return *c, nil
+	}
+	return "", nil
 }
 
 // storedConfig is what a stream row stores for the config cfg asked for:
@@ -440,7 +465,7 @@ func (n *Node) ListStreams(ctx context.Context, basin string, req api.ListReques
 		if row.BasinID != b.row.ID || lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, now) == gone {
 			return api.StreamInfo{}, false, nil
 		}
-		return api.StreamInfo{Name: name, CreatedAt: row.CreatedAt, DeletedAt: row.DeletedAt}, true, nil
+		return api.StreamInfo{Name: name, CreatedAt: row.CreatedAt, DeletedAt: row.DeletedAt, Cipher: row.Cipher}, true, nil
 	})
 	if err != nil {
 		return api.ListStreamsResponse{}, err

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -316,3 +317,51 @@ func TestMetricsAPI(t *testing.T) {
 	want(t, e.call("GET", "/v1/metrics/mtr-basin/nope?set=storage", nil), 404, api.CodeStreamNotFound)
 	want(t, e.call("GET", "/v1/metrics/no-such-basin?set=append-ops", nil), 404, api.CodeBasinNotFound)
 }
+
+// Stream encryption: a stream of a basin with stream_cipher aes-256-gcm
+// takes and gives records only with the s2-encryption-key it was written
+// with; what the node stores is not the plaintext.
+func TestStreamEncryption(t *testing.T) {
+	e := newEnv(t)
+	want(t, e.call("POST", "basins", []byte(`{"basin":"enc-basin","config":{"stream_cipher":"aes-256-gcm","create_stream_on_append":true}}`)), 201, "")
+	r := e.stream("enc-basin", "POST", "streams", []byte(`{"stream":"secret"}`))
+	want(t, r, 201, "")
+	if !strings.Contains(string(r.body), `"cipher":"aes-256-gcm"`) {
+		t.Fatalf("stream info of an encrypted stream: %s", r)
+	}
+	key := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=" // bytes 0..31
+	other := "HxwdHhscGRoXGBUWExQREg8QDQ4LDAkKBwgFBgMEAQI="
+	kh := []string{"s2-encryption-key", key}
+	body := `{"records":[{"headers":[["h","v"]],"body":"top secret"},{"body":"two"}]}`
+	want(t, e.appendJSON("enc-basin", "secret", body, kh...), 200, "")
+	want(t, e.appendJSON("enc-basin", "secret", `{"records":[{"headers":[["","trim"]],"body":"\u0000\u0000\u0000\u0000\u0000\u0000\u0000\u0000"}]}`, kh...), 200, "")
+	b, r := e.readJSON("enc-basin", "secret", "seq_num=0", kh...)
+	if b == nil || len(b.Records) != 3 || string(b.Records[0].Body) != "top secret" || string(b.Records[0].Headers[0].Name) != "h" ||
+		string(b.Records[0].Headers[0].Value) != "v" || string(b.Records[1].Body) != "two" || len(b.Records[1].Headers) != 0 {
+		t.Fatalf("read with the key: %s", r)
+	}
+	// What the node holds is ciphertext.
+	raw, err := e.n.Read(context.Background(), "enc-basin", "secret", api.ReadRequest{From: api.FromSeqNum, Count: ptr(uint64(10))}, nil)
+	if err != nil || len(raw.Records) != 3 || strings.Contains(string(raw.Records[0].Body), "top secret") || len(raw.Records[0].Headers) != 0 {
+		t.Fatalf("stored record: %+v %v", raw.Records, err)
+	}
+	want(t, e.stream("enc-basin", "GET", "streams/secret/records?seq_num=0", nil), 400, api.CodeBadHeader)
+	want(t, e.stream("enc-basin", "GET", "streams/secret/records?seq_num=0", nil, "s2-encryption-key", other), 400, api.CodeDecryptionFailed)
+	want(t, e.stream("enc-basin", "GET", "streams/secret/records?seq_num=0", nil, "s2-encryption-key", "not base64!"), 400, api.CodeBadHeader)
+	want(t, e.stream("enc-basin", "GET", "streams/secret/records?seq_num=0", nil, "s2-encryption-key", "AAEC"), 400, api.CodeBadHeader)
+	want(t, e.appendJSON("enc-basin", "secret", body), 400, api.CodeBadHeader)
+	// An auto-created stream takes the basin's cipher too.
+	want(t, e.appendJSON("enc-basin", "auto", body), 400, api.CodeBadHeader)
+	want(t, e.appendJSON("enc-basin", "auto", body, kh...), 200, "")
+	if b, r := e.readJSON("enc-basin", "auto", "seq_num=0", kh...); b == nil || string(b.Records[0].Body) != "top secret" {
+		t.Fatalf("auto-created encrypted stream: %s", r)
+	}
+	// A plain stream ignores a key.
+	e.setupBasin("plain-enc-basin")
+	want(t, e.appendJSON("plain-enc-basin", "p", body, kh...), 200, "")
+	if b, r := e.readJSON("plain-enc-basin", "p", "seq_num=0"); b == nil || string(b.Records[0].Body) != "top secret" {
+		t.Fatalf("plain stream: %s", r)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -70,6 +70,12 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 		s.writeError(w, r, err)
 		return
 	}
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
+		return
+	}
+	sp.encrypt(in)
 	ack, aerr := s.n.Append(r.Context(), basin, name, in, create)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
@@ -122,7 +128,17 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 	// A long poll must not hold up shutdown: draining ends it.
 	ctx, cancel := s.sessionContext(r)
 	defer cancel()
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
+		return
+	}
 	b, rerr := s.n.Read(ctx, basin, name, req, create)
+	if rerr == nil {
+		if derr := sp.decrypt(&b); derr != nil {
+			rerr = derr
+		}
+	}
 	if rerr != nil {
 		if errors.Is(context.Cause(ctx), errDraining) {
 			rerr = errServerDraining()

@@ -85,6 +85,11 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 		s.writeError(w, r, ferr)
 		return
 	}
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
+		return
+	}
 	c, id, ok := s.openSessionRead(w, r, basin, name, create, true)
 	if !ok {
 		return
@@ -120,6 +125,12 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			if e := sp.decrypt(&ev.Batch); e != nil {
+				if sw.Error(e) == nil {
+					s.flush(rc)
+				}
+				return
+			}
 			s.countRead(basin, &ev.Batch)
 			id = id.Next(&ev.Batch)
 			err = sw.Batch(&ev.Batch, id)
@@ -141,6 +152,11 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 // (no records, the tail) on entering live follow and while idle, and a
 // terminal frame on failure; the response ends when the read does.
 func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
+		return
+	}
 	c, _, ok := s.openSessionRead(w, r, basin, name, create, false)
 	if !ok {
 		return
@@ -175,6 +191,12 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			if e := sp.decrypt(&ev.Batch); e != nil {
+				if fw.WriteTerminal(e) == nil {
+					s.flush(rc)
+				}
+				return
+			}
 			s.countRead(basin, &ev.Batch)
 			buf = api.AppendReadBatchProto(buf[:0], &ev.Batch)
 		case node.EventHeartbeat:
@@ -208,6 +230,11 @@ type appendItem struct {
 // later input is submitted. When the client half-closes, the response ends
 // after the last ack.
 func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	sp, err := s.streamSpec(r, basin, name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	a, err := s.n.OpenAppend(r.Context(), basin, name, create)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -239,7 +266,13 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	watch := newFrameWatch(rc)
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g, watch, func(in *api.AppendInput) *api.Error { return checkCommands(r.Context(), basin, name, in) })
+		s.readInputs(submitCtx, r.Body, a, g, watch, func(in *api.AppendInput) *api.Error {
+			if err := checkCommands(r.Context(), basin, name, in); err != nil {
+				return err
+			}
+			sp.encrypt(in)
+			return nil
+		})
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.

@@ -868,6 +868,46 @@ scenario("12-s2-fidelity", async (ctx) => {
   equal((await streams.getConfig({ stream: "new" })).storageClass, "express", "storage class after reconfigure");
 });
 
+// 13: stream encryption over both transports: a basin with stream_cipher
+// aes-256-gcm; a stream handle with the key appends (unary and a session)
+// and reads back (unary and a session); without the key it is 400
+// bad_header, with another key 400 decryption_failed.
+for (const transport of Object.keys(TRANSPORTS)) {
+  scenario(`13-encryption/${transport}`, async (ctx) => {
+    const b = `interop-enc-${transport}-${runId}`;
+    ctx.names.add(b);
+    await s2.basins.create({ basin: b, config: { streamCipher: "aes-256-gcm" } });
+    const name = ctx.streamName("enc");
+    const info = await s2.basin(b).streams.create({ stream: name });
+    equal(info.cipher, "aes-256-gcm", "streams.create cipher");
+    const key = Buffer.alloc(32, 7).toString("base64");
+    const other = Buffer.alloc(32, 9).toString("base64");
+    const withKey = (k) => {
+      const st = s2.basin(b).stream(name, { ...TRANSPORTS[transport].options, encryptionKey: k });
+      openStreams.push(st);
+      return st;
+    };
+    const st = withKey(key);
+    await st.append(AppendInput.create([AppendRecord.string({ body: "secret-1", headers: [["k", "v"]] })]));
+    const session = await st.appendSession();
+    const ticket = await session.submit(AppendInput.create([AppendRecord.string({ body: "secret-2" })]));
+    equal((await ticket.ack()).start.seqNum, 1, "encrypted appendSession ack");
+    await session.close();
+    const back = await st.read({ start: { from: { seqNum: 0 } } });
+    equal(back.records.map((r) => [r.body, r.headers]), [["secret-1", [["k", "v"]]], ["secret-2", []]], "encrypted read back");
+    const rs = await st.readSession({ start: { from: { seqNum: 0 } }, stop: { limits: { count: 2 } } });
+    equal((await withTimeout(drain(rs), 15_000, "encrypted read session")).map((r) => r.body), ["secret-1", "secret-2"], "encrypted read session");
+    const plain = s2.basin(b).stream(name, TRANSPORTS[transport].options);
+    openStreams.push(plain);
+    const ne = await rejects("read without the key", () => plain.read({ start: { from: { seqNum: 0 } } }));
+    check(ne instanceof S2Error && ne.status === 400 && ne.code === "bad_header", `read without the key: got ${describeError(ne)}, want 400 bad_header`);
+    const we = await rejects("read with another key", () => withKey(other).read({ start: { from: { seqNum: 0 } } }));
+    check(we instanceof S2Error && we.status === 400 && we.code === "decryption_failed", `read with another key: got ${describeError(we)}, want 400 decryption_failed`);
+    const ae = await rejects("append without the key", () => appendStrings(plain, ["nokey"]));
+    check(ae instanceof S2Error && ae.status === 400 && ae.code === "bad_header", `append without the key: got ${describeError(ae)}, want 400 bad_header`);
+  });
+}
+
 // ---------------------------------------------------------------- runner
 
 let passed = 0;
