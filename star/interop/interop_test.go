@@ -106,7 +106,7 @@ type conformanceResults struct {
 // runConformance runs the script with the SDK pointed at endpoint, streams
 // its stdout and stderr into the test log line by line, and parses the
 // result lines from stdout. The error is a non-zero exit or a timeout.
-func runConformance(t *testing.T, node, script, nodeTools, endpoint string) (conformanceResults, error) {
+func runConformance(t *testing.T, node, script, nodeTools, endpoint string, extraEnv ...string) (conformanceResults, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), conformanceTimeout)
 	defer cancel()
@@ -118,6 +118,7 @@ func runConformance(t *testing.T, node, script, nodeTools, endpoint string) (con
 		"S2_ACCESS_TOKEN="+interopToken,
 		"STARLOG_NODE_TOOLS="+nodeTools,
 	)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.WaitDelay = 5 * time.Second
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

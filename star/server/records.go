@@ -140,8 +140,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 		}
 	}
 	if rerr != nil {
-		if errors.Is(context.Cause(ctx), errDraining) {
-			rerr = errServerDraining()
+		if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
+			rerr = errServerDraining() // see sessionErr
 		}
 		s.writeError(w, r, rerr)
 		return

@@ -16,8 +16,13 @@ import (
 // told: the session's own *api.Error, 503 server_draining when the server
 // is draining (S2's code: the SDKs resume at once and know nothing was
 // lost), or nil when the client went away (nobody to tell).
-func sessionErr(ctx context.Context, err error) *api.Error {
-	if errors.Is(context.Cause(ctx), errDraining) {
+//
+// Draining is judged on the server's own drain, not only the session's
+// context: on shutdown the star releases its leases right after Drain, so
+// a session may see its stream's lease go (503 unavailable) before the
+// context's cancellation reaches it; that too is the drain.
+func (s *Server) sessionErr(ctx context.Context, err error) *api.Error {
+	if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
 		return errServerDraining()
 	}
 	if ctx.Err() != nil {
@@ -38,6 +43,16 @@ func (s *Server) countRead(basin string, b *api.ReadBatch) {
 		s.usage.record(basin, useReadOps, 1)
 		s.usage.record(basin, useReadBytes, float64(api.MeteredBytes(b.Records)))
 	}
+}
+
+// refuseDraining answers a new session on a draining star 503
+// server_draining: the SDK reconnects, and should reach another star.
+func (s *Server) refuseDraining(w http.ResponseWriter, r *http.Request) bool {
+	if s.drain.Err() == nil {
+		return false
+	}
+	s.writeError(w, r, errServerDraining())
+	return true
 }
 
 func errServerDraining() *api.Error {
@@ -80,6 +95,9 @@ func (s *Server) openSessionRead(w http.ResponseWriter, r *http.Request, basin, 
 // error event on failure, and data: [DONE] when a limit, until or the wait
 // ends the read.
 func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	if s.refuseDraining(w, r) {
+		return
+	}
 	f, ferr := format(r)
 	if ferr != nil {
 		s.writeError(w, r, ferr)
@@ -116,7 +134,7 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 		ev, err := c.Next(ctx)
 		s.writeBy(rc)
 		if err != nil {
-			if e := sessionErr(ctx, err); e != nil {
+			if e := s.sessionErr(ctx, err); e != nil {
 				if sw.Error(e) == nil {
 					s.flush(rc)
 				}
@@ -152,6 +170,9 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 // (no records, the tail) on entering live follow and while idle, and a
 // terminal frame on failure; the response ends when the read does.
 func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	if s.refuseDraining(w, r) {
+		return
+	}
 	sp, serr := s.streamSpec(r, basin, name)
 	if serr != nil {
 		s.writeError(w, r, serr)
@@ -182,7 +203,7 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		ev, err := c.Next(ctx)
 		s.writeBy(rc)
 		if err != nil {
-			if e := sessionErr(ctx, err); e != nil {
+			if e := s.sessionErr(ctx, err); e != nil {
 				if fw.WriteTerminal(e) == nil {
 					s.flush(rc)
 				}
@@ -230,6 +251,9 @@ type appendItem struct {
 // later input is submitted. When the client half-closes, the response ends
 // after the last ack.
 func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	if s.refuseDraining(w, r) {
+		return
+	}
 	sp, err := s.streamSpec(r, basin, name)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -539,6 +539,9 @@ func TestDrainEndsSessions(t *testing.T) {
 			break
 		}
 	}
+	// A new session on the draining star is refused the same way (the SDK
+	// reconnects, to another star behind the load balancer).
+	want(t, e.stream("drain-basin", "GET", "streams/d/records?seq_num=0", nil, "Accept", "text/event-stream"), 503, api.CodeServerDraining)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
