@@ -22,10 +22,10 @@ import (
 
 // wantScenarios is what conformance.mjs reports: the ten scenarios of
 // API.md §5, with the three session scenarios (3, 8, 9) run once per SDK
-// transport, the access-token scenario (11), S2 fidelity (12) and stream
-// encryption (13, once per transport). A script that silently drops a
-// scenario fails the test.
-const wantScenarios = 17
+// transport, the access-token scenario (11), S2 fidelity (12), stream
+// encryption (13, once per transport) and resources, paging and session
+// compression (14). A script that silently drops a scenario fails the test.
+const wantScenarios = 18
 
 // interopToken is the admin token the star dev of the test runs with
 // (STARLOG_ADMIN_TOKEN), and so the SDK's S2_ACCESS_TOKEN.

@@ -1,5 +1,6 @@
 // Conformance of a star against the official S2 TypeScript SDK
-// (@s2-dev/streamstore, pinned in .ci/tools): the ten scenarios of API.md §5.
+// (@s2-dev/streamstore, pinned in .ci/tools): the ten scenarios of API.md §5,
+// then access tokens (11) and the S2 fidelity scenarios of issue 16 (12-14).
 // The session scenarios (3, 8, 9) run twice, once over the fetch transport
 // (HTTP/1.1: SSE reads, unary appends) and once over the SDK's default on
 // Node (S2S frames over cleartext HTTP/2).
@@ -907,6 +908,70 @@ for (const transport of Object.keys(TRANSPORTS)) {
     check(ae instanceof S2Error && ae.status === 400 && ae.code === "bad_header", `append without the key: got ${describeError(ae)}, want 400 bad_header`);
   });
 }
+
+// 14: resources and session features the other scenarios do not reach:
+// basins ensure / delete, list paging (limit, startAfter, listAll) of
+// basins and streams, createStreamOnRead, arrival timestamping, and S2S
+// session compression (gzip: Node 20 has no zstd).
+scenario("14-resources-paging-compression", async (ctx) => {
+  const b = `interop-pg-${runId}`;
+  ctx.names.add(b);
+  const e1 = await s2.basins.ensure({ basin: b });
+  const e2 = await s2.basins.ensure({ basin: b });
+  const e3 = await s2.basins.ensure({ basin: b, config: { createStreamOnRead: true } });
+  equal([e1.result, e2.result, e3.result], ["created", "noop", "updated"], "basins.ensure provision results");
+  const gone = `interop-gone-${runId}`;
+  await s2.basins.create({ basin: gone });
+  await s2.basins.delete({ basin: gone });
+  const ge = await rejects("getConfig of a deleting basin", () => s2.basins.getConfig({ basin: gone }));
+  check(ge instanceof S2Error && ge.status === 409 && ge.code === "basin_deletion_pending", `deleting basin: got ${describeError(ge)}`);
+
+  // Paging: five streams, two at a time.
+  const streams = s2.basin(b).streams;
+  const names = ["p-a", "p-b", "p-c", "p-d", "p-e"];
+  for (const n of names) await streams.create({ stream: n });
+  const page1 = await streams.list({ prefix: "p-", limit: 2 });
+  equal([page1.streams.map((x) => x.name), page1.hasMore], [["p-a", "p-b"], true], "streams.list page 1");
+  const page2 = await streams.list({ prefix: "p-", limit: 2, startAfter: "p-b" });
+  equal([page2.streams.map((x) => x.name), page2.hasMore], [["p-c", "p-d"], true], "streams.list page 2");
+  const page3 = await streams.list({ prefix: "p-", limit: 2, startAfter: "p-d" });
+  equal([page3.streams.map((x) => x.name), page3.hasMore], [["p-e"], false], "streams.list page 3");
+  const all = [];
+  for await (const x of streams.listAll({ prefix: "p-", limit: 2 })) all.push(x.name);
+  equal(all, names, "streams.listAll");
+  const bp = await s2.basins.list({ prefix: `interop-pg-${runId}`, limit: 1 });
+  equal(bp.basins.map((x) => x.name), [b], "basins.list with limit");
+  const ball = [];
+  for await (const x of s2.basins.listAll({ prefix: "interop-", limit: 1 })) ball.push(x.name);
+  check(ball.includes(b) && ball.includes(basinName), `basins.listAll: ${show(ball)}`);
+
+  // createStreamOnRead: a read of a missing stream creates it.
+  const auto = ctx.handle(b, "read-created", "fetch");
+  equal((await auto.checkTail()).tail.seqNum, 0, "checkTail creates the stream");
+  equal((await streams.list({ prefix: "read-created" })).streams.map((x) => x.name), ["read-created"], "stream created on read");
+
+  // Arrival timestamping ignores the client's timestamp.
+  await streams.create({ stream: "arr", config: { timestamping: { mode: "arrival" } } });
+  const arr = ctx.handle(b, "arr", "fetch");
+  const before = Date.now();
+  const ack = await arr.append(AppendInput.create([AppendRecord.string({ body: "a", timestamp: 5 })]));
+  check(ms(ack.start.timestamp) >= before - 1_000, `arrival timestamp ${ms(ack.start.timestamp)} below ${before}`);
+
+  // S2S session compression, both ways.
+  const zs2 = new S2({ accessToken: env.token, endpoints: { account: env.account, basin: env.basin }, retry: { maxAttempts: 1 }, compression: "gzip" });
+  const zs = zs2.basin(b).stream("zipped");
+  openStreams.push(zs);
+  await streams.create({ stream: "zipped" });
+  const big = "z".repeat(8 << 10);
+  const as = await zs.appendSession();
+  const tickets = [];
+  for (let i = 0; i < 5; i++) tickets.push(await as.submit(AppendInput.create([AppendRecord.string({ body: `${i}${big}` })])));
+  for (const [i, t] of tickets.entries()) equal((await t.ack()).start.seqNum, i, `compressed session ack ${i}`);
+  await as.close();
+  const rs = await zs.readSession({ start: { from: { seqNum: 0 } }, stop: { limits: { count: 5 } } });
+  const got = await withTimeout(drain(rs), 15_000, "compressed read session");
+  equal(got.map((r) => r.body), [0, 1, 2, 3, 4].map((i) => `${i}${big}`), "compressed read session bodies");
+});
 
 // ---------------------------------------------------------------- runner
 
