@@ -134,11 +134,6 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 		return
 	}
 	b, rerr := s.n.Read(ctx, basin, name, req, create)
-	if rerr == nil {
-		if derr := sp.decrypt(&b); derr != nil {
-			rerr = derr
-		}
-	}
 	if rerr != nil {
 		if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
 			rerr = errServerDraining() // see sessionErr
@@ -146,8 +141,13 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 		s.writeError(w, r, rerr)
 		return
 	}
+	// The metrics count what is stored, as for appends (encrypted: sealed).
 	s.usage.record(basin, useReadOps, 1)
 	s.usage.record(basin, useReadBytes, float64(api.MeteredBytes(b.Records)))
+	if derr := sp.decrypt(&b); derr != nil {
+		s.writeError(w, r, derr)
+		return
+	}
 	if proto {
 		writeBody(w, http.StatusOK, api.ContentTypeProto, api.EncodeReadBatchProto(&b))
 		return

@@ -143,14 +143,15 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			s.countRead(basin, &ev.Batch)
+			// The resume id counts stored bytes, as the node's read limits do.
+			id = id.Next(&ev.Batch)
 			if e := sp.decrypt(&ev.Batch); e != nil {
 				if sw.Error(e) == nil {
 					s.flush(rc)
 				}
 				return
 			}
-			s.countRead(basin, &ev.Batch)
-			id = id.Next(&ev.Batch)
 			err = sw.Batch(&ev.Batch, id)
 		case node.EventHeartbeat:
 			err = sw.Ping(api.Ping{Timestamp: uint64(time.Now().UnixMilli()), Tail: ev.Tail})
@@ -212,13 +213,13 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			s.countRead(basin, &ev.Batch)
 			if e := sp.decrypt(&ev.Batch); e != nil {
 				if fw.WriteTerminal(e) == nil {
 					s.flush(rc)
 				}
 				return
 			}
-			s.countRead(basin, &ev.Batch)
 			buf = api.AppendReadBatchProto(buf[:0], &ev.Batch)
 		case node.EventHeartbeat:
 			tail := ev.Tail
