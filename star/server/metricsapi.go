@@ -8,8 +8,12 @@ import (
 
 // countOp counts a request that succeeded for the account-ops and
 // basin-ops sets: the account's resources (basins, access tokens,
-// locations, metrics) and a basin's streams and tails.
+// locations, metrics) and a basin's streams and tails. A peer's forward is
+// counted by the star the client reached, not again here.
 func (s *Server) countOp(r *http.Request, rt route) {
+	if r.Header.Get(HeaderForwardedBy) != "" {
+		return
+	}
 	switch rt.kind {
 	case routeBasins, routeBasin, routeTokens, routeToken, routeLocations, routeDefaultLocation,
 		routeAccountMetrics, routeBasinMetrics, routeStreamMetrics:
