@@ -208,3 +208,61 @@ func TestPlanQuarantinesBadRows(t *testing.T) {
 		}
 	}
 }
+
+// A settler that dies between deleting a resolved marker and deleting its
+// stream shards leaves the shards behind; the trim-check deletes them when
+// its rewritten cursor passes the marker's slots.
+func TestTrimSweepsShardsLeftBehind(t *testing.T) {
+	ctx := context.Background()
+	ms := testsvc.SQLite(t)
+	objs, err := mem.New("std")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := chain.New("star1", meta.Standard, chain.Incarnation("star1", 1), ms, objs)
+	e, err := c.Mint(ctx, meta.EpochParams{Buckets: []string{"std"}, W: 1, Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	birth := time.UnixMilli(1_700_000_000_000)
+	abs := &absorb.Absorber{Star: "star1", Class: meta.Standard, Meta: ms, UpdateEpoch: c.UpdateEpoch,
+		Rip: absorb.Ripening{Trigger: 1 << 30, Linger: time.Second, AgeCap: time.Minute}, Now: func() time.Time { return birth }}
+	var xs []format.Extent
+	off := uint64(format.EnvelopeSize)
+	for i := range 100 {
+		xs = append(xs, format.Extent{StreamID: fmt.Sprintf("%032x", i), Count: 1, Offset: off, Length: 10, MinTimestamp: 1, MaxTimestamp: 1})
+		off += 10
+	}
+	for s := range uint64(2) {
+		if _, err := abs.Pass(ctx, e.Epoch, []absorb.Slot{{Slot: s, Extents: xs}}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range xs {
+			xs[i].FirstSeq++
+		}
+	}
+	shards := func() int {
+		pg, err := ms.Query(ctx, meta.Query{PK: meta.ChainPK("star1", meta.Standard), From: meta.MarkerShardPrefix, To: meta.MarkerShardPrefix + "~"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(pg.Items)
+	}
+	if n := shards(); n != 2 {
+		t.Fatalf("%d shard rows after two passes of 100 streams", n)
+	}
+	// The crash: slot 0's marker is gone, its shard stays.
+	mk := meta.MarkerKey("star1", meta.Standard, e.Epoch, 0)
+	if err := ms.Delete(ctx, mk.PK, mk.SK, meta.Always()); err != nil {
+		t.Fatal(err)
+	}
+	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: goneStreams{},
+		Config: settle.Config{ScratchDir: t.TempDir()}, Logger: quietLog()}
+	if _, err := settle.TrimCheck(ctx, st, settle.ChainRef{Star: "star1", Class: meta.Standard}, birth); err != nil {
+		t.Fatal(err)
+	}
+	// Slot 1's marker is live: its shard stays.
+	if n := shards(); n != 1 {
+		t.Fatalf("%d shard rows after the trim-check passed slot 0, want 1 (slot 1's)", n)
+	}
+}

@@ -451,3 +451,34 @@ func firstLiveMarker(ctx context.Context, st *Stores, ch ChainRef, e meta.Epoch)
 		st.Log().Warn("settle: a marker that cannot be decoded holds the epoch's cursors", "pk", it.PK, "sk", it.SK, "err", err)
 	})
 }
+
+// sweepShards deletes the stream shards left of markers in [from, to) of
+// epoch, which the rewritten cursor just passed: every such marker is
+// resolved, so a shard still there was left by a settler that died
+// between deleting its marker and its shards. One query, normally empty;
+// a failure is logged and leaves them (rows nothing reads).
+func sweepShards(ctx context.Context, st *Stores, ch ChainRef, epoch, from, to uint64) {
+	q := meta.Query{PK: meta.ChainPK(ch.Star, ch.Class), From: meta.MarkerShardKey(ch.Star, ch.Class, epoch, from, 0).SK,
+		To: meta.MarkerShardKey(ch.Star, ch.Class, epoch, to-1, math.MaxInt).SK}
+	for range 64 { // bounded: 64 pages of orphans per advance, the rest on no later pass
+		pg, err := st.Meta.Query(ctx, q)
+		if err != nil {
+			st.Log().Warn("settle: reading stream shards left behind", "chain", ch.String(), "epoch", epoch, "err", err)
+			return
+		}
+		keys := make([]meta.Key, len(pg.Items))
+		for i, it := range pg.Items {
+			keys[i] = meta.Key{PK: it.PK, SK: it.SK}
+		}
+		if len(keys) > 0 {
+			if err := st.Meta.BatchDelete(ctx, keys); err != nil {
+				st.Log().Warn("settle: deleting stream shards left behind", "chain", ch.String(), "epoch", epoch, "err", err)
+				return
+			}
+		}
+		if pg.Next == "" {
+			return
+		}
+		q.PageToken = pg.Next
+	}
+}
