@@ -140,6 +140,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 	fs.BoolVar(&open, "open", false, "run without authentication (every request acts as the admin): local experiments only")
 	fs.IntVar(&stars, "stars", 1, "run this many star processes on consecutive ports from --listen's, sharing the data folder's stores (a local cluster; no in-process auditor)")
 	c.register(fs, DefaultDevListen)
+	diskFlushDefaults(fs, true) // the directory store: no per-request price
 	return withEnv(cmd)
 }
 

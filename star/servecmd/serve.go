@@ -78,6 +78,9 @@ Every flag can also be set by its environment variable, shown with it.`,
 			if err != nil {
 				return err
 			}
+			if objs.fsRoot != "" {
+				diskFlushDefaults(cmd.Flags(), false) // no per-request price to batch for
+			}
 			cfg := c.nodeConfig()
 			cfg.Meta.SQLitePath = meta.sqlite
 			cfg.Meta.DynamoTable, cfg.Meta.DynamoEndpoint, cfg.Meta.DynamoRegion = meta.table, meta.endpoint, meta.region
