@@ -92,6 +92,8 @@ type Config struct {
 
 	// testRender, when set, fails the rendering of a flight (tests).
 	testRender func(epoch, slot uint64) error
+	// testFixedDelay cuts by the earlier fixed-delay policy (benchmarks).
+	testFixedDelay bool
 }
 
 // MaxTargetFlight bounds TargetFlight: a slot object's footer coordinates
@@ -236,7 +238,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 	l := &Loglet{
 		cfg: cfg, chain: c, log: log, metrics: m,
 		pool:        pool.New[*Batch](cfg.PoolBudget, nil),
-		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight},
+		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight, FixedDelay: cfg.testFixedDelay},
 		results:     make(chan uploadResult, 4*cfg.Window),
 		inflight:    map[uint64]*flight{},
 		index:       NewIndex(),

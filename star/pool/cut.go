@@ -15,6 +15,10 @@ import "time"
 type CutPolicy struct {
 	Interval time.Duration
 	Target   int64
+	// FixedDelay is the earlier policy, every flight due Interval after its
+	// oldest byte's admission, kept so benchmarks can set the two side by
+	// side.
+	FixedDelay bool
 }
 
 // Due reports whether a flight should be cut at now, given the uncut bytes,
@@ -34,7 +38,7 @@ func (c CutPolicy) Due(now time.Time, bytes int64, oldest, lastCut time.Time) (d
 		return true, now
 	}
 	start := lastCut
-	if oldest.Before(start) {
+	if c.FixedDelay || oldest.Before(start) {
 		start = oldest
 	}
 	at = start.Add(c.Interval)

@@ -97,3 +97,14 @@ func TestCutPolicyTargetAndLeftovers(t *testing.T) {
 		t.Fatal("an empty pool is due")
 	}
 }
+
+// The fixed-delay policy (kept for benchmarks) makes the sparse batch wait
+// the whole interval.
+func TestCutPolicyFixedDelay(t *testing.T) {
+	now := time.Unix(1000, 0)
+	pol := CutPolicy{Interval: 50 * time.Millisecond, Target: 4 << 20, FixedDelay: true}
+	due, at := pol.Due(now, 1024, now, now.Add(-time.Hour))
+	if due || !at.Equal(now.Add(pol.Interval)) {
+		t.Fatalf("fixed delay: due=%v at %v, want due at %v", due, at, now.Add(pol.Interval))
+	}
+}
