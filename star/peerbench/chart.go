@@ -53,9 +53,13 @@ func WriteChart(path, title string, rows []Row) error {
 		p.Legend.Add(s.name, bc)
 	}
 	p.Legend.Top = true
-	p.Legend.Left = true
 	p.NominalX(names...)
 	p.Y.Min = 1
+	top := 1.0
+	for _, r := range rows {
+		top = max(top, Median(r.NATS), Median(r.Star))
+	}
+	p.Y.Max = top * 20 // headroom for the legend above the tallest bar
 	return p.Save(vg.Length(180+110*n), 9*vg.Centimeter*1.4, path)
 }
 
