@@ -119,7 +119,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 
 	fs.IntVar(&c.memMiB, "s3-memory-buffer-mib", int(d.Standard.MemoryBufferBytes>>20), "Standard pool budget: admitted, uncut bytes before appends block")
 	fs.IntVar(&c.expMemMiB, "s3-express-memory-buffer-mib", int(d.Express.MemoryBufferBytes>>20), "Express pool budget")
-	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: at most one flight below the target size per interval, and no pooled byte waits longer; a batch after an idle interval is cut at once. On S3 it trades ack latency for PUT cost (default); on a directory store (--fs-root, star dev) the default is "+DiskFlushInterval.String()+": a PUT there has no price")
+	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: at most one flight below the target size per interval, and no pooled byte waits longer; a batch after an idle interval is cut at once. On S3 the default trades ack latency for PUT cost; on a directory store (--fs-root, star dev) it is "+DiskFlushInterval.String()+": a PUT there has no price")
 	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: as --s3-flush-interval, for the Express chain (default "+DiskFlushInterval.String()+" on a directory store)")
 	fs.IntVar(&c.uploads, "s3-parallel-uploads", d.Standard.ParallelUploads, "Standard pipeline window: slots uploading ahead of release")
 	fs.IntVar(&c.expUploads, "s3-express-parallel-uploads", d.Express.ParallelUploads, "Express pipeline window")
