@@ -27,6 +27,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/ratelimit"
 )
@@ -70,6 +71,9 @@ type Options struct {
 	SessionWriteTimeout time.Duration
 	// ClientRate is the optional per-client request rate (ratelimit.go).
 	ClientRate ClientRate
+	// Durable, when set, serves the Durable Streams protocol under its
+	// prefix (star/durable; its Node and Forward are filled in here).
+	Durable *durable.Config
 }
 
 // Defaults of the resource limits, and the fixed ones.
@@ -111,6 +115,8 @@ type Server struct {
 	authDecisions *prometheus.CounterVec
 
 	clients *ratelimit.Keyed // per-client request rate; nil when off
+
+	ds *durable.Handler // the Durable Streams face; nil when off
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -167,6 +173,14 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if s.fwd, err = newForwarder(s); err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
+	if opts.Durable != nil {
+		cfg := *opts.Durable
+		cfg.Node, cfg.Forward, cfg.Logger = n, s.forwardIfLed, opts.Logger
+		cfg.Private = !keys.IsOpen()
+		if s.ds, err = durable.New(cfg); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -219,6 +233,10 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, context.Cance
 
 // ServeHTTP routes a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.ds != nil && s.ds.Matches(r.URL.EscapedPath()) {
+		s.serveDurable(w, r)
+		return
+	}
 	start := time.Now()
 	rw := &recorder{ResponseWriter: w}
 	rt, perr := parsePath(r.URL.EscapedPath())
