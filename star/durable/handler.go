@@ -28,6 +28,10 @@ import (
 const (
 	DefaultPrefix = "/ds"
 	DefaultBasin  = "durable-streams"
+	// DefaultStorageClass is Express: the protocol's clients (browsers,
+	// token streams) wait on each append, and Express acknowledges in
+	// milliseconds where Standard pools for a flush interval (50 ms).
+	DefaultStorageClass = api.StorageExpress
 	// DefaultLongPoll is how long a long-poll waits for data before 204.
 	DefaultLongPoll = 10 * time.Second
 	// DefaultSSELife is how long an SSE response lives before the server
@@ -51,6 +55,9 @@ type Config struct {
 	// Basin holds the protocol's streams (DefaultBasin); it is created
 	// on first use if missing, without auto-creation of streams.
 	Basin string
+	// StorageClass is the default class of the basin's streams when this
+	// handler creates the basin (DefaultStorageClass).
+	StorageClass api.StorageClass
 	// LongPoll and SSELife (defaults above).
 	LongPoll, SSELife time.Duration
 	// Private makes catch-up reads Cache-Control: private (set when
@@ -91,6 +98,10 @@ func New(cfg Config) (*Handler, error) {
 	cfg.Basin = cmp.Or(cfg.Basin, DefaultBasin)
 	if err := api.ValidateBasinName(cfg.Basin); err != nil {
 		return nil, fmt.Errorf("durable: basin: %s", err.Message)
+	}
+	cfg.StorageClass = cmp.Or(cfg.StorageClass, DefaultStorageClass)
+	if cfg.StorageClass != api.StorageExpress && cfg.StorageClass != api.StorageStandard {
+		return nil, fmt.Errorf("durable: storage class %q: want standard or express", cfg.StorageClass)
 	}
 	cfg.LongPoll = cmp.Or(max(cfg.LongPoll, 0), DefaultLongPoll)
 	cfg.SSELife = cmp.Or(max(cfg.SSELife, 0), DefaultSSELife)
@@ -255,7 +266,10 @@ func (h *Handler) ensureBasin(ctx context.Context) error {
 	}
 	_, err := h.n.BasinConfig(ctx, h.basin)
 	if isStatus(err, http.StatusNotFound) {
-		_, err = h.n.CreateBasin(ctx, api.CreateBasinRequest{Basin: h.basin, Config: &api.BasinConfig{}}, "")
+		class := h.cfg.StorageClass
+		_, err = h.n.CreateBasin(ctx, api.CreateBasinRequest{Basin: h.basin, Config: &api.BasinConfig{
+			DefaultStreamConfig: &api.StreamConfig{StorageClass: &class},
+		}}, "")
 		if isStatus(err, http.StatusConflict) {
 			err = nil
 		}

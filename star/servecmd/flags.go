@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -103,6 +104,7 @@ type common struct {
 	clientPerSec                         float64
 	clientBurst                          int
 	durablePrefix, durableBasin          string
+	durableClass                         string
 	durableLongPoll                      time.Duration
 }
 
@@ -160,6 +162,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")
 	fs.StringVar(&c.durablePrefix, "durable-prefix", durable.DefaultPrefix, "path prefix of the Durable Streams protocol on the API port (empty: not served)")
 	fs.StringVar(&c.durableBasin, "durable-basin", durable.DefaultBasin, "basin holding the Durable Streams streams (created on first use)")
+	fs.StringVar(&c.durableClass, "durable-storage-class", string(durable.DefaultStorageClass), "default storage class of the Durable Streams basin when the star creates it: express or standard")
 	fs.DurationVar(&c.durableLongPoll, "durable-long-poll", durable.DefaultLongPoll, "how long a Durable Streams long-poll waits for data before 204")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
@@ -220,7 +223,8 @@ func (c *common) durableConfig() *durable.Config {
 	if c.durablePrefix == "" {
 		return nil
 	}
-	return &durable.Config{Prefix: c.durablePrefix, Basin: c.durableBasin, LongPoll: c.durableLongPoll}
+	return &durable.Config{Prefix: c.durablePrefix, Basin: c.durableBasin, LongPoll: c.durableLongPoll,
+		StorageClass: api.StorageClass(c.durableClass)}
 }
 
 // settleConfig maps the --settle-* and --read-grace flags onto the
