@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/auth"
 )
 
 // A fork is copy-on-fork: creating it copies the source's records below
@@ -29,6 +30,12 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 	src, ok := h.sourceName(r.Header.Get(hForkedFrom))
 	if !ok || api.ValidateStreamName(src) != nil {
 		httpError(w, http.StatusBadRequest, "malformed Stream-Forked-From")
+		return
+	}
+	src = auth.FromContext(ctx).StreamName(src)
+	// A fork copies the source's records: the caller must be able to read it.
+	if aerr := auth.FromContext(ctx).Authorize(auth.Request{Op: auth.Read, Basin: h.basin, Stream: src}); aerr != nil {
+		h.writeErr(w, aerr)
 		return
 	}
 	var pt forkPoint

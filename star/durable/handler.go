@@ -83,6 +83,8 @@ type Handler struct {
 	states  *states
 	touched sync.Map // name → time.Time of the last read or write (TTL)
 
+	started time.Time // TTL windows not seen here run from this
+
 	basinOnce sync.Mutex
 	basinOK   bool
 
@@ -109,7 +111,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Logger = cfg.Node.Logger()
 	}
 	h := &Handler{n: cfg.Node, meta: cfg.Node.Meta(), prefix: cfg.Prefix, basin: cfg.Basin, cfg: cfg,
-		log: cfg.Logger.With("face", "durable-streams"), states: newStates()}
+		log: cfg.Logger.With("face", "durable-streams"), states: newStates(), started: time.Now()}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "requests_total",
 		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, other) and status.",
@@ -213,7 +215,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, err)
 		return
 	}
-	if h.cfg.Forward != nil && r.Method != http.MethodHead && h.cfg.Forward(w, r, h.basin, name, r.Method != http.MethodGet) {
+	if h.cfg.Forward != nil && h.cfg.Forward(w, r, h.basin, name, r.Method != http.MethodGet) {
 		return
 	}
 	switch r.Method {

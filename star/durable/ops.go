@@ -64,7 +64,13 @@ func (h *Handler) expired(name string, row *streamRow, now time.Time) bool {
 		return true
 	}
 	if row.HasTTL {
+		// Without a touch seen by this star (it restarted, or took the
+		// stream over), the window runs from this star's start: a stream
+		// never expires earlier than its TTL says.
 		last := row.Created
+		if last.Before(h.started) {
+			last = h.started
+		}
 		if v, ok := h.touched.Load(name + "\x00" + row.Incarnation); ok {
 			last = v.(time.Time)
 		}
