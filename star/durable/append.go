@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -51,12 +52,22 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 
 	unlock := h.states.lock(name)
 	defer unlock()
+	var match *uint64 // the sequencer's tail from the last 412, if ahead
 	for range appendAttempts {
 		s, err := h.state(ctx, name, &row)
 		if err != nil {
 			h.writeErr(w, err)
 			return
 		}
+		at := s.next
+		if match != nil && *match > at {
+			// S2 appends in flight (sequenced, not yet durable, so not
+			// folded) are ahead: append after them. Every Durable Streams
+			// append of the stream is serialized here, on its leader, so
+			// those records are S2 data, which leave this state as it is.
+			at = *match
+		}
+		match = nil
 		// Precedence (protocol §5.2): closed, content type, sequence.
 		if s.closed {
 			w.Header().Set(hStreamClosed, "true")
@@ -137,10 +148,21 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			return
 		}
 		ack, err := h.n.Append(ctx, h.basin, name, &api.AppendInput{
-			Records: batch(payload, prod, streamSeq, closing), MatchSeqNum: api.Uint64(s.next),
+			Records: batch(payload, prod, streamSeq, closing), MatchSeqNum: api.Uint64(at),
 		}, nil)
-		if isStatus(err, http.StatusPreconditionFailed) {
-			continue // another writer (S2, another star) appended: fold again
+		if e, ok := errors.AsType[*api.Error](err); ok && e.Status == http.StatusPreconditionFailed {
+			if e.Code == api.CodeSeqNumMismatch {
+				// Another writer appended: fold again, and aim past what
+				// the sequencer holds.
+				if exp, ok := e.ExpectedSeqNum(); ok {
+					match = &exp
+				}
+				continue
+			}
+			// An S2 client fenced the stream (a fencing token): the
+			// protocol's writers hold none, so nothing is appended.
+			httpError(w, http.StatusConflict, "stream is fenced by an S2 fencing token")
+			return
 		}
 		if err != nil {
 			h.writeErr(w, err)

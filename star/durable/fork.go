@@ -184,6 +184,7 @@ var errSourceGone = errors.New("durable: fork source deleted")
 
 func (h *Handler) deleteRowAny(ctx context.Context, name string) error {
 	k := rowKey(h.basin, name)
+	h.rows.Delete(name)
 	return h.meta.Delete(ctx, k.PK, k.SK, meta.Always())
 }
 

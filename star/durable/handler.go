@@ -82,6 +82,7 @@ type Handler struct {
 	log     *slog.Logger
 	states  *states
 	touched sync.Map // name → time.Time of the last read or write (TTL)
+	rows    sync.Map // name → cachedRow: the last row read (metastore outages)
 
 	started time.Time // TTL windows not seen here run from this
 
@@ -347,6 +348,21 @@ func (h *Handler) writeErr(w http.ResponseWriter, err error) {
 			h.log.Warn("request failed", "err", err)
 		}
 		httpError(w, status, e.Message)
+		return
+	}
+	if _, ok := errors.AsType[*metaError](err); ok {
+		h.log.Warn("metastore unavailable", "err", err)
+		w.Header().Set("Retry-After", "1")
+		httpError(w, http.StatusServiceUnavailable, "the metastore is unavailable; retry")
+		return
+	}
+	if nl, ok := errors.AsType[*node.NotLeaderError](err); ok {
+		// The lease moved while the request ran (a handoff, a takeover):
+		// nothing was appended. The header tells a forwarding star to
+		// look the leader up again (star/server's HeaderNotLeader).
+		w.Header().Set("Starlog-Not-Leader", cmp.Or(nl.Leader.Star, "-"))
+		w.Header().Set("Retry-After", "1")
+		httpError(w, http.StatusServiceUnavailable, "the stream moved to another star; retry")
 		return
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

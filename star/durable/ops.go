@@ -207,7 +207,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, name string) {
 // initStream creates the starlog stream of a new row and appends the
 // initial records; it returns the tail.
 func (h *Handler) initStream(ctx context.Context, name string, row *streamRow, payload [][]byte, closed bool) (uint64, error) {
-	if _, _, err := h.n.EnsureStream(ctx, h.basin, name, api.StreamConfig{}); err != nil {
+	// An existing starlog stream (made through the S2 API) keeps its
+	// config and records: this PUT gives it its Durable Streams face.
+	if _, err := h.n.CheckTail(ctx, h.basin, name, nil); isStatus(err, http.StatusNotFound) || isStatus(err, http.StatusConflict) {
+		if _, _, err := h.n.EnsureStream(ctx, h.basin, name, api.StreamConfig{}); err != nil {
+			return 0, err
+		}
+	} else if err != nil {
 		return 0, err
 	}
 	h.states.drop(name)
@@ -355,6 +361,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 		return err
 	}
 	h.states.drop(name)
+	h.rows.Delete(name)
 	h.touched.Delete(name + "\x00" + row.Incarnation)
 	if err := h.n.DeleteStream(ctx, h.basin, name); err != nil && !isStatus(err, http.StatusNotFound) {
 		h.log.Warn("delete starlog stream", "stream", name, "err", err)
@@ -379,6 +386,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 			return nil
 		}
 		h.states.drop(src)
+		h.rows.Delete(src)
 		if err := h.n.DeleteStream(ctx, h.basin, src); err != nil && !isStatus(err, http.StatusNotFound) {
 			h.log.Warn("delete starlog stream", "stream", src, "err", err)
 		}

@@ -54,17 +54,38 @@ func (h *Handler) getRow(ctx context.Context, name string) (streamRow, int64, er
 	k := rowKey(h.basin, name)
 	it, err := h.meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
+		h.rows.Delete(name)
 		return streamRow{}, 0, errNoRow
 	}
 	if err != nil {
-		return streamRow{}, 0, fmt.Errorf("durable: read stream row: %w", err)
+		// A metastore outage: serve the row this star last read, as the
+		// S2 path keeps acknowledging appends through one (its records
+		// need no metastore write). A change made meanwhile elsewhere (a
+		// delete) is seen when the metastore answers again.
+		if c, ok := h.rows.Load(name); ok {
+			cr := c.(cachedRow)
+			return cr.row, cr.ver, nil
+		}
+		return streamRow{}, 0, &metaError{err}
 	}
 	var row streamRow
 	if err := json.Unmarshal(it.Val, &row); err != nil {
 		return streamRow{}, 0, fmt.Errorf("durable: decode stream row %s: %w", name, err)
 	}
+	h.rows.Store(name, cachedRow{row: row, ver: it.Ver})
 	return row, it.Ver, nil
 }
+
+type cachedRow struct {
+	row streamRow
+	ver int64
+}
+
+// metaError is a metastore failure: retryable (503).
+type metaError struct{ err error }
+
+func (e *metaError) Error() string { return "durable: read stream row: " + e.err.Error() }
+func (e *metaError) Unwrap() error { return e.err }
 
 // putRow writes the row under cond; meta.ErrConditionFailed passes through.
 func (h *Handler) putRow(ctx context.Context, name string, row streamRow, cond meta.Cond) (int64, error) {
@@ -73,11 +94,18 @@ func (h *Handler) putRow(ctx context.Context, name string, row streamRow, cond m
 	if err != nil {
 		return 0, err
 	}
-	return h.meta.Put(ctx, k.PK, k.SK, val, cond)
+	ver, err := h.meta.Put(ctx, k.PK, k.SK, val, cond)
+	if err == nil {
+		h.rows.Store(name, cachedRow{row: row, ver: ver})
+	} else if !errors.Is(err, meta.ErrConditionFailed) {
+		err = &metaError{err}
+	}
+	return ver, err
 }
 
 func (h *Handler) deleteRow(ctx context.Context, name string, ver int64) error {
 	k := rowKey(h.basin, name)
+	h.rows.Delete(name)
 	return h.meta.Delete(ctx, k.PK, k.SK, meta.IfVer(ver))
 }
 
