@@ -1,11 +1,14 @@
 package durable
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
 )
 
 // appendReq serves POST: append, append-and-close, or close.
@@ -54,7 +57,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 	defer unlock()
 	var match *uint64 // the sequencer's tail from the last 412, if ahead
 	for range appendAttempts {
-		s, err := h.state(ctx, name, &row)
+		s, err := h.settledState(ctx, name, &row)
 		if err != nil {
 			h.writeErr(w, err)
 			return
@@ -165,6 +168,11 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			return
 		}
 		if err != nil {
+			if _, nl := errors.AsType[*node.NotLeaderError](err); !nl {
+				// Maybe sequenced: it can only land at seq at, and the next
+				// decision waits until that seq is durable (pendingAt).
+				h.states.setPending(name, at)
+			}
 			h.writeErr(w, err)
 			return
 		}
@@ -188,4 +196,42 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 func producerHeaders(w http.ResponseWriter, epoch, seq uint64) {
 	w.Header().Set(hProducerEpoch, strconv.FormatUint(epoch, 10))
 	w.Header().Set(hProducerSeq, strconv.FormatUint(seq, 10))
+}
+
+// pendingWait bounds how long an append waits for an earlier append of
+// its stream whose outcome is unknown to become durable or not.
+const pendingWait = 10 * time.Second
+
+// settledState is state once no Durable Streams append of this star is
+// in doubt: after an append that failed indefinitely (a timeout, a storage
+// error) its batch may still become durable, at the seq it matched, so
+// the fold first reaches past that seq. Only then may a decision jump past
+// S2 batches in flight (the 412's expected seq): none of them is ours.
+func (h *Handler) settledState(ctx context.Context, name string, row *streamRow) (*streamState, error) {
+	s, err := h.state(ctx, name, row)
+	if err != nil {
+		return nil, err
+	}
+	at, ok := h.states.pending(name)
+	if !ok {
+		return s, nil
+	}
+	deadline := time.Now().Add(pendingWait)
+	for s.next <= at {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, api.Unavailable("an earlier append of this stream is still in doubt; retry")
+		}
+		// A read from the fold's end waits for that seq to be durable.
+		if _, err := h.n.Read(ctx, h.basin, name, api.ReadRequest{
+			From: api.FromSeqNum, Value: s.next, Count: api.Uint64(1), Wait: &left,
+		}, nil); err != nil && !isStatus(err, http.StatusRequestedRangeNotSatisfiable) {
+			return nil, err
+		}
+		if s, err = h.state(ctx, name, row); err != nil {
+			return nil, err
+		}
+	}
+	h.states.clearPending(name, at)
+	return s, nil
 }

@@ -79,6 +79,32 @@ type states struct {
 	// asks validation and append to be serialized per producer); across
 	// stars, match_seq_num does.
 	locks map[string]*streamLock
+	// inDoubt holds, per stream, the seq an append that failed
+	// indefinitely matched (settledState).
+	inDoubt map[string]uint64
+}
+
+func (c *states) setPending(name string, at uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.inDoubt[name]; !ok || at > cur {
+		c.inDoubt[name] = at
+	}
+}
+
+func (c *states) pending(name string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.inDoubt[name]
+	return at, ok
+}
+
+func (c *states) clearPending(name string, at uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.inDoubt[name]; ok && cur <= at {
+		delete(c.inDoubt, name)
+	}
 }
 
 type streamLock struct {
@@ -87,7 +113,7 @@ type streamLock struct {
 }
 
 func newStates() *states {
-	return &states{m: map[string]*streamState{}, locks: map[string]*streamLock{}}
+	return &states{m: map[string]*streamState{}, locks: map[string]*streamLock{}, inDoubt: map[string]uint64{}}
 }
 
 func (c *states) lock(name string) func() {
