@@ -106,6 +106,8 @@ type common struct {
 	durablePrefix, durableBasin          string
 	durableClass                         string
 	durableLongPoll                      time.Duration
+
+	location string // server.Options.Location
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
@@ -164,6 +166,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.StringVar(&c.durableBasin, "durable-basin", durable.DefaultBasin, "basin holding the Durable Streams streams (created on first use)")
 	fs.StringVar(&c.durableClass, "durable-storage-class", string(durable.DefaultStorageClass), "default storage class of the Durable Streams basin when the star creates it: express or standard")
 	fs.DurationVar(&c.durableLongPoll, "durable-long-poll", durable.DefaultLongPoll, "how long a Durable Streams long-poll waits for data before 204")
+	fs.StringVar(&c.location, "location", server.DefaultLocation, "the deployment's location (S2's region, e.g. aws:us-east-1): what /v1/locations and basin info answer")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
 
@@ -215,6 +218,7 @@ func (c *common) serverOptions(ac auth.Config) server.Options {
 		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
 		ClientRate: server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst},
 		Durable:    c.durableConfig(),
+		Location:   c.location,
 	}
 }
 
