@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/node"
 )
 
 // A fork is copy-on-fork: creating it copies the source's records below
@@ -263,7 +264,7 @@ func (h *Handler) subRecords(ctx context.Context, src string, srow *streamRow, p
 // below seq and then tailRecs, and appends the initial body (and marker);
 // it returns the fork's tail.
 func (h *Handler) copyFork(ctx context.Context, src, name string, row *streamRow, seq uint64, tailRecs []api.Record, payload [][]byte, closed bool) (uint64, error) {
-	if _, _, err := h.n.EnsureStream(ctx, h.basin, name, api.StreamConfig{}); err != nil {
+	if _, _, err := h.n.EnsureStream(node.ReplaceDeleting(ctx), h.basin, name, api.StreamConfig{}); err != nil {
 		return 0, err
 	}
 	h.states.drop(name)

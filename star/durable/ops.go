@@ -11,6 +11,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/node"
 )
 
 // The protocol's headers.
@@ -210,7 +211,7 @@ func (h *Handler) initStream(ctx context.Context, name string, row *streamRow, p
 	// An existing starlog stream (made through the S2 API) keeps its
 	// config and records: this PUT gives it its Durable Streams face.
 	if _, err := h.n.CheckTail(ctx, h.basin, name, nil); isStatus(err, http.StatusNotFound) || isStatus(err, http.StatusConflict) {
-		if _, _, err := h.n.EnsureStream(ctx, h.basin, name, api.StreamConfig{}); err != nil {
+		if _, _, err := h.n.EnsureStream(node.ReplaceDeleting(ctx), h.basin, name, api.StreamConfig{}); err != nil {
 			return 0, err
 		}
 	} else if err != nil {
