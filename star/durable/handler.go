@@ -123,6 +123,10 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
+// MaxWait is the longest a read waits before it answers or ends (the
+// long-poll timeout or the SSE life), for the server's write deadline.
+func (h *Handler) MaxWait() time.Duration { return max(h.cfg.LongPoll, h.cfg.SSELife) }
+
 // Prefix is the path prefix the handler serves (no trailing slash).
 func (h *Handler) Prefix() string { return h.prefix }
 

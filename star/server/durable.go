@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
@@ -12,9 +13,21 @@ import (
 // prefix. It authenticates as every other route does (the access token
 // as Authorization: Bearer, how the protocol's clients send credentials)
 // and leaves authorizing the operation on the stream to the handler.
-// Long-polls and SSE responses outlive RequestTimeout, so no write
-// deadline is set here; the handler bounds every wait itself.
+// Deadlines as for S2 requests: a body must arrive within BodyReadTimeout
+// and a response be out within RequestTimeout, plus the handler's longest
+// wait for reads (long-poll, SSE).
 func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	now := time.Now()
+	budget := s.opts.RequestTimeout
+	if r.Method == http.MethodGet {
+		budget += s.ds.MaxWait()
+	} else {
+		_ = rc.SetReadDeadline(now.Add(s.opts.BodyReadTimeout))
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	_ = rc.SetWriteDeadline(now.Add(budget))
+	defer rc.SetWriteDeadline(time.Time{})
 	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
 	if !internal {
 		r.Header.Del(HeaderForwardedBy) // only a peer may say it forwards
