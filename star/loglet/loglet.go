@@ -61,7 +61,9 @@ type Config struct {
 	// Window is how many slots may be claimed ahead of release
 	// (--s3-parallel-uploads / --s3-express-parallel-uploads).
 	Window int
-	// FlushInterval bounds the age of the oldest pooled byte before a cut.
+	// FlushInterval bounds the PUT rate of sub-target flights (one per
+	// interval) and the age of the oldest pooled byte before a cut; a batch
+	// arriving after an idle interval is cut at once (pool.CutPolicy).
 	FlushInterval time.Duration
 	// TargetFlight is the flight size that triggers a cut before the deadline.
 	TargetFlight int64
@@ -90,6 +92,8 @@ type Config struct {
 
 	// testRender, when set, fails the rendering of a flight (tests).
 	testRender func(epoch, slot uint64) error
+	// testFixedDelay cuts by the earlier fixed-delay policy (benchmarks).
+	testFixedDelay bool
 }
 
 // MaxTargetFlight bounds TargetFlight: a slot object's footer coordinates
@@ -183,6 +187,8 @@ type Loglet struct {
 	deposedErr   error
 	stalledSince time.Time
 	blocked      blockedBy // why the last tryCut stopped cutting (for admission stalls)
+	policy       pool.CutPolicy
+	lastCut      time.Time // when the previous flight was cut (zero: none yet)
 
 	index   *Index
 	backlog *backlog
@@ -232,6 +238,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 	l := &Loglet{
 		cfg: cfg, chain: c, log: log, metrics: m,
 		pool:        pool.New[*Batch](cfg.PoolBudget, nil),
+		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight, FixedDelay: cfg.testFixedDelay},
 		results:     make(chan uploadResult, 4*cfg.Window),
 		inflight:    map[uint64]*flight{},
 		index:       NewIndex(),

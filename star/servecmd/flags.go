@@ -126,8 +126,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 
 	fs.IntVar(&c.memMiB, "s3-memory-buffer-mib", int(d.Standard.MemoryBufferBytes>>20), "Standard pool budget: admitted, uncut bytes before appends block")
 	fs.IntVar(&c.expMemMiB, "s3-express-memory-buffer-mib", int(d.Express.MemoryBufferBytes>>20), "Express pool budget")
-	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: the oldest pooled byte waits at most this long for a flight")
-	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: the oldest pooled byte waits at most this long for a flight")
+	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: at most one flight below the target size per interval, and no pooled byte waits longer; a batch after an idle interval is cut at once. On S3 the default trades ack latency for PUT cost; on a directory store (--fs-root, star dev) it is "+DiskFlushInterval.String()+": a PUT there has no price")
+	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: as --s3-flush-interval, for the Express chain (default "+DiskFlushInterval.String()+" on a directory store)")
 	fs.IntVar(&c.uploads, "s3-parallel-uploads", d.Standard.ParallelUploads, "Standard pipeline window: slots uploading ahead of release")
 	fs.IntVar(&c.expUploads, "s3-express-parallel-uploads", d.Express.ParallelUploads, "Express pipeline window")
 	fs.IntVar(&c.flightKiB, "s3-target-flight-kib", int(d.Standard.TargetFlightBytes>>10), "Standard: cut a flight early once it reaches this size")
@@ -168,6 +168,31 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.durableLongPoll, "durable-long-poll", durable.DefaultLongPoll, "how long a Durable Streams long-poll waits for data before 204")
 	fs.StringVar(&c.location, "location", server.DefaultLocation, "the deployment's location (S2's region, e.g. aws:us-east-1): what /v1/locations and basin info answer")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
+}
+
+// DiskFlushInterval is both classes' flush interval on a directory store:
+// a PUT there costs a few fsyncs and no money, so the interval only has to
+// keep flights from being cut faster than the disk takes them (the window
+// bounds the rest). On S3 the interval is what bounds the request bill, and
+// the node's defaults stay.
+const DiskFlushInterval = time.Millisecond
+
+// diskFlushDefaults makes the flush intervals default to DiskFlushInterval
+// where the flags were not given (on the command line or by environment).
+// withDefault also shows it in --help.
+func diskFlushDefaults(fs *pflag.FlagSet, withDefault bool) {
+	for _, name := range []string{"s3-flush-interval", "s3-express-flush-interval"} {
+		f := fs.Lookup(name)
+		if f == nil || f.Changed {
+			continue
+		}
+		if err := f.Value.Set(DiskFlushInterval.String()); err != nil {
+			panic(err) // a constant that does not parse as its own flag's type
+		}
+		if withDefault {
+			f.DefValue = DiskFlushInterval.String()
+		}
+	}
 }
 
 // nodeConfig maps the flags onto a node config.
