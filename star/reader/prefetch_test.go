@@ -95,7 +95,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // and no room for another unit, or the rows' end reached.
 func filled(p *Prefetch, maxUnit int64, end uint64) bool {
 	s := p.stats()
-	return s.inflight == 0 && (s.held > s.limit-maxUnit || s.frontier == end)
+	return s.limit > 0 && s.inflight == 0 && (s.held > s.limit-maxUnit || s.frontier == end)
 }
 
 func TestPrefetchHoldsAtMostItsWindow(t *testing.T) {
