@@ -104,7 +104,12 @@ func buildCatchup() (*catchupEnv, error) {
 		}
 	}
 	recs := make([]format.Record, catchupFlight)
+	// Printable text: what a JSON reader is served as is (a body of
+	// control bytes would be escaped six-fold).
 	body := make([]byte, catchupBody)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
 	fill := func(first uint64) []format.Record {
 		for i := range recs {
 			seq := first + uint64(i)
@@ -235,7 +240,7 @@ func benchAPIRecords(recs []format.Record) []api.Record {
 // directory store; the same behind S3-like GET latency: log-normal p50 30
 // / p99 100 ms on the Standard bucket, 5 / 20 ms on the Express one), with
 // and without read-ahead, encoded as S2S (and SSE, raw JSON, for settled
-// objects on the directory store). Metrics: MiB/s of metered bytes,
+// objects on the directory store, raw and base64). Metrics: MiB/s of metered bytes,
 // CPU-s/GiB and cores (the process's CPU over the read), first-batch ms.
 func BenchmarkCatchUp(b *testing.B) {
 	env := catchupStreams(b)
@@ -251,7 +256,7 @@ func BenchmarkCatchUp(b *testing.B) {
 		for _, id := range []string{catchupSettled, catchupTransit, catchupTransitEx} {
 			encs := []string{"s2s"}
 			if st.name == "dir" && id == catchupSettled {
-				encs = append(encs, "sse")
+				encs = append(encs, "sse", "sse-b64")
 			}
 			for _, enc := range encs {
 				for _, pf := range []bool{true, false} {
@@ -281,6 +286,9 @@ func catchupRead(b *testing.B, env *catchupEnv, objs objstore.Store, id, enc str
 	stream := Stream{ID: id, Basin: catchupBasin}
 	fw := api.NewFrameWriter(io.Discard, api.CompressionNone)
 	sw := api.NewSSEWriter(io.Discard, api.FormatRaw)
+	if enc == "sse-b64" {
+		sw = api.NewSSEWriter(io.Discard, api.FormatBase64)
+	}
 	var sid api.LastEventID
 	var buf []byte
 	var pf *Prefetch
@@ -312,7 +320,7 @@ func catchupRead(b *testing.B, env *catchupEnv, objs objstore.Store, id, enc str
 		case "s2s":
 			buf = api.AppendReadBatchProto(buf[:0], &batch)
 			err = fw.WriteMessage(buf)
-		case "sse":
+		case "sse", "sse-b64":
 			sid = sid.Next(&batch)
 			err = sw.Batch(&batch, sid)
 		}
