@@ -103,6 +103,8 @@ command fail, as do failed appends.`,
 	f.StringVar(&cfg.storageClass, "storage-class", "", "storage class of created streams: standard or express (default: the basin's)")
 	f.DurationVar(&cfg.catchUp, "catch-up", 10*time.Second, "how long readers may take to receive the last acked records")
 	f.BoolVar(&cfg.asJSON, "json", false, "print the result as JSON")
+	// Other modes are subcommands in their own files.
+	cmd.AddCommand(c.benchReadCmd())
 	return cmd
 }
 
