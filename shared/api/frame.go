@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -60,6 +61,11 @@ type FrameReader struct {
 	// before its payload is read: a server arms its frame-completion
 	// deadline there (and disarms it when Next returns).
 	Started func()
+	// Keep is the largest payload buffer kept for the next frame (0:
+	// 256 KiB). A client reading 1 MiB batches from its server sets it
+	// to MaxFrameLen, so every frame does not regrow its buffer by
+	// doublings; a server reading untrusted clients keeps the default.
+	Keep int
 
 	r    io.Reader
 	hdr  [frameHeaderLen]byte
@@ -121,7 +127,7 @@ func (fr *FrameReader) Next() (Frame, error) {
 	// The payload buffer grows with the bytes that arrive, not with what
 	// the header announces: a stalled frame holds only what it sent. A
 	// big buffer is not kept for the next frame either.
-	if cap(fr.in) > frameKeep {
+	if cap(fr.in) > cmp.Or(fr.Keep, frameKeep) {
 		fr.in = nil
 	}
 	in, err := readN(fr.r, fr.in[:0], n-1)

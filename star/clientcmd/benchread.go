@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +29,7 @@ type benchReadConfig struct {
 	sse        bool
 	metricsURL string
 	asJSON     bool
+	cpuProfile string
 }
 
 func (c *conn) benchReadCmd() *cobra.Command {
@@ -35,7 +38,7 @@ func (c *conn) benchReadCmd() *cobra.Command {
 		Use:   "read",
 		Short: "Measure catch-up read throughput of one stream",
 		Long: `Read --stream from --seq-num as fast as possible on one read session (S2S,
-or SSE with --sse) until --bytes metered bytes (0: to the tail), discarding
+or SSE with --sse, bodies in base64) until --bytes metered bytes (0: to the tail), discarding
 the records, and report MiB/s of metered bytes, the first batch's latency,
 and CPU seconds per GiB on both sides: this process's (getrusage) and the
 star's (process_cpu_seconds_total from --metrics-url, default the
@@ -59,6 +62,17 @@ public listener).`,
 			if cfg.metricsURL == "" && endpoint != "" {
 				cfg.metricsURL = strings.TrimSuffix(endpoint, "/") + "/metrics"
 			}
+			if cfg.cpuProfile != "" {
+				pf, err := os.Create(cfg.cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer pf.Close()
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			sseTarget := sseTarget{endpoint: endpoint, basin: c.fromEnv(c.basin, EnvBasin), token: c.fromEnv(c.token, EnvToken)}
 			res, err := runBenchRead(ctx, b.Stream(cfg.stream), sseTarget, cfg)
 			if err != nil {
@@ -75,9 +89,10 @@ public listener).`,
 	f.StringVar(&cfg.stream, "stream", "", "stream to read")
 	f.Uint64Var(&cfg.from, "seq-num", 0, "start at this seq num")
 	f.Uint64Var(&cfg.bytes, "bytes", 0, "stop after this many metered bytes (0: at the tail)")
-	f.BoolVar(&cfg.sse, "sse", false, "read over SSE (raw JSON events) instead of S2S")
+	f.BoolVar(&cfg.sse, "sse", false, "read over SSE (JSON events, bodies in base64) instead of S2S")
 	f.StringVar(&cfg.metricsURL, "metrics-url", "", "the star's Prometheus endpoint, for its CPU (default: <endpoint>/metrics)")
 	f.BoolVar(&cfg.asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write this process's CPU profile of the read to the file")
 	return cmd
 }
 
@@ -178,6 +193,8 @@ func benchReadSSE(ctx context.Context, t sseTarget, stream string, req api.ReadR
 		return err
 	}
 	hr.Header.Set("Accept", api.ContentTypeSSE)
+	// Base64: raw JSON would replace a binary body's invalid UTF-8.
+	hr.Header.Set("s2-format", "base64")
 	hr.Header.Set("s2-basin", t.basin)
 	if t.token != "" {
 		hr.Header.Set("Authorization", "Bearer "+t.token)
@@ -200,7 +217,7 @@ func benchReadSSE(ctx context.Context, t sseTarget, stream string, req api.ReadR
 		if err != nil {
 			return fmt.Errorf("sse read: %w", err)
 		}
-		re, derr := api.DecodeReadEvent(ev, api.FormatRaw)
+		re, derr := api.DecodeReadEvent(ev, api.FormatBase64)
 		if derr != nil {
 			return fmt.Errorf("sse read: %w", derr)
 		}

@@ -107,7 +107,11 @@ type Prefetch struct {
 	frontier uint64 // the seq the next unit starts at
 	units    []*unit
 	inflight int
-	rows     cursor
+	rows     cursor // the planner's
+	// walkRows is the reader's row cursor, kept between its Reads so a
+	// session does not look its row up again every batch (its own, not
+	// the planner's: they run concurrently).
+	walkRows cursor
 }
 
 // NewPrefetch returns a read-ahead for one reader of stream, or nil when
@@ -119,7 +123,8 @@ func (r *Reader) NewPrefetch(stream Stream) *Prefetch {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Prefetch{r: r, stream: stream, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
-		rows: cursor{q: rows{r: r, id: stream.ID}, page: r.cfg.RowPage}}
+		rows:     cursor{q: rows{r: r, id: stream.ID}, page: r.cfg.RowPage},
+		walkRows: cursor{q: rows{r: r, id: stream.ID}, page: r.cfg.RowPage}}
 	// A reader is made a read-ahead when it is catching up: it takes its
 	// share of the budget at once, so readers opened together share it
 	// evenly from the first GET.

@@ -312,6 +312,12 @@ func (r *Reader) read(ctx context.Context, stream Stream, start Start, lim Limit
 		return Result{}, errors.New("reader: empty stream id")
 	}
 	w := newWalk(r, stream, lim, tail, pf)
+	if pf != nil {
+		// Reads of one Prefetch are sequential: the cursor is the walk's
+		// for its run.
+		w.rows = pf.walkRows
+		defer func() { pf.walkRows = w.rows }()
+	}
 	res, err := w.run(ctx, start)
 	if err != nil {
 		return Result{}, fmt.Errorf("reader: read stream %s from %s: %w", stream.ID, start, err)
