@@ -273,3 +273,28 @@ func TestPrefetchDisabled(t *testing.T) {
 		t.Fatal("a negative budget still prefetches")
 	}
 }
+
+// A read whose start is in the tail window (a live session woken by a
+// release) is served from memory: no metastore query.
+func TestTailReadSkipsMetastore(t *testing.T) {
+	f := newFixture(t)
+	f.epoch(meta.Standard, 1, stdBucket)
+	f.absorb(meta.Standard, 1, f.flight(meta.Standard, 1, []string{stdBucket}, f.batch("t", 10)))
+	f.recs("t", 5) // released, not absorbed: only in the window
+	r := f.reader(Config{})
+	before := f.counter("starlog_reader_meta_queries_total")
+	res := f.read(r, "t", AtSeq(12), Limits{}, f.tail("t", 10))
+	f.want("t", res.Records, 12, 15)
+	if res.Stop != StopCaughtUp {
+		t.Fatalf("stop %s", res.Stop)
+	}
+	if q := f.counter("starlog_reader_meta_queries_total") - before; q != 0 {
+		t.Fatalf("%v metastore queries for a read inside the tail window", q)
+	}
+	// Below the window the rows are read as before.
+	res = f.read(r, "t", AtSeq(3), Limits{}, f.tail("t", 10))
+	f.want("t", res.Records, 3, 15)
+	if q := f.counter("starlog_reader_meta_queries_total") - before; q == 0 {
+		t.Fatal("a read below the window asked no rows")
+	}
+}
