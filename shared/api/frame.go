@@ -251,6 +251,7 @@ type FrameWriter struct {
 	w         io.Writer
 	c         Compression
 	reconnect bool
+	hdr       [frameHeaderLen]byte
 	buf       []byte
 	zbuf      bytes.Buffer
 	zout      []byte
@@ -305,9 +306,27 @@ func (fw *FrameWriter) WriteMessage(payload []byte) error {
 	if fw.reconnect {
 		flag |= flagReconnect
 	}
+	if len(body) >= directWrite {
+		// A big payload (a catch-up batch) goes out as it is, after its
+		// header: copying it into a frame buffer would cost a copy and,
+		// past the kept buffer size, an allocation per frame.
+		n := 1 + len(body)
+		fw.hdr = [frameHeaderLen]byte{byte(n >> 16), byte(n >> 8), byte(n), flag}
+		if _, err := fw.w.Write(fw.hdr[:]); err != nil {
+			return fmt.Errorf("s2s: write frame: %w", err)
+		}
+		if _, err := fw.w.Write(body); err != nil {
+			return fmt.Errorf("s2s: write frame: %w", err)
+		}
+		return nil
+	}
 	fw.buf = AppendFrame(fw.buf[:0], flag, body)
 	return fw.write()
 }
+
+// directWrite is the payload size from which WriteMessage writes the
+// payload in place rather than copying it behind the header.
+const directWrite = 64 << 10
 
 // WriteTerminal writes the terminal frame of e: its status as u16 BE, then
 // its JSON body, uncompressed.

@@ -137,3 +137,24 @@ func BenchmarkDecodeReadBatchProto(b *testing.B) {
 		})
 	}
 }
+
+// A payload written in place (past directWrite) reads back as one frame,
+// with its flags, between small ones.
+func TestFrameWriterDirectPayload(t *testing.T) {
+	var buf bytes.Buffer
+	fw := NewFrameWriter(&buf, CompressionNone)
+	big := bytes.Repeat([]byte("0123456789"), directWrite/5)
+	fw.SetReconnectAdvised(true)
+	for _, p := range [][]byte{[]byte("small"), big, []byte("after")} {
+		if err := fw.WriteMessage(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fr := NewFrameReader(&buf)
+	for _, want := range [][]byte{[]byte("small"), big, []byte("after")} {
+		f, err := fr.Next()
+		if err != nil || !bytes.Equal(f.Payload, want) || !f.ReconnectAdvised || f.Terminal {
+			t.Fatalf("frame of %d bytes (reconnect %v): %v, want %d bytes", len(f.Payload), f.ReconnectAdvised, err, len(want))
+		}
+	}
+}
