@@ -41,6 +41,9 @@ type Metrics struct {
 	chainGarbage *prometheus.CounterVec
 	// emptied counts streams deleted under delete_on_empty.
 	emptied prometheus.Counter
+	// trimsDeferred counts retention passes that kept a trimmable row
+	// for the storage bound (retain.go).
+	trimsDeferred prometheus.Counter
 }
 
 // nopMetrics records into unregistered instruments.
@@ -76,12 +79,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		chainGarbage: counter("chain_garbage_reclaimed_total", "Chain garbage of decommissioned stars deleted by the trim-check, by kind: epoch records, slot keys, directory rows.", "kind"),
 		emptied: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "streams_emptied_total",
 			Help: "Streams the janitor deleted under delete_on_empty."}),
+		trimsDeferred: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "trims_deferred_total",
+			Help: "Stream trims that kept a trimmable row until the reclaim deletes what the stream already has waiting (the storage bound)."}),
 		jobSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "settle", Name: "job_seconds",
 			Help: "Duration of auditor jobs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"class", "kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobSeconds,
-			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied)
+			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied, m.trimsDeferred)
 	}
 	return m
 }

@@ -35,7 +35,15 @@ func decideExtend(ctx context.Context, st *Stores, w *streamWork, t *tailObj, no
 		return false, fmt.Errorf("settle: read reclaim entry %s: %w", k.SK, err)
 	}
 	cfg := st.cfg()
-	ext := extendable(s, now, recentWindow(cfg.ReadGrace), cfg.OutputCap)
+	wb, err := waiting(ctx, st.Meta, w.id)
+	if err != nil {
+		return false, err
+	}
+	// Both bounds: the revisions of the last window (which need no read
+	// to know) and what the entries say is still waiting, trimmed objects
+	// and reservations included, so the two kinds share the one cap.
+	ext := extendable(s, now, recentWindow(cfg.ReadGrace), cfg.OutputCap, wb.dropped) &&
+		wb.superseded+wb.dropped+s.Bytes <= cfg.OutputCap
 	rc := meta.Reclaim{Basin: w.basin, Stream: w.id, Epoch: s.Epoch, First: s.FirstSeq, Rev: s.Revision, Bytes: s.Bytes, Extend: ext}
 	_, err = st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(rc), meta.IfAbsent())
 	if err == nil {
@@ -62,13 +70,62 @@ func decodeDecision(it meta.Item, id string) (bool, error) {
 }
 
 // extendable is the extension bound: the revisions of s superseded within
-// window, plus s itself once superseded, fit in the output cap. Pure.
-func extendable(s *meta.Settled, now time.Time, window time.Duration, outputCap uint64) bool {
-	pending := s.Bytes
+// window, plus s itself once superseded, plus the stream's trimmed objects
+// still waiting out the read grace (dropped), fit in the output cap. Both
+// kinds are stored but not retained, so they share the one cap the bound
+// allows beyond retained bytes. Pure.
+func extendable(s *meta.Settled, now time.Time, window time.Duration, outputCap, dropped uint64) bool {
+	pending := s.Bytes + dropped
 	for _, r := range recent(s, now, window) {
 		pending += r.Bytes
 	}
 	return pending <= outputCap
+}
+
+// waitingBytes is what a stream stores that no catalog row names any
+// more, or soon will not, as its reclaim entries say.
+type waitingBytes struct {
+	// superseded: the revisions an extension replaces (Extend; counted
+	// from the decision on, before the extension commits, which only errs
+	// on the safe side).
+	superseded uint64
+	// dropped: the objects a trim or retention marked Drop: their rows are
+	// deleted, or kept for the storage bound (a reservation, retain.go).
+	dropped uint64
+	drops   map[string]uint64 // dropped by entry sort key
+}
+
+// waiting reads a stream's reclaim entries. The reclaim pass deletes each
+// entry with its object, so the sums are exact whatever the janitor's
+// pace. A stream has few entries at a time: those of the last grace and
+// pass.
+func waiting(ctx context.Context, ms meta.Store, id string) (waitingBytes, error) {
+	w := waitingBytes{drops: map[string]uint64{}}
+	q := meta.Query{PK: meta.ReclaimPK, From: id + "/", To: id + "/~", Limit: 256}
+	for {
+		pg, err := ms.Query(ctx, q)
+		if err != nil {
+			return w, fmt.Errorf("settle: reclaim entries of %s: %w", id, err)
+		}
+		for _, it := range pg.Items {
+			var rc meta.Reclaim
+			if err := meta.Decode(it.Val, &rc); err != nil {
+				return w, fmt.Errorf("%w: reclaim entry %s: %v", ErrRows, it.SK, err)
+			}
+			switch {
+			case rc.Stream != id:
+			case rc.Drop:
+				w.dropped += rc.Bytes
+				w.drops[it.SK] = rc.Bytes
+			case rc.Extend:
+				w.superseded += rc.Bytes
+			}
+		}
+		if pg.Next == "" {
+			return w, nil
+		}
+		q.PageToken = pg.Next
+	}
 }
 
 // recent is s.Recent without the revisions superseded before now−window.

@@ -26,7 +26,7 @@ func TestExtendable(t *testing.T) {
 		{30 * time.Second, 40, true},  // nothing recent: the tail alone
 		{30 * time.Second, 39, false},
 	} {
-		if got := extendable(s, now, c.window, c.cap); got != c.want {
+		if got := extendable(s, now, c.window, c.cap, 0); got != c.want {
 			t.Errorf("window %v cap %d: extendable %v, want %v", c.window, c.cap, got, c.want)
 		}
 	}
@@ -46,7 +46,7 @@ func TestExtendableBoundsSuperseded(t *testing.T) {
 		for i := range rapid.IntRange(1, 60).Draw(t, "rounds") {
 			now = now.Add(time.Duration(rapid.IntRange(1, 300).Draw(t, "gap")) * time.Second)
 			add := uint64(rapid.IntRange(1, 200).Draw(t, "add"))
-			if tail.Bytes >= outputCap || !extendable(tail, now, window, outputCap) {
+			if tail.Bytes >= outputCap || !extendable(tail, now, window, outputCap, 0) {
 				tail = &meta.Settled{Bytes: add} // a new object
 				continue
 			}
@@ -92,4 +92,41 @@ func TestTrimmable(t *testing.T) {
 			t.Errorf("%s: trimmable %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// The trim rule keeps stored ≤ 1.1 × retained + cap: an object moves from
+// retained to waiting only while everything waiting fits a tenth of what
+// is retained after it plus one cap, or when nothing else waits.
+func TestTrimFits(t *testing.T) {
+	for _, c := range []struct {
+		pending, b, retained, cap uint64
+		want                      bool
+	}{
+		{0, 500, 500, 100, true},        // nothing waits: always progresses
+		{50, 50, 1000, 100, true},       // 100 ≤ 100 + 95
+		{100, 100, 1100, 100, true},     // 200 ≤ 100 + 100
+		{100, 101, 1100, 100, false},    // 201 > 100 + 99
+		{1, 100, 100, 100, false},       // 101 > 100 + 0
+		{900, 100, 10_100, 100, true},   // 1000 ≤ 100 + 1000
+		{1001, 100, 10_100, 100, false}, // 1101 > 1100
+	} {
+		if got := trimFits(c.pending, c.b, c.retained, c.cap); got != c.want {
+			t.Errorf("trimFits(%d, %d, %d, %d) = %v, want %v", c.pending, c.b, c.retained, c.cap, got, c.want)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		outputCap := uint64(rapid.IntRange(1, 1000).Draw(t, "cap"))
+		retained := uint64(rapid.IntRange(0, 100_000).Draw(t, "retained"))
+		waiting := uint64(rapid.IntRange(0, 2000).Draw(t, "waiting"))
+		if waiting > outputCap+retained/10 {
+			return // already beyond the bound: not a state the rules reach
+		}
+		b := uint64(rapid.IntRange(0, int(retained)).Draw(t, "b"))
+		if waiting > 0 && trimFits(waiting, b, retained, outputCap) {
+			stored, kept := retained+waiting, retained-b
+			if stored > kept+kept/10+outputCap {
+				t.Fatalf("trim of %d B: %d stored > 1.1 × %d + %d", b, stored, kept, outputCap)
+			}
+		}
+	})
 }

@@ -13,7 +13,11 @@ import (
 type StreamTrimReport struct {
 	Rows  int    // catalog rows deleted
 	Bytes uint64 // bytes of the objects they named (reclaimed a grace later)
-	First uint64 // the stream's first row after the trim
+	// Deferred: a trimmable row was kept because its object, on top of
+	// what the stream already has waiting for the reclaim, would pass the
+	// output cap the storage bound allows; a later pass trims it.
+	Deferred bool
+	First    uint64 // the stream's first row after the trim
 	// The stream's tail as its rows say: Written is false when it has no
 	// row at all; Tail and LastTimestamp are its greatest row's end seq
 	// and max timestamp; TrimPoint is trimPoint's.
@@ -60,6 +64,15 @@ const maxTrimRows = 1024
 // it read before the delete reads its object for the whole grace. Every
 // step is conditional or idempotent: a crash leaves at worst an entry
 // marked Drop beside its row, which the next pass deletes.
+//
+// The storage bound (docs/settle.md): a row is trimmed only while its
+// object, the stream's superseded revisions and its trimmed objects still
+// waiting for the reclaim together fit one output cap, or when nothing
+// else waits (so a trim always progresses). A deferred row stays readable,
+// so a stream never stores more than its retained bytes plus one output
+// cap (or one object, when an object is larger); retention lags by at
+// most the time the reclaim takes to delete what waits (two read graces
+// and a pass).
 func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.Time) (rep StreamTrimReport, err error) {
 	if err := st.check(); err != nil {
 		return rep, err
@@ -76,42 +89,96 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 	if !before.IsZero() {
 		cut = uint64(max(before.UnixMilli(), 0))
 	}
+	rows, err := catalogRows(ctx, st.Meta, id)
+	if err != nil {
+		return rep, err
+	}
+	if len(rows) > 0 {
+		rep.First = rows[0].Ref.FirstSeq
+	}
+	var retained uint64
+	for _, r := range rows {
+		if r.Ref.Settled != nil {
+			retained += r.Ref.Settled.Bytes
+		}
+	}
+	var wb *waitingBytes // read once the first trimmable row is found
+	for i := 0; i+1 < len(rows); i++ {
+		prev, next := rows[i], rows[i+1]
+		if !trimmable(prev.Ref, next.Ref, trim, cut) {
+			return rep, nil
+		}
+		if wb == nil {
+			w, err := waiting(ctx, st.Meta, id)
+			if err != nil {
+				return rep, err
+			}
+			wb = &w
+		}
+		s := prev.Ref.Settled
+		sk := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision).SK
+		pending := wb.superseded + wb.dropped - wb.drops[sk] // without its own reservation
+		if !trimFits(pending, s.Bytes, retained, st.cfg().OutputCap) {
+			// Reserve: mark the entry Drop and keep the row, so the
+			// settle stops extending (its bound counts the reservation)
+			// until the reclaim has deleted what waits.
+			if err := markDrop(ctx, st, id, basin, s); err != nil {
+				return rep, err
+			}
+			rep.Deferred = true
+			st.metrics().trimsDeferred.Inc()
+			return rep, nil
+		}
+		if wb.drops[sk] == 0 {
+			wb.dropped += s.Bytes
+			wb.drops[sk] = s.Bytes
+		}
+		if err := dropRow(ctx, st, id, basin, prev); err != nil {
+			return rep, err
+		}
+		retained -= s.Bytes
+		rep.Rows++
+		rep.Bytes += s.Bytes
+		st.metrics().rowsReclaimed.WithLabelValues("trimmed").Inc()
+		rep.First = next.Ref.FirstSeq
+	}
+	return rep, nil
+}
+
+// trimFits is the storage bound's rule for a trim: the object of b bytes
+// may move from retained to waiting (for the reclaim, a grace) only while
+// everything waiting stays within a tenth of what is retained after it
+// plus one output cap, so stored ≤ 1.1 × retained + cap holds; or when
+// nothing else waits, so a trim always progresses (an object larger than
+// that bound goes alone). Pure.
+func trimFits(pending, b, retained, outputCap uint64) bool {
+	return pending == 0 || pending+b <= outputCap+(retained-b)/10
+}
+
+// catalogRows reads a stream's ref rows in seq order, up to maxTrimRows:
+// a stream with more counts only those as retained, which errs on the
+// safe side.
+func catalogRows(ctx context.Context, ms meta.Store, id string) ([]refRow, error) {
+	var rows []refRow
 	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Limit: 64}
-	var prev *refRow
-	for rep.Rows < maxTrimRows {
-		pg, err := st.Meta.Query(ctx, q)
+	for len(rows) < maxTrimRows {
+		pg, err := ms.Query(ctx, q)
 		if err != nil {
-			return rep, fmt.Errorf("settle: rows of stream %s: %w", id, err)
+			return nil, fmt.Errorf("settle: rows of stream %s: %w", id, err)
 		}
 		for _, it := range pg.Items {
 			var r meta.Ref
 			if err := meta.Decode(it.Val, &r); err != nil {
-				return rep, fmt.Errorf("settle: row %s/%s: %w", it.PK, it.SK, err)
+				return nil, fmt.Errorf("settle: row %s/%s: %w", it.PK, it.SK, err)
 			}
-			cur := refRow{Ver: it.Ver, Ref: r}
-			if prev == nil {
-				prev = &cur
-				rep.First = r.FirstSeq
-				continue
-			}
-			if !trimmable(prev.Ref, r, trim, cut) {
-				return rep, nil
-			}
-			if err := dropRow(ctx, st, id, basin, *prev); err != nil {
-				return rep, err
-			}
-			rep.Rows++
-			rep.Bytes += prev.Ref.Settled.Bytes
-			st.metrics().rowsReclaimed.WithLabelValues("trimmed").Inc()
-			rep.First = r.FirstSeq
-			prev = &cur
+			rows = append(rows, refRow{Ver: it.Ver, Ref: r})
 		}
 		if pg.Next == "" {
-			return rep, nil
+			break
 		}
 		q.PageToken = pg.Next
 	}
-	return rep, nil
+	return rows, nil
 }
 
 // trimmable reports whether catalog row r may go, given the row after it:
@@ -165,7 +232,24 @@ func trimPoint(ctx context.Context, ms meta.Store, id string) (uint64, *meta.Ref
 // dropRow deletes a catalog row after marking its object's reclaim entry
 // Drop (writing it when there is none).
 func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) error {
-	s := row.Ref.Settled
+	if err := markDrop(ctx, st, id, basin, row.Ref.Settled); err != nil {
+		return err
+	}
+	rk := meta.RefKey(id, row.Ref.FirstSeq)
+	err := st.Meta.Delete(ctx, rk.PK, rk.SK, meta.IfVer(row.Ver))
+	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("settle: delete trimmed row %s/%s: %w", rk.PK, rk.SK, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: trimmed row %s/%s changed", ErrRows, rk.PK, rk.SK)
+	}
+	return nil
+}
+
+// markDrop marks the reclaim entry of settled object s Drop, writing it
+// when there is none. The reclaim pass deletes the object only once no
+// catalog row names it, so a mark beside a row that stays is harmless.
+func markDrop(ctx context.Context, st *Stores, id, basin string, s *meta.Settled) error {
 	k := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision)
 	marked := false
 	for range 4 {
@@ -197,14 +281,6 @@ func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) erro
 	}
 	if !marked {
 		return fmt.Errorf("settle: reclaim entry %s kept changing", k.SK)
-	}
-	rk := meta.RefKey(id, row.Ref.FirstSeq)
-	err := st.Meta.Delete(ctx, rk.PK, rk.SK, meta.IfVer(row.Ver))
-	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
-		return fmt.Errorf("settle: delete trimmed row %s/%s: %w", rk.PK, rk.SK, err)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: trimmed row %s/%s changed", ErrRows, rk.PK, rk.SK)
 	}
 	return nil
 }

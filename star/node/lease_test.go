@@ -364,3 +364,55 @@ func TestDeletedRowCacheSeesRecreatedStream(t *testing.T) {
 		t.Fatalf("a answers for the deleted stream, not the re-created one: %v", err)
 	}
 }
+
+// A deleted stream's id is registered for reclamation by the delete
+// itself, so a stream re-created under the name before the janitor's next
+// run does not hide the old id (whose rows and objects would then stay);
+// deleting a basin registers each of its streams.
+func TestDeleteRegistersReclamation(t *testing.T) {
+	st := newStores(t)
+	n := open(t, st, testConfig())
+	ctx := context.Background()
+	if _, err := n.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"s1", "s2", "s3"} {
+		if _, err := n.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: s}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	registered := func(id string) bool {
+		k := meta.ReclaimStreamKey(id)
+		it, err := st.meta.Get(ctx, k.PK, k.SK)
+		if errors.Is(err, meta.ErrNotFound) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rs meta.ReclaimStream
+		if err := meta.Decode(it.Val, &rs); err != nil || rs.Stream != id || rs.Basin != "basin-one" {
+			t.Fatalf("reclamation row of %s: %+v, %v", id, rs, err)
+		}
+		return true
+	}
+	old := streamID(t, st, "s1")
+	if registered(old) {
+		t.Fatal("a live stream is registered for reclamation")
+	}
+	if err := n.DeleteStream(ctx, "basin-one", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if !registered(old) {
+		t.Fatal("the deleted stream's id is not registered for reclamation")
+	}
+	ids := []string{streamID(t, st, "s2"), streamID(t, st, "s3")}
+	if err := n.DeleteBasin(ctx, "basin-one"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if !registered(id) {
+			t.Fatalf("stream %s of the deleted basin is not registered for reclamation", id)
+		}
+	}
+}

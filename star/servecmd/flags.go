@@ -103,6 +103,8 @@ type common struct {
 	sessionThrottle                      time.Duration
 	clientPerSec                         float64
 	clientBurst                          int
+
+	location string // server.Options.Location
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
@@ -159,6 +161,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", node.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
 	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token; the admin token and open stars by IP address) may make on S2's API; 0 (the default) turns the limit off")
 	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")
+	fs.StringVar(&c.location, "location", server.DefaultLocation, "the deployment's location (S2's region, e.g. aws:us-east-1): what /v1/locations and basin info answer")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
 
@@ -214,6 +217,7 @@ func (c *common) serverOptions(ac auth.Config) server.Options {
 		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,
 		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
 		ClientRate: server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst},
+		Location:   c.location,
 	}
 }
 
