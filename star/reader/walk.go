@@ -63,16 +63,15 @@ func (w *walk) run(ctx context.Context, start Start) (Result, error) {
 		// its next seq in the window: served from memory without asking
 		// the metastore for rows that cannot hold it (a thousand tailing
 		// sessions would otherwise query twice per release each).
-		if _, first, ok := w.tail.Window.Read(w.stream.ID, a.next, 1); ok && first <= a.next {
-			miss, err := w.readTail()
-			if err != nil {
-				return Result{}, err
-			}
-			if !miss.missing {
-				return a.result(), nil
-			}
-			// Absorbed and dropped from the window since: the rows have it.
+		// (No peek first: the window decodes what it returns.)
+		miss, err := w.readTail()
+		if err != nil {
+			return Result{}, err
 		}
+		if !miss.missing {
+			return a.result(), nil
+		}
+		// Not in the window (absorbed, or below it): the rows have it.
 	}
 	retries, retryAt := 0, a.next
 	retry := func() bool {
