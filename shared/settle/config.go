@@ -43,6 +43,10 @@ type Config struct {
 	// EraMaxSlots bounds the slots of one era, so one job's scratch and
 	// duration stay bounded (256 slots of 4 MiB flights: 1 GiB).
 	EraMaxSlots int
+	// PlanMaxMarkers bounds the marker rows Plan reads per chain per
+	// invocation (from each epoch's settle frontier up): markers past it
+	// are planned by a later invocation, once the frontier has moved.
+	PlanMaxMarkers int
 	// DeadAfter is how old a star's registry heartbeat gets before the
 	// janitor presumes it dead and settles its chains: the stars'
 	// --dead-after (STARLOG_DEAD_AFTER), which must agree with it.
@@ -70,7 +74,9 @@ func DefaultConfig() Config {
 		Workers:     8,
 		ScratchDir:  os.TempDir(),
 		EraMaxSlots: 256,
-		DeadAfter:   leader.DefaultDeadAfter,
+		// 15 min of passes at 1 s apart is 900 markers per chain.
+		PlanMaxMarkers: 4096,
+		DeadAfter:      leader.DefaultDeadAfter,
 	}
 }
 
@@ -96,6 +102,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EraMaxSlots <= 0 {
 		c.EraMaxSlots = d.EraMaxSlots
+	}
+	if c.PlanMaxMarkers <= 0 {
+		c.PlanMaxMarkers = d.PlanMaxMarkers
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = d.DeadAfter

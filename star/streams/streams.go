@@ -60,6 +60,9 @@ func Open(ctx context.Context, ms meta.Store, l *loglet.Loglet, id string, class
 		}
 		st = facade.State{NextSeq: r.EndSeq, LastTimestamp: r.MaxTimestamp, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
 		totals = absorb.StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
+		if r.Settled != nil {
+			totals.Settled = r.CumBytes // the size trigger counts from here
+		}
 	}
 	l.Absorber().Seed(id, totals)
 	return &Stream{ID: id, Class: class, loglet: l, fac: facade.New(cfg, st), now: time.Now}, nil
