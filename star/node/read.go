@@ -145,6 +145,7 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 func (c *Cursor) Close() {
 	if !c.closed {
 		c.closed = true
+		c.pf.Close()
 		c.l.release()
 	}
 }
@@ -231,6 +232,9 @@ type Cursor struct {
 	idleSince time.Time
 	done      bool
 	closed    bool
+	// pf is the read-ahead, made when a batch ends with more to read (a
+	// catch-up): a unary read, one batch, never makes one.
+	pf *reader.Prefetch
 }
 
 // Next returns the next batch, heartbeat or the end of the read. Catch-up
@@ -271,6 +275,9 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			return Event{}, c.n.readErr(err)
 		}
 		c.start = reader.AtSeq(res.Next)
+		if res.Stop == reader.StopBatch && c.pf == nil {
+			c.pf = c.n.reader.NewPrefetch(c.stream)
+		}
 		if len(res.Records) > 0 {
 			// Records from the start on: it lies below the tail.
 			c.unresolved = nil
@@ -336,7 +343,13 @@ const gapRetries = 3
 // rows are whole. A gap that persists is real and fails the read.
 func (c *Cursor) read(ctx context.Context, lim reader.Limits, tail *reader.Tail) (reader.Result, error) {
 	for attempt := 0; ; attempt++ {
-		res, err := c.n.reader.Read(ctx, c.stream, c.start, lim, tail)
+		var res reader.Result
+		var err error
+		if c.pf != nil {
+			res, err = c.pf.Read(ctx, c.start, lim, tail)
+		} else {
+			res, err = c.n.reader.Read(ctx, c.stream, c.start, lim, tail)
+		}
 		if err == nil || !errors.Is(err, reader.ErrGap) || attempt == gapRetries {
 			return res, err
 		}

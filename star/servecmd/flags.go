@@ -90,6 +90,8 @@ type common struct {
 	readGrace                 time.Duration
 	admitTimeout, delPending  time.Duration
 	readCacheMiB              int
+	readBudgetMiB             int
+	readWindowMiB             int
 	heartbeatMin, heartbeatMx time.Duration
 	registryBeat, deadAfter   time.Duration
 	balanceEvery              time.Duration
@@ -149,6 +151,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.admitTimeout, "admit-timeout", d.AdmitTimeout, "how long a unary append waits for pool budget before a retryable 503")
 	fs.DurationVar(&c.delPending, "deletion-pending", d.DeletionPending, "how long a deleted stream or basin answers 409 before 404")
 	fs.IntVar(&c.readCacheMiB, "read-cache-mib", int(d.ReadCacheBytes>>20), "read path cache of footers and extents")
+	fs.IntVar(&c.readBudgetMiB, "read-budget-mib", int(d.ReadBudgetBytes>>20), "bytes all catching-up readers may hold fetched ahead (GETs in flight and data not yet served), shared evenly among them (0 turns read-ahead off)")
+	fs.IntVar(&c.readWindowMiB, "read-window-mib", int(d.ReadWindowBytes>>20), "most one catching-up reader fetches ahead")
 	fs.DurationVar(&c.heartbeatMin, "session-heartbeat-min", 5*time.Second, "idle read sessions get a heartbeat every random min..max")
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
 	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
@@ -219,6 +223,11 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Settle = c.settleConfig()
 	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
+	cfg.ReadBudgetBytes = int64(c.readBudgetMiB) << 20
+	if c.readBudgetMiB <= 0 {
+		cfg.ReadBudgetBytes = -1
+	}
+	cfg.ReadWindowBytes = int64(c.readWindowMiB) << 20
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
 	cfg.BalanceEvery = c.balanceEvery
 	cfg.IdleRelease = c.idleRelease
