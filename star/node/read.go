@@ -274,6 +274,15 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 		if err != nil {
 			return Event{}, c.n.readErr(err)
 		}
+		if ackedOnly(&res, c.l.s.Tail().SeqNum) && len(res.Records) == 0 {
+			// Released but not yet acknowledged: the ack follows at once.
+			select {
+			case <-ctx.Done():
+				return Event{}, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+			continue
+		}
 		c.start = reader.AtSeq(res.Next)
 		if res.Stop == reader.StopBatch && c.pf == nil {
 			c.pf = c.n.reader.NewPrefetch(c.stream)
@@ -332,6 +341,34 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			return Event{Kind: EventHeartbeat, Tail: position(c.l.s.Tail())}, nil
 		}
 	}
+}
+
+// ackedOnly cuts res to the records below acked, the stream's
+// acknowledged tail read after the read, and reports whether it cut any.
+// A slot is released (its records in the tail window, its span refs
+// possibly absorbed) a moment before its batches' acks move the tail:
+// served in that moment, a record would be read before it is acknowledged,
+// and a check-tail right after the read would report less than the read
+// returned (star/verify found both). Every record left was acknowledged
+// before the read returns. The cut records are read again next time.
+func ackedOnly(res *reader.Result, acked uint64) bool {
+	n := len(res.Records)
+	for n > 0 && res.Records[n-1].SeqNum >= acked {
+		n--
+	}
+	if n == len(res.Records) {
+		return false
+	}
+	for i := n; i < len(res.Records); i++ {
+		res.Bytes -= res.Records[i].MeteredSize()
+	}
+	res.Records = res.Records[:n]
+	res.Next = res.Start
+	if n > 0 {
+		res.Next = res.Records[n-1].SeqNum + 1
+	}
+	res.Stop = reader.StopCaughtUp
+	return true
 }
 
 // gapRetries bounds how often a read that met a gap is retried.
