@@ -23,10 +23,7 @@ func NATSConfig(listen, storeDir string) string {
 // messages per second. Each producer has its own connection and its own
 // stream (prefix + index, one subject), deleted afterwards.
 func RunNATS(ctx context.Context, url, prefix string, w Workload, recordSize int, d time.Duration) (float64, error) {
-	body := make([]byte, recordSize)
-	for i := range body {
-		body[i] = byte(i * 131)
-	}
+	body := body(recordSize)
 	type producer struct {
 		nc *nats.Conn
 		js jetstream.JetStream

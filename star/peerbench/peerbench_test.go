@@ -2,11 +2,16 @@ package peerbench
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/sdk"
+	"github.com/starlog/starlog/shared/sdk/sdktest"
 )
 
 func TestMedianAndRatio(t *testing.T) {
@@ -54,6 +59,69 @@ func TestWriteTable(t *testing.T) {
 	}
 }
 
+// The read row has no goal: its line says so instead of met or missed.
+func TestWriteTableReadRow(t *testing.T) {
+	w := ReadWorkload(1000000)
+	if w.Name != "1 reader, 1,000,000 msgs from the start" || w.Shape != "read" || w.Messages != 1000000 || w.Batch != ReadBatch {
+		t.Fatalf("read workload %+v", w)
+	}
+	if g := w.Goal(); g != 0 {
+		t.Fatalf("read row goal %v, want none", g)
+	}
+	rows := []Row{
+		{Workload: Workloads()[0], NATS: []float64{2000}, Star: []float64{1500}},
+		{Workload: w, NATS: []float64{300000, 250000, 320000}, Star: []float64{900000, 600000, 1000000}},
+	}
+	var b bytes.Buffer
+	WriteTable(&b, rows)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines:\n%s", len(lines), b.String())
+	}
+	for i, want := range []string{
+		"| 1 producer, 1 in flight | 2,000 | 1,500 | 0.75× | ≥ 0.5× (met) |",
+		"| 1 reader, 1,000,000 msgs from the start | 300,000 | 900,000 | 3.00× | none set |",
+	} {
+		if lines[2+i] != want {
+			t.Errorf("line %d:\n got %s\nwant %s", i, lines[2+i], want)
+		}
+	}
+}
+
+// FillStar writes n records in batches of at most 1,000 and ReadStar reads
+// exactly them back from seq 0 (here against the SDK's test server).
+func TestFillAndReadStar(t *testing.T) {
+	srv := sdktest.New(sdktest.Options{})
+	t.Cleanup(srv.Close)
+	cl, err := sdk.New(sdk.Config{AccountEndpoint: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.CreateBasin(ctx, "peerbench", nil); err != nil {
+		t.Fatal(err)
+	}
+	b := cl.Basin("peerbench")
+	const n = 2500
+	if err := FillStar(ctx, b, "r", n, 100); err != nil {
+		t.Fatal(err)
+	}
+	recs := srv.Records("peerbench", "r")
+	if len(recs) != n || len(recs[n-1].Body) != 100 {
+		t.Fatalf("%d records after the fill", len(recs))
+	}
+	v, err := ReadStar(ctx, b.Stream("r"), n)
+	if err != nil || v <= 0 {
+		t.Fatalf("read: %v msg/s, %v", v, err)
+	}
+	// Asking for more than the stream holds fails rather than reporting a
+	// rate for records that were not read.
+	if _, err := ReadStar(ctx, b.Stream("r"), n+1); err == nil || !strings.Contains(err.Error(), "ended after 2500 records of 2501") {
+		t.Fatalf("a read of more records than the stream holds: %v", err)
+	}
+}
+
 func TestWorkloadArgs(t *testing.T) {
 	wls := Workloads()
 	if len(wls) != 6 {
@@ -79,7 +147,7 @@ func TestWorkloadArgs(t *testing.T) {
 
 func TestWriteChart(t *testing.T) {
 	var rows []Row
-	for i, w := range Workloads() {
+	for i, w := range append(Workloads(), ReadWorkload(1000000)) {
 		rows = append(rows, Row{Workload: w, NATS: []float64{float64(1000 * (i + 1))}, Star: []float64{float64(20 * (i + 1) * (i + 1) * (i + 1))}})
 	}
 	path := filepath.Join(t.TempDir(), "c.png")

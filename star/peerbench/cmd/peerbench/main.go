@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/sdk"
 	"github.com/starlog/starlog/star/peerbench"
 )
@@ -36,17 +37,18 @@ func main() {
 	recordSize := flag.Int("record-size", 1024, "message (record body) size in bytes")
 	work := flag.String("work", "build/bench-peer", "folder for both servers' data, logs and profiles (wiped first)")
 	png := flag.String("png", "docs/bench-peer.png", "chart to write (empty: none)")
-	only := flag.String("workloads", "", "comma-separated row numbers (1-based) to run; empty: all")
+	readMsgs := flag.Int("read-messages", 200000, "messages of the read row's stream (written once on each system, then read from the start every run); 0: no read row")
+	only := flag.String("workloads", "", "comma-separated row numbers (1-based; the read row is the last) to run; empty: all")
 	profile := flag.Bool("profile", true, "take a CPU profile of star dev during each workload's first run (in --work)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *natsBin, *starBin, *runs, *dur, *recordSize, *work, *png, *only, *profile); err != nil {
+	if err := run(ctx, *natsBin, *starBin, *runs, *dur, *recordSize, *readMsgs, *work, *png, *only, *profile); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Duration, recordSize int, work, png, only string, profile bool) error {
+func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Duration, recordSize, readMsgs int, work, png, only string, profile bool) error {
 	if err := os.RemoveAll(work); err != nil {
 		return err
 	}
@@ -54,6 +56,9 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 		return err
 	}
 	wls := peerbench.Workloads()
+	if readMsgs > 0 {
+		wls = append(wls, peerbench.ReadWorkload(readMsgs))
+	}
 	if only != "" {
 		var sel []peerbench.Workload
 		for _, s := range strings.Split(only, ",") {
@@ -119,6 +124,11 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 	rows := make([]peerbench.Row, len(wls))
 	for i, w := range wls {
 		rows[i].Workload = w
+		if w.Shape == "read" {
+			if err := fillRead(ctx, "nats://"+natsAddr, basin, w.Messages, recordSize); err != nil {
+				return err
+			}
+		}
 	}
 	for r := range runs {
 		for i, w := range wls {
@@ -132,10 +142,17 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 			for _, sys := range order {
 				var v float64
 				var err error
-				if sys == "nats" {
+				switch {
+				case w.Shape == "read" && sys == "nats":
+					v, err = peerbench.ReadNATS(ctx, "nats://"+natsAddr, readStream, w.Messages)
+					rows[i].NATS = append(rows[i].NATS, v)
+				case w.Shape == "read":
+					v, err = peerbench.ReadStar(ctx, basin.Stream(readStream), w.Messages)
+					rows[i].Star = append(rows[i].Star, v)
+				case sys == "nats":
 					v, err = peerbench.RunNATS(ctx, "nats://"+natsAddr, strings.ReplaceAll(prefix, "-", "_"), w, recordSize, dur)
 					rows[i].NATS = append(rows[i].NATS, v)
-				} else {
+				default:
 					var prof string
 					if profile && r == 0 {
 						prof = filepath.Join(work, fmt.Sprintf("star-cpu-w%d.pprof", i+1))
@@ -147,7 +164,11 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 				if err != nil {
 					return fmt.Errorf("run %d, %s, %s: %w", r+1, w.Name, sys, err)
 				}
-				fmt.Printf("run %d  %-30s %-5s %10.0f msg/s\n", r+1, w.Name, sys, v)
+				if w.Shape == "read" {
+					fmt.Printf("run %d  %-30s %-5s %10.0f msg/s (%.1f MiB/s of bodies)\n", r+1, w.Name, sys, v, v*float64(recordSize)/(1<<20))
+				} else {
+					fmt.Printf("run %d  %-30s %-5s %10.0f msg/s\n", r+1, w.Name, sys, v)
+				}
 			}
 		}
 	}
@@ -161,6 +182,27 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 		}
 		fmt.Println("chart:", png)
 	}
+	return nil
+}
+
+// readStream names the read row's stream on both systems.
+const readStream = "pb_read"
+
+// fillRead writes the read row's stream on both systems (JetStream first)
+// and reports how long each took.
+func fillRead(ctx context.Context, natsURL string, basin *sdk.Basin, n, recordSize int) error {
+	t0 := time.Now()
+	if err := peerbench.FillNATS(ctx, natsURL, readStream, n, recordSize); err != nil {
+		return fmt.Errorf("fill the read row's JetStream stream: %w", err)
+	}
+	tn := time.Since(t0)
+	t0 = time.Now()
+	if err := peerbench.FillStar(ctx, basin, readStream, n, recordSize); err != nil {
+		return fmt.Errorf("fill the read row's star stream: %w", err)
+	}
+	ts := time.Since(t0)
+	fmt.Printf("read row: wrote %d messages once on each system (not a row): JetStream %.1fs (%.0f msg/s, %d async publishes pending), star %.1fs (%.0f msg/s, unary batches of %d, %d in flight)\n",
+		n, tn.Seconds(), float64(n)/tn.Seconds(), peerbench.FillNATSPending, ts.Seconds(), float64(n)/ts.Seconds(), api.MaxBatchRecords, peerbench.FillStarBatches)
 	return nil
 }
 
