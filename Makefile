@@ -197,16 +197,20 @@ bench-read:
 ## PEER_SECONDS each; prints each row's medians and ratio and both servers'
 ## peak RSS, writes docs/bench-peer.png, and CPU profiles of star dev (first
 ## run of each workload) into build/bench-peer. Log: build/bench-peer.log.
+## The last row reads (issue 19): PEER_READ_MESSAGES messages written once
+## into one stream on each system, read from the start every run (a
+## JetStream ordered consumer against a star read session); 0 drops it.
 NATS_SERVER_VERSION := v2.15.2
 PEER_RUNS ?= 9
 PEER_SECONDS ?= 5
+PEER_READ_MESSAGES ?= 1000000
 .PHONY: bench-peer
 bench-peer: $(TOOLS)/bin/nats-server
 	@mkdir -p build
 	$(GO) build -o bin/star ./star
 	$(GO) build -o bin/peerbench ./star/peerbench/cmd/peerbench
 	@set -o pipefail; bin/peerbench --nats-server $(TOOLS)/bin/nats-server --star bin/star \
-	  --runs $(PEER_RUNS) --duration $(PEER_SECONDS)s --work build/bench-peer --png docs/bench-peer.png 2>&1 | tee build/bench-peer.log
+	  --runs $(PEER_RUNS) --duration $(PEER_SECONDS)s --read-messages $(PEER_READ_MESSAGES) --work build/bench-peer --png docs/bench-peer.png 2>&1 | tee build/bench-peer.log
 
 $(TOOLS)/bin/nats-server:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)

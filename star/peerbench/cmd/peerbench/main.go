@@ -37,7 +37,7 @@ func main() {
 	recordSize := flag.Int("record-size", 1024, "message (record body) size in bytes")
 	work := flag.String("work", "build/bench-peer", "folder for both servers' data, logs and profiles (wiped first)")
 	png := flag.String("png", "docs/bench-peer.png", "chart to write (empty: none)")
-	readMsgs := flag.Int("read-messages", 200000, "messages of the read row's stream (written once on each system, then read from the start every run); 0: no read row")
+	readMsgs := flag.Int("read-messages", 1000000, "messages of the read row's stream (written once on each system, then read from the start every run); 0: no read row")
 	only := flag.String("workloads", "", "comma-separated row numbers (1-based; the read row is the last) to run; empty: all")
 	profile := flag.Bool("profile", true, "take a CPU profile of star dev during each workload's first run (in --work)")
 	flag.Parse()
