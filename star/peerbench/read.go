@@ -152,9 +152,7 @@ func FillStar(ctx context.Context, b *sdk.Basin, name string, n, size int) error
 				for i := range recs {
 					recs[i].Body = rec
 				}
-				actx, cancel := context.WithTimeout(ctx, ackTimeout)
-				_, err := s.Append(actx, &api.AppendInput{Records: recs})
-				cancel()
+				err := appendRetrying(ctx, s, &api.AppendInput{Records: recs})
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -183,6 +181,26 @@ func FillStar(ctx context.Context, b *sdk.Basin, name string, n, size int) error
 		return fmt.Errorf("stream %s has tail %d after the fill, want %d", name, tail.SeqNum, n)
 	}
 	return nil
+}
+
+// appendRetrying appends in, waiting out the stream's throughput limit:
+// the fill runs against star dev's defaults (S2's 100 MiB/s a stream), and
+// a 429 rate_limited append was not applied.
+func appendRetrying(ctx context.Context, s *sdk.Stream, in *api.AppendInput) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, ackTimeout)
+		_, err := s.Append(actx, in)
+		cancel()
+		var ae *api.Error
+		if err == nil || !errors.As(err, &ae) || ae.Code != api.CodeRateLimited {
+			return err
+		}
+		select {
+		case <-time.After(max(ae.RetryAfter, time.Millisecond)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // ReadStar reads the n records of the star stream s from seq 0 on one S2S
