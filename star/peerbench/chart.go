@@ -3,6 +3,8 @@ package peerbench
 import (
 	"fmt"
 	"image/color"
+	"strings"
+	"unicode/utf8"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -30,7 +32,7 @@ func WriteChart(path, title string, rows []Row) error {
 	for i, r := range rows {
 		nats[i] = max(Median(r.NATS)-1, 0)
 		star[i] = max(Median(r.Star)-1, 0)
-		names[i] = fmt.Sprintf("%s\n%.2f×", r.Workload.Name, r.Ratio())
+		names[i] = fmt.Sprintf("%s\n%.2f×", wrapLabel(r.Workload.Name, labelWidth), r.Ratio())
 	}
 	w := vg.Points(18)
 	for _, s := range []struct {
@@ -61,6 +63,32 @@ func WriteChart(path, title string, rows []Row) error {
 	}
 	p.Y.Max = top * 20 // headroom for the legend above the tallest bar
 	return p.Save(vg.Length(180+110*n), 9*vg.Centimeter*1.4, path)
+}
+
+// labelWidth is about the most characters of a label that fit under one
+// workload's bars without running into the next one's.
+const labelWidth = 28
+
+// wrapLabel breaks s at spaces into lines of at most width characters (a
+// longer word stays whole on its own line).
+func wrapLabel(s string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, w := range strings.Fields(s) {
+		n := utf8.RuneCountInString(w)
+		if i > 0 {
+			if line+1+n > width {
+				b.WriteByte('\n')
+				line = 0
+			} else {
+				b.WriteByte(' ')
+				line++
+			}
+		}
+		b.WriteString(w)
+		line += n
+	}
+	return b.String()
 }
 
 func ones(n int) plotter.Values {

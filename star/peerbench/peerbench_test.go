@@ -145,6 +145,26 @@ func TestWorkloadArgs(t *testing.T) {
 	}
 }
 
+// Chart labels wrap at spaces so that a long one (the read row's) does
+// not run into its neighbour; the six fit on one line.
+func TestWrapLabel(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"16 producers × 500 in flight", "16 producers × 500 in flight"},
+		{"1 reader, 1,000,000 msgs from the start", "1 reader, 1,000,000 msgs\nfrom the start"},
+		{"a verylongwordthatdoesnotfitatall b", "a\nverylongwordthatdoesnotfitatall\nb"},
+		{"", ""},
+	} {
+		if got := wrapLabel(tc.in, labelWidth); got != tc.want {
+			t.Errorf("wrapLabel(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, w := range Workloads() {
+		if strings.Contains(wrapLabel(w.Name, labelWidth), "\n") {
+			t.Errorf("%q wraps", w.Name)
+		}
+	}
+}
+
 func TestWriteChart(t *testing.T) {
 	var rows []Row
 	for i, w := range append(Workloads(), ReadWorkload(1000000)) {
