@@ -78,8 +78,8 @@ func FillNATS(ctx context.Context, url, name string, n, size int) error {
 }
 
 // ReadNATS reads the n messages of the JetStream stream name from its
-// start with an ordered consumer (no acks) pulling ReadBatch messages at a
-// time, on a new connection, and returns messages per second (from before
+// start with an ordered consumer (no acks) pulling up to ReadPullBytes at
+// a time, on a new connection, and returns messages per second (from before
 // the consumer's creation to the last message).
 func ReadNATS(ctx context.Context, url, name string, n int) (float64, error) {
 	nc, err := nats.Connect(url, nats.Timeout(10*time.Second))
@@ -96,7 +96,7 @@ func ReadNATS(ctx context.Context, url, name string, n int) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ordered consumer on %s: %w", name, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(ReadBatch))
+	it, err := cons.Messages(jetstream.PullMaxBytes(ReadPullBytes))
 	if err != nil {
 		return 0, err
 	}
