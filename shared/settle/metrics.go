@@ -19,6 +19,9 @@ type Metrics struct {
 	erasPlanned *prometheus.CounterVec
 	erasSettled *prometheus.CounterVec
 	jobErrors   *prometheus.CounterVec
+	// jobsSkipped counts jobs not run because another run of the same
+	// job held its in-flight claim.
+	jobsSkipped *prometheus.CounterVec
 	jobSeconds  *prometheus.HistogramVec
 	// settledBytes counts settled-object bytes by how they got there:
 	// "copied" server-side (UploadPartCopy) or "staged" (uploaded parts).
@@ -64,6 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		erasPlanned:  counter("eras_planned_total", "Settle jobs planned."),
 		erasSettled:  counter("eras_settled_total", "Settle jobs completed."),
 		jobErrors:    counter("job_errors_total", "Jobs that returned an error.", "kind"),
+		jobsSkipped:  counter("jobs_skipped_total", "Jobs not run because another run of the same job held its in-flight claim.", "kind"),
 		settledBytes: counter("object_bytes_total", "Settled-object bytes written, by how: copied server-side or staged.", "how"),
 		objects:      counter("objects_total", "Settled objects committed, by outcome: published or adopted from a concurrent settler.", "outcome"),
 		bundles:      counter("bundles_warmed_total", "Transit bundles read into the fetch cache."),
@@ -85,7 +89,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of auditor jobs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"class", "kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobSeconds,
+		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobsSkipped, m.jobSeconds,
 			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied, m.trimsDeferred)
 	}
 	return m
