@@ -206,6 +206,7 @@ func TestFunctions(t *testing.T) {
 					EnvTable, like("Ref", re("^Metastore")),
 					EnvBucket, like("Ref", re("^Standard")),
 					EnvScratchMiB, strconv.Itoa(f.EphemeralMiB),
+					EnvMemoryMiB, strconv.Itoa(f.MemoryMiB),
 					"STARLOG_SETTLE_LINGER", "60s",
 					"STARLOG_SETTLE_EXPRESS_AGE_CAP", "2m",
 					"STARLOG_READ_GRACE", "5m",

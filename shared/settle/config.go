@@ -40,6 +40,13 @@ type Config struct {
 	// ScratchDir holds the settle job's fetch cache of warmed bundles
 	// (Lambda: /tmp). Each job uses its own subdirectory and removes it.
 	ScratchDir string
+	// ScratchBytes bounds the bundle bytes one settle job's fetch cache
+	// holds on ScratchDir at once, and FooterBytes the memory of the
+	// bundle footer entries it keeps indexed (Lambda: derived from the
+	// function's ephemeral storage and memory). An era whose qualifying
+	// streams need more is settled in rounds of streams, each within both;
+	// a bundle that would pass either is refused (ErrScratchBudget).
+	ScratchBytes, FooterBytes int64
 	// EraMaxSlots bounds the slots of one era, so one job's scratch and
 	// duration stay bounded (256 slots of 4 MiB flights: 1 GiB).
 	EraMaxSlots int
@@ -70,6 +77,10 @@ func DefaultConfig() Config {
 		Workers:     8,
 		ScratchDir:  os.TempDir(),
 		EraMaxSlots: 256,
+		// One era's bundles at the default flight (256 × 4 MiB) and its
+		// footer entries at a few hundred bytes per block.
+		ScratchBytes: 1 << 30,
+		FooterBytes:  64 << 20,
 		DeadAfter:   leader.DefaultDeadAfter,
 	}
 }
@@ -96,6 +107,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EraMaxSlots <= 0 {
 		c.EraMaxSlots = d.EraMaxSlots
+	}
+	if c.ScratchBytes <= 0 {
+		c.ScratchBytes = d.ScratchBytes
+	}
+	if c.FooterBytes <= 0 {
+		c.FooterBytes = d.FooterBytes
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = d.DeadAfter

@@ -25,6 +25,7 @@ func TestParseStackEnvironment(t *testing.T) {
 		"STARLOG_EXPRESS_BUCKETS":        "x--use1-az4--x-s3, y--use1-az5--x-s3,z--use1-az6--x-s3",
 		"STARLOG_SCRATCH_DIR":            "/tmp",
 		"STARLOG_SCRATCH_MIB":            "10240",
+		"STARLOG_MEMORY_MIB":             "2048",
 		"STARLOG_METRICS_NAMESPACE":      "Starlog",
 		"STARLOG_CLUSTER":                "Starlog",
 		"STARLOG_SETTLE_QUEUE_URL":       "https://sqs.us-east-1.amazonaws.com/1/Starlog-settle",
@@ -44,6 +45,8 @@ func TestParseStackEnvironment(t *testing.T) {
 	got := e.Settle.WithDefaults()
 	want := settle.DefaultConfig()
 	want.ScratchDir = "/tmp"
+	// The settle job's limits come from the function's /tmp and memory.
+	want.ScratchBytes, want.FooterBytes = 7680<<20, 256<<20
 	if got != want {
 		t.Fatalf("settle policy %+v, want the defaults %+v", got, want)
 	}
