@@ -47,6 +47,9 @@ type Config struct {
 	// streams need more is settled in rounds of streams, each within both;
 	// a bundle that would pass either is refused (ErrScratchBudget).
 	ScratchBytes, FooterBytes int64
+	// QuarantineAfter is how many consecutive settle jobs a stream fails
+	// in before it is quarantined (docs/settle.md "Quarantine").
+	QuarantineAfter int
 	// EraMaxSlots bounds the slots of one era, so one job's scratch and
 	// duration stay bounded (256 slots of 4 MiB flights: 1 GiB).
 	EraMaxSlots int
@@ -69,19 +72,20 @@ type ClassTimers struct {
 // DefaultConfig returns DESIGN §10's defaults.
 func DefaultConfig() Config {
 	return Config{
-		Trigger:     8 << 20,
-		Standard:    ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute},
-		Express:     ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute},
-		OutputCap:   256 << 20,
-		ReadGrace:   5 * time.Minute,
-		Workers:     8,
-		ScratchDir:  os.TempDir(),
-		EraMaxSlots: 256,
+		Trigger:         8 << 20,
+		Standard:        ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute},
+		Express:         ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute},
+		OutputCap:       256 << 20,
+		ReadGrace:       5 * time.Minute,
+		Workers:         8,
+		ScratchDir:      os.TempDir(),
+		EraMaxSlots:     256,
+		QuarantineAfter: 3,
 		// One era's bundles at the default flight (256 × 4 MiB) and its
 		// footer entries at a few hundred bytes per block.
 		ScratchBytes: 1 << 30,
 		FooterBytes:  64 << 20,
-		DeadAfter:   leader.DefaultDeadAfter,
+		DeadAfter:    leader.DefaultDeadAfter,
 	}
 }
 
@@ -107,6 +111,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EraMaxSlots <= 0 {
 		c.EraMaxSlots = d.EraMaxSlots
+	}
+	if c.QuarantineAfter <= 0 {
+		c.QuarantineAfter = d.QuarantineAfter
 	}
 	if c.ScratchBytes <= 0 {
 		c.ScratchBytes = d.ScratchBytes

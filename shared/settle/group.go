@@ -25,6 +25,7 @@ type Report struct {
 	Settled     int // live streams whose window this job settled
 	Left        int // live streams left standing (below the trigger, or owned by an earlier era)
 	Failed      int // streams whose settle failed (their markers are left alone)
+	Quarantined int // streams set aside: their markers resolve without them
 	Objects     int // settled objects committed
 	Adopted     int // of which published earlier by a concurrent or crashed settler
 	Bundles     int // bundles warmed into the fetch cache
@@ -35,10 +36,10 @@ type Report struct {
 	// footer-entry memory one round held.
 	Rounds                  int
 	PeakScratch, PeakFooter int64
-	Copied      int64 // object bytes copied server-side
-	Staged      int64 // object bytes uploaded as parts (footers included)
-	RefsDeleted int   // covered span refs deleted
-	Splits      int   // span refs split where an object ended inside them
+	Copied                  int64 // object bytes copied server-side
+	Staged                  int64 // object bytes uploaded as parts (footers included)
+	RefsDeleted             int   // covered span refs deleted
+	Splits                  int   // span refs split where an object ended inside them
 }
 
 // errRaced means a conditional write found a row other than the one the
@@ -52,13 +53,15 @@ const maxRounds = 64
 
 // streamWork is one stream's part of a settle job.
 type streamWork struct {
-	id        string
-	judged    bool // false if the job ended before it got to the stream
-	alive     bool
-	basin     string
-	view      view
-	qualifies bool
-	err       error
+	id     string
+	judged bool // false if the job ended before it got to the stream
+	// quarantined: set aside (quarantine.go); not judged, no residue.
+	quarantined bool
+	alive       bool
+	basin       string
+	view        view
+	qualifies   bool
+	err         error
 
 	objects, adopted int
 	copied, staged   int64
@@ -133,10 +136,18 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	rep.Streams = len(works)
 	timers := cfg.Timers(job.Chain.Class)
 
+	// Quarantined streams are set aside (their slots pinned), unjudged.
+	fails, err := readFailures(ctx, st.Meta)
+	if err != nil {
+		return rep, err
+	}
+	setAside(ctx, st, era, works, fails)
+
 	// Judge: deleted or alive, then read the live streams' rows.
 	forEach(ctx, len(works), cfg.Workers, func(ctx context.Context, i int) {
-		w := works[i]
-		w.err = judge(ctx, st, era, w, cfg.Trigger, timers.AgeCap, now)
+		if w := works[i]; !w.judged {
+			w.err = judge(ctx, st, era, w, cfg.Trigger, timers.AgeCap, now)
+		}
 	})
 	// Streams judged but not settling now: a commit a crash left half
 	// done is finished, or its leftovers would outlive their slots.
@@ -173,12 +184,17 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 		}
 	}
 
-	var errs []error
 	for _, w := range works {
 		if !w.judged && w.err == nil {
 			w.err = errors.New("settle: job ended before the stream was judged")
 		}
+	}
+	noteOutcomes(ctx, st, era, works, fails, now)
+	var errs []error
+	for _, w := range works {
 		switch {
+		case w.quarantined:
+			rep.Quarantined++
 		case w.err != nil:
 			rep.Failed++
 			if len(errs) < 8 {
@@ -211,7 +227,7 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	}
 	log.Info("settle: era settled", "job", job.String(), "markers", rep.Markers, "resolved", rep.Resolved,
 		"rescheduled", rep.Rescheduled, "streams", rep.Streams, "settled", rep.Settled, "deleted", rep.Deleted,
-		"left", rep.Left, "failed", rep.Failed, "objects", rep.Objects, "copied", rep.Copied, "staged", rep.Staged)
+		"left", rep.Left, "failed", rep.Failed, "quarantined", rep.Quarantined, "objects", rep.Objects, "copied", rep.Copied, "staged", rep.Staged)
 	if len(errs) > 0 {
 		return rep, fmt.Errorf("settle: %s: %d of %d streams failed: %w", job, rep.Failed, rep.Streams, errors.Join(errs...))
 	}
