@@ -37,7 +37,7 @@ func quarantineCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "quarantine",
 		Short: "List, retry or force streams whose settle keeps failing",
-		Long: `Streams whose settle failed in 3 consecutive jobs (settle.Config.QuarantineAfter) are
+		Long: `Streams whose settle failed in 3 consecutive jobs (STARLOG_SETTLE_QUARANTINE_AFTER on AWS) are
 set aside: their slots are pinned and every other stream's slots are trimmed.
 
   list          the failing streams: failures, quarantined since, last error, pins

@@ -65,6 +65,9 @@ const (
 	// era bound the planner cuts by.
 	EnvSettleWorkers     = "STARLOG_SETTLE_WORKERS"
 	EnvSettleEraMaxSlots = "STARLOG_SETTLE_ERA_MAX_SLOTS"
+	// EnvSettleQuarantineAfter is Config.QuarantineAfter: consecutive
+	// failed settle jobs before a stream is quarantined.
+	EnvSettleQuarantineAfter = "STARLOG_SETTLE_QUARANTINE_AFTER"
 )
 
 // QueueURLEnv is the variable holding a job kind's queue URL, e.g.
@@ -139,17 +142,18 @@ func Parse(lookup Lookup) (Env, error) {
 		}
 	}
 	e.Settle = settle.Config{
-		Trigger:      uint64(p.integer(EnvSettleTriggerMiB)) << 20,
-		Standard:     settle.ClassTimers{Linger: p.duration(EnvSettleLinger), AgeCap: p.duration(EnvSettleAgeCap)},
-		Express:      settle.ClassTimers{Linger: p.duration(EnvSettleExpressLinger), AgeCap: p.duration(EnvSettleExpressAgeCap)},
-		OutputCap:    uint64(p.integer(EnvSettleOutputCapMiB)) << 20,
-		ReadGrace:    p.duration(EnvReadGrace),
-		Workers:      p.integer(EnvSettleWorkers),
-		ScratchDir:   e.ScratchDir,
-		EraMaxSlots:  p.integer(EnvSettleEraMaxSlots),
-		ScratchBytes: scratchShare(e.ScratchMiB),
-		FooterBytes:  footerShare(e.MemoryMiB),
-		DeadAfter:    p.duration(EnvDeadAfter),
+		Trigger:         uint64(p.integer(EnvSettleTriggerMiB)) << 20,
+		Standard:        settle.ClassTimers{Linger: p.duration(EnvSettleLinger), AgeCap: p.duration(EnvSettleAgeCap)},
+		Express:         settle.ClassTimers{Linger: p.duration(EnvSettleExpressLinger), AgeCap: p.duration(EnvSettleExpressAgeCap)},
+		OutputCap:       uint64(p.integer(EnvSettleOutputCapMiB)) << 20,
+		ReadGrace:       p.duration(EnvReadGrace),
+		Workers:         p.integer(EnvSettleWorkers),
+		ScratchDir:      e.ScratchDir,
+		EraMaxSlots:     p.integer(EnvSettleEraMaxSlots),
+		QuarantineAfter: p.integer(EnvSettleQuarantineAfter),
+		ScratchBytes:    scratchShare(e.ScratchMiB),
+		FooterBytes:     footerShare(e.MemoryMiB),
+		DeadAfter:       p.duration(EnvDeadAfter),
 	}
 	if e.Table == "" {
 		p.errs = append(p.errs, fmt.Errorf("%s is not set", EnvTable))

@@ -54,24 +54,25 @@ func TestParseStackEnvironment(t *testing.T) {
 
 func TestParseOverrides(t *testing.T) {
 	e, err := awsenv.Parse(lookup(map[string]string{
-		"STARLOG_DYNAMO_TABLE":           "t",
-		"STARLOG_STANDARD_BUCKETS":       "std,other",
-		"STARLOG_S3_ENDPOINT":            "http://127.0.0.1:7070",
-		"STARLOG_S3_REGION":              "eu-west-1",
-		"STARLOG_S3_PATH_STYLE":          "true",
-		"STARLOG_DYNAMO_ENDPOINT":        "http://127.0.0.1:8000",
-		"STARLOG_AWS_ACCESS_KEY_ID":      "ak",
-		"STARLOG_AWS_SECRET_ACCESS_KEY":  "sk",
-		"STARLOG_SQS_ENDPOINT":           "http://127.0.0.1:9324",
-		"STARLOG_SETTLE_TRIGGER_MIB":     "2",
-		"STARLOG_SETTLE_LINGER":          "5s",
-		"STARLOG_SETTLE_AGE_CAP":         "1m",
-		"STARLOG_SETTLE_EXPRESS_LINGER":  "1s",
-		"STARLOG_SETTLE_EXPRESS_AGE_CAP": "20s",
-		"STARLOG_SETTLE_OUTPUT_CAP_MIB":  "64",
-		"STARLOG_READ_GRACE":             "30s",
-		"STARLOG_SETTLE_WORKERS":         "3",
-		"STARLOG_SETTLE_ERA_MAX_SLOTS":   "16",
+		"STARLOG_DYNAMO_TABLE":            "t",
+		"STARLOG_STANDARD_BUCKETS":        "std,other",
+		"STARLOG_S3_ENDPOINT":             "http://127.0.0.1:7070",
+		"STARLOG_S3_REGION":               "eu-west-1",
+		"STARLOG_S3_PATH_STYLE":           "true",
+		"STARLOG_DYNAMO_ENDPOINT":         "http://127.0.0.1:8000",
+		"STARLOG_AWS_ACCESS_KEY_ID":       "ak",
+		"STARLOG_AWS_SECRET_ACCESS_KEY":   "sk",
+		"STARLOG_SQS_ENDPOINT":            "http://127.0.0.1:9324",
+		"STARLOG_SETTLE_TRIGGER_MIB":      "2",
+		"STARLOG_SETTLE_LINGER":           "5s",
+		"STARLOG_SETTLE_AGE_CAP":          "1m",
+		"STARLOG_SETTLE_EXPRESS_LINGER":   "1s",
+		"STARLOG_SETTLE_EXPRESS_AGE_CAP":  "20s",
+		"STARLOG_SETTLE_OUTPUT_CAP_MIB":   "64",
+		"STARLOG_READ_GRACE":              "30s",
+		"STARLOG_SETTLE_WORKERS":          "3",
+		"STARLOG_SETTLE_ERA_MAX_SLOTS":    "16",
+		"STARLOG_SETTLE_QUARANTINE_AFTER": "7",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestParseOverrides(t *testing.T) {
 	s := e.Settle
 	if s.Trigger != 2<<20 || s.Standard != (settle.ClassTimers{Linger: 5 * time.Second, AgeCap: time.Minute}) ||
 		s.Express != (settle.ClassTimers{Linger: time.Second, AgeCap: 20 * time.Second}) || s.OutputCap != 64<<20 ||
-		s.ReadGrace != 30*time.Second || s.Workers != 3 || s.EraMaxSlots != 16 {
+		s.ReadGrace != 30*time.Second || s.Workers != 3 || s.EraMaxSlots != 16 || s.QuarantineAfter != 7 {
 		t.Fatalf("settle policy %+v", s)
 	}
 }
