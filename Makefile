@@ -93,6 +93,17 @@ BENCHTIME ?= 1s
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
 
+## bench-density: metastore writes and object requests per GiB against the
+## stream count (issue 15): one Standard loglet at 4 MiB/s of 1 KiB records
+## over N = 1, 100, 1,000 and 10,000 streams, on SQLite and on DynamoDB
+## Local, DENSITY_SECONDS (60) each (figures in docs/bench.md, "Density").
+DENSITY_SECONDS ?= 60
+.PHONY: bench-density
+bench-density:
+	@mkdir -p build
+	@set -o pipefail; DENSITY_SECONDS=$(DENSITY_SECONDS) $(GO) test -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkDensity$$' -benchtime 1x ./star/loglet 2>&1 \
+	  | tee build/bench-density.log | grep -E '^(Benchmark|ok |FAIL|panic:)'
+
 ## verify: the long linearizability run (issue 6): clients append, read and
 ## check-tail through three `star serve` processes (one SQLite metastore, one
 ## object folder) while the nemesis kills stars with kill -9 and restarts them,
@@ -161,6 +172,28 @@ failover-bench:
 	@mkdir -p build
 	@set -o pipefail; $(GO) test -count=1 -timeout 60m -v -run TestFailoverBench ./star/failover \
 	  -args -failover.kills=$(FAILOVER_KILLS) -failover.backlogs=0,100,1000 2>&1 | tee build/failover-bench.log
+
+## bench-peer: starlog against NATS JetStream (issue 17, star/peerbench): a
+## pinned nats-server with file storage and fsync on every message
+## (sync_interval: always) next to `star dev` on its directory store, the six
+## workloads of the issue's table (1 KiB messages; one producer or 16, one in
+## flight, 500 in flight, batches of 500), interleaved, PEER_RUNS runs of
+## PEER_SECONDS each; prints each row's medians and ratio and both servers'
+## peak RSS, writes docs/bench-peer.png, and CPU profiles of star dev (first
+## run of each workload) into build/bench-peer. Log: build/bench-peer.log.
+NATS_SERVER_VERSION := v2.15.2
+PEER_RUNS ?= 9
+PEER_SECONDS ?= 5
+.PHONY: bench-peer
+bench-peer: $(TOOLS)/bin/nats-server
+	@mkdir -p build
+	$(GO) build -o bin/star ./star
+	$(GO) build -o bin/peerbench ./star/peerbench/cmd/peerbench
+	@set -o pipefail; bin/peerbench --nats-server $(TOOLS)/bin/nats-server --star bin/star \
+	  --runs $(PEER_RUNS) --duration $(PEER_SECONDS)s --work build/bench-peer --png docs/bench-peer.png 2>&1 | tee build/bench-peer.log
+
+$(TOOLS)/bin/nats-server:
+	GOBIN=$(TOOLS)/bin $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
 
 ## proto: regenerate shared/api/s2pb from shared/api/s2/v1/s2.proto (needs protoc on PATH:
 ## apt-get install protobuf-compiler). The generated file is checked in; CI never runs this.

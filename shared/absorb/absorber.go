@@ -103,6 +103,16 @@ func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, e
 	if err != nil {
 		return 0, err
 	}
+	if len(p.Crossed) > 0 {
+		// A crossing counted from a remembered settled point may be one a
+		// settle since undid: read those streams' settled points again.
+		if err := a.refreshSettled(ctx, slots, p.Crossed, prev); err != nil {
+			return 0, err
+		}
+		if p, err = Plan(a.Star, a.Class, epoch, slots, prev, a.Rip, birth); err != nil {
+			return 0, err
+		}
+	}
 	mk := meta.MarkerKey(a.Star, a.Class, epoch, from)
 	claim, err := a.claimMarker(ctx, mk, p.Marker)
 	if err != nil {
@@ -132,6 +142,9 @@ func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, e
 			}
 		}
 		return a.behind(ctx, epoch, slots, cp)
+	}
+	if err := a.writeShards(ctx, epoch, from, p.Shards); err != nil {
+		return 0, err
 	}
 	if err := a.writeRefs(ctx, epoch, from, p.Refs); err != nil {
 		return 0, err
@@ -269,9 +282,102 @@ func (a *Absorber) prevTotals(ctx context.Context, slots []Slot) (map[string]Str
 		if r.EndSeq != seq {
 			return nil, fmt.Errorf("absorb: stream %s: row below seq %d ends at %d", id, seq, r.EndSeq)
 		}
-		out[id] = StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
+		t := StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
+		if r.Settled != nil {
+			t.Settled = r.CumBytes
+		}
+		// Otherwise Settled stays 0 until a crossing makes the absorber
+		// read it (refreshSettled): most passes cross nothing.
+		out[id] = t
 	}
 	return out, nil
+}
+
+// maxSettledRows bounds the rows read to find one stream's settled point.
+const maxSettledRows = 1024
+
+// refreshSettled reads the settled point of each stream in ids (below its
+// first extent in slots) into prev: the CumBytes of its greatest catalog
+// row, found by reading its rows back from there. A stream with more span
+// refs standing than maxSettledRows counts from the start of the lowest
+// one read, which under-counts its un-settled bytes by at most the rows
+// below (a settle is overdue there anyway). Reads only, and only for the
+// rare pass that makes a crossing.
+func (a *Absorber) refreshSettled(ctx context.Context, slots []Slot, ids []string, prev map[string]StreamTotals) error {
+	first := map[string]uint64{}
+	for _, s := range slots {
+		for _, x := range s.Extents {
+			if _, ok := first[x.StreamID]; !ok {
+				first[x.StreamID] = x.FirstSeq
+			}
+		}
+	}
+	for _, id := range ids {
+		seq := first[id]
+		if seq == 0 {
+			continue // a new stream: nothing settled
+		}
+		settled, err := a.settledPoint(ctx, id, seq)
+		if err != nil {
+			return err
+		}
+		t := prev[id]
+		t.Settled = max(t.Settled, settled)
+		prev[id] = t
+	}
+	return nil
+}
+
+// settledPoint returns the cumulative bytes at stream id's settled point
+// below seq (see refreshSettled).
+func (a *Absorber) settledPoint(ctx context.Context, id string, seq uint64) (uint64, error) {
+	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefKey(id, seq-1).SK, Backward: true, Limit: 128}
+	var low uint64
+	for read := 0; read < maxSettledRows; {
+		pg, err := a.Meta.Query(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("absorb: rows of stream %s below %d: %w", id, seq, err)
+		}
+		for _, it := range pg.Items {
+			read++
+			var r meta.Ref
+			if err := meta.Decode(it.Val, &r); err != nil {
+				return 0, fmt.Errorf("absorb: row %s/%s: %w", it.PK, it.SK, err)
+			}
+			if r.Settled != nil {
+				return r.CumBytes, nil
+			}
+			low = r.CumBytes
+			if r.Span != nil {
+				for _, sl := range r.Span.Slots {
+					low -= min(low, sl.Length)
+				}
+			}
+		}
+		if pg.Next == "" {
+			return 0, nil // never settled (or settled and trimmed away: nothing of it stands)
+		}
+		q.PageToken = pg.Next
+	}
+	return low, nil
+}
+
+// writeShards puts the shard rows of a marker's stream set: unconditional
+// and idempotent, since every absorber of the pass computes the same ones
+// from the marker's boundaries.
+func (a *Absorber) writeShards(ctx context.Context, epoch, from uint64, shards [][]string) error {
+	if len(shards) == 0 {
+		return nil
+	}
+	items := make([]meta.Item, len(shards))
+	for i, ids := range shards {
+		k := meta.MarkerShardKey(a.Star, a.Class, epoch, from, i)
+		items[i] = meta.Item{PK: k.PK, SK: k.SK, Val: meta.Encode(meta.MarkerShard{Streams: ids})}
+	}
+	if err := a.Meta.BatchPut(ctx, items); err != nil {
+		return fmt.Errorf("absorb: put %d stream shards of marker %d/%d: %w", len(shards), epoch, from, err)
+	}
+	return nil
 }
 
 func (a *Absorber) writeRefs(ctx context.Context, epoch, from uint64, refs []RefWrite) error {

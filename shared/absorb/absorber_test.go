@@ -383,3 +383,54 @@ func TestDeposedPassResurrectsNothing(t *testing.T) {
 		rowsTile(t, w.meta)
 	})
 }
+
+// The size trigger counts a stream's un-settled bytes: the absorber reads
+// the settled point (the greatest catalog row's cumulative bytes) before it
+// counts a crossing, also when it remembers an older one.
+func TestCrossingCountsFromTheSettledPoint(t *testing.T) {
+	ctx := context.Background()
+	for _, seeded := range []bool{false, true} {
+		w := newWorld(t)
+		a := w.absorber(w.meta) // trigger 1,000 bytes
+		// Records [0,10) settled at 7,500 cumulative bytes.
+		k := meta.RefKey("x", 0)
+		cat := meta.Ref{FirstSeq: 0, EndSeq: 10, CumBytes: 7500, Settled: &meta.Settled{Epoch: w.epoch, Bytes: 7500}}
+		if _, err := w.meta.Put(ctx, k.PK, k.SK, meta.Encode(cat), meta.IfAbsent()); err != nil {
+			t.Fatal(err)
+		}
+		if seeded {
+			// A leader that opened the stream before the settle knows its
+			// totals, not its settled point.
+			a.Seed("x", absorb.StreamTotals{CumBytes: 7500})
+		}
+		cause := func(slot, first uint64, length uint32) string {
+			t.Helper()
+			x := format.Extent{StreamID: "x", FirstSeq: first, Count: 1, Offset: format.EnvelopeSize, Length: length}
+			if _, err := a.Pass(ctx, w.epoch, []absorb.Slot{{Slot: slot, Extents: []format.Extent{x}}}); err != nil {
+				t.Fatal(err)
+			}
+			mk := meta.MarkerKey("star", meta.Standard, w.epoch, slot)
+			it, err := w.meta.Get(ctx, mk.PK, mk.SK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m meta.Marker
+			if err := meta.Decode(it.Val, &m); err != nil {
+				t.Fatal(err)
+			}
+			return m.Cause
+		}
+		// 7,500 → 8,200 passes 8,000, but 700 bytes stand un-settled.
+		if c := cause(0, 10, 700); c != "cap" {
+			t.Fatalf("seeded %v: 700 un-settled bytes made a %s marker", seeded, c)
+		}
+		// 8,200 → 8,600: 1,100 un-settled bytes, no multiple of 1,000.
+		if c := cause(1, 11, 400); c != "linger" {
+			t.Fatalf("seeded %v: 1,100 un-settled bytes made a %s marker", seeded, c)
+		}
+		// The crossing lingers: the next pass does not cross again.
+		if c := cause(2, 12, 100); c != "cap" {
+			t.Fatalf("seeded %v: a lingering crossing made a %s marker", seeded, c)
+		}
+	}
+}

@@ -44,33 +44,47 @@ type Ripening struct {
 	AgeCap  time.Duration // otherwise at birth + AgeCap
 }
 
-// Jitter is a stream's deterministic share of up to half the linger, so
-// cohorts of streams born in one minute do not ripen at one instant.
-func (r Ripening) Jitter(streamID string) time.Duration {
+// Jitter is a deterministic share of up to half the linger for the marker
+// keyed key, so markers (and the settle eras they make) born at one
+// instant do not all ripen at one. It is drawn per marker, not per stream:
+// a marker's streams settle in one era job whatever their own jitter, and
+// the minimum over thousands of streams would be no jitter at all.
+func (r Ripening) Jitter(key string) time.Duration {
 	half := r.Linger / 2
 	if half <= 0 {
 		return 0
 	}
 	h := fnv.New64a()
-	h.Write([]byte(streamID))
+	h.Write([]byte(key))
 	return time.Duration(h.Sum64() % uint64(half))
 }
 
-// Crossed reports whether a stream's cumulative bytes crossed a multiple of
-// the trigger in this pass: the chained byte totals of its rows alone decide
-// it, so a re-run decides the same.
-func (r Ripening) Crossed(prevCum, cum uint64) bool {
-	if r.Trigger == 0 {
+// Crosses reports whether a pass that takes a stream's cumulative bytes to
+// cum makes a crossing, given t, its totals before the pass: its
+// un-settled bytes (cum - t.Settled) reach the trigger, and it has made no
+// crossing since its settled point moved, or cum is a whole trigger past
+// the last one (a hot stream crosses again while its crossing lingers).
+func (r Ripening) Crosses(t StreamTotals, cum uint64) bool {
+	if r.Trigger == 0 || cum < t.Settled+r.Trigger {
 		return false
 	}
-	return prevCum/r.Trigger < cum/r.Trigger
+	return t.Crossed <= t.Settled || cum >= t.Crossed+r.Trigger
 }
 
-// StreamTotals are the chained fields a stream's next ref continues from.
+// StreamTotals are the chained fields a stream's next ref continues from,
+// and what the size trigger measures from.
 type StreamTotals struct {
 	CumBytes     uint64
 	FencingToken string
 	TrimPoint    uint64
+	// Settled is the stream's cumulative bytes at its settled point (the
+	// greatest catalog row's CumBytes) as last read; it only grows, so an
+	// old value over-counts the un-settled bytes, and the absorber reads
+	// it again before it counts a crossing.
+	Settled uint64
+	// Crossed is CumBytes after the last pass that made a crossing for the
+	// stream (0: none since Settled).
+	Crossed uint64
 }
 
 // RefWrite is one span ref a pass writes.
@@ -88,6 +102,11 @@ type PassPlan struct {
 	Marker  meta.Marker
 	Totals  map[string]StreamTotals // each stream's totals after the pass
 	Streams []string                // streams in first-seen order
+	// Shards are the marker's stream set when it does not fit inline
+	// (meta.ShardStreams), written as meta.MarkerShardKey rows.
+	Shards [][]string
+	// Crossed are the streams whose crossing made the marker linger.
+	Crossed []string
 }
 
 // Plan groups the pass's slots into one span ref per stream, continuing
@@ -141,18 +160,26 @@ func Plan(star string, class meta.Class, epoch uint64, slots []Slot, prev map[st
 	for _, id := range p.Streams {
 		r := refs[id]
 		p.Refs = append(p.Refs, RefWrite{StreamID: id, Ref: *r})
-		p.Totals[id] = StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
-		if rip.Crossed(prev[id].CumBytes, r.CumBytes) {
-			if at := birth.Add(rip.Linger + rip.Jitter(id)); cause == "cap" || at.Before(ripen) {
-				ripen, cause = at, "linger"
-			}
+		t := prev[id]
+		next := StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint, Settled: t.Settled, Crossed: t.Crossed}
+		if rip.Crosses(t, r.CumBytes) {
+			next.Crossed = r.CumBytes
+			p.Crossed = append(p.Crossed, id)
 		}
+		p.Totals[id] = next
+	}
+	if len(p.Crossed) > 0 {
+		mk := meta.MarkerKey(star, class, epoch, p.From)
+		ripen, cause = birth.Add(rip.Linger+rip.Jitter(mk.PK+"/"+mk.SK)), "linger"
 	}
 	streams := slices.Clone(p.Streams)
 	slices.Sort(streams)
 	p.Marker = meta.Marker{
 		Epoch: epoch, FromSlot: p.From, EndSlot: p.End,
 		Birth: birth.UnixMilli(), Ripen: ripen.UnixMilli(), Cause: cause, Streams: streams, Bytes: bytes,
+	}
+	if p.Shards = meta.ShardStreams(streams); p.Shards != nil {
+		p.Marker.Streams, p.Marker.Shards = []string{meta.MarkerShardedStream}, len(p.Shards)
 	}
 	return p, nil
 }

@@ -335,9 +335,27 @@ type BasinConfig struct {
 	// with the defaults instead of failing 404.
 	CreateStreamOnAppend bool `json:"create_stream_on_append"`
 	CreateStreamOnRead   bool `json:"create_stream_on_read"`
-	// StreamCipher names stream encryption, which starlog does not offer: it
-	// must be unset.
+	// StreamCipher is the cipher a stream created in the basin encrypts
+	// its records with (with the key of each request's s2-encryption-key):
+	// CipherAES256GCM, or unset for none. S2's aegis-256 is not offered.
 	StreamCipher *string `json:"stream_cipher,omitempty"`
+}
+
+// Stream ciphers (S2's EncryptionAlgorithm).
+const (
+	CipherAES256GCM = "aes-256-gcm"
+	CipherAegis256  = "aegis-256"
+)
+
+// validateCipher checks a stream_cipher value (422 invalid).
+func validateCipher(c string) *Error {
+	switch c {
+	case CipherAES256GCM:
+		return nil
+	case CipherAegis256:
+		return Invalid("stream_cipher %q is not offered: use %q", c, CipherAES256GCM)
+	}
+	return Invalid("stream_cipher must be %q, got %q", CipherAES256GCM, c)
 }
 
 // Validate checks a basin config (422 invalid).
@@ -349,7 +367,7 @@ func (c *BasinConfig) Validate() *Error {
 		}
 	}
 	if c.StreamCipher != nil {
-		return Invalid("stream encryption is not supported")
+		return validateCipher(*c.StreamCipher)
 	}
 	return nil
 }
@@ -371,7 +389,7 @@ func (r *BasinReconfiguration) Validate() *Error {
 		}
 	}
 	if r.StreamCipher.Value != nil {
-		return Invalid("stream encryption is not supported")
+		return validateCipher(*r.StreamCipher.Value)
 	}
 	return nil
 }

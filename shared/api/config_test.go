@@ -197,6 +197,9 @@ func TestBasinConfig(t *testing.T) {
 	if _, err = DecodeBasinConfig([]byte(`{"stream_cipher":null}`)); err != nil {
 		t.Fatalf("null cipher: %v", err)
 	}
+	if bc, err := DecodeBasinConfig([]byte(`{"stream_cipher":"aes-256-gcm"}`)); err != nil || *bc.StreamCipher != CipherAES256GCM {
+		t.Fatalf("aes-256-gcm cipher: %v", err)
+	}
 	_, err = DecodeBasinConfig([]byte(`{"create_stream_on_append":"yes"}`))
 	wantErr(t, err, 400, CodeBadJSON)
 
@@ -213,7 +216,12 @@ func TestBasinConfig(t *testing.T) {
 	if got := c.Reconfigure(r); got.DefaultStreamConfig != nil || got.CreateStreamOnAppend {
 		t.Fatalf("basin nulls %+v", got)
 	}
-	_, err = DecodeBasinReconfiguration([]byte(`{"stream_cipher":"aes-256-gcm"}`))
+	if r, err := DecodeBasinReconfiguration([]byte(`{"stream_cipher":"aes-256-gcm"}`)); err != nil || *c.Reconfigure(r).StreamCipher != CipherAES256GCM {
+		t.Fatalf("cipher reconfiguration: %v", err)
+	}
+	_, err = DecodeBasinReconfiguration([]byte(`{"stream_cipher":"aegis-256"}`))
+	wantErr(t, err, 422, CodeInvalid)
+	_, err = DecodeBasinReconfiguration([]byte(`{"stream_cipher":"rot13"}`))
 	wantErr(t, err, 422, CodeInvalid)
 	_, err = DecodeBasinReconfiguration([]byte(`{"default_stream_config":{"retention_policy":{"age":0}}}`))
 	wantErr(t, err, 422, CodeInvalid)

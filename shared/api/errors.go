@@ -22,10 +22,12 @@ const (
 	// 403
 	CodePermissionDenied = "permission_denied"
 	// 404
-	CodeBasinNotFound  = "basin_not_found"
-	CodeStreamNotFound = "stream_not_found"
-	// 408
-	CodeTimeout = "timeout"
+	CodeBasinNotFound    = "basin_not_found"
+	CodeStreamNotFound   = "stream_not_found"
+	CodeDecryptionFailed = "decryption_failed"
+	// 408 (S2 renamed it from "timeout")
+	CodeRequestTimeout = "request_timeout"
+	CodeTimeout        = CodeRequestTimeout
 	// 409
 	CodeResourceAlreadyExists = "resource_already_exists"
 	CodeBasinDeletionPending  = "basin_deletion_pending"
@@ -40,8 +42,11 @@ const (
 	CodeOther   = "other"
 	// 502
 	CodeHotServer = "hot_server"
+	// 501
+	CodeNotImplemented = "not_implemented"
 	// 503
-	CodeUnavailable = "unavailable"
+	CodeUnavailable    = "unavailable"
+	CodeServerDraining = "server_draining"
 )
 
 // Codes of the special bodies. They never appear on the wire as "code": the
@@ -143,10 +148,12 @@ func (e *Error) Tail() (StreamPosition, bool) {
 // The rule: a response in which the server rejected the request before
 // acting on it is definite. That is every 4xx except 408 (the server gave
 // up waiting, e.g. on durability, and the write may still land) and 499,
-// plus 502 hot_server (refused by an overloaded server before admission).
-// It includes 409 transaction_conflict, which aborts the operation, 412
-// condition failures, 416 and 429 rate_limited. Every 5xx (storage, other,
-// unavailable), 408, and any failure without a response (transport errors,
+// plus 502 hot_server (refused by an overloaded server before admission),
+// 501 not_implemented (nothing to act with) and 503 server_draining (a
+// draining star acknowledges every input it took before it says so: what
+// is unacknowledged was never applied). It includes 409 transaction_conflict, which aborts the operation, 412
+// condition failures, 416 and 429 rate_limited. Every other 5xx (storage,
+// other, unavailable), 408, and any failure without a response (transport errors,
 // timeouts, cancellations: see IsDefinite) is indefinite.
 func (e *Error) Definite() bool {
 	switch {
@@ -154,7 +161,9 @@ func (e *Error) Definite() bool {
 		return false
 	case e.Status >= 400 && e.Status < 500:
 		return true
-	case e.Status == http.StatusBadGateway && e.Code == CodeHotServer:
+	case e.Status == http.StatusBadGateway && e.Code == CodeHotServer,
+		e.Status == http.StatusServiceUnavailable && e.Code == CodeServerDraining,
+		e.Status == http.StatusNotImplemented:
 		return true
 	default:
 		return false
@@ -239,9 +248,22 @@ func StreamNotFound(format string, args ...any) *Error {
 	return newError(http.StatusNotFound, CodeStreamNotFound, format, args...)
 }
 
-// Timeout is 408 timeout: the server gave up; the outcome is indefinite.
+// Timeout is 408 request_timeout: the server gave up; the outcome is
+// indefinite.
 func Timeout(format string, args ...any) *Error {
-	return newError(http.StatusRequestTimeout, CodeTimeout, format, args...)
+	return newError(http.StatusRequestTimeout, CodeRequestTimeout, format, args...)
+}
+
+// DecryptionFailed is 400 decryption_failed: a record did not decrypt with
+// the key the read gave.
+func DecryptionFailed(format string, args ...any) *Error {
+	return newError(http.StatusBadRequest, CodeDecryptionFailed, format, args...)
+}
+
+// NotImplemented is 501 not_implemented: an S2 endpoint or feature this
+// deployment does not offer.
+func NotImplemented(format string, args ...any) *Error {
+	return newError(http.StatusNotImplemented, CodeNotImplemented, format, args...)
 }
 
 // ResourceAlreadyExists is 409 resource_already_exists.
@@ -300,6 +322,13 @@ func HotServer(format string, args ...any) *Error {
 // Unavailable is 503 unavailable.
 func Unavailable(format string, args ...any) *Error {
 	return newError(http.StatusServiceUnavailable, CodeUnavailable, format, args...)
+}
+
+// ServerDraining is 503 server_draining: the star is shutting down and took
+// nothing of the request (a session: nothing unacknowledged); retry at once
+// on another connection.
+func ServerDraining(format string, args ...any) *Error {
+	return newError(http.StatusServiceUnavailable, CodeServerDraining, format, args...)
 }
 
 // SeqNumMismatch is the 412 for a failed match_seq_num; next is the seq num

@@ -24,7 +24,10 @@ func TestErrorConstructorsStatusAndCode(t *testing.T) {
 		{PermissionDenied("x"), 403, "permission_denied"},
 		{BasinNotFound("x"), 404, "basin_not_found"},
 		{StreamNotFound("x"), 404, "stream_not_found"},
-		{Timeout("x"), 408, "timeout"},
+		{Timeout("x"), 408, "request_timeout"},
+		{DecryptionFailed("x"), 400, "decryption_failed"},
+		{NotImplemented("x"), 501, "not_implemented"},
+		{ServerDraining("x"), 503, "server_draining"},
 		{ResourceAlreadyExists("x"), 409, "resource_already_exists"},
 		{BasinDeletionPending("x"), 409, "basin_deletion_pending"},
 		{StreamDeletionPending("x"), 409, "stream_deletion_pending"},
@@ -132,6 +135,7 @@ func TestDefiniteClassification(t *testing.T) {
 		StreamDeletionPending("x"), TransactionConflict("x"), SeqNumMismatch(1),
 		FencingTokenMismatch("a"), RangeNotSatisfiable(StreamPosition{}),
 		RateLimited("x"), HotServer("x"), PermissionDenied("x"),
+		ServerDraining("x"), NotImplemented("x"), DecryptionFailed("x"),
 	}
 	indefinite := []*Error{
 		Timeout("x"), Storage("x"), Other("x"), Unavailable("x"),

@@ -32,11 +32,15 @@ func ValidateBasinName(name string) *Error {
 }
 
 // ValidateStreamName checks a stream name: 1–512 bytes of UTF-8 without
-// NUL. (API.md only bounds the length; names travel in JSON and in
-// metastore keys, so they must be text.) It fails with 422 invalid.
+// NUL, and neither "." nor ".." (S2 rejects those). (API.md only bounds
+// the length; names travel in JSON and in metastore keys, so they must be
+// text.) It fails with 422 invalid.
 func ValidateStreamName(name string) *Error {
 	if len(name) == 0 || len(name) > MaxStreamNameLen {
 		return Invalid("stream name must be 1 to %d bytes, got %d", MaxStreamNameLen, len(name))
+	}
+	if name == "." || name == ".." {
+		return Invalid("stream name must not be %q", name)
 	}
 	if !utf8.ValidString(name) {
 		return Invalid("stream name must be valid UTF-8")
@@ -45,4 +49,24 @@ func ValidateStreamName(name string) *Error {
 		return Invalid("stream name must not contain NUL")
 	}
 	return nil
+}
+
+// Where a name was given decides the error S2 answers for a bad one: 400
+// bad_path in the request path, 400 bad_json in a JSON body (the name
+// fails to deserialize there). The node's own checks stay 422 invalid.
+
+// InPath re-codes a name validation failure as 400 bad_path.
+func InPath(err *Error) *Error {
+	if err == nil {
+		return nil
+	}
+	return BadPath("%s", err.Message)
+}
+
+// InJSON re-codes a name validation failure as 400 bad_json.
+func InJSON(err *Error) *Error {
+	if err == nil {
+		return nil
+	}
+	return BadJSON("%s", err.Message)
 }

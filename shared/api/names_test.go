@@ -37,12 +37,12 @@ func TestValidateBasinNameMatchesRegexp(t *testing.T) {
 }
 
 func TestValidateStreamName(t *testing.T) {
-	for _, n := range []string{"a", "a/b", "with space", "ünïcode", strings.Repeat("x", 512)} {
+	for _, n := range []string{"a", "a/b", "with space", "...", ".a", "a..", "ünïcode", strings.Repeat("x", 512)} {
 		if err := ValidateStreamName(n); err != nil {
 			t.Errorf("%q: %v", n, err)
 		}
 	}
-	for _, n := range []string{"", strings.Repeat("x", 513), "a\x00b", "\xff"} {
+	for _, n := range []string{"", strings.Repeat("x", 513), "a\x00b", "\xff", ".", ".."} {
 		if err := ValidateStreamName(n); err == nil || err.Status != 422 {
 			t.Errorf("%q: got %v, want 422", n, err)
 		}

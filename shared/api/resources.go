@@ -42,12 +42,16 @@ type BasinInfo struct {
 	CreatedAt time.Time
 	// DeletedAt is set while the basin is being deleted.
 	DeletedAt *time.Time
+	// Location is where the basin lives: the deployment's one location
+	// (empty: not said).
+	Location string
 }
 
 type basinInfoJSON struct {
 	Name      string     `json:"name"`
 	CreatedAt string     `json:"created_at"`
 	DeletedAt *string    `json:"deleted_at"`
+	Location  string     `json:"location,omitempty"`
 	State     BasinState `json:"state"`
 }
 
@@ -59,7 +63,7 @@ func (b BasinInfo) MarshalJSON() ([]byte, error) {
 	if b.DeletedAt != nil {
 		state = BasinDeleting
 	}
-	return json.Marshal(basinInfoJSON{Name: b.Name, CreatedAt: rfc3339(b.CreatedAt), DeletedAt: rfc3339Ptr(b.DeletedAt), State: state})
+	return json.Marshal(basinInfoJSON{Name: b.Name, CreatedAt: rfc3339(b.CreatedAt), DeletedAt: rfc3339Ptr(b.DeletedAt), Location: b.Location, State: state})
 }
 
 func (b *BasinInfo) UnmarshalJSON(data []byte) error {
@@ -75,7 +79,7 @@ func (b *BasinInfo) UnmarshalJSON(data []byte) error {
 	if err != nil {
 		return err
 	}
-	*b = BasinInfo{Name: w.Name, CreatedAt: created, DeletedAt: deleted}
+	*b = BasinInfo{Name: w.Name, CreatedAt: created, DeletedAt: deleted, Location: w.Location}
 	return nil
 }
 
@@ -85,18 +89,21 @@ type StreamInfo struct {
 	CreatedAt time.Time
 	// DeletedAt is set while the stream is being deleted.
 	DeletedAt *time.Time
+	// Cipher is the stream's cipher ("" for none), fixed at its creation.
+	Cipher string
 }
 
 type streamInfoJSON struct {
 	Name      string  `json:"name"`
 	CreatedAt string  `json:"created_at"`
 	DeletedAt *string `json:"deleted_at"`
+	Cipher    string  `json:"cipher,omitempty"`
 }
 
-// MarshalJSON renders {"name","created_at","deleted_at"} (deleted_at null
-// unless deleting; no cipher: streams are not encrypted).
+// MarshalJSON renders {"name","created_at","deleted_at","cipher"}
+// (deleted_at null unless deleting; cipher only for an encrypted stream).
 func (s StreamInfo) MarshalJSON() ([]byte, error) {
-	return json.Marshal(streamInfoJSON{Name: s.Name, CreatedAt: rfc3339(s.CreatedAt), DeletedAt: rfc3339Ptr(s.DeletedAt)})
+	return json.Marshal(streamInfoJSON{Name: s.Name, CreatedAt: rfc3339(s.CreatedAt), DeletedAt: rfc3339Ptr(s.DeletedAt), Cipher: s.Cipher})
 }
 
 func (s *StreamInfo) UnmarshalJSON(data []byte) error {
@@ -112,7 +119,7 @@ func (s *StreamInfo) UnmarshalJSON(data []byte) error {
 	if err != nil {
 		return err
 	}
-	*s = StreamInfo{Name: w.Name, CreatedAt: created, DeletedAt: deleted}
+	*s = StreamInfo{Name: w.Name, CreatedAt: created, DeletedAt: deleted, Cipher: w.Cipher}
 	return nil
 }
 
@@ -150,7 +157,7 @@ func (r ListStreamsResponse) MarshalJSON() ([]byte, error) {
 type CreateBasinRequest struct {
 	Basin  string       `json:"basin"`
 	Config *BasinConfig `json:"config,omitempty"`
-	// Location is accepted and ignored: a star has one location.
+	// Location, if given, must be the deployment's one location.
 	Location *string `json:"location,omitempty"`
 }
 
@@ -173,7 +180,7 @@ func DecodeCreateBasinRequest(body []byte) (CreateBasinRequest, *Error) {
 		return CreateBasinRequest{}, BadJSON("create basin: %s", jsonMessage(err))
 	}
 	if err := ValidateBasinName(r.Basin); err != nil {
-		return CreateBasinRequest{}, err
+		return CreateBasinRequest{}, InJSON(err)
 	}
 	if r.Config != nil {
 		if err := r.Config.Validate(); err != nil {
@@ -208,7 +215,7 @@ func DecodeCreateStreamRequest(body []byte) (CreateStreamRequest, *Error) {
 		return CreateStreamRequest{}, BadJSON("create stream: %s", jsonMessage(err))
 	}
 	if err := ValidateStreamName(r.Stream); err != nil {
-		return CreateStreamRequest{}, err
+		return CreateStreamRequest{}, InJSON(err)
 	}
 	if r.Config != nil {
 		if err := r.Config.Validate(); err != nil {
@@ -216,4 +223,11 @@ func DecodeCreateStreamRequest(body []byte) (CreateStreamRequest, *Error) {
 		}
 	}
 	return r, nil
+}
+
+// LocationInfo is one entry of GET /locations and the body of GET
+// /locations/default.
+type LocationInfo struct {
+	Name      string `json:"name"`
+	IsPrivate bool   `json:"is_private"`
 }

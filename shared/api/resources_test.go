@@ -63,7 +63,7 @@ func TestCreateRequests(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	_, err = DecodeCreateBasinRequest([]byte(`{"basin":"Bad"}`))
-	wantErr(t, err, 422, CodeInvalid)
+	wantErr(t, err, 400, CodeBadJSON) // S2: the name does not deserialize
 	_, err = DecodeCreateBasinRequest([]byte(`{"basin":"my-basin-1","config":{"default_stream_config":{"retention_policy":{"age":0}}}}`))
 	wantErr(t, err, 422, CodeInvalid)
 	_, err = DecodeCreateBasinRequest([]byte(`{"basin":`))
@@ -82,9 +82,9 @@ func TestCreateRequests(t *testing.T) {
 	if err != nil || s.Stream != "a/b" || *s.Config.StorageClass != StorageExpress {
 		t.Fatalf("%+v %v", s, err)
 	}
-	for _, body := range []string{`{}`, `{"stream":""}`, `{"stream":"` + strings.Repeat("x", 513) + `"}`} {
+	for _, body := range []string{`{}`, `{"stream":""}`, `{"stream":"` + strings.Repeat("x", 513) + `"}`, `{"stream":"."}`, `{"stream":".."}`} {
 		_, err = DecodeCreateStreamRequest([]byte(body))
-		wantErr(t, err, 422, CodeInvalid)
+		wantErr(t, err, 400, CodeBadJSON)
 	}
 	_, err = DecodeCreateStreamRequest([]byte(`{"stream":"s","config":{"timestamping":{"mode":1}}}`))
 	wantErr(t, err, 400, CodeBadJSON)

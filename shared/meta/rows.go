@@ -94,6 +94,64 @@ func MarkerKey(star string, class Class, epoch, slot uint64) Key {
 	return Key{PK: ChainPK(star, class), SK: MarkerPrefix + pad(epoch) + "/" + pad(slot)}
 }
 
+// MarkerShardPrefix is the sort-key prefix of the shards of the batch
+// markers' stream sets: apart from the markers, so a scan of markers never
+// reads stream lists.
+const MarkerShardPrefix = "ms#"
+
+// MarkerShardKey is shard i of the stream set of the marker at slot.
+func MarkerShardKey(star string, class Class, epoch, slot uint64, i int) Key {
+	return Key{PK: ChainPK(star, class), SK: MarkerShardPrefix + pad(epoch) + "/" + pad(slot) + "/" + pad(uint64(i))}
+}
+
+// Marker stream sets: a pass's streams fit in its marker row up to
+// MarkerInlineBytes of ids; a larger set goes to shard rows of at most
+// MarkerShardBytes of ids each, so no item grows with the stream count
+// (DynamoDB refuses items over 400 KB: about 11,500 ids of 32 hex digits).
+const (
+	MarkerInlineBytes = 1 << 10
+	MarkerShardBytes  = 32 << 10
+)
+
+// ShardStreams cuts a sorted stream set into the marker's layout: nil when
+// it fits inline, otherwise the shards in order, each of at most
+// MarkerShardBytes of ids (an id longer than that gets a shard alone).
+// Deterministic: one set, one layout, so every absorber of a pass writes the
+// same shard rows.
+func ShardStreams(ids []string) [][]string {
+	total := 0
+	for _, id := range ids {
+		total += len(id) + 3 // the quotes and comma of its JSON
+	}
+	if total <= MarkerInlineBytes {
+		return nil
+	}
+	var out [][]string
+	var cur []string
+	size := 0
+	for _, id := range ids {
+		n := len(id) + 3
+		if len(cur) > 0 && size+n > MarkerShardBytes {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, id)
+		size += n
+	}
+	return append(out, cur)
+}
+
+// MarkerShardedStream stands alone in the Streams of a marker whose set is
+// in shard rows. No stream has that id, so a settler of an earlier build,
+// which reads only Streams, finds the stream unknown and leaves the marker
+// alone instead of resolving it with its streams unsettled.
+const MarkerShardedStream = "~sharded"
+
+// MarkerShard is one shard row of a marker's stream set.
+type MarkerShard struct {
+	Streams []string `json:"streams"`
+}
+
 // ChainDirKey lists a chain in the chain directory.
 func ChainDirKey(star string, class Class) Key {
 	return Key{PK: "chains", SK: star + "/" + string(class)}
@@ -225,13 +283,18 @@ type Superseded struct {
 
 // Marker is the batch marker of one absorb pass of a chain.
 type Marker struct {
-	Epoch    uint64   `json:"epoch"`
-	FromSlot uint64   `json:"from"`
-	EndSlot  uint64   `json:"end"`
-	Birth    int64    `json:"birth"` // unix ms
-	Ripen    int64    `json:"ripen"` // unix ms
-	Cause    string   `json:"cause"` // "linger" or "cap"
-	Streams  []string `json:"streams"`
+	Epoch    uint64 `json:"epoch"`
+	FromSlot uint64 `json:"from"`
+	EndSlot  uint64 `json:"end"`
+	Birth    int64  `json:"birth"` // unix ms
+	Ripen    int64  `json:"ripen"` // unix ms
+	Cause    string `json:"cause"` // "linger" or "cap"
+	// Streams is the pass's stream set when it fits inline; otherwise it
+	// is MarkerShardedStream alone and Shards says how many shard rows
+	// (MarkerShardKey) hold it. The shards are written after the marker and before the pass's
+	// refs, so every marker below the checkpoint has all of its shards.
+	Streams []string `json:"streams,omitempty"`
+	Shards  int      `json:"shards,omitempty"`
 	// Bytes are the block bytes of the pass (0 on markers written before
 	// the field existed): the auditor's unsettled-bytes gauge sums them.
 	Bytes uint64 `json:"bytes,omitempty"`

@@ -53,6 +53,10 @@ type Config struct {
 	// EraMaxSlots bounds the slots of one era, so one job's scratch and
 	// duration stay bounded (256 slots of 4 MiB flights: 1 GiB).
 	EraMaxSlots int
+	// PlanMaxMarkers bounds the marker rows Plan reads per chain per
+	// invocation (from each epoch's settle frontier up): markers past it
+	// are planned by a later invocation, once the frontier has moved.
+	PlanMaxMarkers int
 	// DeadAfter is how old a star's registry heartbeat gets before the
 	// janitor presumes it dead and settles its chains: the stars'
 	// --dead-after (STARLOG_DEAD_AFTER), which must agree with it.
@@ -85,7 +89,9 @@ func DefaultConfig() Config {
 		// footer entries at a few hundred bytes per block.
 		ScratchBytes: 1 << 30,
 		FooterBytes:  64 << 20,
-		DeadAfter:    leader.DefaultDeadAfter,
+		// 15 min of passes at 1 s apart is 900 markers per chain.
+		PlanMaxMarkers: 4096,
+		DeadAfter:      leader.DefaultDeadAfter,
 	}
 }
 
@@ -120,6 +126,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.FooterBytes <= 0 {
 		c.FooterBytes = d.FooterBytes
+	}
+	if c.PlanMaxMarkers <= 0 {
+		c.PlanMaxMarkers = d.PlanMaxMarkers
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = d.DeadAfter

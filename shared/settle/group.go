@@ -123,9 +123,12 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	if len(era.markers) == 0 {
 		return rep, advanceFrontier(ctx, st, job.Chain, job.Epoch)
 	}
+	if err := loadStreams(ctx, st.Meta, job.Chain, era.markers); err != nil {
+		return rep, err
+	}
 	var ids []string
 	for _, lm := range era.markers {
-		ids = append(ids, lm.M.Streams...)
+		ids = append(ids, lm.Streams...)
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
@@ -612,7 +615,7 @@ func resolveMarkers(ctx context.Context, st *Stores, era *eraSet, works []*strea
 		}
 	}
 	for i, lm := range era.markers {
-		for _, id := range lm.M.Streams {
+		for _, id := range lm.Streams {
 			blocked[i] = blocked[i] || failed[id]
 		}
 	}
@@ -628,6 +631,13 @@ func resolveMarkers(ctx context.Context, st *Stores, era *eraSet, works []*strea
 			if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 				errs = append(errs, fmt.Errorf("settle: resolve marker %s: %w", k.SK, err))
 				continue
+			}
+			if err == nil {
+				// Only the settler whose delete won: a marker re-scheduled
+				// meanwhile (a new version) still needs its shards.
+				if err := deleteShards(ctx, st.Meta, era.ch, lm.M); err != nil {
+					errs = append(errs, err)
+				}
 			}
 			rep.Resolved++
 			m.markers.WithLabelValues(class, "resolved").Inc()
@@ -655,7 +665,7 @@ func advanceFrontier(ctx context.Context, st *Stores, ch ChainRef, epoch uint64)
 	if err != nil {
 		return err
 	}
-	first, err := liveMarkers(ctx, st.Meta, ch, e, 1)
+	first, err := firstLiveMarker(ctx, st, ch, e)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,9 @@ type Metrics struct {
 	// trimsDeferred counts retention passes that kept a trimmable row
 	// for the storage bound (retain.go).
 	trimsDeferred prometheus.Counter
+	// badRows counts rows Plan could not decode and set aside, by kind:
+	// "directory", "epoch" or "marker" (planBadRow logs each).
+	badRows *prometheus.CounterVec
 }
 
 // nopMetrics records into unregistered instruments.
@@ -88,6 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rowsReclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "rows_reclaimed_total",
 			Help: "Stream ref rows deleted by retention, trims and deleted-stream reclamation, by kind."}, []string{"kind"}),
 		chainGarbage: counter("chain_garbage_reclaimed_total", "Chain garbage of decommissioned stars deleted by the trim-check, by kind: epoch records, slot keys, directory rows.", "kind"),
+		badRows:      counter("plan_bad_rows_total", "Rows Plan could not decode and set aside (quarantined), by kind: directory, epoch or marker.", "kind"),
 		emptied: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "streams_emptied_total",
 			Help: "Streams the janitor deleted under delete_on_empty."}),
 		trimsDeferred: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: "trims_deferred_total",
@@ -97,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobsSkipped, m.quarantined, m.quarantinedNow, m.jobSeconds,
-			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied, m.trimsDeferred)
+			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied, m.trimsDeferred, m.badRows)
 	}
 	return m
 }

@@ -39,11 +39,13 @@ func decideExtend(ctx context.Context, st *Stores, w *streamWork, t *tailObj, no
 	if err != nil {
 		return false, err
 	}
-	// Both bounds: the revisions of the last window (which need no read
-	// to know) and what the entries say is still waiting, trimmed objects
-	// and reservations included, so the two kinds share the one cap.
-	ext := extendable(s, now, recentWindow(cfg.ReadGrace), cfg.OutputCap, wb.dropped) &&
-		wb.superseded+wb.dropped+s.Bytes <= cfg.OutputCap
+	// The revisions of the last window, plus the trimmed objects (and
+	// reservations) the entries say still wait, share the one cap. The
+	// superseded revisions are counted by the window, not the entries: a
+	// settle run without the janitor (tests, a janitor down for a while)
+	// then keeps extending tails as before rather than fragment them; the
+	// trim rule, which must be exact, counts them from the entries.
+	ext := extendable(s, now, recentWindow(cfg.ReadGrace), cfg.OutputCap, wb.dropped)
 	rc := meta.Reclaim{Basin: w.basin, Stream: w.id, Epoch: s.Epoch, First: s.FirstSeq, Rev: s.Revision, Bytes: s.Bytes, Extend: ext}
 	_, err = st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(rc), meta.IfAbsent())
 	if err == nil {

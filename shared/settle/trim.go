@@ -80,7 +80,7 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 // many slots it deleted.
 func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e meta.Epoch, now time.Time, grace time.Duration, pins []meta.SlotPin) (uint64, error) {
 	if e.Rewritten < e.Checkpoint {
-		first, err := liveMarkers(ctx, st.Meta, ch, e, 1)
+		first, err := firstLiveMarker(ctx, st, ch, e)
 		if err != nil {
 			return 0, err
 		}
@@ -89,6 +89,7 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 			r = min(r, first[0].M.FromSlot)
 		}
 		if r > e.Rewritten {
+			from := e.Rewritten
 			frontier := meta.MarkerKey(ch.Star, ch.Class, e.Epoch, r).SK
 			e, err = c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
 				if x.Rewritten >= r {
@@ -102,6 +103,7 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 			if err != nil {
 				return 0, fmt.Errorf("settle: advance rewritten of %s epoch %d to %d: %w", ch, e.Epoch, r, err)
 			}
+			sweepShards(ctx, st, ch, e.Epoch, from, r)
 		}
 	}
 	var trimmed uint64

@@ -36,6 +36,8 @@ type benchConfig struct {
 	catchUp      time.Duration
 	asJSON       bool
 	progress     time.Duration
+	mode         string      // benchModeSession or benchModeUnary
+	unary        unaryConfig // --mode unary (benchunary.go)
 }
 
 func (c *conn) benchCmd() *cobra.Command {
@@ -66,6 +68,7 @@ command fail, as do failed appends.`,
 			if err := cfg.validate(); err != nil {
 				return err
 			}
+			c.encoding = cfg.unary.sdkEncoding()
 			b, err := c.basinHandle()
 			if err != nil {
 				return err
@@ -103,6 +106,14 @@ command fail, as do failed appends.`,
 	f.StringVar(&cfg.storageClass, "storage-class", "", "storage class of created streams: standard or express (default: the basin's)")
 	f.DurationVar(&cfg.catchUp, "catch-up", 10*time.Second, "how long readers may take to receive the last acked records")
 	f.BoolVar(&cfg.asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&cfg.mode, "mode", benchModeSession, "how producers append: session (an append session, batching by --linger and --max-unacked-bytes) or unary (appends of --batch records, --in-flight at a time)")
+	cfg.unary.register(f)
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
+		// In session mode --in-flight caps unacked records (as bytes).
+		if cfg.mode == benchModeSession && cmd.Flags().Changed("in-flight") && !cmd.Flags().Changed("max-unacked-bytes") {
+			cfg.maxUnacked = int64(cfg.unary.inFlight) * int64(8+cfg.recordSize)
+		}
+	}
 	return cmd
 }
 
@@ -125,6 +136,13 @@ func (cfg *benchConfig) validate() error {
 		if _, err := parseStorageClass(cfg.storageClass); err != nil {
 			return err
 		}
+	}
+	switch cfg.mode {
+	case benchModeSession:
+	case benchModeUnary:
+		return cfg.unary.validate(cfg.recordSize)
+	default:
+		return fmt.Errorf("--mode must be %s or %s, got %q", benchModeSession, benchModeUnary, cfg.mode)
 	}
 	return nil
 }
@@ -222,10 +240,15 @@ func runBench(ctx context.Context, b *sdk.Basin, cfg benchConfig, progressOut io
 	var producers sync.WaitGroup
 	pad := make([]byte, cfg.recordSize)
 	_, _ = rand.NewChaCha8([32]byte{1}).Read(pad) // incompressible; never fails
+	produce := benchProduce
+	switch cfg.mode {
+	case benchModeUnary:
+		produce = benchProduceUnary
+	}
 	for p := range cfg.producers {
 		stream := p % cfg.streams
 		producers.Go(func() {
-			if err := benchProduce(ctx, prodCtx, b.Stream(names[stream]), stream, uint32(p), cfg, pad, st); err != nil {
+			if err := produce(ctx, prodCtx, b.Stream(names[stream]), stream, uint32(p), cfg, pad, st); err != nil {
 				st.noteErr(err)
 			}
 		})

@@ -53,6 +53,9 @@ type benchResult struct {
 	Producers     int            `json:"producers"`
 	ReadersPerStr int            `json:"readers_per_stream"`
 	RecordSize    int            `json:"record_size"`
+	Mode          string         `json:"mode"`
+	Batch         int            `json:"batch,omitempty"`     // unary: records per append
+	InFlight      int            `json:"in_flight,omitempty"` // unary: appends outstanding per producer
 	TargetRate    float64        `json:"target_rate,omitempty"`
 	DurationS     float64        `json:"duration_s"`
 	Append        throughputJSON `json:"append"`
@@ -69,12 +72,16 @@ func (st *benchState) result(cfg benchConfig, appendElapsed, readElapsed time.Du
 		Producers:     cfg.producers,
 		ReadersPerStr: cfg.readers,
 		RecordSize:    cfg.recordSize,
+		Mode:          cfg.mode,
 		TargetRate:    cfg.rate,
 		DurationS:     appendElapsed.Seconds(),
 		Append:        throughput(st.appended.Load(), st.appendBytes.Load(), appendElapsed),
 		AckLatency:    latencyOf(&st.ackLat),
 		Read:          throughput(st.read.Load(), st.readBytes.Load(), readElapsed),
 		E2ELatency:    latencyOf(&st.e2eLat),
+	}
+	if cfg.mode == benchModeUnary {
+		r.Batch, r.InFlight = cfg.unary.batch, cfg.unary.inFlight
 	}
 	r.Append.Errors = st.appendErrors.Load()
 	if want := r.Append.Records * uint64(cfg.readers); r.Read.Records < want {
@@ -91,6 +98,9 @@ func (l latencyJSON) String() string {
 func (r *benchResult) print(w io.Writer) {
 	fmt.Fprintf(w, "streams %d, producers %d, readers/stream %d, record size %d B, duration %.1f s\n",
 		r.Streams, r.Producers, r.ReadersPerStr, r.RecordSize, r.DurationS)
+	if r.Mode == benchModeUnary {
+		fmt.Fprintf(w, "unary appends of %d records, %d in flight per producer\n", r.Batch, r.InFlight)
+	}
 	fmt.Fprintf(w, "append:  %d records, %.2f MiB/s, %.0f records/s", r.Append.Records, r.Append.MiBPerSec, r.Append.RecordsPerSec)
 	if r.Append.Errors > 0 {
 		fmt.Fprintf(w, ", %d errors", r.Append.Errors)

@@ -49,6 +49,8 @@ type conn struct {
 	internalKeyFile string
 	// internalKeySecret names a Secrets Manager secret holding it.
 	internalKeySecret string
+	// encoding of unary appends and reads (bench --encoding).
+	encoding sdk.Encoding
 }
 
 func newCommands(lookupEnv func(string) (string, bool)) []*cobra.Command {
@@ -103,6 +105,7 @@ func (c *conn) client() (*sdk.Client, error) {
 		BasinEndpoint:   c.fromEnv(c.basinEndpoint, EnvBasinEndpoint),
 		Token:           c.fromEnv(c.token, EnvToken),
 		UserAgent:       "star-cli",
+		Encoding:        c.encoding,
 	}
 	switch c.compression {
 	case "", "none":

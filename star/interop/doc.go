@@ -2,8 +2,13 @@
 // (@s2-dev/streamstore, pinned in .ci/tools). Its test builds the star
 // binary, runs `star dev` on a free loopback port and runs
 // testdata/conformance.mjs under Node: the conformance scenarios of the API
-// design (API.md §5), each session scenario over both SDK transports (fetch:
-// HTTP/1.1 with SSE; the Node default: S2S frames over cleartext HTTP/2).
+// design (API.md §5) and of the S2 fidelity work (issue 16: access tokens,
+// the basin default copy, deletion-pending, idempotent create, names,
+// locations, metrics, encryption, paging, session compression), each
+// session scenario over both SDK transports (fetch: HTTP/1.1 with SSE; the
+// Node default: S2S frames over cleartext HTTP/2). Separate tests run the
+// SDK against a star with low rate limits (ratelimits.mjs) and against a
+// star that shuts down under it (drain.mjs).
 //
 // The package has no code of its own; it exists so `go test ./...` runs the
 // interop suite.

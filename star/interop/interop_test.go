@@ -22,9 +22,10 @@ import (
 
 // wantScenarios is what conformance.mjs reports: the ten scenarios of
 // API.md §5, with the three session scenarios (3, 8, 9) run once per SDK
-// transport, and the access-token scenario (11). A script that silently
-// drops a scenario fails the test.
-const wantScenarios = 14
+// transport, the access-token scenario (11), S2 fidelity (12), stream
+// encryption (13, once per transport) and resources, paging and session
+// compression (14). A script that silently drops a scenario fails the test.
+const wantScenarios = 18
 
 // interopToken is the admin token the star dev of the test runs with
 // (STARLOG_ADMIN_TOKEN), and so the SDK's S2_ACCESS_TOKEN.
@@ -56,7 +57,9 @@ func TestS2TypeScriptSDK(t *testing.T) {
 
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
-	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s")
+	// A short deletion-pending window lets scenario 12 see a name's
+	// re-creation refused (409) and then allowed.
+	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s", "--deletion-pending", "5s")
 	star.Env = append(withoutStarlogConfig(os.Environ()), "STARLOG_ADMIN_TOKEN="+interopToken)
 	srv := testsvc.Start(t, "star dev", star)
 	srv.WaitTCP(t, addr, time.Minute)
@@ -103,7 +106,7 @@ type conformanceResults struct {
 // runConformance runs the script with the SDK pointed at endpoint, streams
 // its stdout and stderr into the test log line by line, and parses the
 // result lines from stdout. The error is a non-zero exit or a timeout.
-func runConformance(t *testing.T, node, script, nodeTools, endpoint string) (conformanceResults, error) {
+func runConformance(t *testing.T, node, script, nodeTools, endpoint string, extraEnv ...string) (conformanceResults, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), conformanceTimeout)
 	defer cancel()
@@ -115,6 +118,7 @@ func runConformance(t *testing.T, node, script, nodeTools, endpoint string) (con
 		"S2_ACCESS_TOKEN="+interopToken,
 		"STARLOG_NODE_TOOLS="+nodeTools,
 	)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.WaitDelay = 5 * time.Second
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/starlog/starlog/shared/absorb"
@@ -61,7 +62,9 @@ type Config struct {
 	// Window is how many slots may be claimed ahead of release
 	// (--s3-parallel-uploads / --s3-express-parallel-uploads).
 	Window int
-	// FlushInterval bounds the age of the oldest pooled byte before a cut.
+	// FlushInterval bounds the PUT rate of sub-target flights (one per
+	// interval) and the age of the oldest pooled byte before a cut; a batch
+	// arriving after an idle interval is cut at once (pool.CutPolicy).
 	FlushInterval time.Duration
 	// TargetFlight is the flight size that triggers a cut before the deadline.
 	TargetFlight int64
@@ -80,6 +83,10 @@ type Config struct {
 	AbsorbInterval time.Duration
 	// AbsorbMaxSlots bounds one pass.
 	AbsorbMaxSlots int
+	// Pacer spaces the passes of the star's loglets so their metastore
+	// writes stay within its budget (nil: AbsorbInterval alone spaces
+	// them, and passes run at the flight rate).
+	Pacer *Pacer
 	// Ripening schedules the batch markers.
 	Ripening absorb.Ripening
 	// MetaConcurrency bounds the metastore writes of one pass.
@@ -90,6 +97,8 @@ type Config struct {
 
 	// testRender, when set, fails the rendering of a flight (tests).
 	testRender func(epoch, slot uint64) error
+	// testFixedDelay cuts by the earlier fixed-delay policy (benchmarks).
+	testFixedDelay bool
 }
 
 // MaxTargetFlight bounds TargetFlight: a slot object's footer coordinates
@@ -123,8 +132,7 @@ func (c *Config) defaults() {
 	}
 	if c.AbsorbInterval <= 0 {
 		// A pass per 100 ms at most: the metastore sees (streams + 2) writes
-		// per pass whatever the bytes, and a released flight waits at most
-		// this long for its refs.
+		// per pass whatever the bytes; the Pacer spaces passes further.
 		c.AbsorbInterval = 100 * time.Millisecond
 	}
 	if c.SlowMetaOp <= 0 {
@@ -134,7 +142,10 @@ func (c *Config) defaults() {
 		c.MetaConcurrency = 16
 	}
 	if c.AbsorbMaxSlots <= 0 {
-		c.AbsorbMaxSlots = 256
+		// Half the backlog (512 by default): a pass at the pressure point
+		// (half the backlog's flights) takes everything released since the
+		// last, so a larger backlog spaces passes further.
+		c.AbsorbMaxSlots = max(c.BacklogFlights/2, 1)
 	}
 }
 
@@ -183,14 +194,17 @@ type Loglet struct {
 	deposedErr   error
 	stalledSince time.Time
 	blocked      blockedBy // why the last tryCut stopped cutting (for admission stalls)
+	policy       pool.CutPolicy
+	lastCut      time.Time // when the previous flight was cut (zero: none yet)
 
 	index   *Index
 	backlog *backlog
 	admit   admitStalls
 	shares  shares // bytes outstanding by stream, for ErrOverShare
 
-	absorbNudge chan struct{}
-	absorbDone  chan struct{}
+	absorbNudge  chan struct{}
+	absorbDone   chan struct{}
+	absorbUrgent atomic.Int32 // AwaitAbsorbed callers waiting: no pacing
 
 	mu     sync.Mutex
 	closed error // set once the loglet stops taking batches
@@ -232,6 +246,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 	l := &Loglet{
 		cfg: cfg, chain: c, log: log, metrics: m,
 		pool:        pool.New[*Batch](cfg.PoolBudget, nil),
+		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight, FixedDelay: cfg.testFixedDelay},
 		results:     make(chan uploadResult, 4*cfg.Window),
 		inflight:    map[uint64]*flight{},
 		index:       NewIndex(),

@@ -26,7 +26,12 @@ type Metrics struct {
 	recoveryRetry  *prometheus.CounterVec
 	absorbPass     prometheus.Observer
 	absorbErrors   prometheus.Counter
-	halts          prometheus.Counter
+	// absorbWrites counts the metastore writes of absorb passes (refs,
+	// markers, shards, checkpoints); absorbPressured the passes run before
+	// the write budget allowed, because the backlog was under pressure.
+	absorbWrites    prometheus.Counter
+	absorbPressured prometheus.Counter
+	halts           prometheus.Counter
 }
 
 // NewMetrics registers a loglet's instruments with reg (nil: unregistered).
@@ -70,8 +75,10 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 	m.recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_recoveries_total", Help: "Halted epochs by how recovery ended: recovered (a new epoch), deposed, or late (appends answered unavailable before it ended).", ConstLabels: cl}, []string{"result"})
 	m.recoveryRetry = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "recovery_retries_total", Help: "Failed attempts of a halted epoch's recovery, by step (fence, mint); each is retried with backoff until it succeeds or the loglet is deposed or closed.", ConstLabels: cl}, []string{"step"})
 	m.absorbErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_errors_total", Help: "Absorb passes that failed and were retried.", ConstLabels: cl})
+	m.absorbWrites = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_meta_writes_total", Help: "Metastore writes of absorb passes: span refs, markers and their stream shards, checkpoints.", ConstLabels: cl})
+	m.absorbPressured = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_pressured_passes_total", Help: "Absorb passes run before the metastore write budget allowed, because the backlog reached half its budget (the budget cannot keep up with the stream count) or a close or handoff waits for the absorb.", ConstLabels: cl})
 	m.halts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_halts_total", Help: "Epochs halted (foreign occupant or flight deadline).", ConstLabels: cl})
-	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.recoveryRetry, m.absorbErrors, m.halts} {
+	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.recoveryRetry, m.absorbErrors, m.absorbWrites, m.absorbPressured, m.halts} {
 		f(c)
 	}
 	return m

@@ -56,9 +56,9 @@ func (l *Loglet) run(ctx context.Context) {
 	}
 }
 
-// tryCut cuts and launches flights while the pool has a due flight, the
-// window has room and the backlog budget allows. It returns how long until
-// the oldest pooled byte is due, when that is what it waits for.
+// tryCut cuts and launches flights while the pool has a due flight (the
+// cut policy), the window has room and the backlog budget allows. It returns
+// how long until the next flight is due, when that is what it waits for.
 func (l *Loglet) tryCut() time.Duration {
 	for {
 		n, bytes := l.pool.Len()
@@ -67,10 +67,10 @@ func (l *Loglet) tryCut() time.Duration {
 			return 0
 		}
 		oldest, _ := l.pool.Oldest()
-		due := oldest.Add(l.cfg.FlushInterval)
-		if now := time.Now(); bytes < l.cfg.TargetFlight && now.Before(due) {
+		now := time.Now()
+		if due, at := l.policy.Due(now, bytes, oldest, l.lastCut); !due {
 			l.blocked.set("")
-			return due.Sub(now)
+			return max(at.Sub(now), time.Microsecond)
 		}
 		if len(l.inflight) >= l.cfg.Window {
 			l.noteBlocked(CauseStorageSlow)
@@ -113,6 +113,7 @@ func (l *Loglet) noteBlocked(cause string) {
 func (l *Loglet) cut() bool {
 	entries := l.pool.Cut(l.cfg.TargetFlight)
 	f := &flight{epoch: l.epoch.Epoch, slot: l.nextSlot, started: time.Now()}
+	l.lastCut = f.started
 	var order []string
 	byStream := map[string][]*Batch{}
 	var poolBytes int64

@@ -124,7 +124,7 @@ func (n *Node) createBasin(ctx context.Context, name string, cfg api.BasinConfig
 			}
 			cond = meta.IfVer(cur.ver)
 		}
-		row := BasinRow{ID: newID(), Config: cfg, CreatedAt: n.now().UTC(), RequestToken: token}
+		row := BasinRow{ID: newID(), Config: cfg, CreatedAt: n.now().UTC(), RequestToken: token, CreateKey: createKey(token, cfg)}
 		e, err := n.putBasin(ctx, name, row, cond)
 		if errors.Is(err, meta.ErrConditionFailed) {
 			if err := ctx.Err(); err != nil {
@@ -145,24 +145,34 @@ func (n *Node) dropBasin(name string) {
 	n.mu.Unlock()
 }
 
-// CreateBasin creates a basin (POST /basins). A retry carrying the first
-// attempt's request token gets the first attempt's answer instead of 409.
+// CreateBasin creates a basin (POST /basins); see ProvisionBasin.
 func (n *Node) CreateBasin(ctx context.Context, req api.CreateBasinRequest, token string) (api.BasinInfo, error) {
+	info, _, err := n.ProvisionBasin(ctx, req, token)
+	return info, err
+}
+
+// ProvisionBasin creates a basin (POST /basins) and returns the provision
+// result: created, or noop for a retry of the create that made it (the
+// same request token and config; another config is 409, as in S2).
+func (n *Node) ProvisionBasin(ctx context.Context, req api.CreateBasinRequest, token string) (api.BasinInfo, string, error) {
 	var cfg api.BasinConfig
 	if req.Config != nil {
 		cfg = *req.Config
 		if err := cfg.Validate(); err != nil {
-			return api.BasinInfo{}, err
+			return api.BasinInfo{}, "", err
 		}
 	}
 	e, created, err := n.createBasin(ctx, req.Basin, cfg, token)
 	if err != nil {
-		return api.BasinInfo{}, err
+		return api.BasinInfo{}, "", err
 	}
-	if !created && (token == "" || e.row.RequestToken != token) {
-		return api.BasinInfo{}, api.ResourceAlreadyExists("basin %q already exists", req.Basin)
+	if created {
+		return basinInfo(req.Basin, e.row), api.ProvisionCreated, nil
 	}
-	return basinInfo(req.Basin, e.row), nil
+	if !sameCreate(createKey(token, cfg), token, e.row.CreateKey, e.row.RequestToken) {
+		return api.BasinInfo{}, "", api.ResourceAlreadyExists("basin %q already exists", req.Basin)
+	}
+	return basinInfo(req.Basin, e.row), api.ProvisionNoop, nil
 }
 
 // BasinConfig returns a basin's config (GET /basins/{b}).

@@ -40,6 +40,12 @@ type Config struct {
 	BacklogFlights int
 	// BacklogBytes bounds their bytes per chain.
 	BacklogBytes int64
+	// AbsorbWriteBudget is the metastore writes per second the star's
+	// absorb passes may average (--absorb-write-budget): passes are spaced
+	// by (streams + 3) / budget, at least 100 ms apart, and sooner once a
+	// chain's backlog reaches half its budget (docs/write-path.md, "Absorb
+	// pace"). Zero takes the default; negative turns the budget off.
+	AbsorbWriteBudget float64
 
 	// AdmitTimeout bounds how long a unary append waits for pool budget
 	// before failing with a retryable 503 (sessions wait as long as their
@@ -86,6 +92,10 @@ type Config struct {
 	// Limits are the per-stream append rate limits (ratelimit.go).
 	Limits RateLimits
 }
+
+// DefaultAbsorbWriteBudget is the default of Config.AbsorbWriteBudget:
+// the seed's tens of metastore operations per second per star.
+const DefaultAbsorbWriteBudget = 50
 
 // ClassConfig fixes one storage class's chain and loglet.
 type ClassConfig struct {
@@ -161,17 +171,18 @@ func Defaults() Config {
 			TargetFlightBytes: 1 << 20,
 			FlightDeadline:    5 * time.Second,
 		},
-		BacklogFlights:  1024,
-		BacklogBytes:    1 << 30,
-		AdmitTimeout:    5 * time.Second,
-		DeletionPending: 30 * time.Second,
-		HeartbeatEvery:  10 * time.Second,
-		ReadCacheBytes:  64 << 20,
-		Settle:          settle.DefaultConfig(),
-		DeadAfter:       leader.DefaultDeadAfter,
-		LeaseCacheTTL:   time.Second,
-		BalanceEvery:    30 * time.Second,
-		IdleRelease:     DefaultIdleRelease,
+		BacklogFlights:    1024,
+		BacklogBytes:      1 << 30,
+		AbsorbWriteBudget: DefaultAbsorbWriteBudget,
+		AdmitTimeout:      5 * time.Second,
+		DeletionPending:   30 * time.Second,
+		HeartbeatEvery:    10 * time.Second,
+		ReadCacheBytes:    64 << 20,
+		Settle:            settle.DefaultConfig(),
+		DeadAfter:         leader.DefaultDeadAfter,
+		LeaseCacheTTL:     time.Second,
+		BalanceEvery:      30 * time.Second,
+		IdleRelease:       DefaultIdleRelease,
 	}
 }
 
@@ -185,6 +196,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BacklogBytes <= 0 {
 		c.BacklogBytes = d.BacklogBytes
+	}
+	if c.AbsorbWriteBudget == 0 {
+		c.AbsorbWriteBudget = d.AbsorbWriteBudget
 	}
 	if c.AdmitTimeout <= 0 {
 		c.AdmitTimeout = d.AdmitTimeout

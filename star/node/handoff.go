@@ -130,6 +130,7 @@ func (n *Node) release(ctx context.Context, id string, l *ledStream, target *Not
 // admitted before the stop has released) and the flight index holds no
 // extent of the stream (the absorb checkpointed past all of them).
 func (n *Node) awaitCovered(ctx context.Context, id string, l *ledStream, end uint64) error {
+	defer l.loglet.Urge()() // the handoff waits for the absorb, not for its write budget
 	t := time.NewTicker(handoffPoll)
 	defer t.Stop()
 	for {

@@ -52,9 +52,11 @@ type Deps struct {
 
 // Node is one running star.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	reg     *prometheus.Registry
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+	// pacer is the star's absorb write budget, shared by its loglets.
+	pacer   *loglet.Pacer
 	meta    meta.Store
 	objects objstore.Store
 	now     func() time.Time
@@ -111,6 +113,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: config: %w", err)
 	}
 	n := &Node{
+		pacer:   loglet.NewPacer(cfg.AbsorbWriteBudget),
 		cfg:     cfg,
 		log:     deps.Logger,
 		reg:     deps.Registry,
@@ -235,6 +238,7 @@ func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*l
 		BacklogBytes:   n.cfg.BacklogBytes,
 		FlightDeadline: cc.FlightDeadline,
 		Ripening:       rip,
+		Pacer:          n.pacer,
 	}
 	l, err := loglet.Open(ctx, lcfg, ch, settleFn, loglet.NewMetrics(n.reg, "class", string(class)), n.log)
 	if err != nil {

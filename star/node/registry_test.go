@@ -76,6 +76,10 @@ func TestHeartbeatsRecordTheirRun(t *testing.T) {
 	ms := mfaults.New(st.meta, 1)
 	c := clusterConfig("a")
 	c.BalanceEvery = 0
+	// A gap of half the dead-after bound between landed beats starts a new
+	// run by design (a paused process): keep that far above a loaded
+	// machine's scheduling stalls, so only the failed beats do.
+	c.DeadAfter = 4 * time.Second
 	openOn(t, ms, st.objects, c)
 	first := registration(t, st, "a")
 	if first.ConnectedSince == 0 || first.ConnectedSince != first.StartedAt {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -19,9 +20,9 @@ import (
 //
 // Deletion: DELETE stamps deleted_at. For Config.DeletionPending after
 // that, the resource lists with deleted_at and every call on it answers 409
-// *_deletion_pending; afterwards it answers 404 and is no longer listed. A
-// deleted stream's name can be created again at once (a new stream id);
-// a deleted basin's name once its deletion is no longer pending.
+// *_deletion_pending (a create of the name too, as S2 answers); afterwards
+// it answers 404, is no longer listed, and its name can be created again
+// (a new id).
 
 type basinEntry struct {
 	row BasinRow
@@ -44,6 +45,33 @@ func newID() string {
 		panic("node: crypto/rand: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// createKey is what a create's idempotency keys on: its request token and
+// the config it asked for (S2's creation idempotency key). Empty without a
+// token: such a create is never a retry.
+func createKey(token string, cfg any) string {
+	if token == "" {
+		return ""
+	}
+	h := sha256.New()
+	h.Write([]byte(token))
+	h.Write([]byte{0})
+	h.Write(meta.Encode(cfg))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// sameCreate reports whether a create with key (token) repeats the one
+// that made a row holding rowKey and rowToken. A row from before create
+// keys has only the token to go by.
+func sameCreate(key, token, rowKey, rowToken string) bool {
+	if key == "" {
+		return false
+	}
+	if rowKey != "" {
+		return rowKey == key
+	}
+	return rowToken == token
 }
 
 // storageErr wraps a metastore failure as the API's 500 storage; the

@@ -45,8 +45,13 @@ type BasinRow struct {
 	CreatedAt time.Time       `json:"created_at"`
 	DeletedAt *time.Time      `json:"deleted_at,omitempty"`
 	// RequestToken is the s2-request-token of the create, so a retried
-	// create is answered as the first was instead of 409.
+	// create is answered as the first was instead of 409. Rows written
+	// before CreateKey existed have only this.
 	RequestToken string `json:"request_token,omitempty"`
+	// CreateKey keys the create's idempotency on the token and the config
+	// requested (createKey), as S2 does: the same token with another
+	// config is a different request, answered 409.
+	CreateKey string `json:"create_key,omitempty"`
 }
 
 // BasinDirRow is the value of a basin's directory row: what a listing shows.
@@ -63,13 +68,21 @@ type StreamRow struct {
 	// it, never the name.
 	ID      string `json:"id"`
 	BasinID string `json:"basin_id"`
-	// Config is the config as given (unset fields fall back to the basin's
-	// default stream config, then to the built-in defaults).
+	// Config is the stream's whole config: since S2 fidelity (issue 16) a
+	// create or reconfiguration stores it resolved over the basin's
+	// default stream config and the built-in defaults, every field set, so
+	// a later change of the basin default leaves the stream as it is. (A
+	// row written before has unset fields, which still fall back to the
+	// basin default at use.)
 	Config    api.StreamConfig `json:"config"`
 	CreatedAt time.Time        `json:"created_at"`
 	DeletedAt *time.Time       `json:"deleted_at,omitempty"`
-	// RequestToken: see BasinRow.
+	// RequestToken and CreateKey: see BasinRow.
 	RequestToken string `json:"request_token,omitempty"`
+	CreateKey    string `json:"create_key,omitempty"`
+	// Cipher is the stream's cipher, the basin's stream_cipher at its
+	// creation ("" for none); never the key, which each request brings.
+	Cipher string `json:"cipher,omitempty"`
 }
 
 // Tombstone is the value of stream#<id>/deleted (settle.MetaStreams reads

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 
@@ -151,7 +152,7 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 				return nil, nil, err
 			}
 		}
-		e, _, err := n.createStream(ctx, b, basin, name, cfg, "", false)
+		e, _, err := n.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -160,10 +161,12 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 	return nil, nil, api.StreamNotFound("stream %q not found in basin %q", name, basin)
 }
 
-// createStream creates stream name in basin b, or returns the live stream
-// that holds the name (created false). A stream being deleted is replaced
-// at once by a new one (a new id) when replaceDeleting is set.
-func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string, replaceDeleting bool) (*streamEntry, bool, error) {
+// createStream creates stream name in basin b with the requested config
+// cfg, or returns the live stream that holds the name (created false). A
+// name whose stream is being deleted is 409 stream_deletion_pending until
+// the deletion is no longer pending, as in S2. The row stores cfg resolved
+// over the basin's default stream config as it is now (storedConfig).
+func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string) (*streamEntry, bool, error) {
 	key := streamKey{basin, name}
 	for {
 		n.dropStream(key)
@@ -183,22 +186,25 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 					n.cacheStream(e)
 					return e, false, nil
 				case deleting:
-					if !replaceDeleting {
-						return nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
-					}
+					return nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
 				}
 			}
 			cond = meta.IfVer(it.Ver)
 		case !errors.Is(err, meta.ErrNotFound):
 			return nil, false, n.storageErr("read stream", err)
 		}
-		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: cfg, CreatedAt: n.now().UTC(), RequestToken: token}
+		stored := storedConfig(b, cfg)
+		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
+			RequestToken: token, CreateKey: createKey(token, cfg)}
+		if c := b.row.Config.StreamCipher; c != nil {
+			row.Cipher = *c
+		}
 		// The identity row goes first: once the name row exists the stream
 		// can take appends, and the auditor needs the basin of every stream
 		// id it meets in a chain. A lost race below orphans it (an id never
 		// used), which is harmless.
 		ik := meta.StreamMetaKey(row.ID)
-		ident := meta.StreamMeta{Basin: basin, Name: name, Class: meta.Class(cfg.Resolve(b.row.Config.DefaultStreamConfig).StorageClass)}
+		ident := meta.StreamMeta{Basin: basin, Name: name, Class: meta.Class(*stored.StorageClass)}
 		if _, err := n.meta.Put(ctx, ik.PK, ik.SK, meta.Encode(ident), meta.IfAbsent()); err != nil {
 			return nil, false, n.storageErr("write stream identity", err)
 		}
@@ -220,33 +226,75 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 }
 
 func streamInfo(e *streamEntry) api.StreamInfo {
-	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt}
+	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt, Cipher: e.row.Cipher}
 }
 
-// CreateStream creates a stream (POST /streams).
+// StreamCipher is the cipher of a stream's records ("" for none): the
+// live stream's, or, for a stream an append or read would create, the
+// basin's stream_cipher. Errors are those of the lookup (a stream that is
+// missing and would not be created is not an error here: the request's
+// own call answers for it).
+func (n *Node) StreamCipher(ctx context.Context, basin, name string) (string, error) {
+	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: true, onRead: true, lazy: true})
+	if err != nil {
+		if ae, ok := errors.AsType[*api.Error](err); ok && ae.Code == api.CodeStreamNotFound {
+			return "", nil
+		}
+		return "", err
+	}
+	if e != nil {
+		return e.row.Cipher, nil
+	}
+	if c := b.row.Config.StreamCipher; c != nil {
+		return *c, nil
+	}
+	return "", nil
+}
+
+// storedConfig is what a stream row stores for the config cfg asked for:
+// cfg resolved over basin b's default stream config and the built-in
+// defaults, every field set. S2 copies the basin default into the stream
+// at create and reconfiguration, so changing the default later leaves
+// existing streams as they are.
+func storedConfig(b *basinEntry, cfg api.StreamConfig) api.StreamConfig {
+	return cfg.Resolve(b.row.Config.DefaultStreamConfig).StreamConfig()
+}
+
+// CreateStream creates a stream (POST /streams); see ProvisionStream.
 func (n *Node) CreateStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, error) {
+	info, _, err := n.ProvisionStream(ctx, basin, req, token)
+	return info, err
+}
+
+// ProvisionStream creates a stream (POST /streams) and returns the
+// provision result: created, or noop for a retry of the create that made
+// it (same request token, same config, as S2 keys it).
+func (n *Node) ProvisionStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, string, error) {
 	if err := api.ValidateStreamName(req.Stream); err != nil {
-		return api.StreamInfo{}, err
+		return api.StreamInfo{}, "", err
 	}
 	var cfg api.StreamConfig
 	if req.Config != nil {
 		cfg = *req.Config
 		if err := cfg.Validate(); err != nil {
-			return api.StreamInfo{}, err
+			return api.StreamInfo{}, "", err
 		}
 	}
 	b, err := n.liveBasin(ctx, basin)
 	if err != nil {
-		return api.StreamInfo{}, err
+		return api.StreamInfo{}, "", err
 	}
-	e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token, true)
+	e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token)
 	if err != nil {
-		return api.StreamInfo{}, err
+		return api.StreamInfo{}, "", err
 	}
-	if !created && (token == "" || e.row.RequestToken != token) {
-		return api.StreamInfo{}, api.ResourceAlreadyExists("stream %q already exists", req.Stream)
+	if created {
+		return streamInfo(e), api.ProvisionCreated, nil
 	}
-	return streamInfo(e), nil
+	if !sameCreate(createKey(token, cfg), token, e.row.CreateKey, e.row.RequestToken) {
+		return api.StreamInfo{}, "", api.ResourceAlreadyExists("stream %q already exists", req.Stream)
+	}
+	return streamInfo(e), api.ProvisionNoop, nil
 }
 
 // StreamConfig returns a stream's fully resolved config (GET /streams/{s}).
@@ -272,17 +320,18 @@ func (n *Node) EnsureStream(ctx context.Context, basin, name string, cfg api.Str
 		return api.StreamInfo{}, "", err
 	}
 	for {
-		e, created, err := n.createStream(ctx, b, basin, name, cfg, "", true)
+		e, created, err := n.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return api.StreamInfo{}, "", err
 		}
 		if created {
 			return streamInfo(e), api.ProvisionCreated, nil
 		}
-		if bytes.Equal(meta.Encode(e.row.Config), meta.Encode(cfg)) {
+		want := storedConfig(b, cfg)
+		if bytes.Equal(meta.Encode(e.row.Config), meta.Encode(want)) {
 			return streamInfo(e), api.ProvisionNoop, nil
 		}
-		ne, err := n.updateStream(ctx, b, e, func(r *StreamRow) { r.Config = cfg })
+		ne, err := n.updateStream(ctx, b, e, func(r *StreamRow) { r.Config = want })
 		if errors.Is(err, meta.ErrConditionFailed) {
 			continue
 		}
@@ -310,12 +359,30 @@ func (n *Node) updateStream(ctx context.Context, b *basinEntry, e *streamEntry, 
 	}
 	ne := &streamEntry{key: e.key, row: row, ver: ver}
 	n.cacheStream(ne)
-	if l := n.ledIfOpen(row.ID); l != nil {
-		// The storage class of an open stream is pinned until it is next
-		// opened (see ledStream); timestamping applies at once.
-		l.s.Reconfigure(facadeConfig(row.Config.Resolve(b.row.Config.DefaultStreamConfig)))
+	if l := n.ledIfOpen(row.ID); l != nil && row.DeletedAt == nil {
+		resolved := row.Config.Resolve(b.row.Config.DefaultStreamConfig)
+		l.s.Reconfigure(facadeConfig(resolved)) // timestamping applies at once
+		if meta.Class(resolved.StorageClass) != l.class {
+			// An open stream's chain is pinned until it is next opened:
+			// release it now (a handoff to no one), so the next request
+			// opens it on the new class's chain, here or on a peer.
+			n.reopenOnClass(ctx, l, row.ID)
+		}
 	}
 	return ne, nil
+}
+
+// reopenOnClass releases led stream l so that it is opened again on the
+// chain of its new storage class. The config is stored whatever happens
+// here: if the release fails or ctx ends first, the stream keeps its old
+// chain until it is next opened (an idle release, a handoff, a restart).
+func (n *Node) reopenOnClass(ctx context.Context, l *ledStream, id string) {
+	if _, err := n.release(ctx, id, l, nil); err != nil {
+		n.log.Warn("storage class change: the stream keeps its chain until it is next opened",
+			"basin", l.key.basin, "stream", l.name, "id", id, "from", l.class, "err", err)
+		return
+	}
+	n.log.Info("storage class change: stream released to reopen on its new chain", "basin", l.key.basin, "stream", l.name, "id", id, "from", l.class)
 }
 
 // ReconfigureStream patches a stream's config (PATCH /streams/{s}) and
@@ -333,6 +400,8 @@ func (n *Node) ReconfigureStream(ctx context.Context, basin, name string, r api.
 		if err := cfg.Validate(); err != nil {
 			return api.StreamConfig{}, err
 		}
+		// A field the patch unsets takes the basin's default as it is now.
+		cfg = storedConfig(b, cfg)
 		ne, err := n.updateStream(ctx, b, e, func(row *StreamRow) { row.Config = cfg })
 		if errors.Is(err, meta.ErrConditionFailed) {
 			continue
@@ -396,10 +465,100 @@ func (n *Node) ListStreams(ctx context.Context, basin string, req api.ListReques
 		if row.BasinID != b.row.ID || lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, now) == gone {
 			return api.StreamInfo{}, false, nil
 		}
-		return api.StreamInfo{Name: name, CreatedAt: row.CreatedAt, DeletedAt: row.DeletedAt}, true, nil
+		return api.StreamInfo{Name: name, CreatedAt: row.CreatedAt, DeletedAt: row.DeletedAt, Cipher: row.Cipher}, true, nil
 	})
 	if err != nil {
 		return api.ListStreamsResponse{}, err
 	}
 	return api.ListStreamsResponse{Streams: list, HasMore: more}, nil
+}
+
+// StreamStorageBytes is what the metastore says a live stream stores: the
+// metered bytes its refs cover, from its oldest ref (counted whole, as its
+// object bytes) to its newest. Records not yet absorbed into refs are not
+// counted, nor what retention has trimmed. It serves S2's storage metric.
+func (n *Node) StreamStorageBytes(ctx context.Context, basin, name string) (uint64, error) {
+	b, err := n.liveBasin(ctx, basin)
+	if err != nil {
+		return 0, err
+	}
+	e, err := n.stream(ctx, b, basin, name)
+	if err != nil {
+		return 0, err
+	}
+	if e == nil || lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now()) != alive {
+		return 0, api.StreamNotFound("stream %q not found in basin %q", name, basin)
+	}
+	return n.storedBytes(ctx, e.row.ID)
+}
+
+// BasinStorageBytes sums StreamStorageBytes over a basin's live streams.
+func (n *Node) BasinStorageBytes(ctx context.Context, basin string) (uint64, error) {
+	b, err := n.liveBasin(ctx, basin)
+	if err != nil {
+		return 0, err
+	}
+	pk := meta.StreamNameKey(basin, "").PK
+	q := meta.Query{PK: pk, From: streamNamePrefix, To: "s$", Limit: 500}
+	now := n.now()
+	var total uint64
+	for {
+		pg, err := n.meta.Query(ctx, q)
+		if err != nil {
+			return 0, n.storageErr("list streams", err)
+		}
+		for _, it := range pg.Items {
+			row, err := decodeStreamRow(it)
+			if err != nil || row.BasinID != b.row.ID || lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, now) != alive {
+				continue
+			}
+			sb, err := n.storedBytes(ctx, row.ID)
+			if err != nil {
+				return 0, err
+			}
+			total += sb
+		}
+		if pg.Next == "" {
+			return total, nil
+		}
+		q.PageToken = pg.Next
+	}
+}
+
+// storedBytes reads a stream's oldest and newest refs (see
+// StreamStorageBytes).
+func (n *Node) storedBytes(ctx context.Context, id string) (uint64, error) {
+	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Limit: 1}
+	first, err := n.meta.Query(ctx, q)
+	if err != nil {
+		return 0, n.storageErr("read refs", err)
+	}
+	if len(first.Items) == 0 {
+		return 0, nil
+	}
+	q.Backward = true
+	last, err := n.meta.Query(ctx, q)
+	if err != nil || len(last.Items) == 0 {
+		return 0, n.storageErr("read refs", cmp.Or(err, errors.New("refs vanished")))
+	}
+	var lo, hi meta.Ref
+	if err := meta.Decode(first.Items[0].Val, &lo); err != nil {
+		return 0, n.storageErr("decode ref", err)
+	}
+	if err := meta.Decode(last.Items[0].Val, &hi); err != nil {
+		return 0, n.storageErr("decode ref", err)
+	}
+	var own uint64 // the oldest ref's own bytes: its cumulative count starts below it
+	switch {
+	case lo.Settled != nil:
+		own = lo.Settled.Bytes
+	case lo.Span != nil:
+		for _, s := range lo.Span.Slots {
+			own += s.Length
+		}
+	}
+	if hi.CumBytes < lo.CumBytes {
+		return own, nil
+	}
+	return hi.CumBytes - lo.CumBytes + own, nil
 }

@@ -46,6 +46,7 @@ func Dev() *cobra.Command {
 		interval time.Duration
 		stars    int
 		open     bool
+		internal string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -82,6 +83,9 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				return err
 			}
 			if stars > 1 {
+				if internal != "" {
+					return errors.New("--internal-listen runs one star")
+				}
 				if open {
 					return errors.New("--open runs one star: a cluster's stars always authenticate")
 				}
@@ -107,7 +111,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 			defer audit.wait() // before the metastore closes
 			out := cmd.OutOrStdout()
 			o := runOptions{
-				listen: c.listen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
+				listen: c.listen, internalListen: internal, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
 				deps: node.Deps{Meta: ms, Objects: objs},
 				srv:  c.serverOptions(authCfg),
 				ready: func(ctx context.Context, n *node.Node, addr net.Addr) error {
@@ -139,7 +143,9 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 	fs.DurationVar(&interval, "auditor-interval", DefaultAuditorInterval, "run the in-process auditor's plan and janitor this often (0: no auditor)")
 	fs.BoolVar(&open, "open", false, "run without authentication (every request acts as the admin): local experiments only")
 	fs.IntVar(&stars, "stars", 1, "run this many star processes on consecutive ports from --listen's, sharing the data folder's stores (a local cluster; no in-process auditor)")
+	fs.StringVar(&internal, "internal-listen", "", "address to serve operators on (/metrics, the /v1/starlog/ endpoints and the Go profiler under /debug/pprof/); when set, --listen serves only the S2 API and /health (one star only)")
 	c.register(fs, DefaultDevListen)
+	diskFlushDefaults(fs, true) // the directory store: no per-request price
 	return withEnv(cmd)
 }
 

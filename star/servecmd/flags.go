@@ -82,6 +82,7 @@ type common struct {
 	ageCap, expAgeCap         time.Duration
 	backlogFlights            int
 	backlogMiB                int
+	absorbBudget              float64
 	settleTriggerMiB          int
 	settleOutputCapMiB        int
 	readGrace                 time.Duration
@@ -101,6 +102,8 @@ type common struct {
 	sessionThrottle                      time.Duration
 	clientPerSec                         float64
 	clientBurst                          int
+
+	location string // server.Options.Location
 }
 
 func (c *common) register(fs *pflag.FlagSet, defListen string) {
@@ -119,8 +122,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 
 	fs.IntVar(&c.memMiB, "s3-memory-buffer-mib", int(d.Standard.MemoryBufferBytes>>20), "Standard pool budget: admitted, uncut bytes before appends block")
 	fs.IntVar(&c.expMemMiB, "s3-express-memory-buffer-mib", int(d.Express.MemoryBufferBytes>>20), "Express pool budget")
-	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: the oldest pooled byte waits at most this long for a flight")
-	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: the oldest pooled byte waits at most this long for a flight")
+	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: at most one flight below the target size per interval, and no pooled byte waits longer; a batch after an idle interval is cut at once. On S3 the default trades ack latency for PUT cost; on a directory store (--fs-root, star dev) it is "+DiskFlushInterval.String()+": a PUT there has no price")
+	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: as --s3-flush-interval, for the Express chain (default "+DiskFlushInterval.String()+" on a directory store)")
 	fs.IntVar(&c.uploads, "s3-parallel-uploads", d.Standard.ParallelUploads, "Standard pipeline window: slots uploading ahead of release")
 	fs.IntVar(&c.expUploads, "s3-express-parallel-uploads", d.Express.ParallelUploads, "Express pipeline window")
 	fs.IntVar(&c.flightKiB, "s3-target-flight-kib", int(d.Standard.TargetFlightBytes>>10), "Standard: cut a flight early once it reaches this size")
@@ -129,6 +132,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.expDeadline, "s3-express-flight-deadline", d.Express.FlightDeadline, "Express: flight deadline")
 	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "flights a chain may hold cut but unabsorbed (released, or at most the window uploading) before publishing blocks: it bounds a successor's settle")
 	fs.IntVar(&c.backlogMiB, "s3-chain-backlog-mib", int(d.BacklogBytes>>20), "the same bound in bytes of rendered flights, per chain (the flight index holds them in memory)")
+	fs.Float64Var(&c.absorbBudget, "absorb-write-budget", d.AbsorbWriteBudget, "metastore writes per second the star's absorb passes may average (one span ref per stream per pass): passes are spaced to stay within it, at least 100 ms apart, and sooner when a chain's backlog reaches half its budget (0 turns the budget off)")
 	sd := d.Settle
 	fs.IntVar(&c.settleTriggerMiB, "settle-trigger-mib", int(sd.Trigger>>20), "un-settled bytes per stream that ripen its batches at the linger")
 	fs.DurationVar(&c.linger, "settle-linger", sd.Standard.Linger, "Standard: a batch past the size trigger ripens this long after its birth (plus jitter)")
@@ -155,7 +159,33 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", node.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
 	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token; the admin token and open stars by IP address) may make on S2's API; 0 (the default) turns the limit off")
 	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")
+	fs.StringVar(&c.location, "location", server.DefaultLocation, "the deployment's location (S2's region, e.g. aws:us-east-1): what /v1/locations and basin info answer")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
+}
+
+// DiskFlushInterval is both classes' flush interval on a directory store:
+// a PUT there costs a few fsyncs and no money, so the interval only has to
+// keep flights from being cut faster than the disk takes them (the window
+// bounds the rest). On S3 the interval is what bounds the request bill, and
+// the node's defaults stay.
+const DiskFlushInterval = time.Millisecond
+
+// diskFlushDefaults makes the flush intervals default to DiskFlushInterval
+// where the flags were not given (on the command line or by environment).
+// withDefault also shows it in --help.
+func diskFlushDefaults(fs *pflag.FlagSet, withDefault bool) {
+	for _, name := range []string{"s3-flush-interval", "s3-express-flush-interval"} {
+		f := fs.Lookup(name)
+		if f == nil || f.Changed {
+			continue
+		}
+		if err := f.Value.Set(DiskFlushInterval.String()); err != nil {
+			panic(err) // a constant that does not parse as its own flag's type
+		}
+		if withDefault {
+			f.DefValue = DiskFlushInterval.String()
+		}
+	}
 }
 
 // nodeConfig maps the flags onto a node config.
@@ -173,6 +203,10 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Standard.FlightDeadline, cfg.Express.FlightDeadline = c.deadline, c.expDeadline
 	cfg.BacklogFlights = c.backlogFlights
 	cfg.BacklogBytes = int64(c.backlogMiB) << 20
+	cfg.AbsorbWriteBudget = c.absorbBudget
+	if c.absorbBudget <= 0 {
+		cfg.AbsorbWriteBudget = -1 // off (the config fills 0 with the default)
+	}
 	cfg.Settle = c.settleConfig()
 	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
@@ -205,6 +239,7 @@ func (c *common) serverOptions(ac auth.Config) server.Options {
 		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,
 		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
 		ClientRate: server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst},
+		Location:   c.location,
 	}
 }
 

@@ -64,7 +64,7 @@ func TestInternalListener(t *testing.T) {
 	}
 
 	for _, s := range []star{a, b} {
-		for _, path := range []string{"/metrics", "/v1/starlog/drain"} {
+		for _, path := range []string{"/metrics", "/v1/starlog/drain", "/debug/pprof/"} {
 			if status, body := get(t, s.public+path); status != http.StatusNotFound {
 				t.Errorf("public %s: %d %s, want 404", path, status, body)
 			}

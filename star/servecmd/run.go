@@ -133,6 +133,7 @@ func run(o runOptions) error {
 	if iln != nil {
 		hs.Handler = srv.Public()
 		ihs := httpServer(o.internalListen)
+		ihs.Handler = srv.Admin() // the profiler is on this listener only
 		servers = append(servers, ihs)
 		go func() { serveErr <- serve(ihs, srv.Listener(iln), o.tls != nil) }()
 	}

@@ -78,6 +78,9 @@ Every flag can also be set by its environment variable, shown with it.`,
 			if err != nil {
 				return err
 			}
+			if objs.fsRoot != "" {
+				diskFlushDefaults(cmd.Flags(), false) // no per-request price to batch for
+			}
 			cfg := c.nodeConfig()
 			cfg.Meta.SQLitePath = meta.sqlite
 			cfg.Meta.DynamoTable, cfg.Meta.DynamoEndpoint, cfg.Meta.DynamoRegion = meta.table, meta.endpoint, meta.region
@@ -117,7 +120,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs.SortFlags = false
 	c.register(fs, "0.0.0.0:7480")
 	keys.register(fs)
-	fs.StringVar(&internalListen, "internal-listen", "", "address to serve peers and operators on (forwarding, settle nudges, drain, handoff, /metrics); when set, --listen serves only the S2 API and /health, and --address defaults to this one")
+	fs.StringVar(&internalListen, "internal-listen", "", "address to serve peers and operators on (forwarding, settle nudges, drain, handoff, /metrics, the Go profiler under /debug/pprof/); when set, --listen serves only the S2 API and /health, and --address defaults to this one")
 	fs.StringVar(&meta.table, "dynamo-table", "", "metastore: DynamoDB table name")
 	fs.StringVar(&meta.endpoint, "dynamo-endpoint", "", "DynamoDB endpoint URL (empty: AWS; set for DynamoDB Local or dynalite)")
 	fs.StringVar(&meta.region, "dynamo-region", "", "DynamoDB region (empty: from the AWS config)")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/pprof"
+	"strings"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/node"
@@ -93,3 +95,27 @@ func (s *Server) settleFor(w http.ResponseWriter, r *http.Request) {
 }
 
 func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+
+// DebugPrefix is the path prefix of the Go profiler (net/http/pprof).
+const DebugPrefix = "/debug/"
+
+// Admin is the handler for the internal listener: everything s serves, plus
+// the Go profiler under /debug/pprof/ for operators (CPU, heap, goroutine,
+// mutex and block profiles of a live star). The profiler is never on the
+// client port (Public answers 404): a profile reveals the process's
+// internals and a CPU profile holds a request open for its duration.
+func (s *Server) Admin() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, DebugPrefix) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		s.ServeHTTP(w, r)
+	})
+}

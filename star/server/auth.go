@@ -79,6 +79,29 @@ func opsOf(k routeKind, method string) (ops []auth.Op, inBody bool) {
 		if method == http.MethodDelete {
 			return []auth.Op{auth.RevokeAccessToken}, false
 		}
+	case routeLocations:
+		if method == http.MethodGet {
+			return []auth.Op{auth.ListLocations}, false
+		}
+	case routeDefaultLocation:
+		switch method {
+		case http.MethodGet:
+			return []auth.Op{auth.GetDefaultLocation}, false
+		case http.MethodPut:
+			return []auth.Op{auth.SetDefaultLocation}, false
+		}
+	case routeAccountMetrics:
+		if method == http.MethodGet {
+			return []auth.Op{auth.AccountMetrics}, false
+		}
+	case routeBasinMetrics:
+		if method == http.MethodGet {
+			return []auth.Op{auth.BasinMetrics}, false
+		}
+	case routeStreamMetrics:
+		if method == http.MethodGet {
+			return []auth.Op{auth.StreamMetrics}, false
+		}
 	}
 	return nil, false
 }
@@ -134,8 +157,12 @@ func (s *Server) authorize(r *http.Request, rt route, internal bool) (auth.Princ
 			rt.name = p.StreamName(rt.name)
 			req.Stream = rt.name
 		}
-	case routeBasin:
+	case routeBasin, routeBasinMetrics:
 		req.Basin = rt.name
+	case routeStreamMetrics:
+		req.Basin = rt.name
+		rt.stream = p.StreamName(rt.stream)
+		req.Stream = rt.stream
 	case routeToken:
 		req.TokenID = rt.name
 	}

@@ -13,12 +13,15 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/server"
 )
 
 // Every documented error status and code, for bad input of every kind;
 // never a 500, and a rejected append leaves the stream unchanged.
 func TestErrorCodes(t *testing.T) {
-	e := newEnv(t)
+	// A deletion stays pending through the table, however slow the machine.
+	e := newEnv(t, func(c *node.Config, _ *server.Options) { c.DeletionPending = time.Hour })
 	e.setupBasin("err-basin")
 	want(t, e.call("POST", "basins", []byte(`{"basin":"plain-basin"}`)), 201, "")
 	want(t, e.appendJSON("err-basin", "s", textRecords("a", 3)), 200, "")
@@ -26,6 +29,11 @@ func TestErrorCodes(t *testing.T) {
 	bigBody := `{"records":[{"body":"` + strings.Repeat("y", 1<<20) + `"}]}`
 	proto1001, _ := api.EncodeAppendProto(batch("p", 1001))
 	jsonCT := []string{"Content-Type", "application/json"}
+	encKey := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+	want(t, e.call("POST", "basins", []byte(`{"basin":"enc-err-basin","config":{"stream_cipher":"aes-256-gcm","create_stream_on_append":true}}`)), 201, "")
+	want(t, e.appendJSON("enc-err-basin", "x", textRecords("s", 1), "s2-encryption-key", encKey), 200, "")
+	want(t, e.appendJSON("err-basin", "doomed", textRecords("d", 1)), 200, "")
+	want(t, e.stream("err-basin", "DELETE", "streams/doomed", nil), 202, "")
 
 	cases := []struct {
 		name    string
@@ -40,16 +48,31 @@ func TestErrorCodes(t *testing.T) {
 		{"unknown endpoint", "GET", "/v1/nope", "", nil, 400, api.CodeBadPath},
 		{"unknown top level", "GET", "/v2/basins", "", nil, 400, api.CodeBadPath},
 		{"too deep", "GET", "/v1/streams/s/records/tail/x", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
-		{"trailing slash", "GET", "/v1/basins/", "", nil, 422, api.CodeInvalid},
-		// 405
-		{"method", "DELETE", "/v1/basins", "", nil, 405, api.CodeBadPath},
-		{"method on tail", "POST", "/v1/streams/s/records/tail", "", []string{"s2-basin", "err-basin"}, 405, api.CodeBadPath},
+		{"trailing slash", "GET", "/v1/basins/", "", nil, 400, api.CodeBadPath},
+		// 400 bad_path for a bad name in the path, bad_json in a body (as S2)
+		{"invalid basin in path", "GET", "/v1/basins/UPPER-CASE", "", nil, 400, api.CodeBadPath},
+		{"short basin in path", "DELETE", "/v1/basins/ab", "", nil, 400, api.CodeBadPath},
+		{"invalid basin name", "POST", "/v1/basins", `{"basin":"ab"}`, jsonCT, 400, api.CodeBadJSON},
+		{"invalid stream name", "POST", "/v1/streams", `{"stream":""}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
+		{"stream name dot in body", "POST", "/v1/streams", `{"stream":"."}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
+		{"stream name dot-dot in body", "POST", "/v1/streams", `{"stream":".."}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 400, api.CodeBadJSON},
+		{"stream name dot in path", "PUT", "/v1/streams/%2E", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		{"stream name dot-dot in path", "GET", "/v1/streams/%2E%2E/records/tail", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		{"stream name dot-dot appended", "POST", "/v1/streams/%2e%2e/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		{"stream name too long", "GET", "/v1/streams/" + strings.Repeat("n", 513), "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadPath},
+		// 405 (S2 has no code for it: not_implemented, with Allow)
+		{"method", "DELETE", "/v1/basins", "", nil, 405, api.CodeNotImplemented},
+		{"method on tail", "POST", "/v1/streams/s/records/tail", "", []string{"s2-basin", "err-basin"}, 405, api.CodeNotImplemented},
+		{"method on locations", "POST", "/v1/locations", "", nil, 405, api.CodeNotImplemented},
+		// 501 not_implemented: S2 endpoints this deployment does not offer
+		{"set default location", "PUT", "/v1/locations/default", `"elsewhere"`, jsonCT, 501, api.CodeNotImplemented},
 		// 400 bad_header
 		{"missing s2-basin", "GET", "/v1/streams", "", nil, 400, api.CodeBadHeader},
 		{"invalid s2-basin", "GET", "/v1/streams", "", []string{"s2-basin", "Bad_Basin"}, 400, api.CodeBadHeader},
 		{"two s2-basin", "GET", "/v1/streams", "", []string{"s2-basin", "err-basin", "s2-basin", "err-basin"}, 400, api.CodeBadHeader},
 		{"bad s2-format", "POST", "/v1/streams/s/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin", "s2-format", "hex"}, 400, api.CodeBadHeader},
 		{"bad s2-stream-config", "POST", "/v1/streams/new/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin", "s2-stream-config", "{"}, 400, api.CodeBadHeader},
+		{"unsupported content-encoding", "POST", "/v1/streams/s/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "err-basin", "Content-Encoding", "br"}, 400, api.CodeBadHeader},
 		{"bad content-type", "POST", "/v1/streams/s/records", `a`, []string{"s2-basin", "err-basin", "Content-Type", "text/plain"}, 400, api.CodeBadHeader},
 		// 400 bad_query
 		{"bad count", "GET", "/v1/streams/s/records?count=abc", "", []string{"s2-basin", "err-basin"}, 400, api.CodeBadQuery},
@@ -72,8 +95,21 @@ func TestErrorCodes(t *testing.T) {
 		{"raw append not UTF-8", "POST", "/v1/streams/s/records", "{\"records\":[{\"body\":\"\xff\"}]}", []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"raw append lone surrogate", "POST", "/v1/streams/s/records", `{"records":[{"body":"\ud800"}]}`, []string{"s2-basin", "err-basin"}, 400, api.CodeBadJSON},
 		{"malformed proto", "POST", "/v1/streams/s/records", "\xff\xff\xff", []string{"s2-basin", "err-basin", "Content-Type", "application/protobuf"}, 400, api.CodeBadProto},
+		// 400 for stream encryption (S2's codes)
+		{"encrypted append without a key", "POST", "/v1/streams/x/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "enc-err-basin"}, 400, api.CodeBadHeader},
+		{"encrypted read without a key", "GET", "/v1/streams/x/records?seq_num=0", "", []string{"s2-basin", "enc-err-basin"}, 400, api.CodeBadHeader},
+		{"encryption key not base64", "GET", "/v1/streams/x/records?seq_num=0", "", []string{"s2-basin", "enc-err-basin", "s2-encryption-key", "%%%"}, 400, api.CodeBadHeader},
+		{"encryption key too short", "GET", "/v1/streams/x/records?seq_num=0", "", []string{"s2-basin", "enc-err-basin", "s2-encryption-key", "AAECAw=="}, 400, api.CodeBadHeader},
+		{"wrong encryption key", "GET", "/v1/streams/x/records?seq_num=0", "", []string{"s2-basin", "enc-err-basin", "s2-encryption-key", "HxwdHhscGRoXGBUWExQREg8QDQ4LDAkKBwgFBgMEAQI="}, 400, api.CodeDecryptionFailed},
+		{"short encryption key in SSE", "GET", "/v1/streams/x/records?seq_num=0", "", []string{"s2-basin", "enc-err-basin", "s2-encryption-key", "AAEC", "Accept", "text/event-stream"}, 400, api.CodeBadHeader},
+		// 400 bad_query for metrics
+		{"metrics without a set", "GET", "/v1/metrics", "", nil, 400, api.CodeBadQuery},
+		{"metrics: a stream set for a basin", "GET", "/v1/metrics/err-basin?set=active-basins", "", nil, 400, api.CodeBadQuery},
+		{"metrics: bad interval", "GET", "/v1/metrics/err-basin?set=read-ops&interval=week", "", nil, 400, api.CodeBadQuery},
+		{"metrics: bad basin in path", "GET", "/v1/metrics/Err?set=storage", "", nil, 400, api.CodeBadPath},
 		// 404
 		{"no basin", "GET", "/v1/basins/missing-basin", "", nil, 404, api.CodeBasinNotFound},
+		{"no basin for metrics", "GET", "/v1/metrics/missing-basin?set=storage", "", nil, 404, api.CodeBasinNotFound},
 		{"no basin for streams", "GET", "/v1/streams", "", []string{"s2-basin", "missing-basin"}, 404, api.CodeBasinNotFound},
 		{"no stream", "GET", "/v1/streams/missing", "", []string{"s2-basin", "err-basin"}, 404, api.CodeStreamNotFound},
 		{"no stream to append (no auto-create)", "POST", "/v1/streams/missing/records", `{"records":[{"body":"a"}]}`, []string{"s2-basin", "plain-basin"}, 404, api.CodeStreamNotFound},
@@ -83,15 +119,15 @@ func TestErrorCodes(t *testing.T) {
 		// 409
 		{"basin exists", "POST", "/v1/basins", `{"basin":"err-basin"}`, jsonCT, 409, api.CodeResourceAlreadyExists},
 		{"stream exists", "POST", "/v1/streams", `{"stream":"s"}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 409, api.CodeResourceAlreadyExists},
+		{"re-create while deletion is pending", "POST", "/v1/streams", `{"stream":"doomed"}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 409, api.CodeStreamDeletionPending},
+		{"ensure while deletion is pending", "PUT", "/v1/streams/doomed", "", []string{"s2-basin", "err-basin"}, 409, api.CodeStreamDeletionPending},
+		{"stream exists, other config, same token", "POST", "/v1/streams", `{"stream":"s","config":{"storage_class":"express"}}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json", "s2-request-token", "tok"}, 409, api.CodeResourceAlreadyExists},
 		// 412
 		{"seq mismatch", "POST", "/v1/streams/s/records", `{"records":[{"body":"a"}],"match_seq_num":7}`, []string{"s2-basin", "err-basin"}, 412, ""},
 		// 416
 		{"past the tail", "GET", "/v1/streams/s/records?seq_num=4", "", []string{"s2-basin", "err-basin"}, 416, ""},
 		// 422
-		{"invalid basin name", "POST", "/v1/basins", `{"basin":"ab"}`, jsonCT, 422, api.CodeInvalid},
-		{"invalid basin in path", "GET", "/v1/basins/UPPER-CASE", "", nil, 422, api.CodeInvalid},
-		{"invalid stream name", "POST", "/v1/streams", `{"stream":""}`, []string{"s2-basin", "err-basin", "Content-Type", "application/json"}, 422, api.CodeInvalid},
-		{"stream name too long", "GET", "/v1/streams/" + strings.Repeat("n", 513), "", []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
+		{"basin in another location", "POST", "/v1/basins", `{"basin":"where-basin","location":"aws:mars-1"}`, jsonCT, 422, api.CodeInvalid},
 		{"empty batch", "POST", "/v1/streams/s/records", `{"records":[]}`, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"1001 records", "POST", "/v1/streams/s/records", json1001, []string{"s2-basin", "err-basin"}, 422, api.CodeInvalid},
 		{"1001 records proto", "POST", "/v1/streams/s/records", string(proto1001), []string{"s2-basin", "err-basin", "Content-Type", "application/protobuf"}, 422, api.CodeInvalid},

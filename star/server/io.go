@@ -58,6 +58,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {
 	h := w.Header()
+	if rw, ok := w.(*recorder); ok && rw.codecs != nil && rw.coding != "" {
+		if z, ok := rw.codecs.compressBody(rw.coding, body); ok {
+			body = z
+			h.Set("Content-Encoding", rw.coding)
+		}
+		h.Add("Vary", "Accept-Encoding")
+	}
 	h.Set("Content-Type", contentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
@@ -71,7 +78,9 @@ func writeEmpty(w http.ResponseWriter, status int) {
 }
 
 // readBody reads the whole request body, at most limit bytes, within
-// timeout. A larger body is 422 invalid (it cannot hold a valid request);
+// timeout, and decodes a Content-Encoding of gzip or zstd, the decoded
+// body bounded by limit too (compress.go). A larger body is 422 invalid
+// (it cannot hold a valid request);
 // one not in within timeout (a client dripping it) is 408 timeout; a body
 // that ends early (a client that declared more than it sent, or a stream
 // reset) is 400 with the code of what it should have been: nothing is
@@ -86,7 +95,19 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 	// body before it answers, and must not wait for the drip either.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+	coding, cerr := contentCoding(r)
+	if cerr != nil {
+		return nil, cerr
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err == nil && coding != "" {
+		_ = rc.SetReadDeadline(time.Time{})
+		rw, ok := w.(*recorder)
+		if !ok || rw.codecs == nil {
+			return nil, api.BadHeader("Content-Encoding %s is not taken here", coding)
+		}
+		return rw.codecs.decompress(coding, body, limit, truncated)
+	}
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"net/http"
 
 	"github.com/starlog/starlog/shared/api"
@@ -68,11 +70,19 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 		s.writeError(w, r, err)
 		return
 	}
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
+		return
+	}
+	sp.encrypt(in)
 	ack, aerr := s.n.Append(r.Context(), basin, name, in, create)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
 	}
+	s.usage.record(basin, useAppendOps, 1)
+	s.usage.record(basin, useAppendBytes, float64(api.MeteredBytes(in.Records)))
 	if wantsProto(r) {
 		writeBody(w, http.StatusOK, api.ContentTypeProto, api.EncodeAppendAckProto(ack))
 		return
@@ -118,9 +128,24 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 	// A long poll must not hold up shutdown: draining ends it.
 	ctx, cancel := s.sessionContext(r)
 	defer cancel()
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
+		return
+	}
 	b, rerr := s.n.Read(ctx, basin, name, req, create)
 	if rerr != nil {
+		if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
+			rerr = errServerDraining() // see sessionErr
+		}
 		s.writeError(w, r, rerr)
+		return
+	}
+	// The metrics count what is stored, as for appends (encrypted: sealed).
+	s.usage.record(basin, useReadOps, 1)
+	s.usage.record(basin, useReadBytes, float64(api.MeteredBytes(b.Records)))
+	if derr := sp.decrypt(&b); derr != nil {
+		s.writeError(w, r, derr)
 		return
 	}
 	if proto {

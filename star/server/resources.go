@@ -32,21 +32,37 @@ func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.Basins = slices.DeleteFunc(out.Basins, func(b api.BasinInfo) bool { return !set.Contains(b.Name) })
+	for i := range out.Basins {
+		out.Basins[i].Location = s.opts.Location
+	}
 	out.HasMore = out.HasMore && set.Prefix // an exact set holds one name
 	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) createBasin(w http.ResponseWriter, r *http.Request) {
 	req, ok := decodeResource(s, w, r, api.DecodeCreateBasinRequest)
-	if !ok || !s.checkResource(w, r, auth.Request{Op: auth.CreateBasin, Basin: req.Basin}) {
+	if !ok || !s.checkLocation(w, r, req.Location) || !s.checkResource(w, r, auth.Request{Op: auth.CreateBasin, Basin: req.Basin}) {
 		return
 	}
-	info, cerr := s.n.CreateBasin(r.Context(), req, r.Header.Get(api.HeaderRequestToken))
+	info, result, cerr := s.n.ProvisionBasin(r.Context(), req, r.Header.Get(api.HeaderRequestToken))
 	if cerr != nil {
 		s.writeError(w, r, cerr)
 		return
 	}
+	// S2 answers a repeated create 201 too; the header tells them apart.
+	w.Header().Set(api.HeaderProvisionResult, result)
+	info.Location = s.opts.Location
 	writeJSON(w, http.StatusCreated, info)
+}
+
+// checkLocation refuses a basin asked for in a location this deployment
+// does not serve (422 invalid): it has one, Options.Location.
+func (s *Server) checkLocation(w http.ResponseWriter, r *http.Request, loc *string) bool {
+	if loc == nil || *loc == s.opts.Location {
+		return true
+	}
+	s.writeError(w, r, api.Invalid("location %q is not offered: this deployment serves %q", truncate(*loc, 64), s.opts.Location))
+	return false
 }
 
 func (s *Server) getBasin(w http.ResponseWriter, r *http.Request, name string) {
@@ -64,7 +80,7 @@ func (s *Server) ensureBasin(w http.ResponseWriter, r *http.Request, name string
 		return
 	}
 	req, ok := decodeResource(s, w, r, api.DecodeEnsureBasinRequest)
-	if !ok {
+	if !ok || !s.checkLocation(w, r, req.Location) {
 		return
 	}
 	info, result, eerr := s.n.EnsureBasin(r.Context(), name, req)
@@ -77,6 +93,7 @@ func (s *Server) ensureBasin(w http.ResponseWriter, r *http.Request, name string
 	if result == api.ProvisionCreated {
 		status = http.StatusCreated
 	}
+	info.Location = s.opts.Location
 	writeJSON(w, status, info)
 }
 
@@ -152,12 +169,13 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, basin stri
 	if !s.checkResource(w, r, auth.Request{Op: auth.CreateStream, Basin: basin, Stream: req.Stream}) {
 		return
 	}
-	info, cerr := s.n.CreateStream(r.Context(), basin, req, r.Header.Get(api.HeaderRequestToken))
+	info, result, cerr := s.n.ProvisionStream(r.Context(), basin, req, r.Header.Get(api.HeaderRequestToken))
 	if cerr != nil {
 		s.writeError(w, r, cerr)
 		return
 	}
 	info.Name = client
+	w.Header().Set(api.HeaderProvisionResult, result)
 	writeJSON(w, http.StatusCreated, info)
 }
 

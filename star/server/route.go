@@ -12,32 +12,39 @@ import (
 type routeKind uint8
 
 const (
-	routeUnknown routeKind = iota
-	routeBasins            // /v1/basins
-	routeBasin             // /v1/basins/{b}
-	routeStreams           // /v1/streams
-	routeStream            // /v1/streams/{s}
-	routeRecords           // /v1/streams/{s}/records
-	routeTail              // /v1/streams/{s}/records/tail
-	routeHealth            // /health
-	routeMetrics           // /metrics
-	routeHandoff           // /v1/starlog/streams/{s}/handoff (admin)
-	routeDrain             // /v1/starlog/drain (admin)
-	routeSettle            // /v1/starlog/settle (internal: a closing peer's nudge)
-	routeTokens            // /v1/access-tokens
-	routeToken             // /v1/access-tokens/{id}
+	routeUnknown         routeKind = iota
+	routeBasins                    // /v1/basins
+	routeBasin                     // /v1/basins/{b}
+	routeStreams                   // /v1/streams
+	routeStream                    // /v1/streams/{s}
+	routeRecords                   // /v1/streams/{s}/records
+	routeTail                      // /v1/streams/{s}/records/tail
+	routeHealth                    // /health
+	routeMetrics                   // /metrics
+	routeHandoff                   // /v1/starlog/streams/{s}/handoff (admin)
+	routeDrain                     // /v1/starlog/drain (admin)
+	routeSettle                    // /v1/starlog/settle (internal: a closing peer's nudge)
+	routeTokens                    // /v1/access-tokens
+	routeToken                     // /v1/access-tokens/{id}
+	routeLocations                 // /v1/locations
+	routeDefaultLocation           // /v1/locations/default
+	routeAccountMetrics            // /v1/metrics
+	routeBasinMetrics              // /v1/metrics/{b}
+	routeStreamMetrics             // /v1/metrics/{b}/{s}
 )
 
-var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle", "access_tokens", "access_token"}
+var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle", "access_tokens", "access_token",
+	"locations", "default_location", "account_metrics", "basin_metrics", "stream_metrics"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
 // route is a parsed request path. Name is the decoded basin or stream
-// segment (not yet validated: that is the handler's, so a bad name gets
-// 422 invalid rather than a routing error).
+// segment, stream the stream segment of a stream's metrics (not yet
+// validated: a bad name is 400 bad_path, as S2 answers, from the router).
 type route struct {
-	kind routeKind
-	name string
+	kind   routeKind
+	name   string
+	stream string
 }
 
 // parsePath routes an escaped request path (r.URL.EscapedPath()): stream
@@ -56,6 +63,12 @@ func parsePath(escaped string) (route, *api.Error) {
 		return route{kind: routeStreams}, nil
 	case "/v1/access-tokens":
 		return route{kind: routeTokens}, nil
+	case "/v1/locations":
+		return route{kind: routeLocations}, nil
+	case "/v1/locations/default":
+		return route{kind: routeDefaultLocation}, nil
+	case "/v1/metrics":
+		return route{kind: routeAccountMetrics}, nil
 	case "/v1/starlog/drain":
 		return route{kind: routeDrain}, nil
 	case node.SettlePath:
@@ -77,6 +90,16 @@ func parsePath(escaped string) (route, *api.Error) {
 	case parts[0] == "basins" && len(parts) == 2:
 		name, err := seg(1)
 		return route{kind: routeBasin, name: name}, err
+	case parts[0] == "metrics" && len(parts) == 2:
+		name, err := seg(1)
+		return route{kind: routeBasinMetrics, name: name}, err
+	case parts[0] == "metrics" && len(parts) == 3:
+		name, err := seg(1)
+		if err != nil {
+			return route{}, err
+		}
+		stream, err := seg(2)
+		return route{kind: routeStreamMetrics, name: name, stream: stream}, err
 	case parts[0] == "access-tokens" && len(parts) == 2:
 		id, err := seg(1)
 		return route{kind: routeToken, name: id}, err
@@ -111,6 +134,8 @@ func (k routeKind) allowed() string {
 		return "POST"
 	case routeDrain:
 		return "GET, POST"
+	case routeDefaultLocation:
+		return "GET, PUT"
 	default:
 		return "GET"
 	}

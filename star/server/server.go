@@ -70,6 +70,9 @@ type Options struct {
 	SessionWriteTimeout time.Duration
 	// ClientRate is the optional per-client request rate (ratelimit.go).
 	ClientRate ClientRate
+	// Location is the deployment's one location (S2's region), what
+	// /v1/locations and basin info answer (default DefaultLocation).
+	Location string
 }
 
 // Defaults of the resource limits, and the fixed ones.
@@ -85,6 +88,9 @@ const (
 	// MaxConcurrentStreams bounds the HTTP/2 streams (sessions and
 	// requests) open at once on one connection (Go's default is 250).
 	MaxConcurrentStreams = 100
+	// DefaultLocation is the location a deployment that names none
+	// answers (`star dev`).
+	DefaultLocation = "local"
 	// maxWait is the longest wait a unary read may ask for (S2: 60 s).
 	maxWait = 60 * time.Second
 )
@@ -111,6 +117,9 @@ type Server struct {
 	authDecisions *prometheus.CounterVec
 
 	clients *ratelimit.Keyed // per-client request rate; nil when off
+
+	codecs *codecs // compressed unary bodies (compress.go)
+	usage  *usage  // what this star served, for the metrics API (usage.go)
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -135,12 +144,17 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	opts.RequestTimeout = cmp.Or(max(opts.RequestTimeout, 0), DefaultRequestTimeout)
 	opts.FrameTimeout = cmp.Or(max(opts.FrameTimeout, 0), DefaultFrameTimeout)
 	opts.SessionWriteTimeout = cmp.Or(max(opts.SessionWriteTimeout, 0), DefaultSessionWriteTimeout)
+	opts.Location = cmp.Or(opts.Location, DefaultLocation)
 	keys, err := auth.Derive(opts.Auth)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w (auth.Open() runs without authentication)", err)
 	}
 	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
 		clients: newClientLimits(opts.ClientRate)}
+	s.usage = newUsage(time.Now)
+	if s.codecs, err = newCodecs(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.drain, s.stopDrain = context.WithCancel(context.Background())
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "requests_total",
@@ -220,7 +234,7 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, context.Cance
 // ServeHTTP routes a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rw := &recorder{ResponseWriter: w}
+	rw := &recorder{ResponseWriter: w, codecs: s.codecs, coding: responseCoding(r)}
 	rt, perr := parsePath(r.URL.EscapedPath())
 	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete {
 		// No route reads a body of these: drop one at once rather than
@@ -261,6 +275,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK
 		}
 		s.requests.WithLabelValues(rt.kind.String(), methodLabel(r.Method), strconv.Itoa(status)).Inc()
+		if status < 400 {
+			s.countOp(r, rt)
+		}
 		s.duration.WithLabelValues(rt.kind.String()).Observe(time.Since(start).Seconds())
 	}()
 	if perr != nil {
@@ -334,6 +351,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		}
 	case routeBasin:
+		if err := api.ValidateBasinName(rt.name); err != nil && allowsBasin(m) {
+			s.writeError(w, r, api.InPath(err))
+			return
+		}
 		switch m {
 		case http.MethodGet:
 			s.getBasin(w, r, rt.name)
@@ -381,6 +402,26 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 			s.revokeToken(w, r, rt.name)
 			return
 		}
+	case routeLocations:
+		if m == http.MethodGet {
+			writeJSON(w, http.StatusOK, []api.LocationInfo{s.location()})
+			return
+		}
+	case routeDefaultLocation:
+		switch m {
+		case http.MethodGet:
+			writeJSON(w, http.StatusOK, s.location())
+			return
+		case http.MethodPut:
+			// A deployment has one location, fixed by its configuration.
+			s.writeError(w, r, api.NotImplemented("this deployment has one location, %q; its default cannot be set", s.opts.Location))
+			return
+		}
+	case routeAccountMetrics, routeBasinMetrics, routeStreamMetrics:
+		if m == http.MethodGet {
+			s.metricsAPI(w, r, rt)
+			return
+		}
 	case routeStreams, routeStream, routeRecords, routeTail:
 		if !allows(rt.kind, m) {
 			break
@@ -393,9 +434,20 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 		s.routeStreams(w, r, rt, basin)
 		return
 	}
+	// S2 has no code for a method an endpoint lacks: the status says it,
+	// with Allow, and the code is S2's for what is not offered.
 	w.Header().Set("Allow", rt.kind.allowed())
-	s.writeError(w, r, &api.Error{Status: http.StatusMethodNotAllowed, Code: api.CodeBadPath,
+	s.writeError(w, r, &api.Error{Status: http.StatusMethodNotAllowed, Code: api.CodeNotImplemented,
 		Message: fmt.Sprintf("method %s is not allowed on %s", truncate(m, 16), rt.kind)})
+}
+
+func allowsBasin(m string) bool {
+	return m == http.MethodGet || m == http.MethodPut || m == http.MethodPatch || m == http.MethodDelete
+}
+
+// location is the deployment's one location.
+func (s *Server) location() api.LocationInfo {
+	return api.LocationInfo{Name: s.opts.Location}
 }
 
 func allows(k routeKind, m string) bool {
@@ -420,7 +472,7 @@ func (s *Server) routeStreams(w http.ResponseWriter, r *http.Request, rt route, 
 		}
 	case routeStream:
 		if err := api.ValidateStreamName(rt.name); err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, api.InPath(err))
 			return
 		}
 		if r.Method != http.MethodGet && s.forwardIfLedMutation(w, r, basin, rt.name) {
@@ -438,7 +490,7 @@ func (s *Server) routeStreams(w http.ResponseWriter, r *http.Request, rt route, 
 		}
 	case routeTail:
 		if err := api.ValidateStreamName(rt.name); err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, api.InPath(err))
 			return
 		}
 		if s.forwardIfLed(w, r, basin, rt.name, false) {
@@ -447,7 +499,7 @@ func (s *Server) routeStreams(w http.ResponseWriter, r *http.Request, rt route, 
 		s.checkTail(w, r, basin, rt.name)
 	case routeRecords:
 		if err := api.ValidateStreamName(rt.name); err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, api.InPath(err))
 			return
 		}
 		if s.forwardIfLed(w, r, basin, rt.name, r.Method == http.MethodPost) {
@@ -484,7 +536,7 @@ func basinHeader(r *http.Request) (string, *api.Error) {
 // touches neither the metastore nor the buckets.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if s.drain.Err() != nil {
-		s.writeError(w, r, api.Unavailable("draining for shutdown"))
+		s.writeError(w, r, api.ServerDraining("draining for shutdown"))
 		return
 	}
 	if err := s.n.Healthy(); err != nil {
@@ -519,6 +571,10 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	// codecs decode compressed request bodies and encode responses in
+	// coding (the request's Accept-Encoding; "" for none): see compress.go.
+	codecs *codecs
+	coding string
 }
 
 func (w *recorder) WriteHeader(code int) {

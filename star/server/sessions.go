@@ -13,11 +13,17 @@ import (
 )
 
 // sessionErr turns the error that ended a session into what the client is
-// told: the session's own *api.Error, a retryable 503 when the server is
-// draining, or nil when the client went away (nobody to tell).
-func sessionErr(ctx context.Context, err error) *api.Error {
-	if errors.Is(context.Cause(ctx), errDraining) {
-		return api.Unavailable("the star is shutting down; reconnect")
+// told: the session's own *api.Error, 503 server_draining when the server
+// is draining (S2's code: the SDKs resume at once and know nothing was
+// lost), or nil when the client went away (nobody to tell).
+//
+// Draining is judged on the server's own drain, not only the session's
+// context: on shutdown the star releases its leases right after Drain, so
+// a session may see its stream's lease go (503 unavailable) before the
+// context's cancellation reaches it; that too is the drain.
+func (s *Server) sessionErr(ctx context.Context, err error) *api.Error {
+	if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
+		return errServerDraining()
 	}
 	if ctx.Err() != nil {
 		return nil
@@ -27,6 +33,30 @@ func sessionErr(ctx context.Context, err error) *api.Error {
 		return e
 	}
 	return api.Other("session failed")
+}
+
+// errServerDraining is what a draining star answers: everything it took
+// was acknowledged first, so nothing unacknowledged was applied.
+// countRead counts a read batch a session delivers, for the usage metrics.
+func (s *Server) countRead(basin string, b *api.ReadBatch) {
+	if len(b.Records) > 0 {
+		s.usage.record(basin, useReadOps, 1)
+		s.usage.record(basin, useReadBytes, float64(api.MeteredBytes(b.Records)))
+	}
+}
+
+// refuseDraining answers a new session on a draining star 503
+// server_draining: the SDK reconnects, and should reach another star.
+func (s *Server) refuseDraining(w http.ResponseWriter, r *http.Request) bool {
+	if s.drain.Err() == nil {
+		return false
+	}
+	s.writeError(w, r, errServerDraining())
+	return true
+}
+
+func errServerDraining() *api.Error {
+	return api.ServerDraining("the star is shutting down; reconnect")
 }
 
 func (s *Server) openSessionRead(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig, sse bool) (*node.Cursor, api.LastEventID, bool) {
@@ -65,9 +95,17 @@ func (s *Server) openSessionRead(w http.ResponseWriter, r *http.Request, basin, 
 // error event on failure, and data: [DONE] when a limit, until or the wait
 // ends the read.
 func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	if s.refuseDraining(w, r) {
+		return
+	}
 	f, ferr := format(r)
 	if ferr != nil {
 		s.writeError(w, r, ferr)
+		return
+	}
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
 		return
 	}
 	c, id, ok := s.openSessionRead(w, r, basin, name, create, true)
@@ -96,7 +134,7 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 		ev, err := c.Next(ctx)
 		s.writeBy(rc)
 		if err != nil {
-			if e := sessionErr(ctx, err); e != nil {
+			if e := s.sessionErr(ctx, err); e != nil {
 				if sw.Error(e) == nil {
 					s.flush(rc)
 				}
@@ -105,7 +143,15 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			s.countRead(basin, &ev.Batch)
+			// The resume id counts stored bytes, as the node's read limits do.
 			id = id.Next(&ev.Batch)
+			if e := sp.decrypt(&ev.Batch); e != nil {
+				if sw.Error(e) == nil {
+					s.flush(rc)
+				}
+				return
+			}
 			err = sw.Batch(&ev.Batch, id)
 		case node.EventHeartbeat:
 			err = sw.Ping(api.Ping{Timestamp: uint64(time.Now().UnixMilli()), Tail: ev.Tail})
@@ -125,6 +171,14 @@ func (s *Server) sseSession(w http.ResponseWriter, r *http.Request, basin, name 
 // (no records, the tail) on entering live follow and while idle, and a
 // terminal frame on failure; the response ends when the read does.
 func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	if s.refuseDraining(w, r) {
+		return
+	}
+	sp, serr := s.streamSpec(r, basin, name)
+	if serr != nil {
+		s.writeError(w, r, serr)
+		return
+	}
 	c, _, ok := s.openSessionRead(w, r, basin, name, create, false)
 	if !ok {
 		return
@@ -150,7 +204,7 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		ev, err := c.Next(ctx)
 		s.writeBy(rc)
 		if err != nil {
-			if e := sessionErr(ctx, err); e != nil {
+			if e := s.sessionErr(ctx, err); e != nil {
 				if fw.WriteTerminal(e) == nil {
 					s.flush(rc)
 				}
@@ -159,6 +213,13 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 		}
 		switch ev.Kind {
 		case node.EventBatch:
+			s.countRead(basin, &ev.Batch)
+			if e := sp.decrypt(&ev.Batch); e != nil {
+				if fw.WriteTerminal(e) == nil {
+					s.flush(rc)
+				}
+				return
+			}
 			buf = api.AppendReadBatchProto(buf[:0], &ev.Batch)
 		case node.EventHeartbeat:
 			tail := ev.Tail
@@ -178,8 +239,9 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, basin, name
 // appendItem is one input of an append session on its way to an ack: a
 // submitted batch, or the failure that ends the session.
 type appendItem struct {
-	p   *node.PendingAppend
-	err *api.Error
+	p     *node.PendingAppend
+	err   *api.Error
+	bytes uint64 // metered, for the usage metrics
 }
 
 // appendSession serves an S2S append session: AppendInput frames in, one
@@ -190,6 +252,14 @@ type appendItem struct {
 // later input is submitted. When the client half-closes, the response ends
 // after the last ack.
 func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, name string, create *api.StreamConfig) {
+	if s.refuseDraining(w, r) {
+		return
+	}
+	sp, err := s.streamSpec(r, basin, name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	a, err := s.n.OpenAppend(r.Context(), basin, name, create)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -221,7 +291,13 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 	watch := newFrameWatch(rc)
 	go func() {
 		defer close(readerDone)
-		s.readInputs(submitCtx, r.Body, a, g, watch, func(in *api.AppendInput) *api.Error { return checkCommands(r.Context(), basin, name, in) })
+		s.readInputs(submitCtx, r.Body, a, g, watch, func(in *api.AppendInput) *api.Error {
+			if err := checkCommands(r.Context(), basin, name, in); err != nil {
+				return err
+			}
+			sp.encrypt(in)
+			return nil
+		})
 	}()
 	// Unblock a reader stuck in Submit or in a body read, whatever ends
 	// the handler.
@@ -251,7 +327,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			select {
 			case it, ok = <-g.items:
 			default:
-				terminal(api.Unavailable("the star is shutting down; reconnect"))
+				terminal(errServerDraining())
 				return
 			}
 		} else {
@@ -259,8 +335,11 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			case it, ok = <-g.items:
 			case <-drain:
 				// Stop taking inputs; what the reader already submitted
-				// still gets its ack.
+				// still gets its ack, flagged reconnect-advised (S2S), so
+				// the SDK half-closes once it has every ack and resubmits
+				// the rest on a new session.
 				drain = nil
+				fw.SetReconnectAdvised(true)
 				cancelSubmit()
 				go g.close()
 				continue
@@ -288,6 +367,8 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			terminal(e)
 			return
 		}
+		s.usage.record(basin, useAppendOps, 1)
+		s.usage.record(basin, useAppendBytes, float64(it.bytes))
 		s.writeBy(rc)
 		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || s.flush(rc) != nil {
 			return
@@ -349,7 +430,7 @@ func (s *Server) readInputs(ctx context.Context, body io.Reader, a *node.Appende
 					}
 					return appendItem{err: e}
 				}
-				return appendItem{p: p}
+				return appendItem{p: p, bytes: api.MeteredBytes(in.Records)}
 			}) {
 				return
 			}

@@ -469,9 +469,10 @@ func TestDeleteEndsSessions(t *testing.T) {
 	}
 }
 
-// Drain (shutdown): read sessions end with a retryable 503; an append
-// session acknowledges what it took, then ends with 503; SSE gets an error
-// event; the http.Server then shuts down promptly.
+// Drain (shutdown): read sessions end with 503 server_draining (S2's code,
+// which the SDKs resume on at once and count as side-effect free); an
+// append session acknowledges what it took, then ends with it; SSE gets
+// an error event with it; the http.Server then shuts down promptly.
 func TestDrainEndsSessions(t *testing.T) {
 	e := newEnv(t)
 	e.setupBasin("drain-basin")
@@ -501,7 +502,7 @@ func TestDrainEndsSessions(t *testing.T) {
 	for {
 		b, terr, _ := rs.next(t)
 		if terr != nil {
-			if terr.Status != 503 {
+			if terr.Status != 503 || terr.Code != api.CodeServerDraining || !terr.Definite() {
 				t.Fatalf("read session on drain: %v", terr)
 			}
 			break
@@ -512,7 +513,7 @@ func TestDrainEndsSessions(t *testing.T) {
 	for {
 		a, terr := as.ack(t)
 		if terr != nil {
-			if terr.Status != 503 {
+			if terr.Status != 503 || terr.Code != api.CodeServerDraining {
 				t.Fatalf("append session on drain: %v", terr)
 			}
 			break
@@ -532,12 +533,15 @@ func TestDrainEndsSessions(t *testing.T) {
 		}
 		re, _ := api.DecodeReadEvent(ev, api.FormatRaw)
 		if re.Kind == api.ReadEventError {
-			if re.Err.Code != api.CodeUnavailable {
+			if re.Err.Code != api.CodeServerDraining {
 				t.Fatalf("sse error event %+v", re.Err)
 			}
 			break
 		}
 	}
+	// A new session on the draining star is refused the same way (the SDK
+	// reconnects, to another star behind the load balancer).
+	want(t, e.stream("drain-basin", "GET", "streams/d/records?seq_num=0", nil, "Accept", "text/event-stream"), 503, api.CodeServerDraining)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -20,6 +20,14 @@ import (
 // batch already sequenced: it may or may not become durable (indefinite).
 var ErrAckUnknown = errors.New("streams: stopped waiting for the ack; the append may or may not be durable")
 
+// ErrRejectionUnconfirmed is returned for a batch the facade rejected
+// (412: match_seq_num or fencing token) on state that batches before it
+// had not yet made durable, when those did not become durable (they
+// failed, or the caller stopped waiting). The rejection cannot be
+// answered: it named a tail or token that may never exist. Nothing was
+// sequenced: the outcome is definite and the batch may be retried.
+var ErrRejectionUnconfirmed = errors.New("streams: the rejection rests on earlier batches not yet durable")
+
 // recordOverhead is charged per record on top of its metered size, for the
 // block framing and bookkeeping the pool holds.
 const recordOverhead = 48
@@ -30,9 +38,10 @@ type Stream struct {
 	Class  meta.Class
 	loglet *loglet.Loglet
 
-	mu  sync.Mutex
-	fac *facade.Stream
-	now func() time.Time
+	mu   sync.Mutex
+	fac  *facade.Stream
+	last *Ticket // the latest batch handed to the loglet
+	now  func() time.Time
 }
 
 // Open opens a stream at its durable tail, read from its greatest row, and
@@ -51,6 +60,9 @@ func Open(ctx context.Context, ms meta.Store, l *loglet.Loglet, id string, class
 		}
 		st = facade.State{NextSeq: r.EndSeq, LastTimestamp: r.MaxTimestamp, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
 		totals = absorb.StreamTotals{CumBytes: r.CumBytes, FencingToken: r.FencingToken, TrimPoint: r.TrimPoint}
+		if r.Settled != nil {
+			totals.Settled = r.CumBytes // the size trigger counts from here
+		}
 	}
 	l.Absorber().Seed(id, totals)
 	return &Stream{ID: id, Class: class, loglet: l, fac: facade.New(cfg, st), now: time.Now}, nil
@@ -67,6 +79,8 @@ type Ticket struct {
 	s    *Stream
 	seq  facade.Sequenced
 	done chan error
+	fin  chan struct{} // closed once the outcome is known (err set)
+	err  error
 }
 
 // Submit sequences req and hands it to the loglet without waiting for its
@@ -91,14 +105,44 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 	s.mu.Lock()
 	seq, err := s.fac.Sequence(req, uint64(s.now().UnixMilli()))
 	if err != nil {
+		last := s.last
 		s.mu.Unlock()
 		res.Cancel()
-		return nil, err
+		return nil, s.confirmRejection(ctx, err, last)
 	}
-	t := &Ticket{s: s, seq: seq, done: make(chan error, 1)}
+	t := &Ticket{s: s, seq: seq, done: make(chan error, 1), fin: make(chan struct{})}
 	s.loglet.Push(res, &loglet.Batch{StreamID: s.ID, Seq: seq, Done: t.complete})
+	s.last = t
 	s.mu.Unlock()
 	return t, nil
+}
+
+// confirmRejection returns the facade's rejection of a batch once every
+// batch sequenced before it is durable. The facade judges match_seq_num
+// and fencing tokens on its sequenced state, which counts batches still
+// in flight: answered at once, a 412 would name a tail (or token) that a
+// read after it does not see yet, and that never exists if those batches
+// fail (found by star/verify: a 412 reporting seq 9642, then a read
+// answering 416 with the durable tail 9628, while the batches between
+// waited out a zone halt). Acks are in order, so the latest batch's
+// outcome stands for every earlier one; once it is durable the durable
+// tail is exactly what the rejection saw, and the 412 is linearized
+// there. Other rejections (invalid input) do not depend on the state.
+func (s *Stream) confirmRejection(ctx context.Context, err error, last *Ticket) error {
+	var seq facade.SeqNumMismatchError
+	var fence facade.FencingTokenMismatchError
+	if last == nil || !errors.As(err, &seq) && !errors.As(err, &fence) {
+		return err
+	}
+	select {
+	case <-last.fin:
+		if last.err != nil {
+			return fmt.Errorf("%w: an earlier batch failed: %v", ErrRejectionUnconfirmed, last.err)
+		}
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %v", ErrRejectionUnconfirmed, ctx.Err())
+	}
 }
 
 func (t *Ticket) complete(err error) {
@@ -107,6 +151,8 @@ func (t *Ticket) complete(err error) {
 		t.s.fac.Acked(t.seq.End)
 		t.s.mu.Unlock()
 	}
+	t.err = err
+	close(t.fin)
 	t.done <- err
 }
 

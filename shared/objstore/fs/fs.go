@@ -33,6 +33,7 @@ const publishAttempts = 16
 // Store is a directory of buckets.
 type Store struct {
 	root string
+	dirs *dirSyncs // directory fsyncs shared by concurrent publishes
 }
 
 // New opens (creating if needed) a store rooted at root.
@@ -44,7 +45,13 @@ func New(root string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Join(abs, stagingDir), 0o755); err != nil {
 		return nil, fmt.Errorf("fs: create root: %w", err)
 	}
-	return &Store{root: abs}, nil
+	return &Store{root: abs, dirs: newDirSyncs()}, nil
+}
+
+// DirSyncs reports the publishes that needed a directory fsync and the
+// directory fsyncs issued for them (fewer under concurrency: dirSyncs).
+func (s *Store) DirSyncs() (needed, issued uint64) {
+	return s.dirs.calls.Load(), s.dirs.syncs.Load()
 }
 
 // Root is the store's directory.
@@ -270,7 +277,7 @@ func (b *bucket) finishPublish(key, target string, created []string) (objstore.O
 		dirs = append(dirs, filepath.Dir(d))
 	}
 	for _, d := range dirs {
-		if err := syncDir(d); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		if err := b.s.dirs.syncDir(d); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 			return objstore.ObjectInfo{}, &objstore.IndefiniteError{Err: err}
 		}
 	}

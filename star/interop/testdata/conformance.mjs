@@ -1,5 +1,6 @@
 // Conformance of a star against the official S2 TypeScript SDK
-// (@s2-dev/streamstore, pinned in .ci/tools): the ten scenarios of API.md §5.
+// (@s2-dev/streamstore, pinned in .ci/tools): the ten scenarios of API.md §5,
+// then access tokens (11) and the S2 fidelity scenarios of issue 16 (12-14).
 // The session scenarios (3, 8, 9) run twice, once over the fetch transport
 // (HTTP/1.1: SSE reads, unary appends) and once over the SDK's default on
 // Node (S2S frames over cleartext HTTP/2).
@@ -780,6 +781,196 @@ scenario("11-access-tokens", async (ctx) => {
   }
   const after = await s2.accessTokens.list({ prefix: "interop/" });
   check(!after.accessTokens.some((t) => t.id === id), `revoked token still listed: ${show(after)}`);
+});
+
+// 12: S2 fidelity (issue 16): the basin default is copied into a stream at
+// create; a name being deleted cannot be re-created until its deletion is
+// no longer pending (the star runs with --deletion-pending 5s); create is
+// idempotent on the request token and the config; ensure reports its
+// provision result; bad names are 400; locations; metrics; a storage-class
+// change on an open stream.
+scenario("12-s2-fidelity", async (ctx) => {
+  const b = `interop-fid-${runId}`;
+  ctx.names.add(b);
+  const info = await s2.basins.create({ basin: b, config: { defaultStreamConfig: { retentionPolicy: { ageSecs: 3600 } } } });
+  equal(info.location, "local", "basins.create location");
+  const streams = s2.basin(b).streams;
+  await streams.create({ stream: "old" });
+  await s2.basins.reconfigure({ basin: b, defaultStreamConfig: { retentionPolicy: { ageSecs: 60 }, timestamping: { mode: "arrival" } } });
+  const old = await streams.getConfig({ stream: "old" });
+  equal([old.retentionPolicy, old.timestamping?.mode], [{ ageSecs: 3600 }, "client-prefer"], "existing stream after the basin default changed");
+  await streams.create({ stream: "new" });
+  const nu = await streams.getConfig({ stream: "new" });
+  equal([nu.retentionPolicy, nu.timestamping?.mode], [{ ageSecs: 60 }, "arrival"], "new stream after the basin default changed");
+
+  // Idempotent create: same token and config is a retry; another config is 409.
+  const tok = { headers: { "s2-request-token": `tok-${runId}` } };
+  await streams.create({ stream: "idem", config: { storageClass: "express" } }, tok);
+  await streams.create({ stream: "idem", config: { storageClass: "express" } }, tok);
+  const ce = await rejects("create with the same token, another config", () => streams.create({ stream: "idem", config: { storageClass: "standard" } }, tok));
+  check(ce instanceof S2Error && ce.status === 409 && ce.code === "resource_already_exists", `same token, other config: got ${describeError(ce)}, want 409 resource_already_exists`);
+  const e1 = await streams.ensure({ stream: "ens" });
+  const e2 = await streams.ensure({ stream: "ens" });
+  const e3 = await streams.ensure({ stream: "ens", config: { storageClass: "express" } });
+  equal([e1.result, e2.result, e3.result], ["created", "noop", "updated"], "streams.ensure provision results");
+
+  // Names.
+  const dot = await rejects("create stream \".\"", () => streams.create({ stream: "." }));
+  check(dot instanceof S2Error && dot.status === 400 && dot.code === "bad_json", `stream ".": got ${describeError(dot)}, want 400 bad_json`);
+  const bad = await rejects("getConfig of a bad basin name", () => s2.basins.getConfig({ basin: "Bad_Name" }));
+  check(bad instanceof S2Error && bad.status === 400 && bad.code === "bad_path", `bad basin name: got ${describeError(bad)}, want 400 bad_path`);
+
+  // Deletion pending, then re-creation.
+  await streams.create({ stream: "pend" });
+  await streams.delete({ stream: "pend" });
+  const pe = await rejects("re-create while deletion is pending", () => streams.create({ stream: "pend" }));
+  check(pe instanceof S2Error && pe.status === 409 && pe.code === "stream_deletion_pending", `re-create while pending: got ${describeError(pe)}, want 409 stream_deletion_pending`);
+  for (const deadline = Date.now() + 30_000; ;) {
+    const r = await streams.create({ stream: "pend" }).then(() => undefined, (e) => e);
+    if (r === undefined) break;
+    check(r instanceof S2Error && r.code === "stream_deletion_pending" && Date.now() < deadline, `re-create after the window: ${describeError(r)}`);
+    await sleep(250);
+  }
+
+  // Locations.
+  equal((await s2.locations.list()).map((l) => [l.name, l.isPrivate]), [["local", false]], "locations.list");
+  equal((await s2.locations.getDefault()).name, "local", "locations.getDefault");
+  const se = await rejects("locations.setDefault", () => s2.locations.setDefault({ location: "elsewhere" }));
+  check(se instanceof S2Error && se.status === 501 && se.code === "not_implemented", `setDefault: got ${describeError(se)}, want 501 not_implemented`);
+
+  // Metrics: what this scenario appended and read, and the stream's storage.
+  const st = ctx.handle(b, "new", "fetch");
+  await appendStrings(st, ["m1", "m2", "m3"]);
+  await st.read({ start: { from: { seqNum: 0 } } });
+  const total = (m) => m.accumulation.values.reduce((a, [, v]) => a + v, 0);
+  const ops = await s2.metrics.basin({ basin: b, set: "append-ops", interval: "minute" });
+  check(ops.values.length === 1 && ops.values[0].accumulation?.unit === "operations" && total(ops.values[0]) === 1,
+    `metrics append-ops: ${show(ops)}`);
+  check(ops.values[0].accumulation.values.every(([t]) => t instanceof Date), "metrics timestamps are Dates");
+  const thr = await s2.metrics.basin({ basin: b, set: "append-throughput", interval: "hour" });
+  check(total(thr.values[0]) === 3 * (8 + 2), `metrics append-throughput: ${show(thr)}`);
+  const rd = await s2.metrics.basin({ basin: b, set: "read-ops" });
+  check(total(rd.values[0]) === 1, `metrics read-ops: ${show(rd)}`);
+  const act = await s2.metrics.account({ set: "active-basins" });
+  check(act.values[0].label?.values.includes(b), `metrics active-basins: ${show(act)}`);
+  for (const deadline = Date.now() + 20_000; ;) {
+    const g = await s2.metrics.stream({ basin: b, stream: "new", set: "storage" });
+    const v = g.values[0].gauge?.values?.[0]?.[1];
+    if (v > 0) break;
+    check(Date.now() < deadline, `stream storage still ${show(g)} after 20 s`);
+    await sleep(250);
+  }
+
+  // A storage-class change on an open stream: appends go on, all readable.
+  await streams.reconfigure({ stream: "new", storageClass: "express" });
+  await appendStrings(st, ["after"]);
+  const back = await st.read({ start: { from: { seqNum: 0 } } });
+  equal(back.records.map((r) => r.body), ["m1", "m2", "m3", "after"], "records across the class change");
+  equal((await streams.getConfig({ stream: "new" })).storageClass, "express", "storage class after reconfigure");
+});
+
+// 13: stream encryption over both transports: a basin with stream_cipher
+// aes-256-gcm; a stream handle with the key appends (unary and a session)
+// and reads back (unary and a session); without the key it is 400
+// bad_header, with another key 400 decryption_failed.
+for (const transport of Object.keys(TRANSPORTS)) {
+  scenario(`13-encryption/${transport}`, async (ctx) => {
+    const b = `interop-enc-${transport}-${runId}`;
+    ctx.names.add(b);
+    await s2.basins.create({ basin: b, config: { streamCipher: "aes-256-gcm" } });
+    const name = ctx.streamName("enc");
+    const info = await s2.basin(b).streams.create({ stream: name });
+    equal(info.cipher, "aes-256-gcm", "streams.create cipher");
+    const key = Buffer.alloc(32, 7).toString("base64");
+    const other = Buffer.alloc(32, 9).toString("base64");
+    const withKey = (k) => {
+      const st = s2.basin(b).stream(name, { ...TRANSPORTS[transport].options, encryptionKey: k });
+      openStreams.push(st);
+      return st;
+    };
+    const st = withKey(key);
+    await st.append(AppendInput.create([AppendRecord.string({ body: "secret-1", headers: [["k", "v"]] })]));
+    const session = await st.appendSession();
+    const ticket = await session.submit(AppendInput.create([AppendRecord.string({ body: "secret-2" })]));
+    equal((await ticket.ack()).start.seqNum, 1, "encrypted appendSession ack");
+    await session.close();
+    const back = await st.read({ start: { from: { seqNum: 0 } } });
+    equal(back.records.map((r) => [r.body, r.headers]), [["secret-1", [["k", "v"]]], ["secret-2", []]], "encrypted read back");
+    const rs = await st.readSession({ start: { from: { seqNum: 0 } }, stop: { limits: { count: 2 } } });
+    equal((await withTimeout(drain(rs), 15_000, "encrypted read session")).map((r) => r.body), ["secret-1", "secret-2"], "encrypted read session");
+    const plain = s2.basin(b).stream(name, TRANSPORTS[transport].options);
+    openStreams.push(plain);
+    const ne = await rejects("read without the key", () => plain.read({ start: { from: { seqNum: 0 } } }));
+    check(ne instanceof S2Error && ne.status === 400 && ne.code === "bad_header", `read without the key: got ${describeError(ne)}, want 400 bad_header`);
+    const we = await rejects("read with another key", () => withKey(other).read({ start: { from: { seqNum: 0 } } }));
+    check(we instanceof S2Error && we.status === 400 && we.code === "decryption_failed", `read with another key: got ${describeError(we)}, want 400 decryption_failed`);
+    const ae = await rejects("append without the key", () => appendStrings(plain, ["nokey"]));
+    check(ae instanceof S2Error && ae.status === 400 && ae.code === "bad_header", `append without the key: got ${describeError(ae)}, want 400 bad_header`);
+  });
+}
+
+// 14: resources and session features the other scenarios do not reach:
+// basins ensure / delete, list paging (limit, startAfter, listAll) of
+// basins and streams, createStreamOnRead, arrival timestamping, and S2S
+// session compression (gzip: Node 20 has no zstd).
+scenario("14-resources-paging-compression", async (ctx) => {
+  const b = `interop-pg-${runId}`;
+  ctx.names.add(b);
+  const e1 = await s2.basins.ensure({ basin: b });
+  const e2 = await s2.basins.ensure({ basin: b });
+  const e3 = await s2.basins.ensure({ basin: b, config: { createStreamOnRead: true } });
+  equal([e1.result, e2.result, e3.result], ["created", "noop", "updated"], "basins.ensure provision results");
+  const gone = `interop-gone-${runId}`;
+  await s2.basins.create({ basin: gone });
+  await s2.basins.delete({ basin: gone });
+  const ge = await rejects("getConfig of a deleting basin", () => s2.basins.getConfig({ basin: gone }));
+  check(ge instanceof S2Error && ge.status === 409 && ge.code === "basin_deletion_pending", `deleting basin: got ${describeError(ge)}`);
+
+  // Paging: five streams, two at a time.
+  const streams = s2.basin(b).streams;
+  const names = ["p-a", "p-b", "p-c", "p-d", "p-e"];
+  for (const n of names) await streams.create({ stream: n });
+  const page1 = await streams.list({ prefix: "p-", limit: 2 });
+  equal([page1.streams.map((x) => x.name), page1.hasMore], [["p-a", "p-b"], true], "streams.list page 1");
+  const page2 = await streams.list({ prefix: "p-", limit: 2, startAfter: "p-b" });
+  equal([page2.streams.map((x) => x.name), page2.hasMore], [["p-c", "p-d"], true], "streams.list page 2");
+  const page3 = await streams.list({ prefix: "p-", limit: 2, startAfter: "p-d" });
+  equal([page3.streams.map((x) => x.name), page3.hasMore], [["p-e"], false], "streams.list page 3");
+  const all = [];
+  for await (const x of streams.listAll({ prefix: "p-", limit: 2 })) all.push(x.name);
+  equal(all, names, "streams.listAll");
+  const bp = await s2.basins.list({ prefix: `interop-pg-${runId}`, limit: 1 });
+  equal(bp.basins.map((x) => x.name), [b], "basins.list with limit");
+  const ball = [];
+  for await (const x of s2.basins.listAll({ prefix: "interop-", limit: 1 })) ball.push(x.name);
+  check(ball.includes(b) && ball.includes(basinName), `basins.listAll: ${show(ball)}`);
+
+  // createStreamOnRead: a read of a missing stream creates it.
+  const auto = ctx.handle(b, "read-created", "fetch");
+  equal((await auto.checkTail()).tail.seqNum, 0, "checkTail creates the stream");
+  equal((await streams.list({ prefix: "read-created" })).streams.map((x) => x.name), ["read-created"], "stream created on read");
+
+  // Arrival timestamping ignores the client's timestamp.
+  await streams.create({ stream: "arr", config: { timestamping: { mode: "arrival" } } });
+  const arr = ctx.handle(b, "arr", "fetch");
+  const before = Date.now();
+  const ack = await arr.append(AppendInput.create([AppendRecord.string({ body: "a", timestamp: 5 })]));
+  check(ms(ack.start.timestamp) >= before - 1_000, `arrival timestamp ${ms(ack.start.timestamp)} below ${before}`);
+
+  // S2S session compression, both ways.
+  const zs2 = new S2({ accessToken: env.token, endpoints: { account: env.account, basin: env.basin }, retry: { maxAttempts: 1 }, compression: "gzip" });
+  const zs = zs2.basin(b).stream("zipped");
+  openStreams.push(zs);
+  await streams.create({ stream: "zipped" });
+  const big = "z".repeat(8 << 10);
+  const as = await zs.appendSession();
+  const tickets = [];
+  for (let i = 0; i < 5; i++) tickets.push(await as.submit(AppendInput.create([AppendRecord.string({ body: `${i}${big}` })])));
+  for (const [i, t] of tickets.entries()) equal((await t.ack()).start.seqNum, i, `compressed session ack ${i}`);
+  await as.close();
+  const rs = await zs.readSession({ start: { from: { seqNum: 0 } }, stop: { limits: { count: 5 } } });
+  const got = await withTimeout(drain(rs), 15_000, "compressed read session");
+  equal(got.map((r) => r.body), [0, 1, 2, 3, 4].map((i) => `${i}${big}`), "compressed read session bodies");
 });
 
 // ---------------------------------------------------------------- runner

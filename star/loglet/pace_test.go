@@ -1,0 +1,168 @@
+package loglet_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/streams"
+)
+
+// appendFor keeps every stream appending for d, one batch in flight each,
+// and returns the acknowledged end of each.
+func appendFor(t *testing.T, h *harness, ids []string, d time.Duration) map[string]uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var mu sync.Mutex
+	acked := map[string]uint64{}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		s := h.stream(id)
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				tk, err := s.Submit(ctx, bigBatch(id, i, 512, 2))
+				if err != nil {
+					return
+				}
+				ack, err := tk.Wait(context.Background())
+				if err != nil {
+					t.Errorf("stream %s: %v", id, err)
+					return
+				}
+				mu.Lock()
+				acked[id] = ack.End.SeqNum
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return acked
+}
+
+// With a write budget, the absorb's metastore writes stay within it
+// however many streams a pass carries: without one, passes run every
+// AbsorbInterval and write a ref per stream each (40 streams at 10 passes
+// a second: about 420 writes a second). A slow machine only makes fewer
+// passes, so the bound holds however loaded it is.
+func TestAbsorbWritesStayWithinTheBudget(t *testing.T) {
+	const budget, nStreams = 20.0, 40
+	pacer := loglet.NewPacer(budget)
+	h := newHarness(t, func(c *loglet.Config) {
+		c.FlushInterval = 20 * time.Millisecond
+		c.TargetFlight = 1 << 20 // flights cut by the flush interval: at most 50 a second
+		c.Pacer = pacer
+	})
+	var ids []string
+	for i := range nStreams {
+		ids = append(ids, fmt.Sprintf("s%02d", i))
+	}
+	for _, id := range ids {
+		h.stream(id) // opened (and their rows written) before counting
+	}
+	h.meta.ResetCounts()
+	start := time.Now()
+	acked := appendFor(t, h, ids, 3*time.Second)
+	writes := h.meta.Counts().Writes()
+	elapsed := time.Since(start)
+	// One pass may run before its writes are charged (the debt is paid
+	// after it), and one more may be running as the count is read.
+	bound := budget*elapsed.Seconds() + 2*float64(nStreams+3)
+	t.Logf("%d metastore writes in %v with %d streams: %.1f/s (budget %.0f/s, bound %.0f writes)",
+		writes, elapsed.Round(time.Millisecond), nStreams, float64(writes)/elapsed.Seconds(), budget, bound)
+	if float64(writes) > bound {
+		t.Fatalf("%d metastore writes in %v: more than the budget's %.0f", writes, elapsed, bound)
+	}
+	if n := plainCounter(h, "starlog_absorb_pressured_passes_total"); n != 0 {
+		t.Fatalf("%v passes ran under backlog pressure with a backlog of %d flights", n, h.cfg.BacklogFlights)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.loglet.AwaitAbsorbed(wctx); err != nil {
+		t.Fatal(err)
+	}
+	h.checkRows(acked)
+}
+
+// A budget too small for the stream count does not let the backlog bind
+// in steady state: once half of it is taken, passes run at the minimum
+// interval (counted as pressured). When even that cannot keep up, the
+// backlog stall names absorb_lagging, never the metastore.
+func TestAbsorbBudgetYieldsToTheBacklog(t *testing.T) {
+	h := newHarness(t, func(c *loglet.Config) {
+		c.FlushInterval = 5 * time.Millisecond
+		c.BacklogFlights = 16
+		c.AbsorbInterval = time.Second
+		c.SlowMetaOp = 10 * time.Second // a loaded machine's metastore is not slow here
+		c.Pacer = loglet.NewPacer(0.01)
+	})
+	ids := []string{"a", "b", "c", "d"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var acked map[string]uint64
+	done := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(done)
+		var ss []*streams.Stream
+		for _, id := range ids {
+			ss = append(ss, h.stream(id))
+		}
+		acked = map[string]uint64{}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for j, s := range ss {
+				tk, err := s.Submit(ctx, bigBatch(ids[j], i, 512, 2))
+				if err != nil {
+					return
+				}
+				ack, err := tk.Wait(ctx)
+				if err != nil {
+					t.Errorf("stream %s: %v", ids[j], err)
+					return
+				}
+				acked[ids[j]] = ack.End.SeqNum
+			}
+		}
+	}()
+	for plainCounter(h, "starlog_absorb_pressured_passes_total") < 2 || counter(h, "starlog_backlog_stalls_total", loglet.CauseAbsorbLagging) == 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("pressured passes %v, backlog stalls absorb_lagging %v, metastore_slow %v",
+				plainCounter(h, "starlog_absorb_pressured_passes_total"), counter(h, "starlog_backlog_stalls_total", loglet.CauseAbsorbLagging),
+				counter(h, "starlog_backlog_stalls_total", loglet.CauseMetastoreSlow))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := counter(h, "starlog_backlog_stalls_total", loglet.CauseMetastoreSlow); n != 0 {
+		t.Fatalf("%v backlog stalls blamed on the metastore", n)
+	}
+	close(stop)
+	<-done
+	if err := h.loglet.AwaitAbsorbed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.checkRows(acked)
+}
+
+func plainCounter(h *harness, name string) float64 {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
+}

@@ -1,0 +1,334 @@
+// Command peerbench runs the peer benchmark (`make bench-peer`): NATS
+// JetStream with fsync on every message beside `star dev`, the same
+// workloads interleaved run by run; it prints the table of medians and
+// ratios and the peak RSS of both servers, and writes the chart.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/starlog/starlog/shared/sdk"
+	"github.com/starlog/starlog/star/peerbench"
+)
+
+func main() {
+	natsBin := flag.String("nats-server", "nats-server", "the nats-server binary")
+	starBin := flag.String("star", "bin/star", "the star binary")
+	runs := flag.Int("runs", 9, "runs of every workload (medians are quoted)")
+	dur := flag.Duration("duration", 5*time.Second, "length of one run of one workload on one system")
+	recordSize := flag.Int("record-size", 1024, "message (record body) size in bytes")
+	work := flag.String("work", "build/bench-peer", "folder for both servers' data, logs and profiles (wiped first)")
+	png := flag.String("png", "docs/bench-peer.png", "chart to write (empty: none)")
+	only := flag.String("workloads", "", "comma-separated row numbers (1-based) to run; empty: all")
+	profile := flag.Bool("profile", true, "take a CPU profile of star dev during each workload's first run (in --work)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *natsBin, *starBin, *runs, *dur, *recordSize, *work, *png, *only, *profile); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Duration, recordSize int, work, png, only string, profile bool) error {
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return err
+	}
+	wls := peerbench.Workloads()
+	if only != "" {
+		var sel []peerbench.Workload
+		for _, s := range strings.Split(only, ",") {
+			i, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || i < 1 || i > len(wls) {
+				return fmt.Errorf("--workloads: %q is not a row 1..%d", s, len(wls))
+			}
+			sel = append(sel, wls[i-1])
+		}
+		wls = sel
+	}
+
+	natsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	conf := filepath.Join(work, "nats.conf")
+	if err := os.WriteFile(conf, []byte(peerbench.NATSConfig(natsAddr, filepath.Join(work, "nats"))), 0o644); err != nil {
+		return err
+	}
+	natsProc, err := start(work, "nats", natsBin, "-c", conf)
+	if err != nil {
+		return err
+	}
+	defer natsProc.stop()
+	if err := waitTCP(ctx, natsAddr); err != nil {
+		return fmt.Errorf("nats-server: %w (log: %s)", err, natsProc.logPath)
+	}
+
+	starAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	data := filepath.Join(work, "star")
+	starProc, err := start(work, "star", starBin, "dev", "--data", data, "--listen", starAddr, "--internal-listen", adminAddr,
+		// S2's per-connection limit of 200 batches/s a stream is a policy,
+		// not a cost: JetStream has none, so neither side is throttled.
+		"--append-stream-batches-per-sec", "0")
+	if err != nil {
+		return err
+	}
+	defer starProc.stop()
+	if err := waitHealth(ctx, "http://"+starAddr+"/health"); err != nil {
+		return fmt.Errorf("star dev: %w (log: %s)", err, starProc.logPath)
+	}
+	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
+	if err != nil {
+		return err
+	}
+	token := strings.TrimSpace(string(tok))
+	cl, err := sdk.New(sdk.Config{AccountEndpoint: "http://" + starAddr, Token: token})
+	if err != nil {
+		return err
+	}
+	basin := cl.Basin("starlog-dev")
+	starEnv := append(os.Environ(), "S2_ACCOUNT_ENDPOINT=http://"+starAddr, "S2_BASIN=starlog-dev", "S2_ACCESS_TOKEN="+token)
+
+	fmt.Printf("peer benchmark: %d runs × %v per workload and system, %d B messages, interleaved\n", runs, dur, recordSize)
+	rows := make([]peerbench.Row, len(wls))
+	for i, w := range wls {
+		rows[i].Workload = w
+	}
+	for r := range runs {
+		for i, w := range wls {
+			prefix := fmt.Sprintf("pb-r%d-w%d-", r, i)
+			// Alternate which system goes first, so neither always gets
+			// the quieter second.
+			order := []string{"nats", "star"}
+			if r%2 == 1 {
+				order = []string{"star", "nats"}
+			}
+			for _, sys := range order {
+				var v float64
+				var err error
+				if sys == "nats" {
+					v, err = peerbench.RunNATS(ctx, "nats://"+natsAddr, strings.ReplaceAll(prefix, "-", "_"), w, recordSize, dur)
+					rows[i].NATS = append(rows[i].NATS, v)
+				} else {
+					var prof string
+					if profile && r == 0 {
+						prof = filepath.Join(work, fmt.Sprintf("star-cpu-w%d.pprof", i+1))
+					}
+					v, err = runStar(ctx, starBin, starEnv, w, recordSize, dur, prefix, adminAddr, prof)
+					rows[i].Star = append(rows[i].Star, v)
+					deleteStreams(ctx, basin, prefix, w.Producers)
+				}
+				if err != nil {
+					return fmt.Errorf("run %d, %s, %s: %w", r+1, w.Name, sys, err)
+				}
+				fmt.Printf("run %d  %-30s %-5s %10.0f msg/s\n", r+1, w.Name, sys, v)
+			}
+		}
+	}
+	fmt.Println()
+	peerbench.WriteTable(os.Stdout, rows)
+	fmt.Printf("\npeak RSS: nats-server %s, star dev %s\n", peakRSS(natsProc.cmd.Process.Pid), peakRSS(starProc.cmd.Process.Pid))
+	if png != "" {
+		title := fmt.Sprintf("star dev vs NATS JetStream (fsync always): %d B messages, medians of %d runs", recordSize, runs)
+		if err := peerbench.WriteChart(png, title, rows); err != nil {
+			return err
+		}
+		fmt.Println("chart:", png)
+	}
+	return nil
+}
+
+// runStar runs one `star bench` of w and returns its acked records per
+// second; with prof set it takes a CPU profile of the star meanwhile.
+func runStar(ctx context.Context, starBin string, env []string, w peerbench.Workload, recordSize int, dur time.Duration, prefix, adminAddr, prof string) (float64, error) {
+	args := append(w.StarArgs(recordSize), "--duration", dur.String(), "--stream-prefix", prefix)
+	cmd := exec.CommandContext(ctx, starBin, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	profDone := make(chan error, 1)
+	if prof != "" {
+		go func() { profDone <- cpuProfile(ctx, adminAddr, max(dur-time.Second, time.Second), prof) }()
+	} else {
+		profDone <- nil
+	}
+	err := cmd.Run()
+	if perr := <-profDone; perr != nil {
+		log.Printf("profile %s: %v", prof, perr)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("star %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	var res struct {
+		Append struct {
+			RecordsPerSec float64 `json:"records_per_s"`
+		} `json:"append"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return 0, fmt.Errorf("star bench output: %w: %q", err, stdout.String())
+	}
+	return res.Append.RecordsPerSec, nil
+}
+
+func cpuProfile(ctx context.Context, adminAddr string, d time.Duration, path string) error {
+	time.Sleep(500 * time.Millisecond) // past stream creation
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, res.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// deleteStreams drops a run's streams so the data folder does not grow
+// with every run (the dev auditor reclaims their objects).
+func deleteStreams(ctx context.Context, b *sdk.Basin, prefix string, n int) {
+	for i := range n {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := b.DeleteStream(dctx, fmt.Sprintf("%s%d", prefix, i)); err != nil {
+			log.Printf("delete stream %s%d: %v", prefix, i, err)
+		}
+		cancel()
+	}
+}
+
+// peakRSS is a process's high-water resident set (VmHWM).
+func peakRSS(pid int) string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				return strings.TrimSpace(v)
+			}
+			return fmt.Sprintf("%.0f MiB", kb/1024)
+		}
+	}
+	return "unknown"
+}
+
+type proc struct {
+	cmd     *exec.Cmd
+	logPath string
+	log     *os.File
+}
+
+func start(work, name, bin string, args ...string) (*proc, error) {
+	lp := filepath.Join(work, name+".log")
+	lf, err := os.Create(lp)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	return &proc{cmd: cmd, logPath: lp, log: lf}, nil
+}
+
+// stop sends SIGTERM and waits (bounded) before a kill.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	p.log.Close()
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitTCP(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not listening on %s: %w", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func waitHealth(ctx context.Context, url string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := http.Get(url)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s", res.Status)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s not healthy: %w", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

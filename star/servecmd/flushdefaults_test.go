@@ -1,0 +1,68 @@
+package servecmd
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/starlog/starlog/star/node"
+)
+
+// star dev (a directory store) defaults both flush intervals to the disk's
+// value and says so in --help; star serve keeps the node's cost-aware ones.
+func TestFlushDefaultsPerMedium(t *testing.T) {
+	d := node.Defaults()
+	for _, tc := range []struct {
+		cmd       string
+		std, expr time.Duration
+	}{
+		{"dev", DiskFlushInterval, DiskFlushInterval},
+		{"serve", d.Standard.FlushInterval, d.Express.FlushInterval},
+	} {
+		cmd := Dev()
+		if tc.cmd == "serve" {
+			cmd = Serve()
+		}
+		fs := cmd.Flags()
+		for name, want := range map[string]time.Duration{"s3-flush-interval": tc.std, "s3-express-flush-interval": tc.expr} {
+			f := fs.Lookup(name)
+			if f.DefValue != want.String() || f.Value.String() != want.String() {
+				t.Errorf("%s --%s: default %s, value %s; want %s", tc.cmd, name, f.DefValue, f.Value, want)
+			}
+		}
+	}
+	if DiskFlushInterval >= d.Standard.FlushInterval {
+		t.Fatalf("the disk interval %v is not below S3's %v", DiskFlushInterval, d.Standard.FlushInterval)
+	}
+}
+
+// On a directory store a flush interval that was given (flag or
+// environment) stands; only the unset one takes the disk default.
+func TestDiskFlushDefaultsKeepGivenFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	var c common
+	c.register(fs, "127.0.0.1:1")
+	t.Setenv("STARLOG_S3_EXPRESS_FLUSH_INTERVAL", "9ms")
+	if err := fs.Parse([]string{"--s3-flush-interval", "7ms"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyEnv(fs); err != nil {
+		t.Fatal(err)
+	}
+	diskFlushDefaults(fs, false)
+	if c.flush != 7*time.Millisecond || c.expFlush != 9*time.Millisecond {
+		t.Fatalf("given intervals overridden: %v %v", c.flush, c.expFlush)
+	}
+
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c = common{}
+	c.register(fs, "127.0.0.1:1")
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	diskFlushDefaults(fs, false)
+	if c.flush != DiskFlushInterval || c.expFlush != DiskFlushInterval {
+		t.Fatalf("unset intervals on a directory store: %v %v", c.flush, c.expFlush)
+	}
+}
