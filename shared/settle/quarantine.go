@@ -66,7 +66,7 @@ func putFail(ctx context.Context, ms meta.Store, id string, ver int64, f meta.Se
 // pinsFor adds to pins the slots of the era's markers naming id.
 func pinsFor(pins []meta.SlotPin, era *eraSet, id string) []meta.SlotPin {
 	for _, lm := range era.markers {
-		if !slices.Contains(lm.M.Streams, id) {
+		if !slices.Contains(lm.Streams, id) {
 			continue
 		}
 		p := meta.SlotPin{Star: era.ch.Star, Class: era.ch.Class, Epoch: era.epoch, From: lm.M.FromSlot, End: lm.M.EndSlot}
@@ -272,7 +272,7 @@ func retryEra(ctx context.Context, st *Stores, id string, pins []meta.SlotPin, n
 	}
 	era := &eraSet{ch: ch, epoch: rec.Epoch, checkpoints: map[epochRef]uint64{{ch, rec.Epoch}: rec.Checkpoint}}
 	for _, p := range pins {
-		era.markers = append(era.markers, liveMarker{M: meta.Marker{FromSlot: p.From, EndSlot: p.End, Streams: []string{id}, Cause: "cap"}})
+		era.markers = append(era.markers, liveMarker{M: meta.Marker{FromSlot: p.From, EndSlot: p.End, Streams: []string{id}, Cause: "cap"}, Streams: []string{id}})
 	}
 	cfg := st.cfg()
 	w := &streamWork{id: id}
