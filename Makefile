@@ -173,6 +173,22 @@ failover-bench:
 	@set -o pipefail; $(GO) test -count=1 -timeout 60m -v -run TestFailoverBench ./star/failover \
 	  -args -failover.kills=$(FAILOVER_KILLS) -failover.backlogs=0,100,1000 2>&1 | tee build/failover-bench.log
 
+## bench-read: catch-up reads (issue 19): whole streams of READ_BYTES of 1 KiB
+## records from seq 0, from settled objects and Standard/Express transit, on
+## the directory store and behind S3-like GET latency, with and without
+## read-ahead, S2S and SSE; then the tailing fan-out at READ_FANOUT readers
+## (figures in docs/bench.md). READ_COUNT runs of each give medians.
+READ_BYTES ?= 2147483648
+READ_COUNT ?= 1
+READ_FANOUT ?= 1000
+.PHONY: bench-read
+bench-read:
+	@mkdir -p build
+	@set -o pipefail; $(GO) test -count=$(READ_COUNT) -timeout 60m -run '^$$' -bench 'BenchmarkCatchUp' -benchtime 1x ./star/reader \
+	  -args -catchup.bytes=$(READ_BYTES) 2>&1 | tee build/bench-read.log
+	@set -o pipefail; $(GO) test -count=1 -timeout 30m -v -run 'TestTailFanOut$$' ./star/server \
+	  -args -fanout.readers=$(READ_FANOUT) 2>&1 | tee -a build/bench-read.log
+
 ## bench-peer: starlog against NATS JetStream (issue 17, star/peerbench): a
 ## pinned nats-server with file storage and fsync on every message
 ## (sync_interval: always) next to `star dev` on its directory store, the six

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -60,6 +61,11 @@ type FrameReader struct {
 	// before its payload is read: a server arms its frame-completion
 	// deadline there (and disarms it when Next returns).
 	Started func()
+	// Keep is the largest payload buffer kept for the next frame (0:
+	// 256 KiB). A client reading 1 MiB batches from its server sets it
+	// to MaxFrameLen, so every frame does not regrow its buffer by
+	// doublings; a server reading untrusted clients keeps the default.
+	Keep int
 
 	r    io.Reader
 	hdr  [frameHeaderLen]byte
@@ -121,7 +127,7 @@ func (fr *FrameReader) Next() (Frame, error) {
 	// The payload buffer grows with the bytes that arrive, not with what
 	// the header announces: a stalled frame holds only what it sent. A
 	// big buffer is not kept for the next frame either.
-	if cap(fr.in) > frameKeep {
+	if cap(fr.in) > cmp.Or(fr.Keep, frameKeep) {
 		fr.in = nil
 	}
 	in, err := readN(fr.r, fr.in[:0], n-1)
@@ -245,6 +251,7 @@ type FrameWriter struct {
 	w         io.Writer
 	c         Compression
 	reconnect bool
+	hdr       [frameHeaderLen]byte
 	buf       []byte
 	zbuf      bytes.Buffer
 	zout      []byte
@@ -299,9 +306,27 @@ func (fw *FrameWriter) WriteMessage(payload []byte) error {
 	if fw.reconnect {
 		flag |= flagReconnect
 	}
+	if len(body) >= directWrite {
+		// A big payload (a catch-up batch) goes out as it is, after its
+		// header: copying it into a frame buffer would cost a copy and,
+		// past the kept buffer size, an allocation per frame.
+		n := 1 + len(body)
+		fw.hdr = [frameHeaderLen]byte{byte(n >> 16), byte(n >> 8), byte(n), flag}
+		if _, err := fw.w.Write(fw.hdr[:]); err != nil {
+			return fmt.Errorf("s2s: write frame: %w", err)
+		}
+		if _, err := fw.w.Write(body); err != nil {
+			return fmt.Errorf("s2s: write frame: %w", err)
+		}
+		return nil
+	}
 	fw.buf = AppendFrame(fw.buf[:0], flag, body)
 	return fw.write()
 }
+
+// directWrite is the payload size from which WriteMessage writes the
+// payload in place rather than copying it behind the header.
+const directWrite = 64 << 10
 
 // WriteTerminal writes the terminal frame of e: its status as u16 BE, then
 // its JSON body, uncompressed.

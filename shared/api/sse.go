@@ -119,8 +119,10 @@ func (s *SSEWriter) flush(buf []byte) error {
 	if _, err := s.w.Write(buf); err != nil {
 		return fmt.Errorf("sse: write: %w", err)
 	}
-	// Keep a big buffer from pinning memory between events of an idle session.
-	if cap(s.buf) > 1<<20 {
+	// Keep a big buffer from pinning memory between events of an idle
+	// session, but not one a full batch (1 MiB of records, more as JSON)
+	// needs: a catching-up session would grow a new one per event.
+	if cap(s.buf) > 4<<20 {
 		s.buf = nil
 	}
 	return nil

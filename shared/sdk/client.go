@@ -173,6 +173,10 @@ func NewSessionTransport() *http.Transport {
 	t.HTTP2 = &http.HTTP2Config{
 		SendPingTimeout: 30 * time.Second,
 		PingTimeout:     15 * time.Second,
+		// A catch-up read session moves 1 MiB batches back to back: in
+		// the default 16 KiB DATA frames the star spends a write syscall
+		// per 16 KiB.
+		MaxReadFrameSize: 1 << 20,
 	}
 	return t
 }

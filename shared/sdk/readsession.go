@@ -275,9 +275,11 @@ func (r *ReadSession) connect() error {
 		cancel(err)
 		return err
 	}
+	fr := api.NewFrameReader(resp.Body)
+	fr.Keep = api.MaxFrameLen // batches are copied out by the decoder
 	c := &readConn{
 		body:     resp.Body,
-		fr:       api.NewFrameReader(resp.Body),
+		fr:       fr,
 		cancel:   cancel,
 		timedOut: make(chan struct{}),
 	}

@@ -114,6 +114,8 @@ command fail, as do failed appends.`,
 			cfg.maxUnacked = int64(cfg.unary.inFlight) * int64(8+cfg.recordSize)
 		}
 	}
+	// Other modes are subcommands in their own files.
+	cmd.AddCommand(c.benchReadCmd())
 	return cmd
 }
 

@@ -125,3 +125,29 @@ func FuzzDecodeBenchBody(f *testing.F) {
 		}
 	})
 }
+
+// TestBenchRead reads back what a bench appended: every record, its
+// metered bytes, and figures that are positive.
+func TestBenchRead(t *testing.T) {
+	srv, env := testEnv(t)
+	mustRun(t, env, "", "bench", "--readers", "0", "--record-size", "100", "--duration", "300ms", "--linger", "1ms")
+	held := uint64(len(srv.Records(testBasin, "bench-0")))
+	if held == 0 {
+		t.Fatal("the bench appended nothing")
+	}
+	out := mustRun(t, env, "", "bench", "read", "--stream", "bench-0", "--json")
+	var res benchReadResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if res.Records != held || res.MeteredBytes != held*108 || res.Transport != "s2s" {
+		t.Fatalf("read %d records, %d bytes over %s; the server holds %d", res.Records, res.MeteredBytes, res.Transport, held)
+	}
+	if res.MiBPerSec <= 0 || res.FirstBatchMs <= 0 || res.ClientCPUPerGi <= 0 {
+		t.Fatalf("figures %+v", res)
+	}
+	out = mustRun(t, env, "", "bench", "read", "--stream", "bench-0", "--seq-num", "1", "--bytes", "108")
+	if !strings.Contains(out, "read 1 records") || !strings.Contains(out, "MiB/s") {
+		t.Fatalf("report %q", out)
+	}
+}

@@ -6,6 +6,7 @@
 package clientcmd
 
 import (
+	"bufio"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -186,13 +187,10 @@ func text(b []byte, b64 bool) string {
 
 // writeRecord prints one record in format f: the body and a newline for
 // text, one JSON object per line otherwise.
-func writeRecord(w io.Writer, r *api.Record, f string) error {
+func writeRecord(w *bufio.Writer, r *api.Record, f string) error {
 	if f == formatText {
-		if _, err := w.Write(r.Body); err != nil {
-			return err
-		}
-		_, err := w.Write([]byte{'\n'})
-		return err
+		w.Write(r.Body)
+		return w.WriteByte('\n') // a bufio.Writer keeps its first error
 	}
 	b64 := f == formatJSONBase64
 	out := recordJSON{SeqNum: r.SeqNum, Body: text(r.Body, b64)}

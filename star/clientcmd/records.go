@@ -262,50 +262,42 @@ header names, values and bodies in base64.`,
 
 type readLimit struct{ count, bytes *uint64 }
 
-// runRead reads with unary calls until a limit or the tail.
+// runRead reads on one read session until a limit or the tail: the
+// server streams batches back to back (a unary read per batch would wait a
+// round trip each), and output is buffered, flushed when the buffer fills
+// and at the end.
 func runRead(ctx context.Context, s *sdk.Stream, req api.ReadRequest, limit readLimit, out, errOut io.Writer, format string) error {
-	w := bufio.NewWriter(out)
+	if (limit.count != nil && *limit.count == 0) || (limit.bytes != nil && *limit.bytes == 0) {
+		return nil
+	}
+	req.Count, req.Bytes = limit.count, limit.bytes
+	noWait := time.Duration(0)
+	req.Wait = &noWait // end at the tail
+	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{})
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusRequestedRangeNotSatisfiable {
+		tail, _ := ae.Tail()
+		fmt.Fprintf(errOut, "nothing to read: the tail is at seq num %d\n", tail.SeqNum)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	w := bufio.NewWriterSize(out, 256<<10)
 	defer w.Flush()
-	var count, bytes uint64
-	first := true
 	for {
-		r := req
-		if limit.count != nil {
-			r.Count = api.Uint64(min(*limit.count-count, api.MaxUnaryReadCount))
-		}
-		if limit.bytes != nil {
-			r.Bytes = api.Uint64(min(*limit.bytes-bytes, api.MaxUnaryReadBytes))
-		}
-		if (r.Count != nil && *r.Count == 0) || (r.Bytes != nil && *r.Bytes == 0) {
-			return nil
-		}
-		b, err := s.Read(ctx, r)
-		var ae *api.Error
-		if errors.As(err, &ae) && ae.Status == http.StatusRequestedRangeNotSatisfiable {
-			if first {
-				tail, _ := ae.Tail()
-				fmt.Fprintf(errOut, "nothing to read: the tail is at seq num %d\n", tail.SeqNum)
-			}
-			return nil
+		b, err := rs.Next()
+		if errors.Is(err, io.EOF) {
+			return w.Flush()
 		}
 		if err != nil {
 			return err
 		}
-		if len(b.Records) == 0 {
-			return nil
-		}
-		first = false
 		for i := range b.Records {
 			if err := writeRecord(w, &b.Records[i], format); err != nil {
 				return err
 			}
-		}
-		count += uint64(len(b.Records))
-		bytes += api.MeteredBytes(b.Records)
-		last := b.Records[len(b.Records)-1].SeqNum
-		req = api.ReadRequest{From: api.FromSeqNum, Value: last + 1}
-		if err := w.Flush(); err != nil {
-			return err
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/reader"
 )
 
 // Config is everything a star process needs; the serve and dev commands map
@@ -58,6 +59,11 @@ type Config struct {
 	HeartbeatEvery time.Duration
 	// ReadCacheBytes bounds the read path's footer and extent caches.
 	ReadCacheBytes int64
+	// ReadBudgetBytes bounds what all catching-up readers' read-ahead
+	// holds together (reader.Config.PrefetchBudget; negative turns
+	// read-ahead off), ReadWindowBytes one reader's window.
+	ReadBudgetBytes int64
+	ReadWindowBytes int64
 	// Settle is the settlement policy (DESIGN §10). The loglets stamp
 	// their batch markers with Settle.Ripening(class), so the star and the
 	// auditor that settles by the same flags agree on when a marker is
@@ -178,6 +184,8 @@ func Defaults() Config {
 		DeletionPending:   30 * time.Second,
 		HeartbeatEvery:    10 * time.Second,
 		ReadCacheBytes:    64 << 20,
+		ReadBudgetBytes:   reader.DefaultPrefetchBudget,
+		ReadWindowBytes:   reader.DefaultPrefetchWindow,
 		Settle:            settle.DefaultConfig(),
 		DeadAfter:         leader.DefaultDeadAfter,
 		LeaseCacheTTL:     time.Second,
@@ -211,6 +219,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReadCacheBytes <= 0 {
 		c.ReadCacheBytes = d.ReadCacheBytes
+	}
+	if c.ReadBudgetBytes == 0 {
+		c.ReadBudgetBytes = d.ReadBudgetBytes
+	}
+	if c.ReadWindowBytes <= 0 {
+		c.ReadWindowBytes = d.ReadWindowBytes
 	}
 	c.Settle = c.Settle.WithDefaults()
 	c.Limits = c.Limits.withDefaults()
@@ -349,7 +363,8 @@ func SanitizeStarID(s string) string {
 // plus a quarter: together they bound every record the star holds for
 // writing. Without it the garbage collector lets the heap grow to twice
 // what is live; with it the star keeps to its budgets under write load (the
-// read cache, ReadCacheBytes, comes on top when readers are cold).
+// read cache, ReadCacheBytes, and the read-ahead budget, ReadBudgetBytes,
+// come on top when readers are cold).
 func (c Config) MemoryLimit() int64 {
 	c = c.withDefaults()
 	budgets := c.Standard.MemoryBufferBytes + c.Express.MemoryBufferBytes + 2*c.BacklogBytes

@@ -196,10 +196,12 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 
 	n.reader, err = reader.New(reader.Config{
 		Meta: n.meta, Objects: n.objects,
-		SettledBucket: cfg.Standard.Buckets[0],
-		CacheBytes:    cfg.ReadCacheBytes,
-		Registerer:    n.reg,
-		Logger:        n.log,
+		SettledBucket:  cfg.Standard.Buckets[0],
+		CacheBytes:     cfg.ReadCacheBytes,
+		PrefetchBudget: cfg.ReadBudgetBytes,
+		PrefetchWindow: cfg.ReadWindowBytes,
+		Registerer:     n.reg,
+		Logger:         n.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)

@@ -269,3 +269,34 @@ func TestIdentityAndTombstoneRows(t *testing.T) {
 		t.Fatal("basin delete did not tombstone its stream")
 	}
 }
+
+// TestReplaceDeleting: an EnsureStream through node.ReplaceDeleting
+// replaces a stream whose deletion is pending at once (a new id, empty),
+// where a plain one answers 409 (the Durable Streams face re-creates a
+// deleted URL at once).
+func TestReplaceDeleting(t *testing.T) {
+	st := newStores(t)
+	ctx := context.Background()
+	n := open(t, st, testConfig())
+	if _, err := n.CreateBasin(ctx, api.CreateBasinRequest{Basin: "replace-basin"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.EnsureStream(ctx, "replace-basin", "s", api.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Append(ctx, "replace-basin", "s", records("x", 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteStream(ctx, "replace-basin", "s"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := n.EnsureStream(ctx, "replace-basin", "s", api.StreamConfig{})
+	apiErr(t, err, 409, api.CodeStreamDeletionPending)
+	if _, res, err := n.EnsureStream(node.ReplaceDeleting(ctx), "replace-basin", "s", api.StreamConfig{}); err != nil || res != api.ProvisionCreated {
+		t.Fatalf("replace a deleting stream: %q %v", res, err)
+	}
+	tail, err := n.CheckTail(ctx, "replace-basin", "s", nil)
+	if err != nil || tail.SeqNum != 0 {
+		t.Fatalf("replaced stream tail %+v %v", tail, err)
+	}
+}

@@ -145,6 +145,7 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 func (c *Cursor) Close() {
 	if !c.closed {
 		c.closed = true
+		c.pf.Close()
 		c.l.release()
 	}
 }
@@ -231,6 +232,9 @@ type Cursor struct {
 	idleSince time.Time
 	done      bool
 	closed    bool
+	// pf is the read-ahead, made when a batch ends with more to read (a
+	// catch-up): a unary read, one batch, never makes one.
+	pf *reader.Prefetch
 }
 
 // Next returns the next batch, heartbeat or the end of the read. Catch-up
@@ -270,7 +274,19 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 		if err != nil {
 			return Event{}, c.n.readErr(err)
 		}
+		if ackedOnly(&res, c.l.s.Tail().SeqNum) && len(res.Records) == 0 {
+			// Released but not yet acknowledged: the ack follows at once.
+			select {
+			case <-ctx.Done():
+				return Event{}, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+			continue
+		}
 		c.start = reader.AtSeq(res.Next)
+		if res.Stop == reader.StopBatch && c.pf == nil {
+			c.pf = c.n.reader.NewPrefetch(c.stream)
+		}
 		if len(res.Records) > 0 {
 			// Records from the start on: it lies below the tail.
 			c.unresolved = nil
@@ -327,6 +343,34 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 	}
 }
 
+// ackedOnly cuts res to the records below acked, the stream's
+// acknowledged tail read after the read, and reports whether it cut any.
+// A slot is released (its records in the tail window, its span refs
+// possibly absorbed) a moment before its batches' acks move the tail:
+// served in that moment, a record would be read before it is acknowledged,
+// and a check-tail right after the read would report less than the read
+// returned (star/verify found both). Every record left was acknowledged
+// before the read returns. The cut records are read again next time.
+func ackedOnly(res *reader.Result, acked uint64) bool {
+	n := len(res.Records)
+	for n > 0 && res.Records[n-1].SeqNum >= acked {
+		n--
+	}
+	if n == len(res.Records) {
+		return false
+	}
+	for i := n; i < len(res.Records); i++ {
+		res.Bytes -= res.Records[i].MeteredSize()
+	}
+	res.Records = res.Records[:n]
+	res.Next = res.Start
+	if n > 0 {
+		res.Next = res.Records[n-1].SeqNum + 1
+	}
+	res.Stop = reader.StopCaughtUp
+	return true
+}
+
 // gapRetries bounds how often a read that met a gap is retried.
 const gapRetries = 3
 
@@ -336,7 +380,13 @@ const gapRetries = 3
 // rows are whole. A gap that persists is real and fails the read.
 func (c *Cursor) read(ctx context.Context, lim reader.Limits, tail *reader.Tail) (reader.Result, error) {
 	for attempt := 0; ; attempt++ {
-		res, err := c.n.reader.Read(ctx, c.stream, c.start, lim, tail)
+		var res reader.Result
+		var err error
+		if c.pf != nil {
+			res, err = c.pf.Read(ctx, c.start, lim, tail)
+		} else {
+			res, err = c.n.reader.Read(ctx, c.stream, c.start, lim, tail)
+		}
 		if err == nil || !errors.Is(err, reader.ErrGap) || attempt == gapRetries {
 			return res, err
 		}

@@ -186,7 +186,11 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 					n.cacheStream(e)
 					return e, false, nil
 				case deleting:
-					return nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
+					if !replacesDeleting(ctx) {
+						return nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
+					}
+					// The deleted id is already registered for
+					// reclamation (DeleteStream): a new id takes the name.
 				}
 			}
 			cond = meta.IfVer(it.Ver)
@@ -562,3 +566,17 @@ func (n *Node) storedBytes(ctx context.Context, id string) (uint64, error) {
 	}
 	return hi.CumBytes - lo.CumBytes + own, nil
 }
+
+type replaceDeletingKey struct{}
+
+// ReplaceDeleting marks ctx so that a stream created through it
+// (EnsureStream) replaces a stream of the same name whose deletion is
+// pending at once, with a new id, instead of answering 409
+// stream_deletion_pending as S2 does. The Durable Streams face
+// (star/durable) uses it: its protocol re-creates a deleted stream's URL
+// at once.
+func ReplaceDeleting(ctx context.Context) context.Context {
+	return context.WithValue(ctx, replaceDeletingKey{}, true)
+}
+
+func replacesDeleting(ctx context.Context) bool { return ctx.Value(replaceDeletingKey{}) != nil }

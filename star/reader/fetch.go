@@ -61,8 +61,7 @@ func (r *Reader) buckets(ctx context.Context, star string, class meta.Class, epo
 // skipped.
 func (r *Reader) extent(ctx context.Context, sp *meta.Span, sl meta.SlotRef) ([]format.Record, error) {
 	key := chain.SlotKey(sp.Star, sp.Class, sp.Epoch, sl.Slot)
-	ck := key + "@" + strconv.FormatUint(sl.Offset, 10) + "+" + strconv.FormatUint(sl.Length, 10)
-	return r.extents.get(ctx, ck, func(ctx context.Context) ([]format.Record, int64, error) {
+	return r.extents.get(ctx, extentKey(sp, sl), func(ctx context.Context) ([]format.Record, int64, error) {
 		set, err := r.buckets(ctx, sp.Star, sp.Class, sp.Epoch)
 		if err != nil {
 			return nil, 0, err
@@ -205,8 +204,7 @@ func (r *Reader) chunk(ctx context.Context, key string, f *format.SettledFooter,
 	if i == j {
 		return nil, fmt.Errorf("settled object %s: chunk %d is empty", key, c)
 	}
-	ck := key + "#" + strconv.FormatUint(c, 10)
-	return r.chunks.get(ctx, ck, func(ctx context.Context) ([]format.Record, int64, error) {
+	return r.chunks.get(ctx, chunkKey(key, c), func(ctx context.Context) ([]format.Record, int64, error) {
 		first, last := f.Entries[i], f.Entries[j-1]
 		n := last.Offset + uint64(last.Length) - first.Offset
 		r.m.gets.WithLabelValues(kindSettled).Inc()

@@ -39,6 +39,8 @@ type countingStore struct {
 	mu    sync.Mutex
 	gets  map[string]int
 	onGet func(bucket, key string)
+	// block, when set, runs before a GET is served; its error fails it.
+	block func(ctx context.Context, bucket, key string, off int64) error
 }
 
 func (s *countingStore) Bucket(name string) objstore.Bucket {
@@ -69,10 +71,15 @@ type countingBucket struct {
 func (b *countingBucket) Get(ctx context.Context, key string, off, n int64) ([]byte, error) {
 	b.s.mu.Lock()
 	b.s.gets[b.Name()]++
-	hook := b.s.onGet
+	hook, block := b.s.onGet, b.s.block
 	b.s.mu.Unlock()
 	if hook != nil {
 		hook(b.Name(), key)
+	}
+	if block != nil {
+		if err := block(ctx, b.Name(), key, off); err != nil {
+			return nil, err
+		}
 	}
 	return b.Bucket.Get(ctx, key, off, n)
 }

@@ -24,6 +24,10 @@ type metrics struct {
 	hedges       prometheus.Counter
 	metaQueries  prometheus.Counter
 	readLatency  prometheus.Histogram
+	// prefetchBytes is the read budget in use; prefetchUnits counts units
+	// fetched ahead by what became of them (used, failed, unfinished).
+	prefetchBytes prometheus.Gauge
+	prefetchUnits *prometheus.CounterVec
 }
 
 // newMetrics creates the reader's instruments and registers them with reg
@@ -47,6 +51,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		readLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "reader",
 			Name: "read_duration_seconds", Help: "Duration of one Read call.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}), // 0.1 ms … 13 s
+		prefetchBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "starlog", Subsystem: "reader",
+			Name: "prefetch_bytes", Help: "Bytes of the star-wide read budget held by readers' read-ahead: ranged GETs in flight and data fetched ahead of the reader."}),
+		prefetchUnits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "reader",
+			Name: "prefetch_units_total", Help: "Extents and settled chunks fetched ahead, by outcome once the reader passed them (used, unused, failed, unfinished)."}, []string{"result"}),
+	}
+	for _, r := range []string{"used", "unused", "failed", "unfinished"} {
+		m.prefetchUnits.WithLabelValues(r)
 	}
 	for _, k := range []string{kindEpoch, kindFooter, kindExtent, kindSettled} {
 		m.cacheHits.WithLabelValues(k)
@@ -57,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.getErrors.WithLabelValues(k)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.cacheHits, m.cacheMisses, m.gets, m.getErrors, m.fallthroughs, m.hedges, m.metaQueries, m.readLatency} {
+		for _, c := range []prometheus.Collector{m.cacheHits, m.cacheMisses, m.gets, m.getErrors, m.fallthroughs, m.hedges, m.metaQueries, m.readLatency, m.prefetchBytes, m.prefetchUnits} {
 			reg.MustRegister(c)
 		}
 	}

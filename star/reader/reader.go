@@ -186,6 +186,17 @@ type Config struct {
 	// SuspectFor is how long a bucket that failed, timed out or was
 	// outpaced by a hedge is asked last (default 10 s).
 	SuspectFor time.Duration
+	// PrefetchBudget bounds the bytes all readers' read-ahead windows hold
+	// together: GETs in flight and data fetched ahead (default 256 MiB;
+	// negative: no read-ahead).
+	PrefetchBudget int64
+	// PrefetchWindow caps one reader's window (default 32 MiB), which
+	// starts at PrefetchMinWindow (default 2 MiB) and doubles per batch
+	// while the reader catches up.
+	PrefetchWindow    int64
+	PrefetchMinWindow int64
+	// PrefetchGets caps one reader's GETs in flight ahead (default 32).
+	PrefetchGets int
 	// Registerer registers the reader's metrics (nil: none).
 	Registerer prometheus.Registerer
 	// Logger (nil: slog.Default()).
@@ -202,6 +213,7 @@ type Reader struct {
 	extents *loader[[]format.Record]
 	chunks  *loader[[]format.Record]
 	health  *bucketHealth
+	budget  *budget // nil: no read-ahead
 }
 
 // New returns a Reader over cfg's stores.
@@ -229,6 +241,13 @@ func New(cfg Config) (*Reader, error) {
 	def(&cfg.RowPage, 32)
 	def64(&cfg.SettledChunkBytes, 1<<20)
 	def64(&cfg.FooterSuffixBytes, 16<<10)
+	if cfg.PrefetchBudget == 0 {
+		cfg.PrefetchBudget = DefaultPrefetchBudget
+	}
+	def64(&cfg.PrefetchWindow, DefaultPrefetchWindow)
+	def64(&cfg.PrefetchMinWindow, DefaultPrefetchMinWindow)
+	cfg.PrefetchMinWindow = min(cfg.PrefetchMinWindow, cfg.PrefetchWindow)
+	def(&cfg.PrefetchGets, DefaultPrefetchGets)
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
@@ -250,7 +269,12 @@ func New(cfg Config) (*Reader, error) {
 	// megabyte extents.
 	footerBytes := max(cfg.CacheBytes/8, 1)
 	dataBytes := max(cfg.CacheBytes-footerBytes, 1)
+	var b *budget
+	if cfg.PrefetchBudget > 0 {
+		b = &budget{capacity: cfg.PrefetchBudget, m: m}
+	}
 	return &Reader{
+		budget:  b,
 		cfg:     cfg,
 		log:     log,
 		m:       m,
@@ -278,12 +302,22 @@ func New(cfg Config) (*Reader, error) {
 // A start past the available records returns no records with StopCaughtUp
 // (or StopFrontier without a tail window); answering 416 is the caller's.
 func (r *Reader) Read(ctx context.Context, stream Stream, start Start, lim Limits, tail *Tail) (Result, error) {
+	return r.read(ctx, stream, start, lim, tail, nil)
+}
+
+func (r *Reader) read(ctx context.Context, stream Stream, start Start, lim Limits, tail *Tail, pf *Prefetch) (Result, error) {
 	t0 := time.Now()
 	defer func() { r.m.readLatency.Observe(time.Since(t0).Seconds()) }()
 	if stream.ID == "" {
 		return Result{}, errors.New("reader: empty stream id")
 	}
-	w := newWalk(r, stream, lim, tail)
+	w := newWalk(r, stream, lim, tail, pf)
+	if pf != nil {
+		// Reads of one Prefetch are sequential: the cursor is the walk's
+		// for its run.
+		w.rows = pf.walkRows
+		defer func() { pf.walkRows = w.rows }()
+	}
 	res, err := w.run(ctx, start)
 	if err != nil {
 		return Result{}, fmt.Errorf("reader: read stream %s from %s: %w", stream.ID, start, err)

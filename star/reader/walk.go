@@ -24,10 +24,11 @@ type walk struct {
 	tail   *Tail
 	rows   cursor
 	acc    acc
+	pf     *Prefetch // nil: no read-ahead
 }
 
-func newWalk(r *Reader, stream Stream, lim Limits, tail *Tail) *walk {
-	w := &walk{r: r, stream: stream, tail: tail}
+func newWalk(r *Reader, stream Stream, lim Limits, tail *Tail, pf *Prefetch) *walk {
+	w := &walk{r: r, stream: stream, tail: tail, pf: pf}
 	w.rows = cursor{q: rows{r: r, id: stream.ID}, page: r.cfg.RowPage}
 	w.acc = newAcc(lim, r.cfg.MaxBatchCount, r.cfg.MaxBatchBytes)
 	return w
@@ -56,6 +57,21 @@ func (w *walk) run(ctx context.Context, start Start) (Result, error) {
 		a.next = end - min(start.Value, end)
 	default:
 		return Result{}, fmt.Errorf("unknown start kind %d", start.Kind)
+	}
+	if w.tail != nil && w.tail.Window != nil && a.since == nil {
+		// A reader at the tail (a live session woken by a release) finds
+		// its next seq in the window: served from memory without asking
+		// the metastore for rows that cannot hold it (a thousand tailing
+		// sessions would otherwise query twice per release each).
+		// (No peek first: the window decodes what it returns.)
+		miss, err := w.readTail()
+		if err != nil {
+			return Result{}, err
+		}
+		if !miss.missing {
+			return a.result(), nil
+		}
+		// Not in the window (absorbed, or below it): the rows have it.
 	}
 	retries, retryAt := 0, a.next
 	retry := func() bool {
@@ -166,7 +182,11 @@ func (w *walk) readSpan(ctx context.Context, row meta.Ref) error {
 	sl := row.Span.Slots
 	i := sort.Search(len(sl), func(i int) bool { return sl[i].FirstSeq+sl[i].Count > a.next })
 	for ; i < len(sl) && a.stop == 0; i++ {
-		recs, err := w.r.extent(ctx, row.Span, sl[i])
+		recs, ok := w.pf.ready(extentKey(row.Span, sl[i]))
+		var err error
+		if !ok {
+			recs, err = w.r.extent(ctx, row.Span, sl[i])
+		}
 		if err != nil {
 			return fmt.Errorf("span ref at %d (epoch %d of %s/%s): %w", row.FirstSeq, row.Span.Epoch, row.Span.Star, row.Span.Class, err)
 		}
@@ -209,7 +229,13 @@ func (w *walk) readSettled(ctx context.Context, row meta.Ref) error {
 			a.stop = StopUntil
 			break
 		}
-		recs, err := w.r.chunk(ctx, key, f, chunkOf(e, size))
+		c := chunkOf(e, size)
+		recs, ok := w.pf.ready(chunkKey(key, c))
+		if !ok {
+			if recs, err = w.r.chunk(ctx, key, f, c); err != nil {
+				return fmt.Errorf("catalog row at %d: %w", row.FirstSeq, err)
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("catalog row at %d: %w", row.FirstSeq, err)
 		}

@@ -10,8 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -88,6 +90,8 @@ type common struct {
 	readGrace                 time.Duration
 	admitTimeout, delPending  time.Duration
 	readCacheMiB              int
+	readBudgetMiB             int
+	readWindowMiB             int
 	heartbeatMin, heartbeatMx time.Duration
 	registryBeat, deadAfter   time.Duration
 	balanceEvery              time.Duration
@@ -102,6 +106,9 @@ type common struct {
 	sessionThrottle                      time.Duration
 	clientPerSec                         float64
 	clientBurst                          int
+	durablePrefix, durableBasin          string
+	durableClass                         string
+	durableLongPoll                      time.Duration
 
 	location string // server.Options.Location
 }
@@ -144,6 +151,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.admitTimeout, "admit-timeout", d.AdmitTimeout, "how long a unary append waits for pool budget before a retryable 503")
 	fs.DurationVar(&c.delPending, "deletion-pending", d.DeletionPending, "how long a deleted stream or basin answers 409 before 404")
 	fs.IntVar(&c.readCacheMiB, "read-cache-mib", int(d.ReadCacheBytes>>20), "read path cache of footers and extents")
+	fs.IntVar(&c.readBudgetMiB, "read-budget-mib", int(d.ReadBudgetBytes>>20), "bytes all catching-up readers may hold fetched ahead (GETs in flight and data not yet served), shared evenly among them (0 turns read-ahead off)")
+	fs.IntVar(&c.readWindowMiB, "read-window-mib", int(d.ReadWindowBytes>>20), "most one catching-up reader fetches ahead")
 	fs.DurationVar(&c.heartbeatMin, "session-heartbeat-min", 5*time.Second, "idle read sessions get a heartbeat every random min..max")
 	fs.DurationVar(&c.heartbeatMx, "session-heartbeat-max", 15*time.Second, "see --session-heartbeat-min")
 	fs.DurationVar(&c.registryBeat, "registry-heartbeat", d.HeartbeatEvery, "how often the star renews its registry row")
@@ -159,6 +168,10 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", node.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
 	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token; the admin token and open stars by IP address) may make on S2's API; 0 (the default) turns the limit off")
 	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")
+	fs.StringVar(&c.durablePrefix, "durable-prefix", durable.DefaultPrefix, "path prefix of the Durable Streams protocol on the API port (empty: not served)")
+	fs.StringVar(&c.durableBasin, "durable-basin", durable.DefaultBasin, "basin holding the Durable Streams streams (created on first use)")
+	fs.StringVar(&c.durableClass, "durable-storage-class", string(durable.DefaultStorageClass), "default storage class of the Durable Streams basin when the star creates it: express or standard")
+	fs.DurationVar(&c.durableLongPoll, "durable-long-poll", durable.DefaultLongPoll, "how long a Durable Streams long-poll waits for data before 204")
 	fs.StringVar(&c.location, "location", server.DefaultLocation, "the deployment's location (S2's region, e.g. aws:us-east-1): what /v1/locations and basin info answer")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
@@ -210,6 +223,11 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Settle = c.settleConfig()
 	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
+	cfg.ReadBudgetBytes = int64(c.readBudgetMiB) << 20
+	if c.readBudgetMiB <= 0 {
+		cfg.ReadBudgetBytes = -1
+	}
+	cfg.ReadWindowBytes = int64(c.readWindowMiB) << 20
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
 	cfg.BalanceEvery = c.balanceEvery
 	cfg.IdleRelease = c.idleRelease
@@ -239,8 +257,18 @@ func (c *common) serverOptions(ac auth.Config) server.Options {
 		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,
 		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
 		ClientRate: server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst},
+		Durable:    c.durableConfig(),
 		Location:   c.location,
 	}
+}
+
+// durableConfig is the Durable Streams face's config, nil when off.
+func (c *common) durableConfig() *durable.Config {
+	if c.durablePrefix == "" {
+		return nil
+	}
+	return &durable.Config{Prefix: c.durablePrefix, Basin: c.durableBasin, LongPoll: c.durableLongPoll,
+		StorageClass: api.StorageClass(c.durableClass)}
 }
 
 // settleConfig maps the --settle-* and --read-grace flags onto the

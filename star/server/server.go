@@ -27,6 +27,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/ratelimit"
 )
@@ -70,6 +71,9 @@ type Options struct {
 	SessionWriteTimeout time.Duration
 	// ClientRate is the optional per-client request rate (ratelimit.go).
 	ClientRate ClientRate
+	// Durable, when set, serves the Durable Streams protocol under its
+	// prefix (star/durable; its Node and Forward are filled in here).
+	Durable *durable.Config
 	// Location is the deployment's one location (S2's region), what
 	// /v1/locations and basin info answer (default DefaultLocation).
 	Location string
@@ -118,8 +122,9 @@ type Server struct {
 
 	clients *ratelimit.Keyed // per-client request rate; nil when off
 
-	codecs *codecs // compressed unary bodies (compress.go)
-	usage  *usage  // what this star served, for the metrics API (usage.go)
+	ds     *durable.Handler // the Durable Streams face; nil when off
+	codecs *codecs          // compressed unary bodies (compress.go)
+	usage  *usage           // what this star served, for the metrics API (usage.go)
 }
 
 // errDraining ends sessions when the server shuts down.
@@ -181,6 +186,14 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if s.fwd, err = newForwarder(s); err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
+	if opts.Durable != nil {
+		cfg := *opts.Durable
+		cfg.Node, cfg.Forward, cfg.Logger = n, s.forwardIfLed, opts.Logger
+		cfg.Private = !keys.IsOpen()
+		if s.ds, err = durable.New(cfg); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -233,6 +246,10 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, context.Cance
 
 // ServeHTTP routes a request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.ds != nil && s.ds.Matches(r.URL.EscapedPath()) {
+		s.serveDurable(w, r)
+		return
+	}
 	start := time.Now()
 	rw := &recorder{ResponseWriter: w, codecs: s.codecs, coding: responseCoding(r)}
 	rt, perr := parsePath(r.URL.EscapedPath())

@@ -27,6 +27,11 @@ type Workload struct {
 	// hangs (on a black-holed bucket, say) before it appends again, and
 	// the write path under test must see appends meanwhile.
 	AppendersPerStream int
+	// DurablePerStream more client goroutines on every even-numbered
+	// stream append through the Durable Streams face as idempotent
+	// producers (durable.go), mixed with the S2 clients of that stream,
+	// which then never fence it (the protocol's writers hold no token).
+	DurablePerStream int
 	// RequestTimeout bounds one call (default 10 s).
 	RequestTimeout time.Duration
 	// ReadTimeout bounds one read or check-tail (default RequestTimeout).
@@ -80,8 +85,17 @@ func (w *Workload) Run(ctx context.Context, h *History) error {
 				rng:        rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))),
 				appendOnly: k >= w.ClientsPerStream,
 			}
+			c.noFence = w.DurablePerStream > 0 && si%2 == 0
 			id++
 			wg.Go(func() { c.run(ctx) })
+		}
+		if si%2 != 0 {
+			continue
+		}
+		for range w.DurablePerStream {
+			d := newDurableClient(id, name, w.Endpoints, h, rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))))
+			id++
+			wg.Go(func() { d.run(ctx) })
 		}
 	}
 	wg.Wait()
@@ -102,6 +116,9 @@ type client struct {
 	readTimeout time.Duration
 	// appendOnly: the client only appends (a producer).
 	appendOnly bool
+	// noFence: the client sends no fence command (a stream shared with
+	// Durable Streams writers).
+	noFence bool
 
 	ops  int
 	tail uint64
@@ -134,8 +151,10 @@ func (c *client) run(ctx context.Context) {
 			failed = c.append(ctx, true, false, false)
 		case p < 60:
 			failed = c.append(ctx, c.rng.IntN(2) == 0, c.haveToken, false)
-		case p < 65:
+		case p < 65 && !c.noFence:
 			failed = c.append(ctx, false, c.haveToken, true)
+		case p < 65:
+			failed = c.append(ctx, false, false, false)
 		case p < 85:
 			failed = c.read(ctx)
 		default:

@@ -106,6 +106,14 @@ type Stats struct {
 	// and check-tails: they carry no information and stay out of the
 	// history.
 	NoEffect int
+	// DurableAppends counts the appends made through the Durable Streams
+	// face (durable.go), DurableAcked those acknowledged 200, and
+	// DurableRefused those the face refused (a 4xx: nothing appended).
+	DurableAppends, DurableAcked, DurableRefused int
+	// DurableDuplicates counts appends whose last attempt was answered
+	// 204 (an earlier attempt applied it), DurableRetries the attempts
+	// sent again after no answer or a 5xx.
+	DurableDuplicates, DurableRetries int
 }
 
 // NewHistory starts a history; times are measured from now.
@@ -198,6 +206,34 @@ func (h *History) RecordAppend(client int, in *Input, call int64, ack api.Append
 	}
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 	return o
+}
+
+// RecordDurableAppend adds an append made through the Durable Streams
+// face: as RecordAppend, and counted apart.
+func (h *History) RecordDurableAppend(client int, in *Input, call int64, ack api.AppendAck, err error, duplicate bool, retries int) Outcome {
+	o := h.RecordAppend(client, in, call, ack, err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.DurableAppends++
+	h.stats.DurableRetries += retries
+	if duplicate {
+		h.stats.DurableDuplicates++
+	}
+	if err == nil {
+		h.stats.DurableAcked++
+	}
+	return o
+}
+
+// RecordDurableRefusal counts a Durable Streams append the face refused
+// definitely (a 4xx: nothing appended); it stays out of the history.
+func (h *History) RecordDurableRefusal(client int, in *Input, call int64, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.Appends++
+	h.stats.DurableAppends++
+	h.stats.DurableRefused++
+	h.stats.NoEffect++
 }
 
 // RecordRead adds a read of in.From, in.Count called at call.

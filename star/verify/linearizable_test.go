@@ -41,6 +41,7 @@ var (
 	flagStreams      = flag.Int("verify.streams", 2, "streams per history (alternately standard and express)")
 	flagClients      = flag.Int("verify.clients", 4, "client goroutines per stream")
 	flagAppenders    = flag.Int("verify.appenders", 1, "more client goroutines per stream that only append (producers: they never wait on a read)")
+	flagDurable      = flag.Int("verify.durable", 1, "more client goroutines per even-numbered stream that append through the Durable Streams face (idempotent producers), beside its S2 clients")
 	flagSeed         = flag.Uint64("verify.seed", 0, "random seed (0: from the clock)")
 	flagCheckTimeout = flag.Duration("verify.check-timeout", 3*time.Minute, "porcupine's budget per history")
 	flagMaxDown      = flag.Duration("verify.max-down", 3*time.Second, "a killed star stays down up to this long (past --dead-after: the others take its streams over)")
@@ -188,6 +189,9 @@ func startCluster(t *testing.T, bin, dir string, n int, withFaults bool) *Cluste
 			"--standard-buckets", strings.Join(standardBuckets, ","), "--express-buckets", strings.Join(expressBuckets, ","),
 			"--registry-heartbeat", beat.String(), "--dead-after", flagDeadAfter.String(),
 			"--s3-flush-interval", "5ms", "--shutdown-timeout", "5s",
+			// The Durable Streams face serves the run's basin, so its
+			// appends share streams with the S2 clients'.
+			"--durable-basin", basin,
 			// Markers ripen within seconds, so the auditor settles and
 			// trims during the run and reads cross span refs, settled
 			// objects and trimmed slots, not only the flight index.
@@ -428,7 +432,8 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 
 	h := NewHistory()
 	w := &Workload{Endpoints: cluster.Endpoints(), Basin: basin, Streams: streams,
-		ClientsPerStream: *flagClients, AppendersPerStream: *flagAppenders, Seed: seed + uint64(r), ReadTimeout: *flagReadTimeout}
+		ClientsPerStream: *flagClients, AppendersPerStream: *flagAppenders, DurablePerStream: *flagDurable,
+		Seed: seed + uint64(r), ReadTimeout: *flagReadTimeout}
 	// The clients run for d and at least until the nemesis has injected
 	// every planned fault and BlipMargin more (a handoff's blip is
 	// measured until then).
@@ -501,7 +506,7 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		return false
 	}
 	order := append(slices.Clone(admins[r%len(admins):]), admins[:r%len(admins)]...)
-	readBack, err := ReadBack(rb, order, basin, streams, h, len(streams)*(*flagClients+*flagAppenders))
+	readBack, err := ReadBack(rb, order, basin, streams, h, len(streams)*(*flagClients+*flagAppenders+*flagDurable))
 	if err != nil {
 		t.Errorf("round %d: %v", r, err)
 		dumpStars(t, cluster)
@@ -542,6 +547,11 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		t.Logf("round %d: handoff of %s at %v (+%v)%s: max acked append latency %v, longest ack gap %v, %d acks within it",
 			r, b.Stream, b.At.Round(time.Millisecond), (b.End - b.At).Round(time.Millisecond), clean,
 			b.MaxAckLatency.Round(time.Millisecond), b.AckGap.Round(time.Millisecond), b.Acks)
+	}
+	t.Logf("round %d: Durable Streams appends %d: %d acked, %d duplicates (204), %d refused; %d attempts sent again",
+		r, st.DurableAppends, st.DurableAcked, st.DurableDuplicates, st.DurableRefused, st.DurableRetries)
+	if *flagDurable > 0 && st.DurableAcked == 0 {
+		t.Errorf("round %d: no Durable Streams append was acknowledged: the mixed workload did not run", r)
 	}
 	if st.ShortReads > 0 {
 		t.Logf("round %d: %d short reads, e.g. %s", r, st.ShortReads, strings.Join(h.ShortReads(), "; "))

@@ -1,0 +1,276 @@
+package durable_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/testsvc"
+)
+
+// The official suite, @durable-streams/server-conformance-tests 0.3.6
+// (pinned in .ci/tools), has 338 tests. Six, "Reserved subscription APIs",
+// run only when the suite is called with subscriptions enabled, which its
+// CLI never does: they are reported skipped by the suite itself, not by
+// this test. Everything else must pass.
+const (
+	wantTotal        = 338
+	wantOptInSkipped = 6
+	optInDescribe    = "Reserved subscription APIs"
+	// suiteTimeout bounds the Node run (about 40 s on a quiet machine).
+	suiteTimeout = 10 * time.Minute
+)
+
+// TestConformance runs the official Durable Streams conformance suite
+// against `star dev` (its own default durability: an append is
+// acknowledged once durable at W).
+func TestConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite takes about a minute")
+	}
+	root := testsvc.RepoRoot(t)
+	nodeTools := testsvc.NodeToolsDir(t)
+	pkg := filepath.Join(nodeTools, "@durable-streams", "server-conformance-tests")
+	testsvc.RequireFile(t, filepath.Join(pkg, "package.json"), "the Durable Streams conformance suite")
+	node := lookNode(t)
+	star := startDev(t, root, t.TempDir(), "")
+	config := filepath.Join(root, "star", "durable", "testdata", "vitest.config.mjs")
+	report := filepath.Join(t.TempDir(), "report.json")
+
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join(nodeTools, "vitest", "vitest.mjs"), "run",
+		"--root", filepath.Dir(nodeTools), "--config", config,
+		"--reporter=default", "--reporter=json", "--outputFile="+report, "--no-color")
+	cmd.Dir = filepath.Dir(nodeTools)
+	cmd.Env = append(os.Environ(), "CONFORMANCE_TEST_URL="+star.url+"/ds", "NO_COLOR=1")
+	cmd.WaitDelay = 5 * time.Second
+	out, runErr := cmd.CombinedOutput()
+	failed := runErr != nil
+	defer func() {
+		if failed {
+			t.Logf("vitest output (tail):\n%s", tail(string(out), 48<<10))
+			t.Logf("star dev output (tail):\n%s", tail(star.output(), 32<<10))
+		}
+	}()
+	raw, err := os.ReadFile(report)
+	if err != nil {
+		failed = true
+		t.Fatalf("no JSON report from the suite (exit: %v): %v", runErr, err)
+	}
+	var rep struct {
+		NumTotalTests, NumPassedTests, NumFailedTests, NumPendingTests, NumTodoTests int
+		TestResults                                                                  []struct {
+			AssertionResults []struct {
+				AncestorTitles  []string `json:"ancestorTitles"`
+				Title           string   `json:"title"`
+				Status          string   `json:"status"`
+				FailureMessages []string `json:"failureMessages"`
+			} `json:"assertionResults"`
+		} `json:"testResults"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		failed = true
+		t.Fatalf("decode the suite's report: %v", err)
+	}
+	skipped := 0
+	for _, f := range rep.TestResults {
+		for _, a := range f.AssertionResults {
+			name := strings.Join(append(a.AncestorTitles, a.Title), " > ")
+			switch a.Status {
+			case "passed":
+			case "failed":
+				failed = true
+				t.Errorf("FAIL %s: %s", name, firstLine(strings.Join(a.FailureMessages, "\n")))
+			default:
+				skipped++
+				if len(a.AncestorTitles) == 0 || a.AncestorTitles[0] != optInDescribe {
+					failed = true
+					t.Errorf("%s: %s (only the suite's opt-in %q tests may be skipped)", a.Status, name, optInDescribe)
+				}
+			}
+		}
+	}
+	t.Logf("Durable Streams conformance: %d tests, %d passed, %d failed, %d skipped by the suite (opt-in %q)",
+		rep.NumTotalTests, rep.NumPassedTests, rep.NumFailedTests, skipped, optInDescribe)
+	if rep.NumTotalTests != wantTotal || skipped != wantOptInSkipped || rep.NumPassedTests != wantTotal-wantOptInSkipped {
+		failed = true
+		t.Errorf("want %d tests, %d passed and %d opt-in skipped; got %d, %d passed, %d skipped",
+			wantTotal, wantTotal-wantOptInSkipped, wantOptInSkipped, rep.NumTotalTests, rep.NumPassedTests, skipped)
+	}
+	if runErr != nil && rep.NumFailedTests == 0 {
+		t.Errorf("vitest: %v", runErr)
+	}
+}
+
+func lookNode(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found on PATH: the Durable Streams suites need Node 20 (install it, then run `make tools`): %v", err)
+	}
+	return node
+}
+
+// devStar is a `star dev --open` process on a fixed address and data
+// folder, which the kill test kills with SIGKILL and starts again.
+type devStar struct {
+	t         *testing.T
+	bin, data string
+	addr, url string
+	cmd       *exec.Cmd
+	out       *strings.Builder
+	done      chan struct{}
+	outs      []string
+}
+
+func startDev(t *testing.T, root, data, addr string) *devStar {
+	t.Helper()
+	if addr == "" {
+		addr = testsvc.Addr(testsvc.FreePort(t))
+	}
+	s := &devStar{t: t, bin: buildStar(t, root), data: data, addr: addr, url: "http://" + addr}
+	s.start()
+	t.Cleanup(func() { s.kill() })
+	return s
+}
+
+// start runs the star and waits until it is healthy. The Durable Streams
+// long-poll is 3 s (the suite's tests allow 5 s for one that times out).
+func (s *devStar) start() {
+	t := s.t
+	t.Helper()
+	var out strings.Builder
+	cmd := exec.Command(s.bin, "dev", "--open", "--data", s.data, "--listen", s.addr,
+		"--shutdown-timeout", "5s", "--durable-long-poll", "3s")
+	cmd.Env = withoutStarlogConfig(os.Environ())
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start star dev: %v", err)
+	}
+	s.cmd, s.out, s.done = cmd, &out, make(chan struct{})
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		close(lines)
+	}()
+	collected := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for l := range lines {
+			b.WriteString(l + "\n")
+		}
+		collected <- b.String()
+	}()
+	go func() {
+		_ = cmd.Wait()
+		pw.Close()
+		s.outs = append(s.outs, <-collected)
+		close(s.done)
+	}()
+	waitHealthy(t, s, 60*time.Second)
+}
+
+// kill sends SIGKILL (kill -9) and waits for the process to go.
+func (s *devStar) kill() {
+	if s.cmd == nil {
+		return
+	}
+	select {
+	case <-s.done:
+	default:
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+func (s *devStar) output() string {
+	select {
+	case <-s.done:
+	default:
+		return "(star still running)"
+	}
+	return strings.Join(s.outs, "\n--- restart ---\n")
+}
+
+func waitHealthy(t *testing.T, s *devStar, timeout time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.done:
+			t.Fatalf("star dev exited before it was healthy:\n%s", s.output())
+		default:
+		}
+		resp, err := client.Get(s.url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last == nil {
+		last = errors.New("no attempt made")
+	}
+	t.Fatalf("star dev not healthy at %s after %v: %v", s.url, timeout, last)
+}
+
+// buildStar compiles the star binary from this module into a temp folder.
+func buildStar(t *testing.T, root string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "star")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build star: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// withoutStarlogConfig drops the STARLOG_* variables, which the star reads
+// as flag defaults, so a developer's shell cannot change what is tested.
+func withoutStarlogConfig(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "STARLOG_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…\n" + s[len(s)-n:]
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}

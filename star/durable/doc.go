@@ -1,0 +1,24 @@
+// Package durable serves the Durable Streams protocol (an open HTTP
+// protocol for append-only byte streams: PUT create, POST append and close,
+// GET catch-up, long-poll and SSE reads, HEAD, DELETE, idempotent
+// producers) from a star, on the same starlog streams the S2 API serves.
+//
+// A Durable Streams stream at <prefix>/<path> is the starlog stream named
+// <path> in one configured basin. Everything a client can observe is kept
+// durably, so any star serves it after another is killed:
+//
+//   - the stream's static config (content type, TTL or expiry, fork
+//     origin, fork count, soft deletion) is a metastore row (rows.go);
+//   - the data, the closure and the producer and Stream-Seq state are the
+//     stream's records (records.go): one record per bytes-mode append or
+//     per JSON message, producer headers on the first record of a batch,
+//     and a marker record that closes the stream in the same batch as the
+//     final data.
+//
+// A star folds the records into the per-stream state (state.go) and keeps
+// it in memory only as a cache: before deciding an append it catches up
+// to the durable tail and appends with match_seq_num at that tail, so a
+// decision is never made on state another star has moved past. Offsets are
+// seq nums (offset.go). docs/durable-streams.md says what the protocol
+// leaves to servers and what this one chose.
+package durable

@@ -1,0 +1,212 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+// producerState is what one producer id has appended: its epoch and the
+// highest seq accepted in that epoch.
+type producerState struct {
+	epoch, seq uint64
+}
+
+// streamState is the fold of a stream's records [0, next): closure,
+// producers and the last Stream-Seq. It is rebuilt from the records, so a
+// star that never saw a stream (after a kill -9, a handoff) derives the
+// same state as the one that wrote it.
+type streamState struct {
+	incarnation string
+	next        uint64
+	closed      bool
+	closeSeq    uint64    // the marker's seq, when closed
+	closedBy    *producer // the producer of the closing batch, if any
+	streamSeq   string
+	producers   map[string]producerState
+}
+
+func newState(incarnation string) *streamState {
+	return &streamState{incarnation: incarnation, producers: map[string]producerState{}}
+}
+
+// apply folds records (in seq order, all at or after s.next).
+func (s *streamState) apply(recs []api.Record) {
+	var cur *producer // the producer of the batch the record belongs to
+	for i := range recs {
+		rec := &recs[i]
+		if rec.SeqNum < s.next {
+			continue
+		}
+		if p, ok := producerOf(rec); ok {
+			cur = &p
+			ps, seen := s.producers[p.id]
+			if !seen || p.epoch > ps.epoch || (p.epoch == ps.epoch && p.seq > ps.seq) {
+				s.producers[p.id] = producerState{epoch: p.epoch, seq: p.seq}
+			}
+		} else if kindOf(rec) == kindData {
+			cur = nil
+		}
+		if v, ok := headerValue(rec, hdrStreamSeq); ok && string(v) > s.streamSeq {
+			s.streamSeq = string(v)
+		}
+		if kindOf(rec) == kindClose && !s.closed {
+			s.closed, s.closeSeq, s.closedBy = true, rec.SeqNum, cur
+		}
+		s.next = rec.SeqNum + 1
+	}
+}
+
+// end is the offset past the stream's last record a Durable Streams reader
+// sees: past the marker of a closed stream, else the tail.
+func (s *streamState) end() uint64 {
+	if s.closed {
+		return s.closeSeq + 1
+	}
+	return s.next
+}
+
+// states caches folds per stream name. A cached fold is only ever a
+// prefix of the records, so catching up from it is always right.
+type states struct {
+	mu sync.Mutex
+	m  map[string]*streamState
+	// locks serialize the appends of one stream on this star (the protocol
+	// asks validation and append to be serialized per producer); across
+	// stars, match_seq_num does.
+	locks map[string]*streamLock
+	// inDoubt holds, per stream, the seq an append that failed
+	// indefinitely matched (settledState).
+	inDoubt map[string]uint64
+}
+
+func (c *states) setPending(name string, at uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.inDoubt[name]; !ok || at > cur {
+		c.inDoubt[name] = at
+	}
+}
+
+func (c *states) pending(name string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.inDoubt[name]
+	return at, ok
+}
+
+func (c *states) clearPending(name string, at uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.inDoubt[name]; ok && cur <= at {
+		delete(c.inDoubt, name)
+	}
+}
+
+type streamLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func newStates() *states {
+	return &states{m: map[string]*streamState{}, locks: map[string]*streamLock{}, inDoubt: map[string]uint64{}}
+}
+
+func (c *states) lock(name string) func() {
+	c.mu.Lock()
+	l := c.locks[name]
+	if l == nil {
+		l = &streamLock{}
+		c.locks[name] = l
+	}
+	l.refs++
+	c.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		c.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(c.locks, name)
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *states) get(name, incarnation string) *streamState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.m[name]
+	if s == nil || s.incarnation != incarnation {
+		return nil
+	}
+	return s.clone()
+}
+
+func (c *states) put(name string, s *streamState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.m[name]; old == nil || old.incarnation != s.incarnation || old.next <= s.next {
+		c.m[name] = s.clone()
+	}
+}
+
+func (c *states) drop(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, name)
+}
+
+func (s *streamState) clone() *streamState {
+	n := *s
+	n.producers = make(map[string]producerState, len(s.producers))
+	for k, v := range s.producers {
+		n.producers[k] = v
+	}
+	return &n
+}
+
+// foldBatch is how many records one catch-up read asks for.
+const foldBatch = 1000
+
+// state returns the stream's fold up to its durable tail (tail is that
+// tail), reading only the records the cache has not seen.
+func (h *Handler) state(ctx context.Context, name string, row *streamRow) (*streamState, error) {
+	pos, err := h.n.CheckTail(ctx, h.basin, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	tail := pos.SeqNum
+	s := h.states.get(name, row.Incarnation)
+	if s == nil || s.next > tail {
+		s = newState(row.Incarnation)
+	}
+	for s.next < tail {
+		b, err := h.n.Read(ctx, h.basin, name, api.ReadRequest{
+			From: api.FromSeqNum, Value: s.next, Count: api.Uint64(foldBatch), Bytes: api.Uint64(api.MaxBatchMeteredBytes),
+		}, nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(b.Records) == 0 {
+			return nil, fmt.Errorf("durable: fold of %s stopped at %d below the tail %d", name, s.next, tail)
+		}
+		s.apply(b.Records)
+		if last := b.Records[len(b.Records)-1].SeqNum; last+1 > s.next {
+			s.next = last + 1 // records below a trim point are gone
+		}
+	}
+	h.states.put(name, s)
+	return s, nil
+}
+
+// isStatus reports whether err is a node error with the HTTP status.
+func isStatus(err error, status int) bool {
+	e, ok := errors.AsType[*api.Error](err)
+	return ok && e.Status == status
+}
+
+var _ = http.StatusOK

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/node"
+)
+
+// serveDurable serves the Durable Streams face (star/durable) under its
+// prefix. It authenticates as every other route does (the access token
+// as Authorization: Bearer, how the protocol's clients send credentials)
+// and leaves authorizing the operation on the stream to the handler.
+// Deadlines as for S2 requests: a body must arrive within BodyReadTimeout
+// and a response be out within RequestTimeout, plus the handler's longest
+// wait for reads (long-poll, SSE).
+func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	now := time.Now()
+	budget := s.opts.RequestTimeout
+	if r.Method == http.MethodGet {
+		budget += s.ds.MaxWait()
+	} else {
+		_ = rc.SetReadDeadline(now.Add(s.opts.BodyReadTimeout))
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	_ = rc.SetWriteDeadline(now.Add(budget))
+	defer rc.SetWriteDeadline(time.Time{})
+	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
+	if !internal {
+		r.Header.Del(HeaderForwardedBy) // only a peer may say it forwards
+	}
+	if r.Header.Get(HeaderForwardedBy) != "" {
+		r = r.WithContext(node.Forwarded(r.Context()))
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("durable handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+			http.Error(w, "internal error", http.StatusInternalServerError)
+		}
+	}()
+	var p auth.Principal
+	switch {
+	case r.Method == http.MethodOptions:
+		// A CORS preflight carries no credentials and has no effect.
+		p = auth.Principal{}
+	case s.keys.IsOpen():
+		s.authDecisions.WithLabelValues(authOpen).Inc()
+		p = auth.AdminPrincipal()
+	default:
+		var result string
+		var err *api.Error
+		p, result, err = s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
+		s.authDecisions.WithLabelValues(result).Inc()
+		if err != nil {
+			http.Error(w, err.Message, err.Status)
+			return
+		}
+	}
+	s.ds.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), p)))
+}
