@@ -7,7 +7,8 @@
 //     every S2Stream, its `sse.get`) reconnects with the same URL and the
 //     `Last-Event-ID` of the last event it saw. The star must resume after
 //     that id (S2: `<seq_num>,<count>,<bytes>` of what was delivered) and
-//     count the read's limit from it: every record once, then [DONE].
+//     count the read's limit from it: every record once, then [DONE]. It
+//     is cut twice, so the ids must go on counting from the resumed one.
 //     (A read with a count limit waits for new records only with `wait`,
 //     as in S2: the default wait of a bounded read is 0.)
 //   - read-session-resume/{fetch,s2s}: the SDK's readSession on each
@@ -151,9 +152,16 @@ function checkOnce(records, n, what) {
 const HALF = 10;
 const TOTAL = 2 * HALF;
 
+// Three phases of PHASE records, the connection cut after each of the
+// first two: the second resume shows the ids count from the resumed one
+// (the client keeps sending the first query's count).
+const PHASE = 10;
+const PHASES = 3;
+
 await scenario("sse-last-event-id", async () => {
   const name = "lei";
-  await appendRange(name, 0, HALF);
+  const total = PHASE * PHASES;
+  await appendRange(name, 0, PHASE);
   // The generated client of an S2Stream is the SDK's own (0.27.0 keeps it
   // in the private `client` field); its sse.get is the SDK's SSE client
   // with Last-Event-ID reconnection.
@@ -166,7 +174,7 @@ await scenario("sse-last-event-id", async () => {
     security: [{ scheme: "bearer", type: "http" }],
     url: "/streams/{stream}/records",
     path: { stream: name },
-    query: { seq_num: 0, count: TOTAL, wait: 60 },
+    query: { seq_num: 0, count: total, wait: 60 },
     headers: { accept: "text/event-stream" },
     signal: ac.signal,
     sseDefaultRetryDelay: 50,
@@ -184,24 +192,31 @@ await scenario("sse-last-event-id", async () => {
     if (r.value && typeof r.value === "object" && Array.isArray(r.value.records)) records.push(...r.value.records);
     return true;
   };
-  while (records.length < HALF) {
-    check(await next(`records 0..${HALF - 1} (have ${records.length})`), `SSE read ended after ${records.length} records`);
+  for (let p = 1; p < PHASES; p++) {
+    while (records.length < p * PHASE) {
+      check(await next(`records to ${p * PHASE - 1} (have ${records.length})`), `SSE read ended after ${records.length} records`);
+    }
+    const lastId = ids.at(-1);
+    check(/^\d+,\d+,\d+$/.test(lastId ?? ""), `event id ${JSON.stringify(lastId)}, want <seq_num>,<count>,<bytes>`);
+    check(lastId.startsWith(`${p * PHASE - 1},${p * PHASE},`), `event id after ${p * PHASE} records ${lastId}, want ${p * PHASE - 1},${p * PHASE},<bytes>`);
+    const before = relay.accepted;
+    check(relay.cut() > 0, "no open connection to cut");
+    await appendRange(name, p * PHASE, (p + 1) * PHASE);
+    // The next record comes over a new connection.
+    const have = records.length;
+    while (records.length === have) {
+      check(await next(`records after cut ${p} (have ${records.length})`), `SSE read ended after cut ${p} with ${records.length} records (errors seen: ${JSON.stringify(reconnects)})`);
+    }
+    check(relay.accepted > before, `the SDK's SSE client did not reconnect after cut ${p} (errors seen: ${JSON.stringify(reconnects)})`);
   }
-  const lastId = ids.at(-1);
-  check(/^\d+,\d+,\d+$/.test(lastId ?? ""), `event id ${JSON.stringify(lastId)}, want <seq_num>,<count>,<bytes>`);
-  check(lastId.startsWith(`${HALF - 1},${HALF},`), `event id after ${HALF} records ${lastId}, want ${HALF - 1},${HALF},<bytes>`);
-  const before = relay.accepted;
-  check(relay.cut() > 0, "no open connection to cut");
-  await appendRange(name, HALF, TOTAL);
-  while (!done && records.length <= TOTAL) {
-    if (!(await next(`records after the cut (have ${records.length})`))) break;
+  while (!done && records.length <= total) {
+    if (!(await next(`records after the cuts (have ${records.length})`))) break;
   }
   ac.abort();
-  console.error(`sse-last-event-id: connections ${before} -> ${relay.accepted}, event ids ${ids.join(" ")}`);
-  check(relay.accepted > before, `the SDK's SSE client did not reconnect (errors seen: ${JSON.stringify(reconnects)})`);
-  checkOnce(records, TOTAL, "SSE read resumed with Last-Event-ID");
+  console.error(`sse-last-event-id: ${relay.accepted} connections, event ids ${ids.join(" ")}, reconnects on ${JSON.stringify(reconnects)}`);
+  checkOnce(records, total, "SSE read resumed with Last-Event-ID");
   check(done, `the resumed read did not end with [DONE] after its count (${records.length} records)`);
-  check(ids.at(-1)?.startsWith(`${TOTAL - 1},${TOTAL},`), `last event id ${ids.at(-1)}, want ${TOTAL - 1},${TOTAL},<bytes>`);
+  check(ids.at(-1)?.startsWith(`${total - 1},${total},`), `last event id ${ids.at(-1)}, want ${total - 1},${total},<bytes>`);
 });
 
 for (const transport of ["fetch", "s2s"]) {
