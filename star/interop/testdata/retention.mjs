@@ -1,8 +1,9 @@
 // The official S2 TypeScript SDK (@s2-dev/streamstore, pinned in .ci/tools)
 // against retention by age on a star whose in-process auditor runs fast
 // (the Go test starts `star dev` with short auditor, settle and read-grace
-// timers). A stream with retention_policy.age of 2 s is appended to until
-// the janitor has trimmed its front (polled, not timed); then, as
+// timers). A stream with retention_policy.age of 2 s gets 1.5 MB of
+// records, two settled objects' worth, and is read from seq 0 until the
+// janitor has trimmed its front (polled, not timed); then, as
 // docs/api.md "Trimmed records" says, a read from seq 0 (unary, and a
 // readSession on each transport), from a timestamp of 0 and from a tail
 // offset below the first retained record starts at the first retained
@@ -19,6 +20,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 const SDK_PACKAGE = "@s2-dev/streamstore";
 const SDK_VERSION = "0.27.0";
 const RETENTION_SECS = 2;
+const RECORDS = 15; // 100 kB each: 1.5 MB, between one and two output caps
 // How long the janitor may take to trim the front: generous, as a slow
 // machine is not a failure; the loop ends as soon as it is seen.
 const TRIM_DEADLINE_MS = 120_000;
@@ -118,25 +120,41 @@ async function readUnary(start) {
   return out;
 }
 
+// checkFront: before the trim, a read from 0 starts at 0 and runs on.
+function checkFront(records, what) {
+  records.forEach((r, i) => {
+    check(r.seqNum === i, `${what}: record ${i} has seq ${r.seqNum}`);
+    check(r.body === body(i), `${what}: seq ${i} body ${short(r.body)}, want ${short(body(i))}`);
+  });
+}
+
 let total = 0;
 let trimmedAt; // the first seq of a read from 0 once the front went
 
 await scenario("retention-trims-front", async () => {
   const cfg = await s2.basin(basin).streams.getConfig({ stream: name });
   check(cfg.retentionPolicy?.ageSecs === RETENTION_SECS, `stream config retention ${JSON.stringify(cfg.retentionPolicy)}`);
-  const deadline = Date.now() + TRIM_DEADLINE_MS;
-  for (;;) {
-    const batch = [AppendRecord.string({ body: body(total) })];
-    const ack = await unary.append(AppendInput.create(batch));
+  // A fixed set of records, each its own append: more than one output cap,
+  // less than two, so once settled the stream has two objects and the
+  // janitor can trim only the first (never the last): after the front
+  // goes the retained records stay put, whatever the machine's speed.
+  for (let i = 0; i < RECORDS; i++) {
+    const ack = await unary.append(AppendInput.create([AppendRecord.string({ body: body(total) })]));
     check(ack.start.seqNum === total, `append at ${total}: ack start ${ack.start.seqNum}`);
     total = ack.end.seqNum;
-    const out = await readUnary({ seqNum: 0 });
-    check(out.length > 0, `read from 0 with tail ${total}: no records`);
-    if (out[0].seqNum > 0) {
-      trimmedAt = checkRetained(out, total, "unary read from seq 0 as the front goes");
+  }
+  const deadline = Date.now() + TRIM_DEADLINE_MS;
+  for (;;) {
+    // One read (up to 1 MiB) shows whether the front went; paging on
+    // could straddle the trim.
+    const page = await unary.read({ start: { from: { seqNum: 0 } } });
+    check(page.records.length > 0, `read from 0 with tail ${total}: no records`);
+    if (page.records[0].seqNum > 0) {
+      trimmedAt = checkRetained(await readUnary({ seqNum: 0 }), total, "unary read from seq 0 once the front went");
       break;
     }
-    check(Date.now() < deadline, `after ${TRIM_DEADLINE_MS} ms and ${total} records, a read from seq 0 still starts at 0: retention of ${RETENTION_SECS} s never trimmed`);
+    checkFront(page.records, "unary read from seq 0 before the trim");
+    check(Date.now() < deadline, `after ${TRIM_DEADLINE_MS} ms, a read from seq 0 still starts at 0: retention of ${RETENTION_SECS} s never trimmed`);
     await sleep(250);
   }
   console.error(`retention: front trimmed to seq ${trimmedAt} of ${total}`);
