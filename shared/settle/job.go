@@ -140,7 +140,7 @@ func RunSettle(ctx context.Context, st *Stores, j Job) (rep Report, ran bool, er
 	if err := j.Validate(); err != nil {
 		return rep, false, err
 	}
-	k := meta.JobClaimKey(j.Chain.Star, j.Chain.Class, j.Epoch, j.From, j.End)
+	k := meta.JobClaimKey(j.Chain.Star, j.Chain.Class, j.Epoch, j.From)
 	ran, err = holdClaim(ctx, st.Meta, k, auditorID+"/"+token(), false, func(ctx context.Context) error {
 		var err error
 		rep, err = Settle(ctx, st, j)

@@ -121,3 +121,64 @@ func TestSettleJobRunsOnce(t *testing.T) {
 		t.Fatalf("a run after the first: ran %v, err %v", ran, err)
 	}
 }
+
+// An era planned again while its first run is in flight may end further
+// on (more markers ripened meanwhile: the planner cuts eras from the same
+// first slot while their markers stand, up to EraMaxSlots). That run
+// must not settle the era beside the first either: the in-flight claim is
+// the era's epoch and first slot, not its end. (Keyed by the end too, the
+// second run settled the era, 9 settled-object writes, and the first then
+// adopted them.)
+func TestSettleReplannedLongerEraRunsOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, id := range []string{"a", "b", "c"} {
+		e.write(id, 20, 4, 300)
+	}
+	e.waitAbsorbed()
+	e.loglet.Close()
+	now := time.Now().Add(time.Hour)
+	e.st.Now = func() time.Time { return now }
+	jobs, err := settle.Plan(ctx, e.st, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job settle.Job
+	for _, j := range jobs {
+		if j.Kind == settle.KindSettle {
+			job = j
+			break
+		}
+	}
+	if job.Kind == "" {
+		t.Fatalf("no settle job planned: %v", jobs)
+	}
+	longer := job
+	longer.End += 8 // the same era as planned a minute later, grown
+	g := &gatedStreams{inner: e.st.Streams, entered: make(chan struct{}), release: make(chan struct{})}
+	e.st.Streams = g
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := settle.RunSettle(ctx, e.st, job)
+		first <- err
+	}()
+	select {
+	case <-g.entered:
+	case <-ctx.Done():
+		t.Fatal("the first run never judged a stream")
+	}
+	before := settledWrites(e)
+	_, ran, err := settle.RunSettle(ctx, e.st, longer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := settledWrites(e) - before
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if ran || d != 0 {
+		t.Fatalf("the re-planned %s ran beside %s (ran %v, %d settled-object writes)", longer, job, ran, d)
+	}
+}
