@@ -23,7 +23,7 @@ func main() {
   check-tail, bench) talk to a star over its API`,
 		SilenceUsage: true,
 	}
-	root.AddCommand(servecmd.Serve(), servecmd.Dev())
+	root.AddCommand(servecmd.Serve(), servecmd.Dev(), servecmd.Settle())
 	root.AddCommand(clientcmd.Commands()...)
 	if err := root.Execute(); err != nil {
 		os.Exit(1)

@@ -37,8 +37,13 @@ const (
 	StarExitsAlarmMinutes = 10
 )
 
+// MetricQuarantined is the quarantined-streams gauge the plan function
+// publishes (functions/internal/handler.QuarantinedMetric).
+const MetricQuarantined = "starlog_settle_quarantined_streams"
+
 // alarms wires every alarm to one SNS topic: backlog age and stalls (the
-// seeds say to alert on backlog age, never rate), settle lag, work queue
+// seeds say to alert on backlog age, never rate), settle lag, quarantined
+// streams, work queue
 // age, dead-letter depth, star health, star crash loops, and scheduled job
 // failures.
 func (s *Starlog) alarms() {
@@ -85,6 +90,9 @@ func (s *Starlog) alarms() {
 		{"SettleLag", "Ripe batch markers are not being settled.",
 			starMetric(userdata.MetricSettleLag, "Maximum", 5), float64(c.SettleLagAlarmSeconds),
 			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 2, awscloudwatch.TreatMissingData_NOT_BREACHING},
+		{"SettleQuarantine", "A stream's settle kept failing and it is quarantined: its slots are pinned (every other stream's are trimmed); see star settle quarantine list, then retry or force it.",
+			starMetric(MetricQuarantined, "Maximum", 5), 0,
+			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 1, awscloudwatch.TreatMissingData_NOT_BREACHING},
 		{"StarExits", "Stars keep exiting uncleanly (a crash loop: systemd restarts them forever); the star log group has each exit and the star's last lines.",
 			starMetric(MetricStarExits, "Sum", StarExitsAlarmMinutes), StarExitsAlarmCount,
 			awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1, awscloudwatch.TreatMissingData_NOT_BREACHING},

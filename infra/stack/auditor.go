@@ -29,6 +29,7 @@ const (
 	EnvExpressBuckets   = "STARLOG_EXPRESS_BUCKETS"
 	EnvScratchDir       = "STARLOG_SCRATCH_DIR"
 	EnvScratchMiB       = "STARLOG_SCRATCH_MIB"
+	EnvMemoryMiB        = "STARLOG_MEMORY_MIB"
 	EnvMetricsNamespace = "STARLOG_METRICS_NAMESPACE"
 	EnvCluster          = "STARLOG_CLUSTER"
 )
@@ -129,7 +130,9 @@ func (s *Starlog) auditor() {
 			InlinePolicies: &map[string]awsiam.PolicyDocument{"job": doc},
 		})
 
-		fenv := map[string]*string{EnvScratchMiB: jsii.String(strconv.Itoa(f.EphemeralMiB))}
+		// The function's real /tmp and memory: the settle job's scratch
+		// and footer limits are derived from them (shared/auditjob/awsenv).
+		fenv := map[string]*string{EnvScratchMiB: jsii.String(strconv.Itoa(f.EphemeralMiB)), EnvMemoryMiB: jsii.String(strconv.Itoa(f.MemoryMiB))}
 		for k, v := range env {
 			fenv[k] = v
 		}

@@ -56,7 +56,7 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::AutoScaling::LaunchConfiguration":     0,
 		"AWS::EC2::LaunchTemplate":                  1,
 		"AWS::SNS::Topic":                           1,
-		"AWS::CloudWatch::Alarm":                    14,
+		"AWS::CloudWatch::Alarm":                    15,
 		"AWS::Logs::MetricFilter":                   1,
 		"Custom::AWS":                               1,
 	} {
@@ -206,6 +206,7 @@ func TestFunctions(t *testing.T) {
 					EnvTable, like("Ref", re("^Metastore")),
 					EnvBucket, like("Ref", re("^Standard")),
 					EnvScratchMiB, strconv.Itoa(f.EphemeralMiB),
+					EnvMemoryMiB, strconv.Itoa(f.MemoryMiB),
 					"STARLOG_SETTLE_LINGER", "60s",
 					"STARLOG_SETTLE_EXPRESS_AGE_CAP", "2m",
 					"STARLOG_READ_GRACE", "5m",
@@ -583,7 +584,7 @@ func TestIAMCheckCatchesWildcards(t *testing.T) {
 
 func TestAlarmsAndOutputs(t *testing.T) {
 	x := defaults(t)
-	names := []string{"backlog-age", "stalls", "settle-lag", "star-exits", "star-unhealthy", "no-healthy-star",
+	names := []string{"backlog-age", "stalls", "settle-lag", "settle-quarantine", "star-exits", "star-unhealthy", "no-healthy-star",
 		"plan-errors", "janitor-errors"}
 	for _, job := range config.QueueJobs {
 		names = append(names, kebab(constructID(job))+"-queue-age", kebab(constructID(job))+"-dead-letters")
@@ -620,6 +621,16 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			"MetricName", MetricStarExits, "Namespace", MetricsNamespace,
 			"Dimensions", assertions.Match_ArrayEquals(arr(like("Name", userdata.DimensionCluster, "Value", "Starlog"))),
 			"Statistic", "Sum", "Period", 600, "Threshold", 3, "ComparisonOperator", "GreaterThanOrEqualToThreshold",
+		))
+	})
+	// Issue 15 item 5: a quarantined stream alarms (the plan publishes
+	// the gauge by EMF).
+	check(t, "quarantine alarm on the plan's gauge", func() {
+		x.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(
+			"AlarmName", "Starlog-settle-quarantine",
+			"MetricName", MetricQuarantined, "Namespace", MetricsNamespace,
+			"Dimensions", assertions.Match_ArrayEquals(arr(like("Name", userdata.DimensionCluster, "Value", "Starlog"))),
+			"Statistic", "Maximum", "Threshold", 0, "ComparisonOperator", "GreaterThanThreshold",
 		))
 	})
 	check(t, "dead-letter alarm watches the DLQ", func() {

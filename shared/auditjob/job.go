@@ -144,11 +144,16 @@ type Sender interface {
 }
 
 // Plan is settle.Plan as Jobs: one settle job per era of ripe markers and
-// one trim-check per chain that has slots to retire.
+// one trim-check per chain that has slots to retire. It also sets the
+// quarantined-streams gauge.
 func Plan(ctx context.Context, st *settle.Stores, now time.Time) ([]Job, error) {
 	sjs, err := settle.Plan(ctx, st, now)
 	if err != nil {
 		return nil, err
+	}
+	// The quarantine gauge rides the plan's schedule (its alarm reads it).
+	if err := st.PublishQuarantine(ctx); err != nil {
+		st.Log().Warn("auditjob: count quarantined streams", "err", err)
 	}
 	jobs := make([]Job, len(sjs))
 	for i, sj := range sjs {

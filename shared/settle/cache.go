@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/format"
@@ -84,8 +85,25 @@ type fetchCache struct {
 	mu      sync.Mutex
 	slots   map[slotID]*warmSlot
 	epochs  map[string]epochInfo
-	bytes   int64 // bundle bytes read
+	bytes   int64 // bundle bytes read (and held on scratch)
 	bundles int
+
+	// Limits: bundle bytes on scratch and footer-entry memory, and the
+	// streams whose extents are indexed (nil: every stream).
+	maxBytes, maxFooter int64
+	footer              int64 // footer-entry memory held
+	only                map[string]bool
+}
+
+// ErrScratchBudget means a bundle would pass a settle job's scratch or
+// footer-memory limit (Config.ScratchBytes, FooterBytes). Settle splits an
+// era into rounds before it gets there; a stream whose own window needs
+// more than the limits fails with it.
+var ErrScratchBudget = errors.New("settle: the settle job's scratch budget is spent")
+
+// extentMem is the footer memory one indexed extent takes.
+func extentMem(x format.Extent) int64 {
+	return int64(unsafe.Sizeof(x)) + int64(len(x.StreamID)+len(x.FencingToken))
 }
 
 func newFetchCache(st *Stores, class meta.Class) (*fetchCache, error) {
@@ -93,7 +111,9 @@ func newFetchCache(st *Stores, class meta.Class) (*fetchCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("settle: fetch cache: %w", err)
 	}
-	return &fetchCache{dir: dir, st: st, m: st.metrics(), class: string(class), slots: map[slotID]*warmSlot{}, epochs: map[string]epochInfo{}}, nil
+	cfg := st.cfg()
+	return &fetchCache{dir: dir, st: st, m: st.metrics(), class: string(class), slots: map[slotID]*warmSlot{}, epochs: map[string]epochInfo{},
+		maxBytes: cfg.ScratchBytes, maxFooter: cfg.FooterBytes}, nil
 }
 
 // close removes the scratch directory.
@@ -194,6 +214,9 @@ func (c *fetchCache) warm(ctx context.Context, id slotID, w *warmSlot) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, ErrScratchBudget) {
+			return err // another copy is no smaller
+		}
 		errs = append(errs, fmt.Errorf("bucket %s: %w", name, err))
 	}
 	return fmt.Errorf("settle: warm slot %s: no good copy in the set: %w", key, errors.Join(errs...))
@@ -207,23 +230,49 @@ func (c *fetchCache) accept(id slotID, nonce format.Nonce, bucket string, body [
 	if env.Epoch != id.epoch || env.Slot != id.slot || env.Nonce != nonce {
 		return fmt.Errorf("%w: envelope names epoch %d slot %d, not this epoch's flight", format.ErrCorrupt, env.Epoch, env.Slot)
 	}
+	var footer int64
+	for _, x := range f.Extents {
+		if c.only == nil || c.only[x.StreamID] {
+			footer += extentMem(x)
+		}
+	}
+	// Reserve before the write, so concurrent warms cannot pass the limits
+	// together.
+	c.mu.Lock()
+	if c.bytes+int64(len(body)) > c.maxBytes || c.footer+footer > c.maxFooter {
+		held, heldF := c.bytes, c.footer
+		c.mu.Unlock()
+		return fmt.Errorf("%w: slot %d (%d bytes, %d of footer entries) on top of %d bytes and %d of entries held (limits %d, %d)",
+			ErrScratchBudget, id.slot, len(body), footer, held, heldF, c.maxBytes, c.maxFooter)
+	}
+	c.bytes += int64(len(body))
+	c.footer += footer
+	c.bundles++
+	c.mu.Unlock()
+	unreserve := func() {
+		c.mu.Lock()
+		c.bytes -= int64(len(body))
+		c.footer -= footer
+		c.bundles--
+		c.mu.Unlock()
+	}
 	path := filepath.Join(c.dir, strconv.FormatUint(id.epoch, 10)+"-"+strconv.FormatUint(id.slot, 10)+"-"+id.star+"-"+string(id.class))
 	if err := os.WriteFile(path, body, 0o600); err != nil {
+		unreserve()
 		return fmt.Errorf("settle: fetch cache: %w", err)
 	}
 	file, err := os.Open(path)
 	if err != nil {
+		unreserve()
 		return fmt.Errorf("settle: fetch cache: %w", err)
 	}
 	w.file, w.bucket, w.size = file, bucket, int64(len(body))
 	w.extents = map[string][]format.Extent{}
 	for _, x := range f.Extents {
-		w.extents[x.StreamID] = append(w.extents[x.StreamID], x)
+		if c.only == nil || c.only[x.StreamID] {
+			w.extents[x.StreamID] = append(w.extents[x.StreamID], x)
+		}
 	}
-	c.mu.Lock()
-	c.bytes += int64(len(body))
-	c.bundles++
-	c.mu.Unlock()
 	c.m.bundles.WithLabelValues(c.class).Inc()
 	c.m.bundleBytes.WithLabelValues(c.class).Add(float64(len(body)))
 	return nil

@@ -30,11 +30,24 @@ const (
 // (its holder died; clocks disagree) costs a duplicate walk, never a
 // wrong row.
 func serialised(ctx context.Context, c *chain.Chain, fn func(context.Context) error) error {
-	holder := c.Me + "/" + token()
-	k := meta.SettleClaimKey(c.Star, c.Class)
-	ver, err := acquireClaim(ctx, c.Meta, k, holder)
+	ran, err := holdClaim(ctx, c.Meta, meta.SettleClaimKey(c.Star, c.Class), c.Me+"/"+token(), true, fn)
+	if err != nil && !ran {
+		return fmt.Errorf("settle %s/%s: %w", c.Star, c.Class, err)
+	}
+	return err
+}
+
+// holdClaim runs fn while holding the claim row at k, renewing it in the
+// background and deleting it after. With wait it polls while another
+// holder has the claim; without, it returns ran = false at once (the
+// other holder is doing the work).
+func holdClaim(ctx context.Context, ms meta.Store, k meta.Key, holder string, wait bool, fn func(context.Context) error) (ran bool, err error) {
+	ver, ok, err := acquireClaim(ctx, ms, k, holder, wait)
 	if err != nil {
-		return fmt.Errorf("settle %s/%s: claim: %w", c.Star, c.Class, err)
+		return false, fmt.Errorf("claim: %w", err)
+	}
+	if !ok {
+		return false, nil
 	}
 	// Renew in the background; fn is not stopped when a renewal fails
 	// (the claim is an ordering aid, not a lock that guards anything).
@@ -51,7 +64,7 @@ func serialised(ctx context.Context, c *chain.Chain, fn func(context.Context) er
 				return
 			case <-t.C:
 			}
-			nv, err := c.Meta.Put(rctx, k.PK, k.SK, meta.Encode(claimUntil(holder)), meta.IfVer(v))
+			nv, err := ms.Put(rctx, k.PK, k.SK, meta.Encode(claimUntil(holder)), meta.IfVer(v))
 			if err != nil {
 				return // lost or failing: let it lapse
 			}
@@ -61,18 +74,19 @@ func serialised(ctx context.Context, c *chain.Chain, fn func(context.Context) er
 	err = fn(ctx)
 	stop()
 	v := <-renewed
-	// Free the claim for the next settler; a failed delete only makes it
+	// Free the claim for the next holder; a failed delete only makes it
 	// wait out the TTL.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	c.Meta.Delete(dctx, k.PK, k.SK, meta.IfVer(v)) //nolint:errcheck // see above
-	return err
+	ms.Delete(dctx, k.PK, k.SK, meta.IfVer(v)) //nolint:errcheck // see above
+	return true, err
 }
 
 // acquireClaim takes the claim row at k for holder once it is free or
-// lapsed, polling while another settler holds it.
-func acquireClaim(ctx context.Context, ms meta.Store, k meta.Key, holder string) (int64, error) {
-	wait := claimPoll
+// lapsed, polling while another settler holds it (wait), or reporting
+// ok = false at once (!wait).
+func acquireClaim(ctx context.Context, ms meta.Store, k meta.Key, holder string, wait bool) (ver int64, ok bool, err error) {
+	poll := claimPoll
 	for {
 		cond := meta.IfAbsent()
 		it, err := ms.Get(ctx, k.PK, k.SK)
@@ -80,30 +94,33 @@ func acquireClaim(ctx context.Context, ms meta.Store, k meta.Key, holder string)
 		case err == nil:
 			var cur meta.SettleClaim
 			if err := meta.Decode(it.Val, &cur); err != nil {
-				return 0, err
+				return 0, false, err
 			}
 			if time.Now().UnixMilli() < cur.Until {
+				if !wait {
+					return 0, false, nil
+				}
 				select {
 				case <-ctx.Done():
-					return 0, ctx.Err()
-				case <-time.After(wait):
+					return 0, false, ctx.Err()
+				case <-time.After(poll):
 				}
-				wait = min(2*wait, claimPollX)
+				poll = min(2*poll, claimPollX)
 				continue
 			}
 			cond = meta.IfVer(it.Ver)
 		case !errors.Is(err, meta.ErrNotFound):
-			return 0, err
+			return 0, false, err
 		}
 		v, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(claimUntil(holder)), cond)
 		if err == nil {
-			return v, nil
+			return v, true, nil
 		}
 		if !errors.Is(err, meta.ErrConditionFailed) {
-			return 0, err
+			return 0, false, err
 		}
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 }

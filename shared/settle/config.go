@@ -40,6 +40,16 @@ type Config struct {
 	// ScratchDir holds the settle job's fetch cache of warmed bundles
 	// (Lambda: /tmp). Each job uses its own subdirectory and removes it.
 	ScratchDir string
+	// ScratchBytes bounds the bundle bytes one settle job's fetch cache
+	// holds on ScratchDir at once, and FooterBytes the memory of the
+	// bundle footer entries it keeps indexed (Lambda: derived from the
+	// function's ephemeral storage and memory). An era whose qualifying
+	// streams need more is settled in rounds of streams, each within both;
+	// a bundle that would pass either is refused (ErrScratchBudget).
+	ScratchBytes, FooterBytes int64
+	// QuarantineAfter is how many consecutive settle jobs a stream fails
+	// in before it is quarantined (docs/settle.md "Quarantine").
+	QuarantineAfter int
 	// EraMaxSlots bounds the slots of one era, so one job's scratch and
 	// duration stay bounded (256 slots of 4 MiB flights: 1 GiB).
 	EraMaxSlots int
@@ -66,14 +76,19 @@ type ClassTimers struct {
 // DefaultConfig returns DESIGN §10's defaults.
 func DefaultConfig() Config {
 	return Config{
-		Trigger:     8 << 20,
-		Standard:    ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute},
-		Express:     ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute},
-		OutputCap:   256 << 20,
-		ReadGrace:   5 * time.Minute,
-		Workers:     8,
-		ScratchDir:  os.TempDir(),
-		EraMaxSlots: 256,
+		Trigger:         8 << 20,
+		Standard:        ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute},
+		Express:         ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute},
+		OutputCap:       256 << 20,
+		ReadGrace:       5 * time.Minute,
+		Workers:         8,
+		ScratchDir:      os.TempDir(),
+		EraMaxSlots:     256,
+		QuarantineAfter: 3,
+		// One era's bundles at the default flight (256 × 4 MiB) and its
+		// footer entries at a few hundred bytes per block.
+		ScratchBytes: 1 << 30,
+		FooterBytes:  64 << 20,
 		// 15 min of passes at 1 s apart is 900 markers per chain.
 		PlanMaxMarkers: 4096,
 		DeadAfter:      leader.DefaultDeadAfter,
@@ -102,6 +117,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EraMaxSlots <= 0 {
 		c.EraMaxSlots = d.EraMaxSlots
+	}
+	if c.QuarantineAfter <= 0 {
+		c.QuarantineAfter = d.QuarantineAfter
+	}
+	if c.ScratchBytes <= 0 {
+		c.ScratchBytes = d.ScratchBytes
+	}
+	if c.FooterBytes <= 0 {
+		c.FooterBytes = d.FooterBytes
 	}
 	if c.PlanMaxMarkers <= 0 {
 		c.PlanMaxMarkers = d.PlanMaxMarkers

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/format"
@@ -24,14 +25,21 @@ type Report struct {
 	Settled     int // live streams whose window this job settled
 	Left        int // live streams left standing (below the trigger, or owned by an earlier era)
 	Failed      int // streams whose settle failed (their markers are left alone)
+	Quarantined int // streams set aside: their markers resolve without them
 	Objects     int // settled objects committed
 	Adopted     int // of which published earlier by a concurrent or crashed settler
 	Bundles     int // bundles warmed into the fetch cache
 	BundleBytes int64
-	Copied      int64 // object bytes copied server-side
-	Staged      int64 // object bytes uploaded as parts (footers included)
-	RefsDeleted int   // covered span refs deleted
-	Splits      int   // span refs split where an object ended inside them
+	// Rounds is how many fetch caches the qualifying streams were settled
+	// through (more than one when their bundles pass the scratch or footer
+	// limit); PeakScratch and PeakFooter are the most bundle bytes and
+	// footer-entry memory one round held.
+	Rounds                  int
+	PeakScratch, PeakFooter int64
+	Copied                  int64 // object bytes copied server-side
+	Staged                  int64 // object bytes uploaded as parts (footers included)
+	RefsDeleted             int   // covered span refs deleted
+	Splits                  int   // span refs split where an object ended inside them
 }
 
 // errRaced means a conditional write found a row other than the one the
@@ -45,13 +53,15 @@ const maxRounds = 64
 
 // streamWork is one stream's part of a settle job.
 type streamWork struct {
-	id        string
-	judged    bool // false if the job ended before it got to the stream
-	alive     bool
-	basin     string
-	view      view
-	qualifies bool
-	err       error
+	id     string
+	judged bool // false if the job ended before it got to the stream
+	// quarantined: set aside (quarantine.go); not judged, no residue.
+	quarantined bool
+	alive       bool
+	basin       string
+	view        view
+	qualifies   bool
+	err         error
 
 	objects, adopted int
 	copied, staged   int64
@@ -129,67 +139,65 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	rep.Streams = len(works)
 	timers := cfg.Timers(job.Chain.Class)
 
-	// Judge: deleted or alive, then read the live streams' rows.
-	forEach(ctx, len(works), cfg.Workers, func(ctx context.Context, i int) {
-		w := works[i]
-		w.err = judge(ctx, st, era, w, cfg.Trigger, timers.AgeCap, now)
-	})
-	cache, err := newFetchCache(st, job.Chain.Class)
+	// Quarantined streams are set aside (their slots pinned), unjudged.
+	fails, err := readFailures(ctx, st.Meta)
 	if err != nil {
 		return rep, err
 	}
-	defer func() {
-		if cerr := cache.close(); cerr != nil {
-			log.Warn("settle: removing the fetch cache", "dir", cache.dir, "err", cerr)
-		}
-	}()
+	setAside(ctx, st, era, works, fails)
 
-	// Warm exactly the bundles the qualifying windows need.
-	var need []slotID
-	seen := map[slotID]bool{}
-	for _, w := range works {
-		if w.err != nil || !w.qualifies {
-			continue
-		}
-		for _, r := range era.window(w.view.standing) {
-			for _, sl := range r.Ref.Span.Slots {
-				id := slotID{r.Ref.Span.Star, r.Ref.Span.Class, r.Ref.Span.Epoch, sl.Slot}
-				if !seen[id] {
-					seen[id] = true
-					need = append(need, id)
-				}
-			}
-		}
-	}
-	slices.SortFunc(need, func(a, b slotID) int { return cmp.Compare(a.slot, b.slot) })
-	forEach(ctx, len(need), cfg.Workers, func(ctx context.Context, i int) {
-		// A failure is not fatal here: the stream that needs the slot tries
-		// once more and fails alone.
-		if _, err := cache.get(ctx, need[i]); err != nil {
-			log.Warn("settle: warming a bundle", "job", job.String(), "slot", need[i].slot, "err", err)
+	// Judge: deleted or alive, then read the live streams' rows.
+	forEach(ctx, len(works), cfg.Workers, func(ctx context.Context, i int) {
+		if w := works[i]; !w.judged {
+			w.err = judge(ctx, st, era, w, cfg.Trigger, timers.AgeCap, now)
 		}
 	})
-
-	// Assemble and commit each qualifying stream's objects.
+	// Streams judged but not settling now: a commit a crash left half
+	// done is finished, or its leftovers would outlive their slots.
 	forEach(ctx, len(works), cfg.Workers, func(ctx context.Context, i int) {
-		w := works[i]
-		switch {
-		case w.err != nil || !w.alive:
-		case w.qualifies:
-			w.err = settleStream(ctx, st, cache, era, w)
-		default:
-			// Not settling now, but a commit a crash left half done is
-			// finished: its leftovers would otherwise outlive their slots.
+		if w := works[i]; w.err == nil && w.alive && !w.qualifies {
 			w.err = finishLeftovers(ctx, st, w)
 		}
 	})
+	// Warm, assemble and commit the qualifying streams in rounds whose
+	// bundles fit the scratch and footer limits.
+	var queue []*streamWork
+	for _, w := range works {
+		if w.err == nil && w.alive && w.qualifies {
+			queue = append(queue, w)
+		}
+	}
+	alone := false // the last round deferred every stream: run the first by itself
+	for len(queue) > 0 && ctx.Err() == nil {
+		round, rest := nextRound(era, queue, cfg.ScratchBytes, cfg.FooterBytes)
+		if alone {
+			round, rest = queue[:1], queue[1:]
+		}
+		deferred, err := settleBatch(ctx, st, job, era, round, &rep)
+		if err != nil {
+			return rep, err
+		}
+		rep.Rounds++
+		alone = len(deferred) == len(round)
+		queue = append(deferred, rest...)
+	}
+	if err := ctx.Err(); err != nil {
+		for _, w := range queue {
+			w.err = err
+		}
+	}
 
-	var errs []error
 	for _, w := range works {
 		if !w.judged && w.err == nil {
 			w.err = errors.New("settle: job ended before the stream was judged")
 		}
+	}
+	noteOutcomes(ctx, st, era, works, fails, now)
+	var errs []error
+	for _, w := range works {
 		switch {
+		case w.quarantined:
+			rep.Quarantined++
 		case w.err != nil:
 			rep.Failed++
 			if len(errs) < 8 {
@@ -209,7 +217,6 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 		rep.RefsDeleted += w.refsDeleted
 		rep.Splits += w.splits
 	}
-	rep.Bundles, rep.BundleBytes = cache.bundles, cache.bytes
 	m.settledBytes.WithLabelValues(class, "copied").Add(float64(rep.Copied))
 	m.settledBytes.WithLabelValues(class, "staged").Add(float64(rep.Staged))
 	if err := ctx.Err(); err != nil {
@@ -223,11 +230,124 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	}
 	log.Info("settle: era settled", "job", job.String(), "markers", rep.Markers, "resolved", rep.Resolved,
 		"rescheduled", rep.Rescheduled, "streams", rep.Streams, "settled", rep.Settled, "deleted", rep.Deleted,
-		"left", rep.Left, "failed", rep.Failed, "objects", rep.Objects, "copied", rep.Copied, "staged", rep.Staged)
+		"left", rep.Left, "failed", rep.Failed, "quarantined", rep.Quarantined, "objects", rep.Objects, "copied", rep.Copied, "staged", rep.Staged)
 	if len(errs) > 0 {
 		return rep, fmt.Errorf("settle: %s: %d of %d streams failed: %w", job, rep.Failed, rep.Streams, errors.Join(errs...))
 	}
 	return rep, nil
+}
+
+// settleBatch warms the bundles round's streams need into a fresh fetch
+// cache that indexes only their extents, then assembles and commits each.
+// A stream one of whose bundles the limits refused is handed back to run
+// in a later round, unless it ran alone (then it fails with
+// ErrScratchBudget: its own window passes the limits).
+func settleBatch(ctx context.Context, st *Stores, job Job, era *eraSet, round []*streamWork, rep *Report) (deferred []*streamWork, err error) {
+	cfg, log := st.cfg(), st.Log()
+	cache, err := newFetchCache(st, job.Chain.Class)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := cache.close(); cerr != nil {
+			log.Warn("settle: removing the fetch cache", "dir", cache.dir, "err", cerr)
+		}
+	}()
+	cache.only = map[string]bool{}
+	for _, w := range round {
+		cache.only[w.id] = true
+	}
+	need := neededSlots(era, round)
+	refused := map[slotID]bool{}
+	var mu sync.Mutex
+	forEach(ctx, len(need), cfg.Workers, func(ctx context.Context, i int) {
+		// A failure is not fatal here: the stream that needs the slot tries
+		// once more and fails alone.
+		if _, err := cache.get(ctx, need[i]); err != nil {
+			if errors.Is(err, ErrScratchBudget) {
+				mu.Lock()
+				refused[need[i]] = true
+				mu.Unlock()
+				return
+			}
+			log.Warn("settle: warming a bundle", "job", job.String(), "slot", need[i].slot, "err", err)
+		}
+	})
+	var run []*streamWork
+	for _, w := range round {
+		if len(round) > 1 && len(refused) > 0 && slices.ContainsFunc(neededSlots(era, []*streamWork{w}), func(id slotID) bool { return refused[id] }) {
+			deferred = append(deferred, w)
+			continue
+		}
+		run = append(run, w)
+	}
+	forEach(ctx, len(run), cfg.Workers, func(ctx context.Context, i int) {
+		run[i].err = settleStream(ctx, st, cache, era, run[i])
+	})
+	cache.mu.Lock()
+	rep.Bundles += cache.bundles
+	rep.BundleBytes += cache.bytes
+	rep.PeakScratch = max(rep.PeakScratch, cache.bytes)
+	rep.PeakFooter = max(rep.PeakFooter, cache.footer)
+	cache.mu.Unlock()
+	return deferred, nil
+}
+
+// neededSlots lists the slots the streams' windows read, ascending.
+func neededSlots(era *eraSet, ws []*streamWork) []slotID {
+	var need []slotID
+	seen := map[slotID]bool{}
+	for _, w := range ws {
+		for _, r := range era.window(w.view.standing) {
+			for _, sl := range r.Ref.Span.Slots {
+				id := slotID{r.Ref.Span.Star, r.Ref.Span.Class, r.Ref.Span.Epoch, sl.Slot}
+				if !seen[id] {
+					seen[id] = true
+					need = append(need, id)
+				}
+			}
+		}
+	}
+	slices.SortFunc(need, func(a, b slotID) int {
+		return cmp.Or(cmp.Compare(a.epoch, b.epoch), cmp.Compare(a.slot, b.slot))
+	})
+	return need
+}
+
+// nextRound takes streams from the head of queue while the bundles they
+// need, as far as their own refs show (a lower bound: a bundle is at least
+// as long as the end of every extent it holds), and their extents' footer
+// memory, fit the limits; at least one stream. The fetch cache enforces
+// the limits on the real sizes.
+func nextRound(era *eraSet, queue []*streamWork, maxBytes, maxFooter int64) (round, rest []*streamWork) {
+	size := map[slotID]int64{}
+	var bytes, footer int64
+	for i, w := range queue {
+		add := map[slotID]int64{}
+		var f int64
+		for _, r := range era.window(w.view.standing) {
+			for _, sl := range r.Ref.Span.Slots {
+				id := slotID{r.Ref.Span.Star, r.Ref.Span.Class, r.Ref.Span.Epoch, sl.Slot}
+				end := int64(sl.Offset + sl.Length)
+				if end > size[id] && end > add[id] {
+					add[id] = end
+				}
+				f += int64(unsafe.Sizeof(format.Extent{})) + int64(len(w.id))
+			}
+		}
+		var grow int64
+		for id, end := range add {
+			grow += end - size[id]
+		}
+		if i > 0 && (bytes+grow > maxBytes || footer+f > maxFooter) {
+			return queue[:i], queue[i:]
+		}
+		for id, end := range add {
+			size[id] = end
+		}
+		bytes, footer = bytes+grow, footer+f
+	}
+	return queue, nil
 }
 
 // judge decides a stream's part in the job: deleted streams stage nothing;

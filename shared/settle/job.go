@@ -106,11 +106,12 @@ func ParseJob(b []byte) (Job, error) {
 }
 
 // Do runs one job: the whole of a queue consumer's work, so the Lambda
-// adapters and the in-process runner stay thin.
+// adapters and the in-process runner stay thin. A settle job runs under
+// its era's in-flight claim (RunSettle).
 func Do(ctx context.Context, st *Stores, j Job) error {
 	switch j.Kind {
 	case KindSettle:
-		_, err := Settle(ctx, st, j)
+		_, _, err := RunSettle(ctx, st, j)
 		return err
 	case KindTrim:
 		_, err := TrimCheck(ctx, st, j.Chain, st.now())
@@ -121,3 +122,36 @@ func Do(ctx context.Context, st *Stores, j Job) error {
 
 // millis is t in unix milliseconds, the unit of marker times.
 func millis(t time.Time) int64 { return t.UnixMilli() }
+
+// RunSettle runs a settle job once at a time per era: it takes the era's
+// in-flight claim (meta.JobClaimKey, a CAS'd row held ClaimTTL past its
+// last renewal) and settles; when another run holds the claim it returns
+// ran = false at once, without reading the era: that run is doing the
+// work, and should it fail, the era stays ripe and the next plan queues it
+// again. Both runtimes reach it through Do, so a message delivered twice,
+// an era re-planned while its job still runs, or two in-process runners,
+// settle the era once. The claim saves duplicate work only: Settle itself
+// stays idempotent and CAS-guarded, so a lapsed claim costs a second walk,
+// never a wrong row.
+func RunSettle(ctx context.Context, st *Stores, j Job) (rep Report, ran bool, err error) {
+	if err := st.check(); err != nil {
+		return rep, false, err
+	}
+	if err := j.Validate(); err != nil {
+		return rep, false, err
+	}
+	k := meta.JobClaimKey(j.Chain.Star, j.Chain.Class, j.Epoch, j.From)
+	ran, err = holdClaim(ctx, st.Meta, k, auditorID+"/"+token(), false, func(ctx context.Context) error {
+		var err error
+		rep, err = Settle(ctx, st, j)
+		return err
+	})
+	if !ran {
+		if err != nil {
+			return rep, false, fmt.Errorf("settle: %s: %w", j, err)
+		}
+		st.metrics().jobsSkipped.WithLabelValues(string(j.Chain.Class), string(KindSettle)).Inc()
+		st.Log().Info("settle: era already running elsewhere; skipped", "job", j.String())
+	}
+	return rep, ran, err
+}

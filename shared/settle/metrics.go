@@ -19,7 +19,14 @@ type Metrics struct {
 	erasPlanned *prometheus.CounterVec
 	erasSettled *prometheus.CounterVec
 	jobErrors   *prometheus.CounterVec
-	jobSeconds  *prometheus.HistogramVec
+	// jobsSkipped counts jobs not run because another run of the same
+	// job held its in-flight claim.
+	jobsSkipped *prometheus.CounterVec
+	// quarantined counts streams set aside after repeated failed settles;
+	// quarantinedNow is how many are (set by PublishQuarantine).
+	quarantined    *prometheus.CounterVec
+	quarantinedNow prometheus.Gauge
+	jobSeconds     *prometheus.HistogramVec
 	// settledBytes counts settled-object bytes by how they got there:
 	// "copied" server-side (UploadPartCopy) or "staged" (uploaded parts).
 	settledBytes *prometheus.CounterVec
@@ -61,12 +68,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "settle", Name: name, Help: help}, append([]string{"class"}, labels...))
 	}
 	m := &Metrics{
-		settleLag:    gauge("lag_seconds", "Time the oldest ripe, unresolved batch marker has been ripe."),
-		unsettled:    gauge("unsettled_bytes", "Block bytes of absorb passes whose batch markers are unresolved."),
-		trimLag:      gauge("trim_lag_seconds", "Time the oldest rewritten but untrimmed slot range has waited."),
-		erasPlanned:  counter("eras_planned_total", "Settle jobs planned."),
-		erasSettled:  counter("eras_settled_total", "Settle jobs completed."),
-		jobErrors:    counter("job_errors_total", "Jobs that returned an error.", "kind"),
+		settleLag:   gauge("lag_seconds", "Time the oldest ripe, unresolved batch marker has been ripe."),
+		unsettled:   gauge("unsettled_bytes", "Block bytes of absorb passes whose batch markers are unresolved."),
+		trimLag:     gauge("trim_lag_seconds", "Time the oldest rewritten but untrimmed slot range has waited."),
+		erasPlanned: counter("eras_planned_total", "Settle jobs planned."),
+		erasSettled: counter("eras_settled_total", "Settle jobs completed."),
+		jobErrors:   counter("job_errors_total", "Jobs that returned an error.", "kind"),
+		quarantined: counter("streams_quarantined_total", "Streams quarantined after failing QuarantineAfter consecutive settle jobs."),
+		quarantinedNow: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "starlog", Subsystem: "settle", Name: "quarantined_streams",
+			Help: "Streams quarantined now (their settle kept failing): see star settle quarantine list."}),
+		jobsSkipped:  counter("jobs_skipped_total", "Jobs not run because another run of the same job held its in-flight claim.", "kind"),
 		settledBytes: counter("object_bytes_total", "Settled-object bytes written, by how: copied server-side or staged.", "how"),
 		objects:      counter("objects_total", "Settled objects committed, by outcome: published or adopted from a concurrent settler.", "outcome"),
 		bundles:      counter("bundles_warmed_total", "Transit bundles read into the fetch cache."),
@@ -89,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of auditor jobs.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}, []string{"class", "kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobSeconds,
+		reg.MustRegister(m.settleLag, m.unsettled, m.trimLag, m.erasPlanned, m.erasSettled, m.jobErrors, m.jobsSkipped, m.quarantined, m.quarantinedNow, m.jobSeconds,
 			m.settledBytes, m.objects, m.bundles, m.bundleBytes, m.markers, m.slotsTrimmed, m.reclaimed, m.reclaimedBytes, m.rowsReclaimed, m.chainGarbage, m.emptied, m.trimsDeferred, m.badRows)
 	}
 	return m

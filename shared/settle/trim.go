@@ -47,10 +47,15 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 	if err != nil {
 		return rep, err
 	}
+	// Slots pinned by quarantined streams are kept (quarantine.go).
+	fails, err := readFailures(ctx, st.Meta)
+	if err != nil {
+		return rep, err
+	}
 	c := chain.New(ch.Star, ch.Class, auditorID, st.Meta, st.Objects)
 	var errs []error
 	for _, e := range epochs {
-		n, err := trimEpoch(ctx, st, c, ch, e, now, cfg.ReadGrace)
+		n, err := trimEpoch(ctx, st, c, ch, e, now, cfg.ReadGrace, pinnedIn(fails, ch, e.Epoch))
 		if n > 0 {
 			rep.Epochs++
 			rep.Trimmed += n
@@ -73,7 +78,7 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 // trimEpoch runs the trim-check on one epoch record (read before its
 // markers, so no marker below its checkpoint is missed) and returns how
 // many slots it deleted.
-func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e meta.Epoch, now time.Time, grace time.Duration) (uint64, error) {
+func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e meta.Epoch, now time.Time, grace time.Duration, pins []meta.SlotPin) (uint64, error) {
 	if e.Rewritten < e.Checkpoint {
 		first, err := firstLiveMarker(ctx, st, ch, e)
 		if err != nil {
@@ -104,6 +109,23 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 	var trimmed uint64
 	if upto, ok := dueTrim(e, now, grace); ok && upto > e.Trimmed {
 		from := e.Trimmed
+		if len(pins) > 0 {
+			// Delete around the pinned slots, then move the cursor (the
+			// lifted quarantine deletes the pinned slots it passed).
+			if err := deleteSlots(ctx, st, ch, e, from, upto, pins); err != nil {
+				return 0, err
+			}
+			if _, err := c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
+				if x.Trimmed >= upto {
+					return false
+				}
+				x.Trimmed = upto
+				return true
+			}); err != nil {
+				return 0, fmt.Errorf("settle: trim %s epoch %d [%d,%d): %w", ch, e.Epoch, from, upto, err)
+			}
+			e.Trimmed = upto // c.Trim below only reaps the garbage, if due
+		}
 		if err := c.Trim(ctx, e, upto); err != nil {
 			return 0, fmt.Errorf("settle: trim %s epoch %d [%d,%d): %w", ch, e.Epoch, from, upto, err)
 		}

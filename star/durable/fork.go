@@ -170,15 +170,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 		h.writeErr(w, err)
 		return
 	}
-	h.touch(name, &want)
-	w.Header().Set("Location", absoluteURL(r))
-	w.Header().Set("Content-Type", want.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(next))
-	setTTLHeaders(w, &want)
-	if closed {
-		w.Header().Set(hStreamClosed, "true")
-	}
-	w.WriteHeader(http.StatusCreated)
+	h.created(w, r, name, &want, next, closed)
 }
 
 var errSourceGone = errors.New("durable: fork source deleted")

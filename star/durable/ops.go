@@ -80,6 +80,20 @@ func (h *Handler) expired(name string, row *streamRow, now time.Time) bool {
 	return false
 }
 
+// created answers 201 for a stream just created at next (a create or a
+// fork), marking it touched for its sliding TTL.
+func (h *Handler) created(w http.ResponseWriter, r *http.Request, name string, row *streamRow, next uint64, closed bool) {
+	h.touch(name, row)
+	w.Header().Set("Location", absoluteURL(r))
+	w.Header().Set("Content-Type", row.ContentType)
+	w.Header().Set(hStreamNext, formatOffset(next))
+	setTTLHeaders(w, row)
+	if closed {
+		w.Header().Set(hStreamClosed, "true")
+	}
+	w.WriteHeader(http.StatusCreated)
+}
+
 func (h *Handler) touch(name string, row *streamRow) {
 	if row.HasTTL {
 		h.touched.Store(name+"\x00"+row.Incarnation, time.Now())
@@ -191,15 +205,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, name string) {
 			h.writeErr(w, err)
 			return
 		}
-		h.touch(name, &want)
-		w.Header().Set("Location", absoluteURL(r))
-		w.Header().Set("Content-Type", want.ContentType)
-		w.Header().Set(hStreamNext, formatOffset(next))
-		setTTLHeaders(w, &want)
-		if closed {
-			w.Header().Set(hStreamClosed, "true")
-		}
-		w.WriteHeader(http.StatusCreated)
+		h.created(w, r, name, &want, next, closed)
 		return
 	}
 	httpError(w, http.StatusServiceUnavailable, "stream is being created and deleted concurrently; retry")

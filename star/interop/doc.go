@@ -8,7 +8,11 @@
 // session scenario over both SDK transports (fetch: HTTP/1.1 with SSE; the
 // Node default: S2S frames over cleartext HTTP/2). Separate tests run the
 // SDK against a star with low rate limits (ratelimits.mjs) and against a
-// star that shuts down under it (drain.mjs).
+// star that shuts down under it (drain.mjs), resume a read whose
+// connection a relay cuts (resume.mjs: the SDK's SSE client with
+// Last-Event-ID, and its readSession on both transports), and read a
+// stream whose retention age the in-process janitor trims (retention.mjs,
+// with short auditor and settle timers).
 //
 // The package has no code of its own; it exists so `go test ./...` runs the
 // interop suite.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
-	"github.com/starlog/starlog/star/node"
 )
 
 // serveDurable serves the Durable Streams face (star/durable) under its
@@ -28,13 +27,7 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = rc.SetWriteDeadline(now.Add(budget))
 	defer rc.SetWriteDeadline(time.Time{})
-	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
-	if !internal {
-		r.Header.Del(HeaderForwardedBy) // only a peer may say it forwards
-	}
-	if r.Header.Get(HeaderForwardedBy) != "" {
-		r = r.WithContext(node.Forwarded(r.Context()))
-	}
+	r = forwardedFrom(r, s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)))
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {

@@ -268,15 +268,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer rc.SetWriteDeadline(time.Time{})
 	}
 	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
-	if !internal {
-		r.Header.Del(HeaderForwardedBy) // only a peer may say it forwards
-	}
-	if r.Header.Get(HeaderForwardedBy) != "" {
-		// The forwarding star believes this one leads: resolve the lease
-		// afresh rather than trust what this star remembers (a handoff to
-		// it may have just released the lease).
-		r = r.WithContext(node.Forwarded(r.Context()))
-	}
+	r = forwardedFrom(r, internal)
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -620,3 +612,18 @@ func (w *recorder) FlushError() error {
 }
 
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// forwardedFrom marks a request a peer forwarded (its Forwarded-By header,
+// honoured only with the internal credential: only a peer may say it
+// forwards). The forwarding star believes this one leads, so the node
+// resolves the lease afresh rather than trust what this star remembers (a
+// handoff to it may have just released the lease).
+func forwardedFrom(r *http.Request, internal bool) *http.Request {
+	if !internal {
+		r.Header.Del(HeaderForwardedBy)
+	}
+	if r.Header.Get(HeaderForwardedBy) != "" {
+		r = r.WithContext(node.Forwarded(r.Context()))
+	}
+	return r
+}

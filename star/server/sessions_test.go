@@ -607,3 +607,76 @@ func TestTailingWhileAbsorbing(t *testing.T) {
 		}
 	}
 }
+
+// TestSSELastEventIDOverridesStart: S2's Last-Event-ID
+// (`<seq_num>,<count>,<bytes>` of what was delivered) resumes after its
+// seq num whatever start the query gives (an SSE client reconnects with
+// the request it first sent), with the count and bytes limits reduced by
+// what was delivered, and the ids carry on counting from it.
+func TestSSELastEventIDOverridesStart(t *testing.T) {
+	e := newEnv(t)
+	e.setupBasin("lei-basin")
+	want(t, e.appendJSON("lei-basin", "s", textRecords("a", 6)), 200, "")
+	read := func(query, lastEventID string) []api.ReadEvent {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.base+"/v1/streams/s/records?"+query, nil)
+		req.Header.Set("s2-basin", "lei-basin")
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Last-Event-ID", lastEventID)
+		res, err := e.h1.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("%s with Last-Event-ID %s: %s", query, lastEventID, res.Status)
+		}
+		sr := api.NewSSEReader(res.Body, 0)
+		var evs []api.ReadEvent
+		for {
+			ev, err := sr.Next()
+			if errors.Is(err, io.EOF) {
+				return evs
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			re, derr := api.DecodeReadEvent(ev, api.FormatRaw)
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			evs = append(evs, re)
+		}
+	}
+	seqs := func(evs []api.ReadEvent) (out []uint64, last api.LastEventID, done bool) {
+		for _, ev := range evs {
+			switch ev.Kind {
+			case api.ReadEventBatch:
+				for _, r := range ev.Batch.Records {
+					out = append(out, r.SeqNum)
+				}
+				last = ev.ID
+			case api.ReadEventDone:
+				done = true
+			}
+		}
+		return out, last, done
+	}
+	for _, c := range []struct {
+		query, id string
+		seqs      []uint64
+		last      api.LastEventID
+	}{
+		// A tail offset would start at 5; the id resumes at 3, count 5-3.
+		{"tail_offset=1&count=5", "2,3,33", []uint64{3, 4}, api.LastEventID{SeqNum: 4, Count: 5, Bytes: 55}},
+		// A timestamp would start at 0; the id resumes at 2, bytes 55-22.
+		{"timestamp=0&bytes=55", "1,2,22", []uint64{2, 3, 4}, api.LastEventID{SeqNum: 4, Count: 5, Bytes: 55}},
+		// A seq num the same: the id wins.
+		{"seq_num=0&count=6", "3,4,44", []uint64{4, 5}, api.LastEventID{SeqNum: 5, Count: 6, Bytes: 66}},
+	} {
+		got, last, done := seqs(read(c.query, c.id))
+		if fmt.Sprint(got) != fmt.Sprint(c.seqs) || last != c.last || !done {
+			t.Errorf("%s with Last-Event-ID %s: seqs %v, last id %v, [DONE] %v; want %v, %v, [DONE]", c.query, c.id, got, last, done, c.seqs, c.last)
+		}
+	}
+}

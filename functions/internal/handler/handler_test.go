@@ -176,6 +176,9 @@ func TestEMF(t *testing.T) {
 	reg.MustRegister(g)
 	g.WithLabelValues("standard").Set(3)
 	g.WithLabelValues("express").Set(42.5)
+	q := prometheus.NewGauge(prometheus.GaugeOpts{Name: handler.QuarantinedMetric})
+	reg.MustRegister(q)
+	q.Set(2)
 	var out bytes.Buffer
 	e := handler.EMF{Namespace: "Starlog", Cluster: "Prod", Out: &out, Gatherer: reg}
 	if err := e.Publish(time.UnixMilli(1700000000000)); err != nil {
@@ -190,15 +193,17 @@ func TestEMF(t *testing.T) {
 				Metrics    []struct{ Name, Unit string }
 			}
 		} `json:"_aws"`
-		Cluster string  `json:"cluster"`
-		Lag     float64 `json:"starlog_settle_lag_seconds"`
+		Cluster     string  `json:"cluster"`
+		Lag         float64 `json:"starlog_settle_lag_seconds"`
+		Quarantined float64 `json:"starlog_settle_quarantined_streams"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
 		t.Fatalf("%s: %v", out.String(), err)
 	}
 	d := line.AWS.CloudWatchMetrics
 	if line.AWS.Timestamp != 1700000000000 || len(d) != 1 || d[0].Namespace != "Starlog" || len(d[0].Dimensions) != 1 ||
-		d[0].Dimensions[0][0] != "cluster" || d[0].Metrics[0].Name != handler.SettleLagMetric || line.Cluster != "Prod" || line.Lag != 42.5 {
+		d[0].Dimensions[0][0] != "cluster" || len(d[0].Metrics) != 2 || d[0].Metrics[0].Name != handler.SettleLagMetric ||
+		d[0].Metrics[1].Name != handler.QuarantinedMetric || line.Cluster != "Prod" || line.Lag != 42.5 || line.Quarantined != 2 {
 		t.Fatalf("EMF line %s", out.String())
 	}
 	if !strings.HasSuffix(out.String(), "}\n") || strings.Count(out.String(), "\n") != 1 {

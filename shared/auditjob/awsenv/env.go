@@ -24,6 +24,7 @@ const (
 	EnvExpressBuckets   = "STARLOG_EXPRESS_BUCKETS"
 	EnvScratchDir       = "STARLOG_SCRATCH_DIR"
 	EnvScratchMiB       = "STARLOG_SCRATCH_MIB"
+	EnvMemoryMiB        = "STARLOG_MEMORY_MIB"
 	EnvMetricsNamespace = "STARLOG_METRICS_NAMESPACE"
 	EnvCluster          = "STARLOG_CLUSTER"
 )
@@ -64,6 +65,9 @@ const (
 	// era bound the planner cuts by.
 	EnvSettleWorkers     = "STARLOG_SETTLE_WORKERS"
 	EnvSettleEraMaxSlots = "STARLOG_SETTLE_ERA_MAX_SLOTS"
+	// EnvSettleQuarantineAfter is Config.QuarantineAfter: consecutive
+	// failed settle jobs before a stream is quarantined.
+	EnvSettleQuarantineAfter = "STARLOG_SETTLE_QUARANTINE_AFTER"
 )
 
 // QueueURLEnv is the variable holding a job kind's queue URL, e.g.
@@ -80,9 +84,10 @@ type Env struct {
 	SettledBucket  string
 	ExpressBuckets []string
 	ScratchDir     string
-	// ScratchMiB is the function's ephemeral storage (informational: an
-	// era's bundles must fit, which the stack sizes for EraMaxSlots).
-	ScratchMiB int
+	// ScratchMiB and MemoryMiB are the function's ephemeral storage and
+	// memory, set by the stack from the function's own sizes: the settle
+	// job's limits derive from them (SettleLimits).
+	ScratchMiB, MemoryMiB int
 
 	MetricsNamespace, Cluster string
 
@@ -112,6 +117,7 @@ func Parse(lookup Lookup) (Env, error) {
 		ExpressBuckets:   p.list(EnvExpressBuckets),
 		ScratchDir:       p.str(EnvScratchDir),
 		ScratchMiB:       p.integer(EnvScratchMiB),
+		MemoryMiB:        p.integer(EnvMemoryMiB),
 		MetricsNamespace: p.str(EnvMetricsNamespace),
 		Cluster:          p.str(EnvCluster),
 		DynamoEndpoint:   p.str(EnvDynamoEndpoint),
@@ -136,15 +142,18 @@ func Parse(lookup Lookup) (Env, error) {
 		}
 	}
 	e.Settle = settle.Config{
-		Trigger:     uint64(p.integer(EnvSettleTriggerMiB)) << 20,
-		Standard:    settle.ClassTimers{Linger: p.duration(EnvSettleLinger), AgeCap: p.duration(EnvSettleAgeCap)},
-		Express:     settle.ClassTimers{Linger: p.duration(EnvSettleExpressLinger), AgeCap: p.duration(EnvSettleExpressAgeCap)},
-		OutputCap:   uint64(p.integer(EnvSettleOutputCapMiB)) << 20,
-		ReadGrace:   p.duration(EnvReadGrace),
-		Workers:     p.integer(EnvSettleWorkers),
-		ScratchDir:  e.ScratchDir,
-		EraMaxSlots: p.integer(EnvSettleEraMaxSlots),
-		DeadAfter:   p.duration(EnvDeadAfter),
+		Trigger:         uint64(p.integer(EnvSettleTriggerMiB)) << 20,
+		Standard:        settle.ClassTimers{Linger: p.duration(EnvSettleLinger), AgeCap: p.duration(EnvSettleAgeCap)},
+		Express:         settle.ClassTimers{Linger: p.duration(EnvSettleExpressLinger), AgeCap: p.duration(EnvSettleExpressAgeCap)},
+		OutputCap:       uint64(p.integer(EnvSettleOutputCapMiB)) << 20,
+		ReadGrace:       p.duration(EnvReadGrace),
+		Workers:         p.integer(EnvSettleWorkers),
+		ScratchDir:      e.ScratchDir,
+		EraMaxSlots:     p.integer(EnvSettleEraMaxSlots),
+		QuarantineAfter: p.integer(EnvSettleQuarantineAfter),
+		ScratchBytes:    scratchShare(e.ScratchMiB),
+		FooterBytes:     footerShare(e.MemoryMiB),
+		DeadAfter:       p.duration(EnvDeadAfter),
 	}
 	if e.Table == "" {
 		p.errs = append(p.errs, fmt.Errorf("%s is not set", EnvTable))
@@ -231,3 +240,13 @@ func (p *parser) boolean(name string) bool {
 	}
 	return b
 }
+
+// scratchShare is the settle job's scratch limit on a function with mib
+// of ephemeral storage: 3/4 of it, the rest left to the runtime and the
+// fetch cache's files in flight (0, unset: the default).
+func scratchShare(mib int) int64 { return int64(mib) << 20 * 3 / 4 }
+
+// footerShare is the footer-entry memory limit on a function with mib of
+// memory: 1/8 of it; the rest holds the bundles being read (one whole
+// bundle per warming worker) and the parts being staged.
+func footerShare(mib int) int64 { return int64(mib) << 20 / 8 }

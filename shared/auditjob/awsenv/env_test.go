@@ -25,6 +25,7 @@ func TestParseStackEnvironment(t *testing.T) {
 		"STARLOG_EXPRESS_BUCKETS":        "x--use1-az4--x-s3, y--use1-az5--x-s3,z--use1-az6--x-s3",
 		"STARLOG_SCRATCH_DIR":            "/tmp",
 		"STARLOG_SCRATCH_MIB":            "10240",
+		"STARLOG_MEMORY_MIB":             "2048",
 		"STARLOG_METRICS_NAMESPACE":      "Starlog",
 		"STARLOG_CLUSTER":                "Starlog",
 		"STARLOG_SETTLE_QUEUE_URL":       "https://sqs.us-east-1.amazonaws.com/1/Starlog-settle",
@@ -44,6 +45,8 @@ func TestParseStackEnvironment(t *testing.T) {
 	got := e.Settle.WithDefaults()
 	want := settle.DefaultConfig()
 	want.ScratchDir = "/tmp"
+	// The settle job's limits come from the function's /tmp and memory.
+	want.ScratchBytes, want.FooterBytes = 7680<<20, 256<<20
 	if got != want {
 		t.Fatalf("settle policy %+v, want the defaults %+v", got, want)
 	}
@@ -51,24 +54,25 @@ func TestParseStackEnvironment(t *testing.T) {
 
 func TestParseOverrides(t *testing.T) {
 	e, err := awsenv.Parse(lookup(map[string]string{
-		"STARLOG_DYNAMO_TABLE":           "t",
-		"STARLOG_STANDARD_BUCKETS":       "std,other",
-		"STARLOG_S3_ENDPOINT":            "http://127.0.0.1:7070",
-		"STARLOG_S3_REGION":              "eu-west-1",
-		"STARLOG_S3_PATH_STYLE":          "true",
-		"STARLOG_DYNAMO_ENDPOINT":        "http://127.0.0.1:8000",
-		"STARLOG_AWS_ACCESS_KEY_ID":      "ak",
-		"STARLOG_AWS_SECRET_ACCESS_KEY":  "sk",
-		"STARLOG_SQS_ENDPOINT":           "http://127.0.0.1:9324",
-		"STARLOG_SETTLE_TRIGGER_MIB":     "2",
-		"STARLOG_SETTLE_LINGER":          "5s",
-		"STARLOG_SETTLE_AGE_CAP":         "1m",
-		"STARLOG_SETTLE_EXPRESS_LINGER":  "1s",
-		"STARLOG_SETTLE_EXPRESS_AGE_CAP": "20s",
-		"STARLOG_SETTLE_OUTPUT_CAP_MIB":  "64",
-		"STARLOG_READ_GRACE":             "30s",
-		"STARLOG_SETTLE_WORKERS":         "3",
-		"STARLOG_SETTLE_ERA_MAX_SLOTS":   "16",
+		"STARLOG_DYNAMO_TABLE":            "t",
+		"STARLOG_STANDARD_BUCKETS":        "std,other",
+		"STARLOG_S3_ENDPOINT":             "http://127.0.0.1:7070",
+		"STARLOG_S3_REGION":               "eu-west-1",
+		"STARLOG_S3_PATH_STYLE":           "true",
+		"STARLOG_DYNAMO_ENDPOINT":         "http://127.0.0.1:8000",
+		"STARLOG_AWS_ACCESS_KEY_ID":       "ak",
+		"STARLOG_AWS_SECRET_ACCESS_KEY":   "sk",
+		"STARLOG_SQS_ENDPOINT":            "http://127.0.0.1:9324",
+		"STARLOG_SETTLE_TRIGGER_MIB":      "2",
+		"STARLOG_SETTLE_LINGER":           "5s",
+		"STARLOG_SETTLE_AGE_CAP":          "1m",
+		"STARLOG_SETTLE_EXPRESS_LINGER":   "1s",
+		"STARLOG_SETTLE_EXPRESS_AGE_CAP":  "20s",
+		"STARLOG_SETTLE_OUTPUT_CAP_MIB":   "64",
+		"STARLOG_READ_GRACE":              "30s",
+		"STARLOG_SETTLE_WORKERS":          "3",
+		"STARLOG_SETTLE_ERA_MAX_SLOTS":    "16",
+		"STARLOG_SETTLE_QUARANTINE_AFTER": "7",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +83,7 @@ func TestParseOverrides(t *testing.T) {
 	s := e.Settle
 	if s.Trigger != 2<<20 || s.Standard != (settle.ClassTimers{Linger: 5 * time.Second, AgeCap: time.Minute}) ||
 		s.Express != (settle.ClassTimers{Linger: time.Second, AgeCap: 20 * time.Second}) || s.OutputCap != 64<<20 ||
-		s.ReadGrace != 30*time.Second || s.Workers != 3 || s.EraMaxSlots != 16 {
+		s.ReadGrace != 30*time.Second || s.Workers != 3 || s.EraMaxSlots != 16 || s.QuarantineAfter != 7 {
 		t.Fatalf("settle policy %+v", s)
 	}
 }
