@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,7 +57,13 @@ func startStar(t *testing.T, extra ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := testsvc.Addr(testsvc.FreePort(t))
+	stars := 1
+	for i, a := range extra {
+		if a == "--stars" && i+1 < len(extra) {
+			stars, _ = strconv.Atoi(extra[i+1])
+		}
+	}
+	addr := testsvc.Addr(testsvc.FreePorts(t, max(stars, 1)))
 	args := append([]string{"dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s",
 		"--s3-flush-interval", "2ms", "--s3-express-flush-interval", "2ms", "--log-level", "warn"}, extra...)
 	cmd := exec.Command(bin, args...)

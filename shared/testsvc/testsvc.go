@@ -78,6 +78,35 @@ func FreePort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// FreePorts returns the first of n consecutive TCP ports on 127.0.0.1
+// that were all free a moment ago (for `star dev --stars n`, which listens
+// on consecutive ports): a random free port's neighbours may be taken by
+// another test's server.
+func FreePorts(tb testing.TB, n int) int {
+	tb.Helper()
+	for range 64 {
+		base := FreePort(tb)
+		var ls []net.Listener
+		ok := true
+		for i := 1; i < n && ok; i++ {
+			l, err := net.Listen("tcp", Addr(base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	tb.Fatalf("testsvc: no %d consecutive free ports", n)
+	return 0
+}
+
 // Process is a server started for a test.
 type Process struct {
 	Name string
