@@ -32,7 +32,7 @@ func (goneStreams) StreamState(context.Context, string) (bool, string, error) { 
 // the marker must leave no row of it behind.
 func TestMarkerOf20000StreamsOnDynamo(t *testing.T) {
 	if testing.Short() {
-		t.Skip("20,000 ref puts on DynamoDB Local")
+		t.Skip("-short: starts DynamoDB Local (make tools) and writes 20,000 ref rows")
 	}
 	const n = 20_000
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

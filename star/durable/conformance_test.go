@@ -36,7 +36,7 @@ const (
 // acknowledged once durable at W).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the conformance suite takes about a minute")
+		t.Skip("-short: runs the npm conformance suite (node, .ci/tools/node_modules from make tools) against a star dev it builds, about a minute")
 	}
 	root := testsvc.RepoRoot(t)
 	nodeTools := testsvc.NodeToolsDir(t)

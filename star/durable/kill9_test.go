@@ -25,7 +25,7 @@ import (
 // per JSON message).
 func TestTypeScriptClientSurvivesKill9(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts and kills star dev")
+		t.Skip("-short: builds star dev, kills it with SIGKILL and runs @durable-streams/client from .ci/tools/node_modules (make tools)")
 	}
 	const messages = 50
 	killAt := map[string]bool{"ACK 15": true, "ACK 35": true}
@@ -123,7 +123,7 @@ func TestTypeScriptClientSurvivesKill9(t *testing.T) {
 // once, because the producer state is folded from the records.
 func TestProducerStateSurvivesKill9(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts and kills star dev")
+		t.Skip("-short: builds star dev and kills it with SIGKILL")
 	}
 	star := startDev(t, testsvc.RepoRoot(t), t.TempDir(), "")
 	url := star.url + "/ds/producer/after-kill"

@@ -17,7 +17,7 @@ import (
 // is durable-streams (the default).
 func TestDurableProducerSurvivesHandoff(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs the star binary")
+		t.Skip("-short: builds and runs two star serve processes")
 	}
 	dir := t.TempDir()
 	a := startServe(t, twoStarEnv(dir, "a"))

@@ -69,7 +69,7 @@ func (b gatedBucket) Get(ctx context.Context, key string, off, n int64) ([]byte,
 // published.
 func TestSettleRunsOnceAcrossRuntimes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts versitygw and DynamoDB Local")
+		t.Skip("-short: starts versitygw and DynamoDB Local (make tools)")
 	}
 	e := testenv.New(t, &dyn)
 	ctx := context.Background()
