@@ -192,6 +192,7 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 		}
 		return api.Unavailable("the object store is not taking this star's writes; retry")
 	case errors.Is(err, streams.ErrRejectionUnconfirmed):
+		n.unconfirmed.Inc()
 		return api.Unavailable("the append's condition failed on earlier appends that are not yet durable; nothing was sequenced; retry")
 	case errors.Is(err, streams.ErrAckUnknown):
 		return api.Unavailable("stopped waiting for the acknowledgement; the append may or may not be durable")

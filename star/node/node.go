@@ -56,13 +56,16 @@ type Node struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 	// pacer is the star's absorb write budget, shared by its loglets.
-	pacer   *loglet.Pacer
-	meta    meta.Store
-	objects objstore.Store
-	now     func() time.Time
-	reader  *reader.Reader
-	loglets map[meta.Class]*loglet.Loglet
-	commits []commitSource // the loglets, Standard first
+	pacer *loglet.Pacer
+	// unconfirmed counts 412s not answered because the appends they
+	// rested on did not become durable in time (503 instead).
+	unconfirmed prometheus.Counter
+	meta        meta.Store
+	objects     objstore.Store
+	now         func() time.Time
+	reader      *reader.Reader
+	loglets     map[meta.Class]*loglet.Loglet
+	commits     []commitSource // the loglets, Standard first
 
 	ownMeta meta.Store // closed by Close when Open opened it
 	peerHdr http.Header
@@ -137,6 +140,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
 		n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	n.unconfirmed = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "starlog", Name: "append_rejections_unconfirmed_total",
+		Help: "Appends whose match_seq_num or fencing-token rejection rested on earlier appends that did not become durable in time: answered 503 (nothing sequenced), not 412.",
+	})
+	if err := n.reg.Register(n.unconfirmed); err != nil {
+		return nil, fmt.Errorf("node metrics: %w", err)
 	}
 	defer func() {
 		if err != nil {

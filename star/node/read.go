@@ -235,6 +235,9 @@ type Cursor struct {
 	// pf is the read-ahead, made when a batch ends with more to read (a
 	// catch-up): a unary read, one batch, never makes one.
 	pf *reader.Prefetch
+	// unacked counts consecutive reads that found only records released
+	// but not yet acknowledged (bounded by maxUnackedWaits).
+	unacked int
 }
 
 // Next returns the next batch, heartbeat or the end of the read. Catch-up
@@ -275,7 +278,13 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			return Event{}, c.n.readErr(err)
 		}
 		if ackedOnly(&res, c.l.s.Tail().SeqNum) && len(res.Records) == 0 {
-			// Released but not yet acknowledged: the ack follows at once.
+			// Released but not yet acknowledged: the ack follows at once
+			// (the release's callbacks run next); a second without it is
+			// a fault, not a wait.
+			if c.unacked++; c.unacked > maxUnackedWaits {
+				c.unacked = 0
+				return Event{}, api.Unavailable("records released on this star are not acknowledged; retry")
+			}
 			select {
 			case <-ctx.Done():
 				return Event{}, ctx.Err()
@@ -283,6 +292,7 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			}
 			continue
 		}
+		c.unacked = 0
 		c.start = reader.AtSeq(res.Next)
 		if res.Stop == reader.StopBatch && c.pf == nil {
 			c.pf = c.n.reader.NewPrefetch(c.stream)
@@ -370,6 +380,10 @@ func ackedOnly(res *reader.Result, acked uint64) bool {
 	res.Stop = reader.StopCaughtUp
 	return true
 }
+
+// maxUnackedWaits bounds the 1 ms waits of a read that found only records
+// released but not yet acknowledged (about a second).
+const maxUnackedWaits = 1000
 
 // gapRetries bounds how often a read that met a gap is retried.
 const gapRetries = 3

@@ -83,6 +83,9 @@ func TestRejectionWaitsForEarlierAppends(t *testing.T) {
 			if !errors.As(err, &ae) || ae.Status != 503 || !ae.Definite() && ae.Code == api.CodeSeqNumMismatch {
 				t.Fatalf("held past the admission timeout: %v, want 503", err)
 			}
+			if got := metric(t, n, "starlog_append_rejections_unconfirmed_total"); got != 1 {
+				t.Fatalf("starlog_append_rejections_unconfirmed_total = %v, want 1", got)
+			}
 			objs.SetUp("standard")
 			<-acked
 			<-first

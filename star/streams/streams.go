@@ -128,12 +128,21 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 // outcome stands for every earlier one; once it is durable the durable
 // tail is exactly what the rejection saw, and the 412 is linearized
 // there. Other rejections (invalid input) do not depend on the state.
+// maxConfirmWait bounds confirmRejection's wait for earlier batches.
+const maxConfirmWait = 30 * time.Second
+
 func (s *Stream) confirmRejection(ctx context.Context, err error, last *Ticket) error {
 	var seq facade.SeqNumMismatchError
 	var fence facade.FencingTokenMismatchError
 	if last == nil || !errors.As(err, &seq) && !errors.As(err, &fence) {
 		return err
 	}
+	// The wait is the request's (a unary append's admission timeout, a
+	// session's life), and never longer than maxConfirmWait: the loglet
+	// resolves every batch (acked, or failed at its flight deadline), so
+	// the cap only bounds a session's wait behind a stalled chain.
+	ctx, cancel := context.WithTimeout(ctx, maxConfirmWait)
+	defer cancel()
 	select {
 	case <-last.fin:
 		if last.err != nil {
