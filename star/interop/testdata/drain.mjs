@@ -6,51 +6,9 @@
 // Environment and output as conformance.mjs, plus STAR_PID.
 // Retries are off (maxAttempts: 1), so the SDK shows the star's answer.
 
-import { readFileSync } from "node:fs";
-import path from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { check, finish, loadSDK, scenario } from "./harness.mjs";
 
-const SDK_PACKAGE = "@s2-dev/streamstore";
-const SDK_VERSION = "0.27.0";
-
-function nodeToolsDir() {
-  if (process.env.STARLOG_NODE_TOOLS) return process.env.STARLOG_NODE_TOOLS;
-  const here = path.dirname(fileURLToPath(import.meta.url));
-  return path.resolve(here, "..", "..", "..", ".ci", "tools", "node_modules");
-}
-
-async function importSDK() {
-  const dir = path.join(nodeToolsDir(), SDK_PACKAGE);
-  const pkg = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8"));
-  if (pkg.version !== SDK_VERSION) throw new Error(`${SDK_PACKAGE} is ${pkg.version}, want ${SDK_VERSION}`);
-  const entry = pkg.exports?.["."]?.import?.default ?? pkg.module;
-  return import(pathToFileURL(path.join(dir, entry)).href);
-}
-
-function check(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
-
-const results = [];
-async function scenario(name, fn) {
-  try {
-    await fn();
-    results.push(true);
-    console.log(`PASS ${name}`);
-  } catch (e) {
-    results.push(false);
-    console.log(`FAIL ${name}: ${String(e?.message ?? e).replace(/\n/g, " ")}`);
-  }
-}
-
-let sdk;
-try {
-  sdk = await importSDK();
-} catch (e) {
-  console.log(`FAIL setup: ${e.message}`);
-  console.log("0 passed, 1 failed");
-  process.exit(1);
-}
+const sdk = await loadSDK();
 const { S2, AppendInput, AppendRecord, S2Error } = sdk;
 const s2 = new S2({
   accessToken: process.env.S2_ACCESS_TOKEN,
@@ -114,6 +72,4 @@ await scenario("unary-long-poll", async () => {
     `long poll on drain: got ${r.e ? describe(r.e) : JSON.stringify(r.v)}, want 503 server_draining, side-effect free`);
 });
 
-const passed = results.filter(Boolean).length;
-console.log(`${passed} passed, ${results.length - passed} failed`);
-process.exit(passed === results.length ? 0 : 1);
+finish();

@@ -18,51 +18,11 @@
 //
 // Environment and output as conformance.mjs.
 
-import { readFileSync } from "node:fs";
 import net from "node:net";
-import path from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
+import { check, finish, loadSDK, scenario, within } from "./harness.mjs";
 
-const SDK_PACKAGE = "@s2-dev/streamstore";
-const SDK_VERSION = "0.27.0";
 const STEP_TIMEOUT_MS = 30_000;
-
-function nodeToolsDir() {
-  if (process.env.STARLOG_NODE_TOOLS) return process.env.STARLOG_NODE_TOOLS;
-  const here = path.dirname(fileURLToPath(import.meta.url));
-  return path.resolve(here, "..", "..", "..", ".ci", "tools", "node_modules");
-}
-
-async function importSDK() {
-  const dir = path.join(nodeToolsDir(), SDK_PACKAGE);
-  const pkg = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8"));
-  if (pkg.version !== SDK_VERSION) throw new Error(`${SDK_PACKAGE} is ${pkg.version}, want ${SDK_VERSION}`);
-  const entry = pkg.exports?.["."]?.import?.default ?? pkg.module;
-  return import(pathToFileURL(path.join(dir, entry)).href);
-}
-
-function check(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
-
-const within = (p, ms, what) => {
-  let timer;
-  const t = new Promise((_, rej) => { timer = setTimeout(() => rej(new Error(`${what}: nothing within ${ms} ms`)), ms); });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
-};
-
-const results = [];
-async function scenario(name, fn) {
-  try {
-    await fn();
-    results.push(true);
-    console.log(`PASS ${name}`);
-  } catch (e) {
-    results.push(false);
-    console.log(`FAIL ${name}: ${String(e?.stack ?? e?.message ?? e).replace(/\n/g, " | ")}`);
-  }
-}
 
 // Relay forwards TCP connections to the star; cut() destroys every one
 // open (the client sees its response body end in an error) and counts the
@@ -103,14 +63,7 @@ class Relay {
   }
 }
 
-let sdk;
-try {
-  sdk = await importSDK();
-} catch (e) {
-  console.log(`FAIL setup: ${e.message}`);
-  console.log("0 passed, 1 failed");
-  process.exit(1);
-}
+const sdk = await loadSDK();
 const { S2, AppendInput, AppendRecord } = sdk;
 process.on("unhandledRejection", (e) => console.error(`unhandled rejection: ${e?.stack ?? e}`));
 
@@ -250,6 +203,4 @@ for (const transport of ["fetch", "s2s"]) {
 }
 
 relay.close();
-const passed = results.filter(Boolean).length;
-console.log(`${passed} passed, ${results.length - passed} failed`);
-process.exit(passed === results.length ? 0 : 1);
+finish();
