@@ -89,7 +89,12 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 	if !before.IsZero() {
 		cut = uint64(max(before.UnixMilli(), 0))
 	}
-	rows, err := catalogRows(ctx, st.Meta, id)
+	// Read on past the first page only when the first row goes: the
+	// retained bytes the trim rule needs are read for a trim, not on every
+	// pass over a stream with nothing to trim.
+	rows, err := catalogRows(ctx, st.Meta, id, func(rows []refRow) bool {
+		return len(rows) < 2 || trimmable(rows[0].Ref, rows[1].Ref, trim, cut)
+	})
 	if err != nil {
 		return rep, err
 	}
@@ -155,10 +160,10 @@ func trimFits(pending, b, retained, outputCap uint64) bool {
 	return pending == 0 || pending+b <= outputCap+(retained-b)/10
 }
 
-// catalogRows reads a stream's ref rows in seq order, up to maxTrimRows:
-// a stream with more counts only those as retained, which errs on the
-// safe side.
-func catalogRows(ctx context.Context, ms meta.Store, id string) ([]refRow, error) {
+// catalogRows reads a stream's ref rows in seq order, up to maxTrimRows
+// (a stream with more counts only those as retained, which errs on the
+// safe side), page by page while more says so.
+func catalogRows(ctx context.Context, ms meta.Store, id string, more func([]refRow) bool) ([]refRow, error) {
 	var rows []refRow
 	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Limit: 64}
 	for len(rows) < maxTrimRows {
@@ -173,7 +178,7 @@ func catalogRows(ctx context.Context, ms meta.Store, id string) ([]refRow, error
 			}
 			rows = append(rows, refRow{Ver: it.Ver, Ref: r})
 		}
-		if pg.Next == "" {
+		if pg.Next == "" || !more(rows) {
 			break
 		}
 		q.PageToken = pg.Next
