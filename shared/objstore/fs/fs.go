@@ -4,7 +4,11 @@
 //
 // Create-once writes are safe across processes: the body goes to a temp
 // file that is fsynced, then link(2)ed to its final name, which fails with
-// EEXIST when the key exists. Readers never see a partial object.
+// EEXIST when the key exists, and the name's folder is fsynced before the
+// PUT returns. Readers never see a partial object. Where the kernel has
+// O_TMPFILE (Linux on ext4, xfs, btrfs, tmpfs) the temp file is an unnamed
+// inode: no staging entry is created or removed per PUT, and one that a
+// crash leaves unlinked is freed by the kernel, not swept.
 package fs
 
 import (
@@ -17,6 +21,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/starlog/starlog/shared/objstore"
 )
@@ -34,6 +40,12 @@ const publishAttempts = 16
 type Store struct {
 	root string
 	dirs *dirSyncs // directory fsyncs shared by concurrent publishes
+	// unnamed: PUTs write their temp file as an O_TMPFILE inode (probed by
+	// New); false falls back to named temp files in staging.
+	unnamed bool
+	// step, when set (tests only), is called between the steps of a PUT,
+	// so a crash test can kill the process at each one.
+	step func(name string)
 }
 
 // New opens (creating if needed) a store rooted at root.
@@ -42,10 +54,53 @@ func New(root string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fs: root %q: %w", root, err)
 	}
-	if err := os.MkdirAll(filepath.Join(abs, stagingDir), 0o755); err != nil {
+	staging := filepath.Join(abs, stagingDir)
+	if err := os.MkdirAll(staging, 0o755); err != nil {
 		return nil, fmt.Errorf("fs: create root: %w", err)
 	}
-	return &Store{root: abs, dirs: newDirSyncs()}, nil
+	return &Store{root: abs, dirs: newDirSyncs(), unnamed: unnamedWorks(staging)}, nil
+}
+
+// unnamedWorks reports whether dir's file system gives O_TMPFILE inodes
+// that linkat can name through /proc/self/fd (both are needed: the flag
+// fails with EOPNOTSUPP on file systems without it, and /proc may be
+// absent in a container).
+func unnamedWorks(dir string) bool {
+	f, err := openUnnamed(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	probe := filepath.Join(dir, fmt.Sprintf("probe-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := linkUnnamed(f, probe); err != nil {
+		return false
+	}
+	os.Remove(probe)
+	return true
+}
+
+func openUnnamed(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600) // as os.CreateTemp
+	if err != nil {
+		return nil, &os.PathError{Op: "open O_TMPFILE", Path: dir, Err: err}
+	}
+	return os.NewFile(uintptr(fd), dir+"/(unnamed)"), nil
+}
+
+// linkUnnamed gives f's unnamed inode the name target, create-once: it
+// fails with EEXIST when target exists, as link(2) does.
+func linkUnnamed(f *os.File, target string) error {
+	proc := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	if err := unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, target, unix.AT_SYMLINK_FOLLOW); err != nil {
+		return &os.LinkError{Op: "linkat", Old: proc, New: target, Err: err}
+	}
+	return nil
+}
+
+func (s *Store) at(step string) {
+	if s.step != nil {
+		s.step(step)
+	}
 }
 
 // DirSyncs reports the publishes that needed a directory fsync and the
@@ -178,42 +233,82 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// writeTemp writes body to a new fsynced temp file in the staging dir.
-func (b *bucket) writeTemp(prefix string, body []byte) (string, error) {
-	f, err := os.CreateTemp(b.staging, prefix)
-	if err != nil {
-		return "", err
+// temp is a finished, fsynced temp file, named in staging or unnamed.
+type temp struct {
+	path string   // named: its path in staging
+	f    *os.File // unnamed: its open inode
+}
+
+// link names the temp file target, create-once.
+func (t temp) link(target string) error {
+	if t.f != nil {
+		return linkUnnamed(t.f, target)
 	}
-	name := f.Name()
+	return os.Link(t.path, target)
+}
+
+// discard drops the temp file: an unnamed one is freed on close, and a
+// linked one lives on under its key.
+func (t temp) discard() {
+	if t.f != nil {
+		t.f.Close()
+		return
+	}
+	os.Remove(t.path)
+}
+
+// writeTemp writes body to a new fsynced temp file.
+func (b *bucket) writeTemp(prefix string, body []byte) (temp, error) {
+	var t temp
+	var f *os.File
+	var err error
+	if b.s.unnamed {
+		f, err = openUnnamed(b.staging)
+		t.f = f
+	} else {
+		f, err = os.CreateTemp(b.staging, prefix)
+		if err == nil {
+			t.path = f.Name()
+		}
+	}
+	if err != nil {
+		return temp{}, err
+	}
+	b.s.at("created")
 	_, err = f.Write(body)
+	b.s.at("written")
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	b.s.at("synced")
+	if t.f == nil {
+		// A named temp is linked by its path; an unnamed one must stay
+		// open until it has a name.
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
-		os.Remove(name)
-		return "", err
+		t.discard()
+		return temp{}, err
 	}
-	return name, nil
+	return t, nil
 }
 
 // publish links the finished temp file tmp to key create-once and makes
 // the new name durable. It returns the object's info.
-func (b *bucket) publish(tmp, key string) (objstore.ObjectInfo, error) {
+//
+// It links first and makes key's folders only when the link finds one
+// missing: a chain's slots share a folder, so most PUTs find it there and
+// pay one link(2), not a mkdir and an lstat per parent folder.
+func (b *bucket) publish(tmp temp, key string) (objstore.ObjectInfo, error) {
 	target := b.path(key)
+	var created []string
 	for range publishAttempts {
-		created, err := b.mkParents(key)
-		if errors.Is(err, errRetry) {
-			continue
-		}
-		if err != nil {
-			return objstore.ObjectInfo{}, err
-		}
-		err = os.Link(tmp, target)
+		err := tmp.link(target)
 		switch {
 		case err == nil:
+			b.s.at("linked")
 			return b.finishPublish(key, target, created)
 		case errors.Is(err, syscall.EEXIST):
 			fi, lerr := os.Lstat(target)
@@ -229,7 +324,13 @@ func (b *bucket) publish(tmp, key string) (objstore.ObjectInfo, error) {
 				return objstore.ObjectInfo{}, fmt.Errorf("%w: %q is a folder of existing keys", objstore.ErrKeyConflict, key)
 			}
 		case errors.Is(err, syscall.ENOENT):
-			// A concurrent delete pruned a parent we just made: remake it.
+			// A parent folder is missing (new, or pruned by a concurrent
+			// delete): make them, then link again.
+			made, merr := b.mkParents(key)
+			created = append(created, made...)
+			if merr != nil && !errors.Is(merr, errRetry) {
+				return objstore.ObjectInfo{}, merr
+			}
 		case errors.Is(err, syscall.ENOTDIR):
 			return objstore.ObjectInfo{}, fmt.Errorf("%w: %q is below an existing key", objstore.ErrKeyConflict, key)
 		default:
@@ -241,8 +342,9 @@ func (b *bucket) publish(tmp, key string) (objstore.ObjectInfo, error) {
 
 var errRetry = errors.New("retry")
 
-// mkParents creates key's parent folders, returning the ones it created.
-// A parent that is an object is a key conflict.
+// mkParents creates key's parent folders, returning the ones it created
+// (also on error: they need a sync once the key is linked). A parent that
+// is an object is a key conflict.
 func (b *bucket) mkParents(key string) ([]string, error) {
 	var created []string
 	for _, p := range objstore.ParentKeys(key) {
@@ -254,17 +356,17 @@ func (b *bucket) mkParents(key string) ([]string, error) {
 		case errors.Is(err, syscall.EEXIST):
 			fi, serr := os.Lstat(dir)
 			if serr != nil {
-				return nil, errRetry // removed meanwhile
+				return created, errRetry // removed meanwhile
 			}
 			if !fi.IsDir() {
-				return nil, fmt.Errorf("%w: %q is below existing key %q", objstore.ErrKeyConflict, key, p)
+				return created, fmt.Errorf("%w: %q is below existing key %q", objstore.ErrKeyConflict, key, p)
 			}
 		case errors.Is(err, syscall.ENOENT):
-			return nil, errRetry // an outer folder was pruned meanwhile
+			return created, errRetry // an outer folder was pruned meanwhile
 		case errors.Is(err, syscall.ENOTDIR):
-			return nil, fmt.Errorf("%w: %q is below an existing key", objstore.ErrKeyConflict, key)
+			return created, fmt.Errorf("%w: %q is below an existing key", objstore.ErrKeyConflict, key)
 		default:
-			return nil, err
+			return created, err
 		}
 	}
 	return created, nil
@@ -281,6 +383,7 @@ func (b *bucket) finishPublish(key, target string, created []string) (objstore.O
 			return objstore.ObjectInfo{}, &objstore.IndefiniteError{Err: err}
 		}
 	}
+	b.s.at("dir-synced")
 	fi, err := os.Lstat(target)
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("stat after publish: %w", err)
@@ -297,7 +400,7 @@ func (b *bucket) PutIfAbsent(ctx context.Context, key string, body []byte) (objs
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("fs: put %s: %w", b.what(key), err)
 	}
-	defer os.Remove(tmp)
+	defer tmp.discard()
 	info, err := b.publish(tmp, key)
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("fs: put %s: %w", b.what(key), err)

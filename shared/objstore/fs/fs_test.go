@@ -33,3 +33,14 @@ func TestConformance(t *testing.T) {
 		return newStore(t, names...), names
 	})
 }
+
+// TestConformanceNamedTemps runs the suite on the fallback for file
+// systems without O_TMPFILE: named temp files in staging.
+func TestConformanceNamedTemps(t *testing.T) {
+	objstoretest.Run(t, func(t *testing.T) (objstore.Store, []string) {
+		names := []string{"bucket-a", "bucket-b"}
+		s := newStore(t, names...)
+		fs.NamedTemps(s)
+		return s, names
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/objstore/mem"
 )
 
@@ -47,6 +48,9 @@ func TestSameBehaviourAsMem(t *testing.T) {
 			rt.Fatal(err)
 		}
 		fst := newStoreAt(t, root, "bucket-a")
+		if rapid.Bool().Draw(rt, "named temps") {
+			fs.NamedTemps(fst)
+		}
 		mst, err := mem.New("bucket-a")
 		if err != nil {
 			rt.Fatal(err)

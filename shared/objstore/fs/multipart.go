@@ -119,7 +119,7 @@ func (m *multipart) Complete(ctx context.Context) (objstore.ObjectInfo, error) {
 	if err := m.concat(out); err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("fs: multipart %s: %w", m.what(), err)
 	}
-	info, err := m.b.publish(out, m.key)
+	info, err := m.b.publish(temp{path: out}, m.key)
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("fs: multipart %s: %w", m.what(), err)
 	}
