@@ -57,3 +57,23 @@ func TestFlushIntervalIsARateNotADelay(t *testing.T) {
 		}
 	}
 }
+
+// CutWhenIdle (the directory store's default): with an interval of an
+// hour, appends made one after another's ack each ack at once, because
+// each finds nothing uploading; without the rule the second would wait for
+// the hour (TestFlushIntervalIsARateNotADelay).
+func TestCutWhenIdleDoesNotWaitOutTheInterval(t *testing.T) {
+	h := newHarness(t, func(c *loglet.Config) {
+		c.FlushInterval = time.Hour
+		c.CutWhenIdle = true
+	})
+	s := h.stream("a")
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // liveness, not speed
+		_, err := s.Append(ctx, batch("a", i, 1))
+		cancel()
+		if err != nil {
+			t.Fatalf("append %d after the previous one's ack: %v", i, err)
+		}
+	}
+}

@@ -66,6 +66,9 @@ type Config struct {
 	// interval) and the age of the oldest pooled byte before a cut; a batch
 	// arriving after an idle interval is cut at once (pool.CutPolicy).
 	FlushInterval time.Duration
+	// CutWhenIdle cuts at once whenever no flight is uploading
+	// (pool.CutPolicy.WhenIdle): for stores without a price per PUT.
+	CutWhenIdle bool
 	// TargetFlight is the flight size that triggers a cut before the deadline.
 	TargetFlight int64
 	// PoolBudget is the pool's byte budget (--s3-memory-buffer-mib …).
@@ -246,7 +249,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 	l := &Loglet{
 		cfg: cfg, chain: c, log: log, metrics: m,
 		pool:        pool.New[*Batch](cfg.PoolBudget, nil),
-		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight, FixedDelay: cfg.testFixedDelay},
+		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight, FixedDelay: cfg.testFixedDelay, WhenIdle: cfg.CutWhenIdle},
 		results:     make(chan uploadResult, 4*cfg.Window),
 		inflight:    map[uint64]*flight{},
 		index:       NewIndex(),

@@ -68,7 +68,7 @@ func (l *Loglet) tryCut() time.Duration {
 		}
 		oldest, _ := l.pool.Oldest()
 		now := time.Now()
-		if due, at := l.policy.Due(now, bytes, oldest, l.lastCut); !due {
+		if due, at := l.policy.Due(now, bytes, oldest, l.lastCut, len(l.inflight) == 0); !due {
 			l.blocked.set("")
 			return max(at.Sub(now), time.Microsecond)
 		}

@@ -114,6 +114,10 @@ type ClassConfig struct {
 	// FlushInterval bounds the age of the oldest pooled byte before a cut
 	// (--s3-flush-interval, --s3-express-flush-interval).
 	FlushInterval time.Duration
+	// CutWhenIdle cuts a flight at once whenever none of the chain's is
+	// uploading (--s3-cut-when-idle, --s3-express-cut-when-idle): on by
+	// default on a directory store, where a PUT has no price.
+	CutWhenIdle bool
 	// ParallelUploads is the pipeline window: slots claimed ahead of
 	// release (--s3-parallel-uploads, --s3-express-parallel-uploads).
 	ParallelUploads int

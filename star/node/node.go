@@ -244,6 +244,7 @@ func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*l
 		W:              cc.W,
 		Window:         cc.ParallelUploads,
 		FlushInterval:  cc.FlushInterval,
+		CutWhenIdle:    cc.CutWhenIdle,
 		TargetFlight:   cc.TargetFlightBytes,
 		PoolBudget:     cc.MemoryBufferBytes,
 		BacklogFlights: n.cfg.BacklogFlights,

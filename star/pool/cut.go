@@ -19,22 +19,33 @@ type CutPolicy struct {
 	// oldest byte's admission, kept so benchmarks can set the two side by
 	// side.
 	FixedDelay bool
+	// WhenIdle cuts at once whenever the chain has no flight uploading
+	// (group commit by completion): the next append after an ack does not
+	// wait out the rest of an Interval that began at the previous cut,
+	// while appends that arrive during an upload still group until the
+	// upload ends or the Interval passes. It is for stores without a price
+	// per PUT (the directory store): on S3 it would let a chain cut a
+	// flight per PUT round trip, past the one per Interval the bill
+	// assumes.
+	WhenIdle bool
 }
 
 // Due reports whether a flight should be cut at now, given the uncut bytes,
-// the admission time of the oldest uncut byte and the time of the previous
-// cut (zero if none). When it is not due, at is when it will be.
+// the admission time of the oldest uncut byte, the time of the previous
+// cut (zero if none) and whether no flight of the chain is uploading
+// (idle). When it is not due, at is when it will be (unless the chain
+// falls idle first).
 //
 // The clock starts at the earlier of the previous cut and the oldest byte:
 // normally the previous cut (the oldest byte came after it), so a byte waits
 // less than Interval. A byte older than the previous cut was left behind by a
 // full flight or a full window; it is due Interval after its own admission,
 // as before, so no byte waits longer than Interval for a cut of its own.
-func (c CutPolicy) Due(now time.Time, bytes int64, oldest, lastCut time.Time) (due bool, at time.Time) {
+func (c CutPolicy) Due(now time.Time, bytes int64, oldest, lastCut time.Time, idle bool) (due bool, at time.Time) {
 	if bytes <= 0 {
 		return false, time.Time{}
 	}
-	if bytes >= c.Target {
+	if bytes >= c.Target || (c.WhenIdle && idle) {
 		return true, now
 	}
 	start := lastCut

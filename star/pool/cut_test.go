@@ -25,7 +25,7 @@ func TestCutPolicySparseBatchCutsAtOnce(t *testing.T) {
 	var lastCut time.Time
 	oldest, _ := p.Oldest()
 	_, bytes := p.Len()
-	if due, at := pol.Due(clk.Now(), bytes, oldest, lastCut); !due {
+	if due, at := pol.Due(clk.Now(), bytes, oldest, lastCut, false); !due {
 		t.Fatalf("first batch not due; due at %v (%v from now)", at, at.Sub(clk.Now()))
 	}
 	p.Cut(pol.Target)
@@ -38,7 +38,7 @@ func TestCutPolicySparseBatchCutsAtOnce(t *testing.T) {
 	}
 	oldest, _ = p.Oldest()
 	_, bytes = p.Len()
-	if due, at := pol.Due(clk.Now(), bytes, oldest, lastCut); !due {
+	if due, at := pol.Due(clk.Now(), bytes, oldest, lastCut, false); !due {
 		t.Fatalf("sparse batch not due; due in %v", at.Sub(clk.Now()))
 	}
 }
@@ -59,7 +59,7 @@ func TestCutPolicyBoundsRateUnderLoad(t *testing.T) {
 		}
 		oldest, _ := p.Oldest()
 		_, bytes := p.Len()
-		if due, _ := pol.Due(clk.Now(), bytes, oldest, lastCut); due {
+		if due, _ := pol.Due(clk.Now(), bytes, oldest, lastCut, false); due {
 			for _, e := range p.Cut(pol.Target) {
 				worst = max(worst, clk.Now().Sub(e.Value))
 			}
@@ -85,15 +85,15 @@ func TestCutPolicyTargetAndLeftovers(t *testing.T) {
 	clk := &manualClock{now: time.Unix(1000, 0)}
 	pol := CutPolicy{Interval: 50 * time.Millisecond, Target: 4096}
 	lastCut := clk.Now()
-	if due, _ := pol.Due(clk.Now(), 4096, clk.Now(), lastCut); !due {
+	if due, _ := pol.Due(clk.Now(), 4096, clk.Now(), lastCut, false); !due {
 		t.Fatal("a full flight is not due at once")
 	}
 	oldest := clk.Now().Add(-40 * time.Millisecond) // left behind by the cut just made
-	due, at := pol.Due(clk.Now(), 100, oldest, lastCut)
+	due, at := pol.Due(clk.Now(), 100, oldest, lastCut, false)
 	if due || !at.Equal(oldest.Add(pol.Interval)) {
 		t.Fatalf("leftover: due=%v at %v, want due at %v", due, at, oldest.Add(pol.Interval))
 	}
-	if due, _ := pol.Due(clk.Now(), 0, time.Time{}, time.Time{}); due {
+	if due, _ := pol.Due(clk.Now(), 0, time.Time{}, time.Time{}, false); due {
 		t.Fatal("an empty pool is due")
 	}
 }
@@ -103,8 +103,35 @@ func TestCutPolicyTargetAndLeftovers(t *testing.T) {
 func TestCutPolicyFixedDelay(t *testing.T) {
 	now := time.Unix(1000, 0)
 	pol := CutPolicy{Interval: 50 * time.Millisecond, Target: 4 << 20, FixedDelay: true}
-	due, at := pol.Due(now, 1024, now, now.Add(-time.Hour))
+	due, at := pol.Due(now, 1024, now, now.Add(-time.Hour), false)
 	if due || !at.Equal(now.Add(pol.Interval)) {
 		t.Fatalf("fixed delay: due=%v at %v, want due at %v", due, at, now.Add(pol.Interval))
+	}
+}
+
+// WhenIdle: a batch that finds nothing uploading is cut at once even just
+// after a cut (the next append after an ack); one that arrives during an
+// upload waits for the upload's end or the Interval, whichever is first.
+// Without WhenIdle idleness changes nothing.
+func TestCutPolicyWhenIdle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	lastCut := now.Add(-100 * time.Microsecond)
+	pol := CutPolicy{Interval: time.Millisecond, Target: 4 << 20, WhenIdle: true}
+	if due, _ := pol.Due(now, 1024, now, lastCut, true); !due {
+		t.Fatal("idle chain: a batch 100µs after the previous cut is not due")
+	}
+	due, at := pol.Due(now, 1024, now, lastCut, false)
+	if due || !at.Equal(lastCut.Add(time.Millisecond)) {
+		t.Fatalf("busy chain: due %v at %v, want due at the interval after the cut", due, at)
+	}
+	if due, _ := pol.Due(now.Add(time.Millisecond), 1024, now, lastCut, false); !due {
+		t.Fatal("busy chain: not due once the interval passed")
+	}
+	if due, _ := pol.Due(now, 0, time.Time{}, lastCut, true); due {
+		t.Fatal("idle chain with nothing pooled is due")
+	}
+	pol.WhenIdle = false
+	if due, _ := pol.Due(now, 1024, now, lastCut, true); due {
+		t.Fatal("without WhenIdle an idle chain cut inside the interval")
 	}
 }

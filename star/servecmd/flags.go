@@ -77,6 +77,7 @@ type common struct {
 
 	memMiB, expMemMiB         int
 	flush, expFlush           time.Duration
+	whenIdle, expWhenIdle     bool
 	uploads, expUploads       int
 	flightKiB, expFlightKiB   int
 	deadline, expDeadline     time.Duration
@@ -131,6 +132,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.IntVar(&c.expMemMiB, "s3-express-memory-buffer-mib", int(d.Express.MemoryBufferBytes>>20), "Express pool budget")
 	fs.DurationVar(&c.flush, "s3-flush-interval", d.Standard.FlushInterval, "Standard: at most one flight below the target size per interval, and no pooled byte waits longer; a batch after an idle interval is cut at once. On S3 the default trades ack latency for PUT cost; on a directory store (--fs-root, star dev) it is "+DiskFlushInterval.String()+": a PUT there has no price")
 	fs.DurationVar(&c.expFlush, "s3-express-flush-interval", d.Express.FlushInterval, "Express: as --s3-flush-interval, for the Express chain (default "+DiskFlushInterval.String()+" on a directory store)")
+	fs.BoolVar(&c.whenIdle, "s3-cut-when-idle", d.Standard.CutWhenIdle, "Standard: cut a flight at once whenever none of the chain's is uploading, so an append after an ack never waits out the flush interval (appends that arrive during an upload still group). Off on S3, where it would cut a PUT per round trip past the interval's bound on the bill; on by default on a directory store (--fs-root, star dev)")
+	fs.BoolVar(&c.expWhenIdle, "s3-express-cut-when-idle", d.Express.CutWhenIdle, "Express: as --s3-cut-when-idle, for the Express chain (on by default on a directory store)")
 	fs.IntVar(&c.uploads, "s3-parallel-uploads", d.Standard.ParallelUploads, "Standard pipeline window: slots uploading ahead of release")
 	fs.IntVar(&c.expUploads, "s3-express-parallel-uploads", d.Express.ParallelUploads, "Express pipeline window")
 	fs.IntVar(&c.flightKiB, "s3-target-flight-kib", int(d.Standard.TargetFlightBytes>>10), "Standard: cut a flight early once it reaches this size")
@@ -180,23 +183,28 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 // a PUT there costs a few fsyncs and no money, so the interval only has to
 // keep flights from being cut faster than the disk takes them (the window
 // bounds the rest). On S3 the interval is what bounds the request bill, and
-// the node's defaults stay.
+// the node's defaults stay. With the cut-when-idle rule on (the directory
+// store's default) the interval only groups appends that arrive while a
+// flight uploads: an append that finds the chain idle is cut at once.
 const DiskFlushInterval = time.Millisecond
 
-// diskFlushDefaults makes the flush intervals default to DiskFlushInterval
-// where the flags were not given (on the command line or by environment).
-// withDefault also shows it in --help.
+// diskFlushDefaults makes the flush intervals default to DiskFlushInterval,
+// and the cut-when-idle rule to on, where the flags were not given (on the
+// command line or by environment). withDefault also shows it in --help.
 func diskFlushDefaults(fs *pflag.FlagSet, withDefault bool) {
-	for _, name := range []string{"s3-flush-interval", "s3-express-flush-interval"} {
+	for name, v := range map[string]string{
+		"s3-flush-interval": DiskFlushInterval.String(), "s3-express-flush-interval": DiskFlushInterval.String(),
+		"s3-cut-when-idle": "true", "s3-express-cut-when-idle": "true",
+	} {
 		f := fs.Lookup(name)
 		if f == nil || f.Changed {
 			continue
 		}
-		if err := f.Value.Set(DiskFlushInterval.String()); err != nil {
+		if err := f.Value.Set(v); err != nil {
 			panic(err) // a constant that does not parse as its own flag's type
 		}
 		if withDefault {
-			f.DefValue = DiskFlushInterval.String()
+			f.DefValue = v
 		}
 	}
 }
@@ -210,6 +218,7 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Standard.MemoryBufferBytes = int64(c.memMiB) << 20
 	cfg.Express.MemoryBufferBytes = int64(c.expMemMiB) << 20
 	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = c.flush, c.expFlush
+	cfg.Standard.CutWhenIdle, cfg.Express.CutWhenIdle = c.whenIdle, c.expWhenIdle
 	cfg.Standard.ParallelUploads, cfg.Express.ParallelUploads = c.uploads, c.expUploads
 	cfg.Standard.TargetFlightBytes = int64(c.flightKiB) << 10
 	cfg.Express.TargetFlightBytes = int64(c.expFlightKiB) << 10

@@ -10,15 +10,17 @@ import (
 )
 
 // star dev (a directory store) defaults both flush intervals to the disk's
-// value and says so in --help; star serve keeps the node's cost-aware ones.
+// value and the cut-when-idle rule to on, and says so in --help; star serve
+// keeps the node's cost-aware ones (and the rule off).
 func TestFlushDefaultsPerMedium(t *testing.T) {
 	d := node.Defaults()
 	for _, tc := range []struct {
 		cmd       string
 		std, expr time.Duration
+		idle      string
 	}{
-		{"dev", DiskFlushInterval, DiskFlushInterval},
-		{"serve", d.Standard.FlushInterval, d.Express.FlushInterval},
+		{"dev", DiskFlushInterval, DiskFlushInterval, "true"},
+		{"serve", d.Standard.FlushInterval, d.Express.FlushInterval, "false"},
 	} {
 		cmd := Dev()
 		if tc.cmd == "serve" {
@@ -29,6 +31,12 @@ func TestFlushDefaultsPerMedium(t *testing.T) {
 			f := fs.Lookup(name)
 			if f.DefValue != want.String() || f.Value.String() != want.String() {
 				t.Errorf("%s --%s: default %s, value %s; want %s", tc.cmd, name, f.DefValue, f.Value, want)
+			}
+		}
+		for _, name := range []string{"s3-cut-when-idle", "s3-express-cut-when-idle"} {
+			f := fs.Lookup(name)
+			if f.DefValue != tc.idle || f.Value.String() != tc.idle {
+				t.Errorf("%s --%s: default %s, value %s; want %s", tc.cmd, name, f.DefValue, f.Value, tc.idle)
 			}
 		}
 	}
@@ -44,7 +52,8 @@ func TestDiskFlushDefaultsKeepGivenFlags(t *testing.T) {
 	var c common
 	c.register(fs, "127.0.0.1:1")
 	t.Setenv("STARLOG_S3_EXPRESS_FLUSH_INTERVAL", "9ms")
-	if err := fs.Parse([]string{"--s3-flush-interval", "7ms"}); err != nil {
+	t.Setenv("STARLOG_S3_EXPRESS_CUT_WHEN_IDLE", "false")
+	if err := fs.Parse([]string{"--s3-flush-interval", "7ms", "--s3-cut-when-idle=false"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := applyEnv(fs); err != nil {
@@ -53,6 +62,9 @@ func TestDiskFlushDefaultsKeepGivenFlags(t *testing.T) {
 	diskFlushDefaults(fs, false)
 	if c.flush != 7*time.Millisecond || c.expFlush != 9*time.Millisecond {
 		t.Fatalf("given intervals overridden: %v %v", c.flush, c.expFlush)
+	}
+	if c.whenIdle || c.expWhenIdle {
+		t.Fatalf("given cut-when-idle overridden: %v %v", c.whenIdle, c.expWhenIdle)
 	}
 
 	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
@@ -64,5 +76,8 @@ func TestDiskFlushDefaultsKeepGivenFlags(t *testing.T) {
 	diskFlushDefaults(fs, false)
 	if c.flush != DiskFlushInterval || c.expFlush != DiskFlushInterval {
 		t.Fatalf("unset intervals on a directory store: %v %v", c.flush, c.expFlush)
+	}
+	if !c.whenIdle || !c.expWhenIdle || !c.nodeConfig().Standard.CutWhenIdle || !c.nodeConfig().Express.CutWhenIdle {
+		t.Fatalf("unset cut-when-idle on a directory store: %v %v", c.whenIdle, c.expWhenIdle)
 	}
 }
