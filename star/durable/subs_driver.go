@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
 )
@@ -396,13 +397,15 @@ func (m *subManager) tails(ctx context.Context, root string, paths []string) (ta
 		case res.status == http.StatusOK:
 			at, ok := parseOffset(res.header.Get(hStreamNext))
 			if !ok {
-				return tails{}, fmt.Errorf("durable: tail of %s: bad offset %q", root+p, res.header.Get(hStreamNext))
+				return tails{}, api.Unavailable("the tail of %s is unreadable (%q)", root+p, res.header.Get(hStreamNext))
 			}
 			t.at[p], t.present[p] = at, true
 		case res.status == http.StatusNotFound || res.status == http.StatusGone || res.status == http.StatusBadRequest:
 			t.present[p] = false // no such stream (deleted, expired, or not a valid name)
 		default:
-			return tails{}, fmt.Errorf("durable: tail of %s: status %d", root+p, res.status)
+			// A stream that does not answer (503, a timeout): the pass or
+			// request is retried (503 to clients).
+			return tails{}, api.Unavailable("the tail of %s did not answer (status %d)", root+p, res.status)
 		}
 	}
 	return t, nil
@@ -586,10 +589,17 @@ func (h *Handler) internal(ctx context.Context, method, name, ct string, body []
 	if ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
+	// Forwarded to the stream's leader, it carries no access token: the
+	// leader's server takes it as the server's own with this header and
+	// the internal credential the forwarder adds (star/server).
+	req.Header.Set(HeaderServerRequest, "1")
 	rec := &recorder{header: http.Header{}}
 	h.ServeHTTP(rec, req)
 	return internalResult{status: max(rec.status, http.StatusOK), header: rec.header, body: rec.buf.Bytes()}
 }
+
+// HeaderServerRequest marks a request the handler made itself (internal).
+const HeaderServerRequest = "Starlog-Durable-Server-Request"
 
 // recorder is the ResponseWriter of internal requests.
 type recorder struct {

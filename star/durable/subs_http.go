@@ -105,7 +105,7 @@ func (h *Handler) subInternal(err error) *subError {
 	if _, ok := errors.AsType[*metaError](err); ok || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return &subError{Status: http.StatusServiceUnavailable, Code: "UNAVAILABLE", Message: "the metastore or a stream is unavailable; retry"}
 	}
-	if e, ok := errors.AsType[*api.Error](err); ok {
+	if e, ok := errors.AsType[*api.Error](err); ok && e.Status == http.StatusServiceUnavailable {
 		return &subError{Status: e.Status, Code: "UNAVAILABLE", Message: e.Message}
 	}
 	h.log.Error("subscription request failed", "err", err)
