@@ -71,7 +71,8 @@ func FuzzDecodeAppendJSONReference(f *testing.F) {
 		`{"records":[{"timestamp":1e3}]}`, `{"records":[{"timestamp":-0}]}`, `{"records":[{"timestamp":01}]}`,
 		`{"records":[{"body":"not base64!"}],"x":}`, `{"records":[{"headers":[["a","b","c"]]}]}`,
 		` null `, `[]`, `"x"`, `{"records":[{"body":"é"}]}`, "{\"records\":[{\"body\":\"\xff\"}]}",
-		"{\"records\":[{\"body\":\"a\tb\"}]}", `{"records":[{"body":"AP8"}]}`, `{"records":[{}],"fencing_token":5}`,
+		"{\"records\":[{\"body\":\"a\tb\"}]}",
+		`{"records":[{"body":"AA\n=="}]}`, "{\"records\":[{\"body\":\"AA\n==\"}]}", `{"records":[{"body":"AA\u003d="}]}`, `{"records":[{"body":"AP8"}]}`, `{"records":[{}],"fencing_token":5}`,
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
