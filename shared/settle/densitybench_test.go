@@ -390,10 +390,10 @@ type densityResult struct {
 	streams int
 	gib     float64
 	// ops are the auditor's object requests by billing kind, per phase.
-	ops  [numPhases][numKinds]float64
-	meta [numPhases]float64 // metastore writes
-	usd  [numPhases]float64 // object requests at list prices
-	musd [numPhases]float64 // metastore writes at list prices
+	ops                    [numPhases][numKinds]float64
+	meta                   [numPhases]float64 // metastore writes
+	usd                    [numPhases]float64 // object requests at list prices
+	musd                   [numPhases]float64 // metastore writes at list prices
 	eras, settled, objects int
 }
 
