@@ -77,7 +77,8 @@ var jobGrants = map[string]grant{
 		sendTo:  []string{config.JobChainSettle},
 	},
 	// settle reads an era's bundles (either class) and the standing tail
-	// object, publishes settled objects by multipart create-once, and
+	// object, publishes settled objects create-once (one PUT, or a
+	// multipart upload from 5 MiB), and
 	// commits catalog rows.
 	config.JobSettle: {
 		meta: metaWrite,
