@@ -87,8 +87,8 @@ type ClassTimers struct {
 func DefaultConfig() Config {
 	return Config{
 		Trigger:         8 << 20,
-		Standard:        ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute, Gather: 10 * time.Minute},
-		Express:         ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute, Gather: 80 * time.Second},
+		Standard:        ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute},
+		Express:         ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute},
 		OutputCap:       256 << 20,
 		ReadGrace:       5 * time.Minute,
 		Workers:         8,
@@ -157,13 +157,19 @@ func (t ClassTimers) withDefaults(d ClassTimers) ClassTimers {
 	if t.AgeCap <= 0 {
 		t.AgeCap = d.AgeCap
 	}
+	return t
+}
+
+// EraGather is the gather in effect: Gather, or two thirds of the age cap
+// when it is zero (Standard 10 min, Express 80 s by default), or none.
+func (t ClassTimers) EraGather() time.Duration {
 	switch {
 	case t.Gather == 0:
-		t.Gather = t.AgeCap * 2 / 3
+		return t.AgeCap * 2 / 3
 	case t.Gather < 0:
-		t.Gather = 0
+		return 0
 	}
-	return t
+	return t.Gather
 }
 
 // Validate checks a config after WithDefaults.
@@ -176,8 +182,8 @@ func (c Config) Validate() error {
 		if ct.t.Linger > ct.t.AgeCap {
 			errs = append(errs, fmt.Errorf("settle: %s linger %v exceeds its age cap %v", ct.name, ct.t.Linger, ct.t.AgeCap))
 		}
-		if ct.t.Gather >= ct.t.AgeCap {
-			errs = append(errs, fmt.Errorf("settle: %s gather %v is not below its age cap %v", ct.name, ct.t.Gather, ct.t.AgeCap))
+		if g := ct.t.EraGather(); g >= ct.t.AgeCap {
+			errs = append(errs, fmt.Errorf("settle: %s gather %v is not below its age cap %v", ct.name, g, ct.t.AgeCap))
 		}
 	}
 	if c.OutputCap < c.Trigger {

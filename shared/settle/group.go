@@ -114,7 +114,7 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	if err != nil {
 		return rep, err
 	}
-	gather := cfg.Timers(job.Chain.Class).Gather
+	gather := cfg.Timers(job.Chain.Class).EraGather()
 	for _, lm := range all {
 		if Due(lm.M, rec.Checkpoint, now, gather) && lm.M.EndSlot <= job.End {
 			era.markers = append(era.markers, lm)

@@ -184,7 +184,7 @@ func planChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time, cs *
 				cs.lag = max(cs.lag, now.Sub(time.UnixMilli(lm.M.Ripen)))
 			}
 		}
-		for _, era := range CutEras(mks, e.Checkpoint, now, cfg.Timers(ch.Class).Gather, cfg.EraMaxSlots, cfg.EraMaxBytes) {
+		for _, era := range CutEras(mks, e.Checkpoint, now, cfg.Timers(ch.Class).EraGather(), cfg.EraMaxSlots, cfg.EraMaxBytes) {
 			jobs = append(jobs, Job{Kind: KindSettle, Chain: ch, Epoch: e.Epoch, From: era.From, End: era.End})
 			m.erasPlanned.WithLabelValues(string(ch.Class)).Inc()
 		}

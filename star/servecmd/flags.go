@@ -83,6 +83,7 @@ type common struct {
 	deadline, expDeadline     time.Duration
 	linger, expLinger         time.Duration
 	ageCap, expAgeCap         time.Duration
+	gather, expGather         time.Duration
 	backlogFlights            int
 	backlogMiB                int
 	absorbBudget              float64
@@ -150,6 +151,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.expLinger, "settle-express-linger", sd.Express.Linger, "Express: settle linger")
 	fs.DurationVar(&c.ageCap, "settle-age-cap", sd.Standard.AgeCap, "Standard: every batch ripens at most this long after its birth")
 	fs.DurationVar(&c.expAgeCap, "settle-express-age-cap", sd.Express.AgeCap, "Express: settle age cap")
+	fs.DurationVar(&c.gather, "settle-gather", sd.Standard.Gather, "Standard: an era behind a ripe marker also settles the age-cap markers that ripen within this long (so at many streams a stream settles about once per gather, not once per absorb pass); 0 is two thirds of the age cap (10m at the default cap), negative turns it off")
+	fs.DurationVar(&c.expGather, "settle-express-gather", sd.Express.Gather, "Express: settle gather (0: two thirds of the age cap, 80s at the default)")
 	fs.IntVar(&c.settleOutputCapMiB, "settle-output-cap-mib", int(sd.OutputCap>>20), "a settled object grows by settles up to this size, then the next one starts")
 	fs.DurationVar(&c.readGrace, "read-grace", sd.ReadGrace, "settled slots stay readable this long before the auditor deletes them")
 	fs.DurationVar(&c.admitTimeout, "admit-timeout", d.AdmitTimeout, "how long a unary append waits for pool budget before a retryable 503")
@@ -288,8 +291,8 @@ func (c *common) durableConfig() *durable.Config {
 func (c *common) settleConfig() settle.Config {
 	cfg := node.Defaults().Settle
 	cfg.Trigger = uint64(c.settleTriggerMiB) << 20
-	cfg.Standard = settle.ClassTimers{Linger: c.linger, AgeCap: c.ageCap}
-	cfg.Express = settle.ClassTimers{Linger: c.expLinger, AgeCap: c.expAgeCap}
+	cfg.Standard = settle.ClassTimers{Linger: c.linger, AgeCap: c.ageCap, Gather: c.gather}
+	cfg.Express = settle.ClassTimers{Linger: c.expLinger, AgeCap: c.expAgeCap, Gather: c.expGather}
 	cfg.OutputCap = uint64(c.settleOutputCapMiB) << 20
 	cfg.ReadGrace = c.readGrace
 	return cfg
