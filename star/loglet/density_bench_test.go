@@ -176,8 +176,12 @@ func densityRun(b *testing.B, backend string, n int) {
 		if metrics.Read(heap); heap[0].Value.Kind() == metrics.KindUint64 {
 			peakHeap = max(peakHeap, heap[0].Value.Uint64())
 		}
-		if time.Since(start) >= time.Duration(secs)*time.Second && steady >= 0 && len(ends)-steady >= 3 && 2*flights >= peak {
-			break // two steady spacings measured, and the backlog is back at half its peak
+		if time.Since(start) >= time.Duration(secs)*time.Second && steady >= 0 && len(ends)-steady >= 3 &&
+			2*flights >= peak && 2*time.Since(ends[len(ends)-1].at) >= ends[len(ends)-1].at.Sub(ends[len(ends)-2].at) {
+			// Two steady spacings measured, and the backlog is back at half
+			// its peak, half a spacing after the last pass (not a moment
+			// after a pass, before its tokens came back).
+			break
 		}
 		if p := histogramCount(reg, "starlog_absorb_pass_seconds"); p != lastPasses {
 			// A pass ended: the steady-state rate is measured between pass
