@@ -70,16 +70,7 @@ func BenchmarkDecodeAppend(b *testing.B) {
 	batch := benchBatch()
 	in := &AppendInput{Records: batch.Records}
 	bytesPer := int64(MeteredBytes(in.Records))
-	js, _ := EncodeAppendJSON(in, FormatRaw)
 	pb, _ := EncodeAppendProto(in)
-	b.Run("json-raw", func(b *testing.B) {
-		b.SetBytes(bytesPer)
-		for b.Loop() {
-			if _, err := DecodeAppendJSON(js, FormatRaw); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 	b.Run("proto", func(b *testing.B) {
 		b.SetBytes(bytesPer)
 		for b.Loop() {
@@ -120,5 +111,26 @@ func BenchmarkFrames(b *testing.B) {
 			}
 		})
 		w.Close()
+	}
+}
+
+func BenchmarkDecodeAppendJSON(b *testing.B) {
+	in := &AppendInput{Records: benchBatch().Records}
+	bytesPer := int64(MeteredBytes(in.Records))
+	for _, f := range []Format{FormatRaw, FormatBase64} {
+		js, _ := EncodeAppendJSON(in, f)
+		for _, d := range []struct {
+			name   string
+			decode func([]byte, Format) (*AppendInput, *Error)
+		}{{"scanner", DecodeAppendJSON}, {"encoding-json", decodeAppendJSONRef}} {
+			b.Run(f.String()+"/"+d.name, func(b *testing.B) {
+				b.SetBytes(bytesPer)
+				for b.Loop() {
+					if _, err := d.decode(js, f); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

@@ -136,52 +136,6 @@ func encodeText(b []byte, f Format) (string, error) {
 	return string(b), nil
 }
 
-// DecodeAppendJSON decodes and validates a JSON append body
-// {"records":[…],"match_seq_num"?,"fencing_token"?} in format f. Malformed
-// JSON is 400 bad_json; bad base64 and every ValidateAppendInput failure are
-// 422 invalid.
-func DecodeAppendJSON(body []byte, f Format) (*AppendInput, *Error) {
-	if err := checkJSONText(body); err != nil {
-		return nil, BadJSON("append: %v", err)
-	}
-	var w appendInputJSON
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, BadJSON("append: %s", jsonMessage(err))
-	}
-	if len(w.Records) > MaxBatchRecords {
-		return nil, Invalid("an append batch holds at most %d records, got %d", MaxBatchRecords, len(w.Records))
-	}
-	in := &AppendInput{
-		Records:      make([]Record, len(w.Records)),
-		MatchSeqNum:  w.MatchSeqNum,
-		FencingToken: w.FencingToken,
-	}
-	for i := range w.Records {
-		wr := &w.Records[i]
-		r := &in.Records[i]
-		r.Timestamp = wr.Timestamp
-		var err error
-		if r.Body, err = decodeBytes(wr.Body, f); err != nil {
-			return nil, Invalid("record %d: body: %v", i, err)
-		}
-		if len(wr.Headers) > 0 {
-			r.Headers = make([]Header, len(wr.Headers))
-		}
-		for j, h := range wr.Headers {
-			if r.Headers[j].Name, err = decodeBytes(h.name, f); err != nil {
-				return nil, Invalid("record %d: header %d name: %v", i, j, err)
-			}
-			if r.Headers[j].Value, err = decodeBytes(h.value, f); err != nil {
-				return nil, Invalid("record %d: header %d value: %v", i, j, err)
-			}
-		}
-	}
-	if err := ValidateAppendInput(in); err != nil {
-		return nil, err
-	}
-	return in, nil
-}
-
 // EncodeAppendJSON encodes an append body in format f (for clients). Raw
 // format fails on bytes that are not valid UTF-8.
 func EncodeAppendJSON(in *AppendInput, f Format) ([]byte, error) {
