@@ -96,8 +96,8 @@ bench:
 ## bench-density: metastore writes and object requests per GiB against the
 ## stream count (issue 15): one Standard loglet at 4 MiB/s of 1 KiB records
 ## over N = 1, 100, 1,000 and 10,000 streams, on SQLite and on DynamoDB
-## Local, DENSITY_SECONDS (60) each at least (longer until three absorb
-## passes have ended), each row in its own process so its peak RSS is its
+## Local, DENSITY_SECONDS (60) each at least (longer until three steady
+## absorb passes have ended), each row in its own process so its peak RSS is its
 ## own, then a timed takeover of the row's backlog; the load average is
 ## logged before every row (figures in docs/bench.md, "Density").
 DENSITY_SECONDS ?= 60
