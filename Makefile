@@ -113,6 +113,25 @@ bench-density:
 	    | tee -a build/bench-density.log | grep -E '^(Benchmark|ok |FAIL|panic:)' || exit 1; \
 	done; done; echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a build/bench-density.log
 
+## bench-settle-density: the auditor's requests per GiB (settle, trim, the
+## janitor's reclaim) against the stream count (issue 15): 4 MiB/s of 1 KiB
+## records over N = 1, 100, 1,000 and 10,000 streams of one star, Standard
+## and Express at the star's default flush and flight, simulated clock (mem
+## object store, SQLite); DENSITY_CLASSES, DENSITY_STREAMS and
+## DENSITY_SETTLE_SECONDS narrow it (figures in docs/bench.md, "Settle").
+.PHONY: bench-settle-density
+bench-settle-density:
+	@mkdir -p build
+	@set -o pipefail; SETTLE_DENSITY=1 $(GO) test -count=1 -timeout 180m -run '^$$' -bench '^BenchmarkSettleDensity$$' -benchtime 1x -v ./shared/settle 2>&1 \
+	  | tee build/bench-settle-density.log | grep -E '^(Benchmark|ok |FAIL|panic:|\s+densitybench_test)'
+
+## settle-era: the settle function, as built for the stack, under the Lambda
+## Runtime Interface Emulator on one era of 10,000 streams, within the memory,
+## /tmp and timeout the stack gives it (issue 15; figures in docs/settle.md).
+.PHONY: settle-era
+settle-era:
+	STARLOG_ERA_TEST=1 $(GO) test -count=1 -timeout 45m -run '^TestSettleEraOf10000StreamsFitsTheLambda$$' -v ./functions
+
 ## verify: the long linearizability run (issue 6): clients append, read and
 ## check-tail through three `star serve` processes (one SQLite metastore, one
 ## object folder) while the nemesis kills stars with kill -9 and restarts them,

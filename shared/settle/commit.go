@@ -21,8 +21,8 @@ type source struct {
 	data        []byte
 }
 
-// publish assembles p's object by one multipart upload and publishes it
-// create-once. When the key is already there (a concurrent settler, or an
+// publish assembles p's object (one PUT below the part size, else one
+// multipart upload) and publishes it create-once. When the key is already there (a concurrent settler, or an
 // earlier run that crashed before its commit), the standing object's
 // footer is read back and describes the durable bytes instead: they are
 // never replaced.
@@ -67,28 +67,41 @@ func publish(ctx context.Context, st *Stores, cache *fetchCache, w *streamWork, 
 	size = uint64(f.BlocksLen()) + uint64(len(fb))
 
 	b := st.Objects.Bucket(st.SettledBucket)
-	mp, err := b.NewMultipart(ctx, key)
-	if err != nil {
-		return f, 0, false, fmt.Errorf("settle: start upload of %s: %w", key, err)
-	}
+	parts := planParts(pieces, objstore.MinPartSize)
 	var copied, staged int64
-	for i, pt := range planParts(pieces, objstore.MinPartSize) {
-		if pt.copy {
-			s, sg := srcs[pt.segs[0].piece], pt.segs[0]
-			err = mp.AddCopyPart(ctx, s.bucket, s.key, s.off+sg.off, sg.n)
-			copied += sg.n
-		} else {
-			var body []byte
-			if body, err = partBody(ctx, st, srcs, pt); err == nil {
-				err = mp.AddPart(ctx, body)
-				staged += int64(len(body))
+	var mp objstore.Multipart
+	if len(parts) == 1 && !parts[0].copy {
+		// Below the part size nothing can be copied server-side: one
+		// create-once PUT instead of a three-request upload (at 10,000
+		// streams most eras settle kilobytes per stream).
+		var body []byte
+		if body, err = partBody(ctx, st, srcs, parts[0]); err != nil {
+			return f, 0, false, fmt.Errorf("settle: body of %s: %w", key, err)
+		}
+		_, err = b.PutIfAbsent(ctx, key, body)
+		staged = int64(len(body))
+	} else {
+		if mp, err = b.NewMultipart(ctx, key); err != nil {
+			return f, 0, false, fmt.Errorf("settle: start upload of %s: %w", key, err)
+		}
+		for i, pt := range parts {
+			if pt.copy {
+				s, sg := srcs[pt.segs[0].piece], pt.segs[0]
+				err = mp.AddCopyPart(ctx, s.bucket, s.key, s.off+sg.off, sg.n)
+				copied += sg.n
+			} else {
+				var body []byte
+				if body, err = partBody(ctx, st, srcs, pt); err == nil {
+					err = mp.AddPart(ctx, body)
+					staged += int64(len(body))
+				}
+			}
+			if err != nil {
+				return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: part %d of %s: %w", i+1, key, err))
 			}
 		}
-		if err != nil {
-			return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: part %d of %s: %w", i+1, key, err))
-		}
+		_, err = mp.Complete(ctx)
 	}
-	_, err = mp.Complete(ctx)
 	switch {
 	case err == nil:
 		w.copied += copied
@@ -114,8 +127,12 @@ func publish(ctx context.Context, st *Stores, cache *fetchCache, w *streamWork, 
 	return got, gotSize, true, nil
 }
 
-// abort discards an upload after a failure, keeping the failure.
+// abort discards an upload after a failure, keeping the failure (a
+// single PUT, mp nil, has nothing to discard).
 func abort(ctx context.Context, mp objstore.Multipart, cause error) error {
+	if mp == nil {
+		return cause
+	}
 	if err := mp.Abort(ctx); err != nil {
 		return errors.Join(cause, fmt.Errorf("settle: abort upload: %w", err))
 	}

@@ -50,9 +50,12 @@ type Config struct {
 	// QuarantineAfter is how many consecutive settle jobs a stream fails
 	// in before it is quarantined (docs/settle.md "Quarantine").
 	QuarantineAfter int
-	// EraMaxSlots bounds the slots of one era, so one job's scratch and
-	// duration stay bounded (256 slots of 4 MiB flights: 1 GiB).
+	// EraMaxSlots and EraMaxBytes bound the slots of one era and its
+	// markers' bytes, so one job's work stays bounded (a single larger
+	// marker is an era of its own). Gathering (ClassTimers.Gather) fills
+	// eras up to them: 1 GiB is some 5,000 Standard slots at density.
 	EraMaxSlots int
+	EraMaxBytes uint64
 	// PlanMaxMarkers bounds the marker rows Plan reads per chain per
 	// invocation (from each epoch's settle frontier up): markers past it
 	// are planned by a later invocation, once the frontier has moved.
@@ -71,19 +74,27 @@ type ClassTimers struct {
 	// AgeCap: any other marker ripens at birth + AgeCap, the bound on how
 	// long a committed byte stays transit-resident.
 	AgeCap time.Duration
+	// Gather: an era that starts at a ripe marker also takes the age-cap
+	// markers after it that ripen within Gather, settling them early. At
+	// density every marker names every stream and none crosses the
+	// trigger, so without it each pass's marker is an era that rewrites
+	// every stream's tail once; with it a stream settles about once per
+	// Gather. Zero takes two thirds of AgeCap; negative turns it off.
+	Gather time.Duration
 }
 
 // DefaultConfig returns DESIGN §10's defaults.
 func DefaultConfig() Config {
 	return Config{
 		Trigger:         8 << 20,
-		Standard:        ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute},
-		Express:         ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute},
+		Standard:        ClassTimers{Linger: 60 * time.Second, AgeCap: 15 * time.Minute, Gather: 10 * time.Minute},
+		Express:         ClassTimers{Linger: 10 * time.Second, AgeCap: 2 * time.Minute, Gather: 80 * time.Second},
 		OutputCap:       256 << 20,
 		ReadGrace:       5 * time.Minute,
 		Workers:         8,
 		ScratchDir:      os.TempDir(),
-		EraMaxSlots:     256,
+		EraMaxSlots:     4096,
+		EraMaxBytes:     1 << 30,
 		QuarantineAfter: 3,
 		// One era's bundles at the default flight (256 × 4 MiB) and its
 		// footer entries at a few hundred bytes per block.
@@ -118,6 +129,9 @@ func (c Config) WithDefaults() Config {
 	if c.EraMaxSlots <= 0 {
 		c.EraMaxSlots = d.EraMaxSlots
 	}
+	if c.EraMaxBytes == 0 {
+		c.EraMaxBytes = d.EraMaxBytes
+	}
 	if c.QuarantineAfter <= 0 {
 		c.QuarantineAfter = d.QuarantineAfter
 	}
@@ -143,6 +157,12 @@ func (t ClassTimers) withDefaults(d ClassTimers) ClassTimers {
 	if t.AgeCap <= 0 {
 		t.AgeCap = d.AgeCap
 	}
+	switch {
+	case t.Gather == 0:
+		t.Gather = t.AgeCap * 2 / 3
+	case t.Gather < 0:
+		t.Gather = 0
+	}
 	return t
 }
 
@@ -155,6 +175,9 @@ func (c Config) Validate() error {
 	}{{"standard", c.Standard}, {"express", c.Express}} {
 		if ct.t.Linger > ct.t.AgeCap {
 			errs = append(errs, fmt.Errorf("settle: %s linger %v exceeds its age cap %v", ct.name, ct.t.Linger, ct.t.AgeCap))
+		}
+		if ct.t.Gather >= ct.t.AgeCap {
+			errs = append(errs, fmt.Errorf("settle: %s gather %v is not below its age cap %v", ct.name, ct.t.Gather, ct.t.AgeCap))
 		}
 	}
 	if c.OutputCap < c.Trigger {

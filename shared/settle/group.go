@@ -114,8 +114,9 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 	if err != nil {
 		return rep, err
 	}
+	gather := cfg.Timers(job.Chain.Class).Gather
 	for _, lm := range all {
-		if Ripe(lm.M, rec.Checkpoint, now) && lm.M.EndSlot <= job.End {
+		if Due(lm.M, rec.Checkpoint, now, gather) && lm.M.EndSlot <= job.End {
 			era.markers = append(era.markers, lm)
 		}
 	}

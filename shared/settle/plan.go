@@ -12,10 +12,10 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// Era is a contiguous run of one epoch's ripe markers: [From, End) in slots.
+// Era is a contiguous run of one epoch's due markers: [From, End) in slots.
 type Era struct {
 	From, End uint64
-	Markers   int // ripe markers in the run
+	Markers   int // due markers in the run
 	Slots     int // slots of those markers
 }
 
@@ -26,29 +26,45 @@ func Ripe(m meta.Marker, checkpoint uint64, now time.Time) bool {
 	return m.Ripen <= millis(now) && m.EndSlot <= checkpoint
 }
 
+// Due reports whether a marker may be settled now: ripe, or gathered into
+// an era (an age-cap marker that ripens within gather, wholly below the
+// checkpoint). Only a ripe marker starts an era.
+func Due(m meta.Marker, checkpoint uint64, now time.Time, gather time.Duration) bool {
+	if Ripe(m, checkpoint, now) {
+		return true
+	}
+	return gather > 0 && m.Cause == "cap" && m.Ripen <= millis(now.Add(gather)) && m.EndSlot <= checkpoint
+}
+
 // CutEras cuts an epoch's live markers (ascending by first slot) into
-// eras: maximal runs of ripe markers not interrupted by a live unripe one,
-// each of at most maxSlots slots (a single larger marker is an era of its
+// eras: maximal runs of due markers (Due) that start at a ripe one and are
+// not interrupted by a marker that is not due, each of at most maxSlots
+// slots and maxBytes bytes (a single larger ripe marker is an era of its
 // own). Slots between markers of a run are already resolved. Pure.
-func CutEras(markers []meta.Marker, checkpoint uint64, now time.Time, maxSlots int) []Era {
+func CutEras(markers []meta.Marker, checkpoint uint64, now time.Time, gather time.Duration, maxSlots int, maxBytes uint64) []Era {
 	var eras []Era
 	var cur *Era
+	var curBytes uint64
 	for _, m := range markers {
-		if !Ripe(m, checkpoint, now) {
+		if !Due(m, checkpoint, now, gather) {
 			cur = nil
 			continue
 		}
 		n := int(m.EndSlot - m.FromSlot)
-		if cur != nil && cur.Slots+n > maxSlots {
+		if cur != nil && (cur.Slots+n > maxSlots || curBytes+m.Bytes > maxBytes) {
 			cur = nil
 		}
 		if cur == nil {
+			if !Ripe(m, checkpoint, now) {
+				continue // gathered only behind a ripe marker
+			}
 			eras = append(eras, Era{From: m.FromSlot})
-			cur = &eras[len(eras)-1]
+			cur, curBytes = &eras[len(eras)-1], 0
 		}
 		cur.End = m.EndSlot
 		cur.Markers++
 		cur.Slots += n
+		curBytes += m.Bytes
 	}
 	return eras
 }
@@ -168,7 +184,7 @@ func planChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time, cs *
 				cs.lag = max(cs.lag, now.Sub(time.UnixMilli(lm.M.Ripen)))
 			}
 		}
-		for _, era := range CutEras(mks, e.Checkpoint, now, cfg.EraMaxSlots) {
+		for _, era := range CutEras(mks, e.Checkpoint, now, cfg.Timers(ch.Class).Gather, cfg.EraMaxSlots, cfg.EraMaxBytes) {
 			jobs = append(jobs, Job{Kind: KindSettle, Chain: ch, Epoch: e.Epoch, From: era.From, End: era.End})
 			m.erasPlanned.WithLabelValues(string(ch.Class)).Inc()
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -243,7 +245,7 @@ func TestCutEras(t *testing.T) {
 		return meta.Marker{Epoch: 1, FromSlot: from, EndSlot: end, Ripen: ripen}
 	}
 	ms := []meta.Marker{mk(0, 2, 10), mk(2, 3, 10), mk(5, 6, 50), mk(6, 9, 200), mk(9, 10, 10), mk(10, 14, 10), mk(14, 20, 10)}
-	got := CutEras(ms, 18, now, 4)
+	got := CutEras(ms, 18, now, 0, 4, math.MaxUint64)
 	want := []Era{{From: 0, End: 6, Markers: 3, Slots: 4}, {From: 9, End: 10, Markers: 1, Slots: 1}, {From: 10, End: 14, Markers: 1, Slots: 4}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("eras %v, want %v", got, want)
@@ -255,34 +257,73 @@ func TestCutEras(t *testing.T) {
 		for i := range n {
 			slot += uint64(rapid.IntRange(0, 2).Draw(t, fmt.Sprint("gap", i)))
 			end := slot + uint64(rapid.IntRange(1, 5).Draw(t, fmt.Sprint("len", i)))
-			ms = append(ms, mk(slot, end, int64(rapid.IntRange(0, 200).Draw(t, fmt.Sprint("ripen", i)))))
+			m := mk(slot, end, int64(rapid.IntRange(0, 200).Draw(t, fmt.Sprint("ripen", i))))
+			m.Cause = rapid.SampledFrom([]string{"cap", "linger"}).Draw(t, fmt.Sprint("cause", i))
+			m.Bytes = uint64(rapid.IntRange(0, 10).Draw(t, fmt.Sprint("bytes", i)))
+			ms = append(ms, m)
 			slot = end
 		}
 		cp := uint64(rapid.IntRange(0, int(slot)+1).Draw(t, "checkpoint"))
 		maxSlots := rapid.IntRange(1, 8).Draw(t, "max")
-		eras := CutEras(ms, cp, now, maxSlots)
+		maxBytes := uint64(rapid.IntRange(0, 30).Draw(t, "maxBytes"))
+		gather := time.Duration(rapid.IntRange(0, 100).Draw(t, "gather")) * time.Millisecond
+		eras := CutEras(ms, cp, now, gather, maxSlots, maxBytes)
 		inEra := map[int]int{}
 		for ei, e := range eras {
-			slots := 0
+			slots, ripe := 0, 0
+			var bytes uint64
 			for i, m := range ms {
 				if m.FromSlot >= e.From && m.EndSlot <= e.End {
-					if !Ripe(m, cp, now) {
-						t.Fatalf("era %v holds unripe marker %v", e, m)
+					if !Due(m, cp, now, gather) {
+						t.Fatalf("era %v holds marker %v, not due", e, m)
+					}
+					if m.Cause != "cap" && !Ripe(m, cp, now) {
+						t.Fatalf("era %v gathered linger marker %v before it ripened", e, m)
+					}
+					if Ripe(m, cp, now) {
+						ripe++
 					}
 					inEra[i] = ei
 					slots += int(m.EndSlot - m.FromSlot)
+					bytes += m.Bytes
 				}
 			}
-			if slots != e.Slots || (e.Markers > 1 && e.Slots > maxSlots) {
-				t.Fatalf("era %v: %d slots, max %d", e, slots, maxSlots)
+			if ripe == 0 || !Ripe(ms[slices.IndexFunc(ms, func(m meta.Marker) bool { return m.FromSlot == e.From })], cp, now) {
+				t.Fatalf("era %v does not start at a ripe marker", e)
+			}
+			if slots != e.Slots || (e.Markers > 1 && (e.Slots > maxSlots || bytes > maxBytes)) {
+				t.Fatalf("era %v: %d slots, %d bytes, max %d, %d", e, slots, bytes, maxSlots, maxBytes)
 			}
 		}
 		for i, m := range ms {
-			if _, ok := inEra[i]; ok != Ripe(m, cp, now) {
-				t.Fatalf("marker %v ripe=%v but in an era=%v", m, Ripe(m, cp, now), ok)
+			_, ok := inEra[i]
+			if Ripe(m, cp, now) && !ok {
+				t.Fatalf("ripe marker %v in no era", m)
+			}
+			if !Due(m, cp, now, gather) && ok {
+				t.Fatalf("marker %v not due but in an era", m)
+			}
+		}
+		// Gathering off is the ripe-only cut.
+		for _, e := range CutEras(ms, cp, now, 0, maxSlots, maxBytes) {
+			for _, m := range ms {
+				if m.FromSlot >= e.From && m.EndSlot <= e.End && !Ripe(m, cp, now) {
+					t.Fatalf("gather 0: era %v holds unripe %v", e, m)
+				}
 			}
 		}
 	})
+	// At density: a ripe cap marker gathers the cap markers that ripen
+	// within the gather, and stops at one that does not.
+	var dense []meta.Marker
+	for i := range uint64(10) {
+		m := mk(i, i+1, 90+int64(i)*10)
+		m.Cause = "cap"
+		dense = append(dense, m)
+	}
+	if got := CutEras(dense, 10, now, 35*time.Millisecond, 100, math.MaxUint64); fmt.Sprint(got) != fmt.Sprint([]Era{{From: 0, End: 5, Markers: 5, Slots: 5}}) {
+		t.Fatalf("gathered eras %v", got)
+	}
 }
 
 func TestDueTrim(t *testing.T) {

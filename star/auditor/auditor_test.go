@@ -61,10 +61,11 @@ func TestDevStarSettlesAndTrimsByItself(t *testing.T) {
 	}
 	defer n.Close(context.Background())
 
-	// The auditor's view of the objects fails its first two multipart
-	// completes: those settles fail and are retried.
+	// The auditor's view of the objects fails its first two publishes of
+	// a settled object (a PUT below the part size, else a multipart
+	// complete): those settles fail and are retried.
 	objs := faults.Wrap(inner)
-	objs.FailNext("standard", 2, faults.Definite, objstore.OpMultipartComplete)
+	objs.FailNext("standard", 2, faults.Definite, objstore.OpPut, objstore.OpMultipartComplete)
 	reg := prometheus.NewRegistry()
 	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "standard", Streams: settle.MetaStreams{Meta: ms},
 		Config: policy, Metrics: settle.NewMetrics(reg), Logger: testLog()}

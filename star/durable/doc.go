@@ -19,6 +19,11 @@
 // it in memory only as a cache: before deciding an append it catches up
 // to the durable tail and appends with match_seq_num at that tail, so a
 // decision is never made on state another star has moved past. Offsets are
-// seq nums (offset.go). docs/durable-streams.md says what the protocol
+// seq nums (offset.go).
+//
+// Subscriptions (protocol §6–7, subs*.go) are metastore rows too: each
+// one's config and cursors in one row changed only by conditional puts,
+// the signing keys in another; every star drives them from the rows.
+// docs/durable-streams.md says what the protocol
 // leaves to servers and what this one chose.
 package durable

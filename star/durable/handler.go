@@ -67,7 +67,11 @@ type Config struct {
 	// leads to that star and reports whether it did (star/server's
 	// forwarder). onAppend says the request writes.
 	Forward func(w http.ResponseWriter, r *http.Request, basin, name string, onAppend bool) bool
-	Logger  *slog.Logger
+	// AllowLoopbackWebhooks lets subscriptions name webhooks on loopback
+	// (http://127.0.0.1/…, http://localhost/…): a development star's, or a
+	// test's local receiver. Off, only https to public hosts is allowed.
+	AllowLoopbackWebhooks bool
+	Logger                *slog.Logger
 }
 
 // Handler serves the protocol. Requests reach it authenticated: the
@@ -90,6 +94,7 @@ type Handler struct {
 	basinOK   bool
 
 	requests *prometheus.CounterVec
+	subs     *subManager // subscriptions (subs*.go)
 }
 
 // New returns the handler and registers its metrics with the node's registry.
@@ -115,13 +120,22 @@ func New(cfg Config) (*Handler, error) {
 		log: cfg.Logger.With("face", "durable-streams"), states: newStates(), started: time.Now()}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "requests_total",
-		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, other) and status.",
+		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, other) and status.",
 	}, []string{"op", "status"})
 	if err := cfg.Node.Registry().Register(h.requests); err != nil {
 		return nil, fmt.Errorf("durable: register metrics: %w", err)
 	}
+	subs, err := newSubManager(h, cfg.AllowLoopbackWebhooks)
+	if err != nil {
+		return nil, err
+	}
+	h.subs = subs
 	return h, nil
 }
+
+// Close stops the subscription driver (its sweeps and deliveries in
+// flight); requests already being served finish on their own.
+func (h *Handler) Close() { h.subs.close() }
 
 // MaxWait is the longest a read waits before it answers or ends (the
 // long-poll timeout or the SSE life), for the server's write deadline.
@@ -171,6 +185,18 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cross-Origin-Resource-Policy", "cross-origin")
 	cors(w.Header(), r)
+	// The reserved __ds segment routes before streams (protocol §6): no
+	// stream path holds it.
+	if c, ok := h.splitControl(r); ok {
+		op = "subscription"
+		if r.Method == http.MethodOptions {
+			w.Header().Set("Allow", allowMethods)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h.serveControl(w, r, c)
+		return
+	}
 	name, ok := h.streamName(r.URL.EscapedPath())
 	if !ok {
 		httpError(w, http.StatusBadRequest, "malformed stream path")
@@ -226,14 +252,25 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodPut:
 		h.create(w, r, name)
+		h.notifySubs(w, name)
 	case http.MethodPost:
 		h.appendReq(w, r, name)
+		h.notifySubs(w, name)
 	case http.MethodGet:
 		h.read(w, r, name)
 	case http.MethodHead:
 		h.head(w, r, name)
 	case http.MethodDelete:
 		h.delete(w, r, name)
+		h.notifySubs(w, name)
+	}
+}
+
+// notifySubs tells the subscription driver about a write this star
+// served (a stream it leads: other stars forward theirs here).
+func (h *Handler) notifySubs(w *statusWriter, name string) {
+	if w.status >= 200 && w.status <= 299 {
+		h.subs.notify(name)
 	}
 }
 

@@ -110,6 +110,7 @@ type common struct {
 	durablePrefix, durableBasin          string
 	durableClass                         string
 	durableLongPoll                      time.Duration
+	durableLoopbackHooks                 bool
 
 	location string // server.Options.Location
 }
@@ -174,6 +175,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.StringVar(&c.durableBasin, "durable-basin", durable.DefaultBasin, "basin holding the Durable Streams streams (created on first use)")
 	fs.StringVar(&c.durableClass, "durable-storage-class", string(durable.DefaultStorageClass), "default storage class of the Durable Streams basin when the star creates it: express or standard")
 	fs.DurationVar(&c.durableLongPoll, "durable-long-poll", durable.DefaultLongPoll, "how long a Durable Streams long-poll waits for data before 204")
+	fs.BoolVar(&c.durableLoopbackHooks, "durable-webhook-loopback", false, "let Durable Streams subscriptions name webhooks on loopback (http://127.0.0.1/…, http://localhost/…), for development and tests; off, only https to public addresses")
 	fs.StringVar(&c.location, "location", server.DefaultLocation, "the deployment's location (S2's region, e.g. aws:us-east-1): what /v1/locations and basin info answer")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
 }
@@ -274,7 +276,7 @@ func (c *common) durableConfig() *durable.Config {
 		return nil
 	}
 	return &durable.Config{Prefix: c.durablePrefix, Basin: c.durableBasin, LongPoll: c.durableLongPoll,
-		StorageClass: api.StorageClass(c.durableClass)}
+		StorageClass: api.StorageClass(c.durableClass), AllowLoopbackWebhooks: c.durableLoopbackHooks}
 }
 
 // settleConfig maps the --settle-* and --read-grace flags onto the

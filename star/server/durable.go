@@ -6,6 +6,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 )
 
 // serveDurable serves the Durable Streams face (star/durable) under its
@@ -39,9 +40,15 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 	}()
 	var p auth.Principal
 	switch {
-	case r.Method == http.MethodOptions:
-		// A CORS preflight carries no credentials and has no effect.
+	case r.Method == http.MethodOptions || s.ds.SelfAuthenticated(r):
+		// A CORS preflight carries no credentials and has no effect; the
+		// JWK Set is public, and a subscription's callback, ack and
+		// release carry the wake token the handler checks itself.
 		p = auth.Principal{}
+	case r.Header.Get(durable.HeaderServerRequest) != "" && s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)):
+		// A peer's subscription driver (a tail, a wake event) forwarded
+		// for a stream this star leads: it acts as the server.
+		p = auth.AdminPrincipal()
 	case s.keys.IsOpen():
 		s.authDecisions.WithLabelValues(authOpen).Inc()
 		p = auth.AdminPrincipal()

@@ -235,7 +235,12 @@ func (s *Server) Listener(ln net.Listener) net.Listener {
 // retryable error; append sessions stop taking inputs and end once the
 // inputs they submitted are acknowledged. Call it before
 // http.Server.Shutdown, which waits for handlers.
-func (s *Server) Drain() { s.stopDrain() }
+func (s *Server) Drain() {
+	s.stopDrain()
+	if s.ds != nil {
+		s.ds.Close() // subscription sweeps and webhook deliveries
+	}
+}
 
 // sessionContext is r's context, cancelled with errDraining on Drain.
 func (s *Server) sessionContext(r *http.Request) (context.Context, context.CancelFunc) {

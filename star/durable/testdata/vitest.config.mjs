@@ -1,12 +1,15 @@
 // Runs the official Durable Streams conformance suite
-// (@durable-streams/server-conformance-tests, pinned in .ci/tools) as its
-// own CLI does, against CONFORMANCE_TEST_URL. The CLI's `vitest run <file>`
-// finds no test when the package is installed (vitest excludes
-// node_modules), so this config includes the package's runner explicitly
-// and nothing else; every test of the suite runs, none is filtered.
+// (@durable-streams/server-conformance-tests, pinned in .ci/tools) with
+// subscriptions enabled, through conformance.mjs beside this file (the
+// package's CLI cannot: it never enables them, and from an installed
+// package its `vitest run <file>` finds no test, since vitest excludes
+// node_modules). Only that runner is collected; nothing is filtered.
+import { fileURLToPath } from "node:url"
+
 export default {
   test: {
-    include: ["node_modules/@durable-streams/server-conformance-tests/dist/test-runner.js"],
+    dir: fileURLToPath(new URL(".", import.meta.url)),
+    include: ["conformance.mjs"],
     exclude: [],
     passWithNoTests: false,
   },

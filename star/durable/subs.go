@@ -1,0 +1,301 @@
+package durable
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Subscriptions (protocol §6–7) are durable cursors over a set of streams
+// that wake a worker, by a signed webhook or by an event in a wake
+// stream, when a linked stream has records past its acked offset. This
+// file holds the pure parts: the subscription's config, its stored row and
+// the rules on paths and webhook URLs. subs_state.go is the state machine,
+// subs_driver.go the I/O, subs_http.go the routes.
+
+// Bounds of a subscription (docs/durable-streams.md, "Subscriptions").
+const (
+	defaultLeaseTTL = 30 * time.Second
+	minLeaseTTL     = time.Second
+	maxLeaseTTL     = 10 * time.Minute
+	// maxSubLinks bounds the streams one subscription links: its row is
+	// one metastore item (DynamoDB's limit is 400 KB) and every pass over
+	// it checks each link's tail.
+	maxSubLinks = 1000
+	// maxSubIDBytes bounds a subscription id (and a worker name).
+	maxSubIDBytes = 128
+	// maxSubBody bounds a control request's JSON body.
+	maxSubBody = 256 << 10
+	// maxDescription bounds a subscription's description.
+	maxDescription = 1024
+)
+
+// Subscription types.
+const (
+	subWebhook  = "webhook"
+	subPullWake = "pull-wake"
+)
+
+// subError is a protocol error of the control API: an HTTP status and the
+// code clients switch on ({"error":{"code":…}}).
+type subError struct {
+	Status  int
+	Code    string
+	Message string
+	// Holder and Generation go with ALREADY_CLAIMED.
+	Holder     string
+	Generation uint64
+}
+
+func (e *subError) Error() string { return e.Code + ": " + e.Message }
+
+// Error codes of the control API (the reference server's names).
+const (
+	codeInvalidRequest = "INVALID_REQUEST"
+	codeNotFound       = "SUBSCRIPTION_NOT_FOUND"
+	codeExists         = "SUBSCRIPTION_ALREADY_EXISTS"
+	codeURLRejected    = "WEBHOOK_URL_REJECTED"
+	codeTokenInvalid   = "TOKEN_INVALID"
+	codeFenced         = "FENCED"
+	codeClaimed        = "ALREADY_CLAIMED"
+	codeNoPending      = "NO_PENDING_WORK"
+	codeInvalidOffset  = "INVALID_OFFSET"
+)
+
+func invalidReq(format string, args ...any) *subError {
+	return &subError{Status: http.StatusBadRequest, Code: codeInvalidRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+var (
+	errSubNotFound = &subError{Status: http.StatusNotFound, Code: codeNotFound, Message: "subscription not found"}
+	errFenced      = &subError{Status: http.StatusConflict, Code: codeFenced, Message: "the wake is stale: its generation or wake id is not the current one"}
+	errTokenBad    = &subError{Status: http.StatusUnauthorized, Code: codeTokenInvalid, Message: "missing or invalid wake token"}
+)
+
+// subConfig is what a PUT defines; its hash decides 201, 200 or 409.
+type subConfig struct {
+	Type        string   `json:"type"`
+	Pattern     string   `json:"pattern,omitempty"`
+	Streams     []string `json:"streams,omitempty"` // normalized, sorted, distinct
+	WebhookURL  string   `json:"webhook_url,omitempty"`
+	WakeStream  string   `json:"wake_stream,omitempty"`
+	LeaseTTLms  int64    `json:"lease_ttl_ms"`
+	Description *string  `json:"description,omitempty"`
+}
+
+func (c *subConfig) leaseTTL() time.Duration { return time.Duration(c.LeaseTTLms) * time.Millisecond }
+
+// hash is the SHA-256 of the normalized config (json.Marshal of a struct
+// is canonical: fixed field order, sorted streams).
+func (c *subConfig) hash() string {
+	b, _ := json.Marshal(c)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// parseSubConfig reads a PUT body. Paths are root-relative, with leading
+// and trailing slashes dropped; the URL policy is checked by the caller.
+func parseSubConfig(body []byte) (subConfig, *subError) {
+	var in struct {
+		Type    string             `json:"type"`
+		Pattern *string            `json:"pattern"`
+		Streams []any              `json:"streams"`
+		Webhook *struct{ URL any } `json:"webhook"`
+		Wake    *string            `json:"wake_stream"`
+		Lease   *json.Number       `json:"lease_ttl_ms"`
+		Desc    *string            `json:"description"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.UseNumber()
+	if err := dec.Decode(&in); err != nil {
+		return subConfig{}, invalidReq("the body must be a JSON object: %v", err)
+	}
+	var c subConfig
+	switch in.Type {
+	case subWebhook, subPullWake:
+		c.Type = in.Type
+	default:
+		return subConfig{}, invalidReq(`type must be "webhook" or "pull-wake"`)
+	}
+	if in.Pattern != nil && *in.Pattern != "" {
+		c.Pattern = normPath(*in.Pattern)
+		if err := checkRelPath(c.Pattern); err != nil {
+			return subConfig{}, invalidReq("pattern: %s", err)
+		}
+	}
+	for _, s := range in.Streams {
+		p, ok := s.(string)
+		if !ok || normPath(p) == "" {
+			return subConfig{}, invalidReq("streams must be non-empty strings")
+		}
+		p = normPath(p)
+		if err := checkRelPath(p); err != nil {
+			return subConfig{}, invalidReq("stream %q: %s", p, err)
+		}
+		c.Streams = append(c.Streams, p)
+	}
+	slices.Sort(c.Streams)
+	c.Streams = slices.Compact(c.Streams)
+	if c.Pattern == "" && len(c.Streams) == 0 {
+		return subConfig{}, invalidReq("at least one of pattern or streams is required")
+	}
+	if len(c.Streams) > maxSubLinks {
+		return subConfig{}, invalidReq("at most %d streams", maxSubLinks)
+	}
+	c.LeaseTTLms = defaultLeaseTTL.Milliseconds()
+	if in.Lease != nil {
+		n, err := in.Lease.Int64()
+		if err != nil || n < minLeaseTTL.Milliseconds() || n > maxLeaseTTL.Milliseconds() {
+			return subConfig{}, invalidReq("lease_ttl_ms must be an integer from %d to %d", minLeaseTTL.Milliseconds(), maxLeaseTTL.Milliseconds())
+		}
+		c.LeaseTTLms = n
+	}
+	switch c.Type {
+	case subWebhook:
+		u, _ := func() (string, bool) {
+			if in.Webhook == nil {
+				return "", false
+			}
+			s, ok := in.Webhook.URL.(string)
+			return s, ok
+		}()
+		if u == "" {
+			return subConfig{}, invalidReq("a webhook subscription needs webhook.url")
+		}
+		c.WebhookURL = u
+	case subPullWake:
+		if in.Wake == nil || normPath(*in.Wake) == "" {
+			return subConfig{}, invalidReq("a pull-wake subscription needs wake_stream")
+		}
+		c.WakeStream = normPath(*in.Wake)
+		if err := checkRelPath(c.WakeStream); err != nil {
+			return subConfig{}, invalidReq("wake_stream: %s", err)
+		}
+	}
+	if in.Desc != nil {
+		if len(*in.Desc) > maxDescription {
+			return subConfig{}, invalidReq("description is at most %d bytes", maxDescription)
+		}
+		c.Description = in.Desc
+	}
+	return c, nil
+}
+
+// normPath drops leading and trailing slashes (the reference's rule).
+func normPath(p string) string { return strings.Trim(p, "/") }
+
+// checkRelPath refuses the reserved segment: a path with a __ds segment
+// is a control route, never a stream.
+func checkRelPath(p string) error {
+	if slices.Contains(strings.Split(p, "/"), reservedSegment) {
+		return errors.New("the __ds segment is reserved")
+	}
+	return nil
+}
+
+// reservedSegment marks the control routes (protocol §6).
+const reservedSegment = "__ds"
+
+// globMatch matches a root-relative path against a pattern: "*" is one
+// whole segment, "**" zero or more; other segments match literally.
+func globMatch(pattern, path string) bool {
+	return globSegs(strings.Split(pattern, "/"), strings.Split(path, "/"))
+}
+
+func globSegs(pat, segs []string) bool {
+	for len(pat) > 0 {
+		switch pat[0] {
+		case "**":
+			for i := 0; i <= len(segs); i++ {
+				if globSegs(pat[1:], segs[i:]) {
+					return true
+				}
+			}
+			return false
+		case "*":
+			if len(segs) == 0 || segs[0] == "" {
+				return false
+			}
+		default:
+			if len(segs) == 0 || segs[0] != pat[0] {
+				return false
+			}
+		}
+		pat, segs = pat[1:], segs[1:]
+	}
+	return len(segs) == 0
+}
+
+// globPrefix is the literal part of a pattern before its first wildcard
+// segment: the names a backfill lists.
+func globPrefix(pattern string) string {
+	segs := strings.Split(pattern, "/")
+	var lit []string
+	for _, s := range segs {
+		if s == "*" || s == "**" {
+			return strings.Join(lit, "/") + "/"
+		}
+		lit = append(lit, s)
+	}
+	return pattern // no wildcard: the one name
+}
+
+// webhookPolicy decides which webhook URLs a subscription may name (SSRF,
+// protocol §6.2): https to a public host; http, or https, to loopback only
+// when AllowLoopback (a development star, or a test's local receiver).
+type webhookPolicy struct{ AllowLoopback bool }
+
+// check validates a webhook URL at creation. Names are resolved only when
+// a delivery dials (allowedIP is checked there too, so a public name that
+// resolves to a private address is refused then).
+func (p webhookPolicy) check(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		return errors.New("webhook.url must be an absolute URL")
+	}
+	if u.User != nil {
+		return errors.New("webhook.url must not carry credentials")
+	}
+	host := strings.ToLower(u.Hostname())
+	loopName := host == "localhost" || strings.HasSuffix(host, ".localhost")
+	ip, ipErr := netip.ParseAddr(host)
+	isIP := ipErr == nil
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !p.AllowLoopback || !(loopName || isIP && ip.Unmap().IsLoopback()) {
+			return errors.New("webhook.url must use https (http only to loopback on a development star)")
+		}
+	default:
+		return errors.New("webhook.url must use https")
+	}
+	if loopName && !p.AllowLoopback {
+		return errors.New("webhook.url must not target localhost")
+	}
+	if isIP && !p.allowedIP(ip) {
+		return fmt.Errorf("webhook.url must not target a private, loopback, link-local or otherwise local address (%s)", ip)
+	}
+	return nil
+}
+
+// cgnat is the shared address space (RFC 6598), local to a carrier.
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// allowedIP reports whether a delivery may connect to ip: a global
+// unicast address outside the private (RFC 1918, fc00::/7) and shared
+// ranges, or loopback when the policy allows it.
+func (p webhookPolicy) allowedIP(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	if ip.IsLoopback() {
+		return p.AllowLoopback
+	}
+	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !cgnat.Contains(ip)
+}

@@ -1,0 +1,625 @@
+package durable
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/auth"
+)
+
+// Bounds of the subscription driver.
+const (
+	// subSweep is how often each star passes over every subscription:
+	// leases that ran out, retries that are due, appends it did not see
+	// (another star's, or through the S2 API).
+	subSweep = time.Second
+	// webhookTimeout bounds one webhook POST, connect to response.
+	webhookTimeout = 10 * time.Second
+	// maxWebhookResponse bounds the response body read ({"done": true}).
+	maxWebhookResponse = 64 << 10
+	// maxDeliveries bounds the webhook POSTs and wake-event appends one
+	// star runs at once; a wake that finds no slot is withdrawn when its
+	// lease runs out and issued again.
+	maxDeliveries = 64
+	// recentWindow is how long this star remembers the names it saw
+	// appended, to link them to a subscription another star created
+	// meanwhile (its row reaches this star's cache at the next sweep).
+	recentWindow = 10 * time.Second
+	// maxRecent bounds that memory.
+	maxRecent = 4096
+	// subAttempts bounds the conditional-write retries of one transition.
+	subAttempts = 16
+	// passTimeout bounds one pass over one subscription (its tails, its write).
+	passTimeout = 10 * time.Second
+	// maxSubsPerSweep bounds the rows one sweep reads.
+	maxSubsPerSweep = 10000
+)
+
+// subKey is a subscription's metastore row, in the basin's Durable
+// Streams partition beside the stream rows (s#…) and the keys (k#…). The
+// root never holds a __ds segment, so "<root>__ds/<id>" is unambiguous.
+func subKey(basin, root, id string) meta.Key {
+	return meta.Key{PK: "ds#" + basin, SK: subSKPrefix + root + reservedSegment + "/" + id}
+}
+
+const subSKPrefix = "u#"
+
+// keyEnd is past every string key with a given prefix (the largest code
+// point), for range queries.
+const keyEnd = "\U0010FFFF"
+
+// subManager drives the subscriptions of one handler: it keeps no state a
+// client can observe (that is the rows), only a cache of the rows for
+// matching appends, the names it saw appended lately and the work in
+// flight.
+type subManager struct {
+	h      *Handler
+	log    *slog.Logger
+	keys   keyLoader
+	policy webhookPolicy
+	client *http.Client
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	slots  chan struct{}
+	nudges chan string
+
+	mu     sync.Mutex
+	cache  map[meta.Key]subRow // the rows as last read
+	recent map[string]time.Time
+
+	wakes      *prometheus.CounterVec
+	deliveries *prometheus.CounterVec
+	control    *prometheus.CounterVec
+}
+
+func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
+	m := &subManager{
+		h: h, log: h.log.With("part", "subscriptions"),
+		keys:   keyLoader{store: h.meta, key: keysKey(h.basin)},
+		policy: webhookPolicy{AllowLoopback: allowLoopback},
+		slots:  make(chan struct{}, maxDeliveries),
+		nudges: make(chan string, 1024),
+		cache:  map[meta.Key]subRow{},
+		recent: map[string]time.Time{},
+	}
+	m.client = webhookClient(m.policy)
+	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "durable", Name: "subscription_wakes_total",
+		Help: "Durable Streams subscription wakes issued, by type (webhook, pull-wake).",
+	}, []string{"type"})
+	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "durable", Name: "subscription_deliveries_total",
+		Help: "Webhook POSTs and wake-event appends, by type (webhook, pull-wake) and result (ok, done, failed).",
+	}, []string{"type", "result"})
+	m.control = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "durable", Name: "subscription_requests_total",
+		Help: "Subscription control requests by operation (put, get, delete, streams, callback, claim, ack, release, jwks) and result (ok or the protocol's error code).",
+	}, []string{"op", "result"})
+	for _, c := range []prometheus.Collector{m.wakes, m.deliveries, m.control} {
+		if err := h.n.Registry().Register(c); err != nil {
+			return nil, fmt.Errorf("durable: register metrics: %w", err)
+		}
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.wg.Add(1)
+	go m.run()
+	return m, nil
+}
+
+// webhookClient posts webhooks: no proxy from the environment, no
+// redirects (a redirect could aim at a host the URL policy refuses), and
+// a dial that refuses addresses outside the policy, whatever the name
+// resolved to.
+func webhookClient(p webhookPolicy) *http.Client {
+	d := &net.Dialer{Timeout: webhookTimeout, Control: func(_, address string, _ syscall.RawConn) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil || !p.allowedIP(ip) {
+			return fmt.Errorf("webhook: address %s is refused by the URL policy", host)
+		}
+		return nil
+	}}
+	return &http.Client{
+		Timeout:       webhookTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			Proxy: nil, DialContext: d.DialContext, MaxIdleConnsPerHost: 4,
+			IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: webhookTimeout, ResponseHeaderTimeout: webhookTimeout,
+		},
+	}
+}
+
+// close stops the driver and waits for its deliveries (they are bounded
+// by webhookTimeout; cancelling ends them sooner).
+func (m *subManager) close() {
+	m.cancel()
+	m.wg.Wait()
+	m.client.CloseIdleConnections()
+}
+
+// notify tells the driver a stream was appended to (or created, or
+// deleted) through this star. It never blocks: past the buffer the
+// sweep finds the work.
+func (m *subManager) notify(name string) {
+	select {
+	case m.nudges <- name:
+	default:
+	}
+}
+
+func (m *subManager) run() {
+	defer m.wg.Done()
+	t := time.NewTicker(subSweep)
+	defer t.Stop()
+	m.sweep()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case name := <-m.nudges:
+			m.onAppend(name)
+		case <-t.C:
+			m.sweep()
+		}
+	}
+}
+
+// onAppend passes over the cached subscriptions the name falls under.
+func (m *subManager) onAppend(name string) {
+	now := time.Now()
+	m.mu.Lock()
+	if len(m.recent) >= maxRecent {
+		m.pruneRecent(now)
+	}
+	if len(m.recent) < maxRecent {
+		m.recent[name] = now
+	}
+	var todo []subRow
+	for _, s := range m.cache {
+		if rel, ok := s.relative(name); ok && (s.link(rel) != nil || s.globs(rel)) {
+			todo = append(todo, s)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range todo {
+		rel, _ := s.relative(name)
+		m.pass(s.Root, s.ID, []string{rel})
+	}
+}
+
+func (m *subManager) pruneRecent(now time.Time) {
+	for k, t := range m.recent {
+		if now.Sub(t) > recentWindow {
+			delete(m.recent, k)
+		}
+	}
+}
+
+// sweep reads every subscription row and passes over each.
+func (m *subManager) sweep() {
+	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
+	rows, err := m.list(ctx)
+	cancel()
+	if err != nil {
+		if m.ctx.Err() == nil {
+			m.log.Warn("subscription sweep: listing failed", "err", err)
+		}
+		return
+	}
+	now := time.Now()
+	m.mu.Lock()
+	m.pruneRecent(now)
+	m.cache = make(map[meta.Key]subRow, len(rows))
+	for _, s := range rows {
+		m.cache[subKey(m.h.basin, s.Root, s.ID)] = s
+	}
+	m.mu.Unlock()
+	for _, s := range rows {
+		if m.ctx.Err() != nil {
+			return
+		}
+		m.pass(s.Root, s.ID, m.recentFor(&s))
+	}
+}
+
+// recentFor is the names appended lately, after s was created, that its
+// pattern matches and it does not link yet.
+func (m *subManager) recentFor(s *subRow) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for name, t := range m.recent {
+		if rel, ok := s.relative(name); ok && t.After(s.Created) && s.link(rel) == nil && s.globs(rel) {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+func (m *subManager) list(ctx context.Context) ([]subRow, error) {
+	q := meta.Query{PK: "ds#" + m.h.basin, From: subSKPrefix, To: subSKPrefix + keyEnd, Limit: 256}
+	var out []subRow
+	for len(out) < maxSubsPerSweep {
+		pg, err := m.h.meta.Query(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range pg.Items {
+			var s subRow
+			if err := json.Unmarshal(it.Val, &s); err != nil {
+				m.log.Warn("undecodable subscription row", "sk", it.SK, "err", err)
+				continue
+			}
+			out = append(out, s)
+		}
+		if pg.Next == "" {
+			break
+		}
+		q.PageToken = pg.Next
+	}
+	return out, nil
+}
+
+// relative is name relative to the subscription's root.
+func (s *subRow) relative(name string) (string, bool) {
+	rel, ok := strings.CutPrefix(name, s.Root)
+	return rel, ok && rel != ""
+}
+
+// globs reports whether the pattern links rel. A pull-wake subscription
+// never links its own wake stream: each wake event would wake it again.
+func (s *subRow) globs(rel string) bool {
+	return s.Config.Pattern != "" && rel != s.Config.WakeStream && globMatch(s.Config.Pattern, rel) && checkRelPath(rel) == nil
+}
+
+// pass links the appended names the pattern matches (at the start: the
+// append that revealed them is pending) and steps the row.
+func (m *subManager) pass(root, id string, appended []string) {
+	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
+	defer cancel()
+	var wk *wake
+	row, err := m.mutate(ctx, root, id, appended, func(s *subRow, t tails) (bool, error) {
+		wk = nil
+		changed := false
+		for _, rel := range appended {
+			if s.link(rel) == nil && s.globs(rel) && t.present[rel] {
+				changed = s.addLink(rel, false, 0) || changed
+			}
+		}
+		w, c := s.step(time.Now(), newWakeID(), t)
+		wk = w
+		return changed || c, nil
+	})
+	if err != nil {
+		if !errors.Is(err, errSubNotFound) && m.ctx.Err() == nil {
+			m.log.Warn("subscription pass failed", "subscription", id, "root", root, "err", err)
+		}
+		return
+	}
+	if wk != nil {
+		m.dispatch(row, *wk)
+	}
+}
+
+// mutate applies change to the row until its conditional write holds
+// (bounded by subAttempts). change sees the tails of the links and of
+// extra; it returns whether the row changed (unchanged rows are not
+// written) or a *subError (nothing written).
+func (m *subManager) mutate(ctx context.Context, root, id string, extra []string, change func(*subRow, tails) (bool, error)) (subRow, error) {
+	k := subKey(m.h.basin, root, id)
+	for range subAttempts {
+		it, err := m.h.meta.Get(ctx, k.PK, k.SK)
+		if errors.Is(err, meta.ErrNotFound) {
+			m.uncache(k)
+			return subRow{}, errSubNotFound
+		}
+		if err != nil {
+			return subRow{}, &metaError{err}
+		}
+		var s subRow
+		if err := json.Unmarshal(it.Val, &s); err != nil {
+			return subRow{}, fmt.Errorf("durable: decode subscription %s: %w", id, err)
+		}
+		paths := make([]string, 0, len(s.Links)+len(extra))
+		for i := range s.Links {
+			paths = append(paths, s.Links[i].Path)
+		}
+		t, err := m.tails(ctx, root, append(paths, extra...))
+		if err != nil {
+			return subRow{}, err
+		}
+		changed, err := change(&s, t)
+		if err != nil || !changed {
+			return s, err
+		}
+		val, err := json.Marshal(&s)
+		if err != nil {
+			return subRow{}, err
+		}
+		if _, err := m.h.meta.Put(ctx, k.PK, k.SK, val, meta.IfVer(it.Ver)); errors.Is(err, meta.ErrConditionFailed) {
+			continue
+		} else if err != nil {
+			return subRow{}, &metaError{err}
+		}
+		m.recache(k, s)
+		return s, nil
+	}
+	return subRow{}, fmt.Errorf("durable: subscription %s kept changing", id)
+}
+
+func (m *subManager) recache(k meta.Key, s subRow) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cache[k] = s
+}
+
+func (m *subManager) uncache(k meta.Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.cache, k)
+}
+
+// tails reads the Durable Streams tail of each path (under root) with a
+// HEAD through the handler itself, so a stream another star leads is
+// asked of that star (the handler forwards) and closure, expiry and
+// deletion count as they do for clients.
+func (m *subManager) tails(ctx context.Context, root string, paths []string) (tails, error) {
+	t := tails{at: make(map[string]uint64, len(paths)), present: make(map[string]bool, len(paths))}
+	for _, p := range paths {
+		if _, done := t.present[p]; done {
+			continue
+		}
+		res := m.h.internal(ctx, http.MethodHead, root+p, "", nil)
+		switch {
+		case res.status == http.StatusOK:
+			at, ok := parseOffset(res.header.Get(hStreamNext))
+			if !ok {
+				return tails{}, api.Unavailable("the tail of %s is unreadable (%q)", root+p, res.header.Get(hStreamNext))
+			}
+			t.at[p], t.present[p] = at, true
+		case res.status == http.StatusNotFound || res.status == http.StatusGone || res.status == http.StatusBadRequest:
+			t.present[p] = false // no such stream (deleted, expired, or not a valid name)
+		default:
+			// A stream that does not answer (503, a timeout): the pass or
+			// request is retried (503 to clients).
+			return tails{}, api.Unavailable("the tail of %s did not answer (status %d)", root+p, res.status)
+		}
+	}
+	return t, nil
+}
+
+// dispatch runs what a wake asks for, off the caller's path: a webhook
+// POST or a wake-event append, in one of maxDeliveries slots.
+func (m *subManager) dispatch(s subRow, wk wake) {
+	m.wakes.WithLabelValues(wk.Type).Inc()
+	select {
+	case m.slots <- struct{}{}:
+	default:
+		m.log.Warn("subscription deliveries saturated; the wake waits for its lease to run out", "subscription", s.ID)
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer func() { <-m.slots }()
+		if wk.Type == subWebhook {
+			m.deliver(s, wk)
+		} else {
+			m.wakeEvent(s, wk)
+		}
+	}()
+}
+
+// streamInfo is a link as wakes and claims show it.
+type streamInfo struct {
+	Path       string `json:"path"`
+	LinkType   string `json:"link_type"`
+	Acked      string `json:"acked_offset"`
+	Tail       string `json:"tail_offset"`
+	HasPending bool   `json:"has_pending"`
+}
+
+func (s *subRow) infos(tailOf func(string) uint64) []streamInfo {
+	out := make([]streamInfo, 0, len(s.Links))
+	for i := range s.Links {
+		l := &s.Links[i]
+		tail := tailOf(l.Path)
+		out = append(out, streamInfo{Path: l.Path, LinkType: l.linkType(), Acked: formatOffset(l.Acked),
+			Tail: formatOffset(tail), HasPending: tail > l.Acked})
+	}
+	return out
+}
+
+// deliver POSTs the signed wake to the webhook and records the outcome:
+// {"done": true} acks the snapshot and finishes the wake (and wakes again
+// if more is pending); a failure withdraws the wake and backs off.
+func (m *subManager) deliver(s subRow, wk wake) {
+	keys, err := m.keys.get(m.ctx)
+	if err != nil {
+		m.log.Warn("webhook: no signing key", "subscription", s.ID, "err", err)
+		m.failed(s, wk)
+		return
+	}
+	body, _ := json.Marshal(map[string]any{
+		"subscription_id": s.ID,
+		"wake_id":         wk.WakeID,
+		"generation":      wk.Generation,
+		"streams":         s.infos(func(p string) uint64 { return s.Snapshot[p] }),
+		"callback_url":    s.Base + reservedSegment + "/subscriptions/" + url.PathEscape(s.ID) + "/callback",
+		"callback_token":  keys.mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: wk.Generation, WakeID: wk.WakeID}),
+	})
+	ctx, cancel := context.WithTimeout(m.ctx, webhookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.Config.WebhookURL, bytes.NewReader(body))
+	if err != nil {
+		m.failed(s, wk)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Webhook-Signature", keys.signature(body, time.Now().Unix()))
+	resp, err := m.client.Do(req)
+	if err != nil {
+		m.log.Info("webhook delivery failed", "subscription", s.ID, "generation", wk.Generation, "err", err)
+		m.failed(s, wk)
+		return
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxWebhookResponse))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		m.log.Info("webhook delivery refused", "subscription", s.ID, "generation", wk.Generation, "status", resp.StatusCode)
+		m.failed(s, wk)
+		return
+	}
+	var reply struct {
+		Done bool `json:"done"`
+	}
+	_ = json.Unmarshal(raw, &reply) // anything but {"done": true} waits for a callback
+	result := "ok"
+	if reply.Done {
+		result = "done"
+	}
+	m.deliveries.WithLabelValues(subWebhook, result).Inc()
+	pctx, pcancel := context.WithTimeout(m.ctx, passTimeout)
+	defer pcancel()
+	var next *wake
+	row, err := m.mutate(pctx, s.Root, s.ID, nil, func(cur *subRow, t tails) (bool, error) {
+		next = nil
+		if cur.Incarnation != s.Incarnation || cur.WakeID != wk.WakeID {
+			return false, nil // fenced meanwhile: a callback finished it, or its lease ran out
+		}
+		changed := cur.Failed || cur.Retries > 0
+		cur.deliveryOK()
+		if reply.Done {
+			cur.ackSnapshot()
+			next = cur.done(time.Now(), newWakeID(), t)
+			changed = true
+		}
+		return changed, nil
+	})
+	if err != nil {
+		m.log.Warn("webhook: recording the delivery failed", "subscription", s.ID, "err", err)
+		return
+	}
+	if next != nil {
+		m.dispatch(row, *next)
+	}
+}
+
+// failed withdraws the wake if it is still current and backs off.
+func (m *subManager) failed(s subRow, wk wake) {
+	m.deliveries.WithLabelValues(wk.Type, "failed").Inc()
+	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
+	defer cancel()
+	_, err := m.mutate(ctx, s.Root, s.ID, nil, func(cur *subRow, _ tails) (bool, error) {
+		if cur.Incarnation != s.Incarnation || cur.WakeID != wk.WakeID || cur.Holder != "" {
+			return false, nil
+		}
+		cur.deliveryFailed(time.Now(), rand.Float64())
+		return true, nil
+	})
+	if err != nil && !errors.Is(err, errSubNotFound) && m.ctx.Err() == nil {
+		m.log.Warn("subscription: recording a failed delivery failed", "subscription", s.ID, "err", err)
+	}
+}
+
+// wakeEvent appends the wake event to the pull-wake subscription's wake
+// stream (a JSON stream the application created), through the handler,
+// so it is an ordinary, serialized append on the stream's leader.
+func (m *subManager) wakeEvent(s subRow, wk wake) {
+	ev, _ := json.Marshal(map[string]any{
+		"type": "wake", "subscription_id": s.ID, "stream": wk.Stream,
+		"generation": wk.Generation, "ts": time.Now().UnixMilli(),
+	})
+	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
+	defer cancel()
+	res := m.h.internal(ctx, http.MethodPost, s.Root+s.Config.WakeStream, "application/json", ev)
+	if res.status < 200 || res.status > 299 {
+		m.log.Info("wake event append failed", "subscription", s.ID, "wake_stream", s.Config.WakeStream,
+			"status", res.status, "body", strings.TrimSpace(string(res.body)))
+		m.failed(s, wk)
+		return
+	}
+	m.deliveries.WithLabelValues(subPullWake, "ok").Inc()
+}
+
+// internalResult is the response of a request the handler served itself.
+type internalResult struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// internal serves a request through the handler as the admin (a
+// subscription acts with the authority its creator was checked for):
+// forwarding, the per-stream append lock and the protocol's rules apply
+// as for any client.
+func (h *Handler) internal(ctx context.Context, method, name, ct string, body []byte) internalResult {
+	segs := strings.Split(name, "/")
+	for i := range segs {
+		segs[i] = url.PathEscape(segs[i])
+	}
+	req, err := http.NewRequestWithContext(auth.WithPrincipal(ctx, auth.AdminPrincipal()), method,
+		"http://star.internal"+h.prefix+"/"+strings.Join(segs, "/"), bytes.NewReader(body))
+	if err != nil {
+		return internalResult{status: http.StatusBadRequest}
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	// Forwarded to the stream's leader, it carries no access token: the
+	// leader's server takes it as the server's own with this header and
+	// the internal credential the forwarder adds (star/server).
+	req.Header.Set(HeaderServerRequest, "1")
+	rec := &recorder{header: http.Header{}}
+	h.ServeHTTP(rec, req)
+	return internalResult{status: max(rec.status, http.StatusOK), header: rec.header, body: rec.buf.Bytes()}
+}
+
+// HeaderServerRequest marks a request the handler made itself (internal).
+const HeaderServerRequest = "Starlog-Durable-Server-Request"
+
+// recorder is the ResponseWriter of internal requests.
+type recorder struct {
+	header http.Header
+	status int
+	buf    bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	if r.buf.Len() > maxSubBody {
+		return len(b), nil // only the start of an error body is kept
+	}
+	return r.buf.Write(b)
+}
+
+func newWakeID() string { return "w_" + newIncarnation() }

@@ -1,0 +1,604 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/auth"
+)
+
+// controlRoute is a request under a __ds segment: root is the stored
+// name prefix before it ("" or ending in "/"), base the client-visible URL
+// of that root, rest the escaped segments after __ds.
+type controlRoute struct {
+	root, clientRoot, base string
+	rest                   []string
+}
+
+// splitControl finds the reserved segment in an escaped path after the
+// prefix. A subscription belongs to the root before it, and its paths
+// are relative to that root: /ds/__ds/… covers every stream, and
+// /ds/v1/stream/__ds/… the streams named v1/stream/… (the suite's URL
+// shape, <base>/v1/stream/<path>).
+func (h *Handler) splitControl(r *http.Request) (controlRoute, bool) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), h.prefix+"/")
+	if !ok {
+		return controlRoute{}, false
+	}
+	segs := strings.Split(rest, "/")
+	for i, seg := range segs {
+		if u, err := url.PathUnescape(seg); err != nil || u != reservedSegment {
+			continue
+		}
+		clientRoot, err := url.PathUnescape(strings.Join(segs[:i], "/"))
+		if err != nil {
+			return controlRoute{}, false
+		}
+		if clientRoot != "" {
+			clientRoot += "/"
+		}
+		escRoot := strings.Join(segs[:i], "/")
+		if escRoot != "" {
+			escRoot += "/"
+		}
+		return controlRoute{clientRoot: clientRoot, base: baseURL(r) + h.prefix + "/" + escRoot, rest: segs[i+1:]}, true
+	}
+	return controlRoute{}, false
+}
+
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// SelfAuthenticated reports whether a request authenticates itself
+// rather than with an access token: the JWK Set (public) and the
+// callback, ack and release of a wake (their bearer is the wake token the
+// handler minted). star/server serves these without a principal.
+func (h *Handler) SelfAuthenticated(r *http.Request) bool {
+	if !h.Matches(r.URL.EscapedPath()) {
+		return false
+	}
+	c, ok := h.splitControl(r)
+	if !ok {
+		return false
+	}
+	switch {
+	case len(c.rest) == 1 && c.rest[0] == "jwks.json":
+		return true
+	case len(c.rest) == 3 && c.rest[0] == "subscriptions" && r.Method == http.MethodPost:
+		return c.rest[2] == "callback" || c.rest[2] == "ack" || c.rest[2] == "release"
+	}
+	return false
+}
+
+// serveControl serves the reserved subscription APIs (protocol §6–7).
+func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, c controlRoute) {
+	op, err := h.control(w, r, c)
+	result := "ok"
+	if err != nil {
+		var se *subError
+		if !errors.As(err, &se) {
+			se = h.subInternal(err)
+		}
+		result = se.Code
+		writeSubError(w, se)
+	}
+	h.subs.control.WithLabelValues(op, result).Inc()
+}
+
+// subInternal maps a driver error to a response: 503 for the metastore
+// and timeouts (retryable), else 500 logged.
+func (h *Handler) subInternal(err error) *subError {
+	if _, ok := errors.AsType[*metaError](err); ok || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return &subError{Status: http.StatusServiceUnavailable, Code: "UNAVAILABLE", Message: "the metastore or a stream is unavailable; retry"}
+	}
+	if e, ok := errors.AsType[*api.Error](err); ok && e.Status == http.StatusServiceUnavailable {
+		return &subError{Status: e.Status, Code: "UNAVAILABLE", Message: e.Message}
+	}
+	h.log.Error("subscription request failed", "err", err)
+	return &subError{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
+}
+
+func (h *Handler) control(w http.ResponseWriter, r *http.Request, c controlRoute) (string, error) {
+	rest := c.rest
+	if len(rest) == 1 && rest[0] == "jwks.json" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return "jwks", methodNotAllowed(w, "GET, HEAD")
+		}
+		keys, err := h.subs.keys.get(r.Context())
+		if err != nil {
+			return "jwks", err
+		}
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Header().Set("Cache-Control", "public, max-age=300")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(keys.jwks())
+		return "jwks", nil
+	}
+	if len(rest) < 2 || rest[0] != "subscriptions" {
+		return "other", &subError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no such Durable Streams control route"}
+	}
+	id, err := url.PathUnescape(rest[1])
+	if err != nil || id == "" || len(id) > maxSubIDBytes || strings.ContainsAny(id, "/\x00") {
+		return "other", invalidReq("a subscription id is 1 to %d bytes, without / or NUL", maxSubIDBytes)
+	}
+	p := auth.FromContext(r.Context())
+	// Self-authenticated routes find the subscription by their token; the
+	// others by the principal's view of the root.
+	c.root = p.StreamName(c.clientRoot)
+	switch {
+	case len(rest) == 2:
+		switch r.Method {
+		case http.MethodPut:
+			return "put", h.subPut(w, r, c, id)
+		case http.MethodGet:
+			return "get", h.subGet(w, r, c, id)
+		case http.MethodDelete:
+			return "delete", h.subDelete(w, r, c, id)
+		}
+		return "other", methodNotAllowed(w, "GET, PUT, DELETE")
+	case rest[2] == "streams" && len(rest) == 3:
+		if r.Method != http.MethodPost {
+			return "streams", methodNotAllowed(w, "POST")
+		}
+		return "streams", h.subAddStreams(w, r, c, id)
+	case rest[2] == "streams":
+		if r.Method != http.MethodDelete {
+			return "streams", methodNotAllowed(w, "DELETE")
+		}
+		path, err := url.PathUnescape(strings.Join(rest[3:], "/"))
+		if err != nil {
+			return "streams", invalidReq("malformed stream path")
+		}
+		return "streams", h.subRemoveStream(w, r, c, id, normPath(path))
+	case len(rest) == 3 && slices.Contains([]string{"callback", "claim", "ack", "release"}, rest[2]):
+		if r.Method != http.MethodPost {
+			return rest[2], methodNotAllowed(w, "POST")
+		}
+		if rest[2] == "claim" {
+			return "claim", h.subClaim(w, r, c, id)
+		}
+		return rest[2], h.subWakeOp(w, r, id, rest[2])
+	}
+	return "other", &subError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no such Durable Streams control route"}
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) error {
+	w.Header().Set("Allow", allow)
+	return &subError{Status: http.StatusMethodNotAllowed, Code: codeInvalidRequest, Message: "method not allowed"}
+}
+
+// authorizeManage: managing subscriptions needs reconfigure-basin on the
+// Durable Streams basin (a subscription reads the tails of every stream
+// its pattern matches, and acts on them as the server).
+func (h *Handler) authorizeManage(r *http.Request) error {
+	if aerr := auth.FromContext(r.Context()).Authorize(auth.Request{Op: auth.ReconfigureBasin, Basin: h.basin}); aerr != nil {
+		return &subError{Status: aerr.Status, Code: "PERMISSION_DENIED", Message: aerr.Message}
+	}
+	return nil
+}
+
+func readSubBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxSubBody+1))
+	if err != nil {
+		return nil, invalidReq("reading the body: %v", err)
+	}
+	if len(body) > maxSubBody {
+		return nil, &subError{Status: http.StatusRequestEntityTooLarge, Code: codeInvalidRequest, Message: "the body is too large"}
+	}
+	return body, nil
+}
+
+func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := h.authorizeManage(r); err != nil {
+		return err
+	}
+	body, err := readSubBody(r)
+	if err != nil {
+		return err
+	}
+	cfg, serr := parseSubConfig(body)
+	if serr != nil {
+		return serr
+	}
+	if cfg.Type == subWebhook {
+		if err := h.subs.policy.check(cfg.WebhookURL); err != nil {
+			return &subError{Status: http.StatusBadRequest, Code: codeURLRejected, Message: err.Error()}
+		}
+	}
+	for _, p := range append(slices.Clone(cfg.Streams), cfg.WakeStream) {
+		if p == "" {
+			continue
+		}
+		if err := api.ValidateStreamName(c.root + p); err != nil {
+			return invalidReq("stream %q: %s", p, err.Message)
+		}
+	}
+	keys, err := h.subs.keys.get(r.Context())
+	if err != nil {
+		return err
+	}
+	k := subKey(h.basin, c.root, id)
+	hash := cfg.hash()
+	for range subAttempts {
+		if it, err := h.meta.Get(r.Context(), k.PK, k.SK); err == nil {
+			var cur subRow
+			if err := json.Unmarshal(it.Val, &cur); err != nil {
+				return err
+			}
+			if cur.Hash != hash {
+				return &subError{Status: http.StatusConflict, Code: codeExists, Message: "a subscription with this id exists with another configuration"}
+			}
+			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys))
+		} else if !errors.Is(err, meta.ErrNotFound) {
+			return &metaError{err}
+		}
+		s, err := h.newSub(r.Context(), c, id, cfg, hash)
+		if err != nil {
+			return err
+		}
+		val, err := json.Marshal(&s)
+		if err != nil {
+			return err
+		}
+		if _, err := h.meta.Put(r.Context(), k.PK, k.SK, val, meta.IfAbsent()); errors.Is(err, meta.ErrConditionFailed) {
+			continue // created meanwhile: compare with it
+		} else if err != nil {
+			return &metaError{err}
+		}
+		h.subs.recache(k, s)
+		return writeSubJSON(w, http.StatusCreated, subView(&s, c.base, keys))
+	}
+	return errors.New("durable: subscription row kept changing")
+}
+
+// newSub builds a new subscription: explicit streams and the streams the
+// pattern matches now are linked at their tails (creation replays no
+// history, protocol §6.2).
+func (h *Handler) newSub(ctx context.Context, c controlRoute, id string, cfg subConfig, hash string) (subRow, error) {
+	s := subRow{ID: id, Root: c.root, Incarnation: newIncarnation(), Base: c.base, Config: cfg, Hash: hash,
+		Created: time.Now().UTC()}
+	paths := slices.Clone(cfg.Streams)
+	if cfg.Pattern != "" {
+		found, err := h.matching(ctx, c.root, &s)
+		if err != nil {
+			return subRow{}, err
+		}
+		paths = append(paths, found...)
+	}
+	t, err := h.subs.tails(ctx, c.root, paths)
+	if err != nil {
+		return subRow{}, err
+	}
+	for _, p := range cfg.Streams {
+		s.addLink(p, true, t.of(p))
+	}
+	for _, p := range paths[len(cfg.Streams):] {
+		if t.present[p] && !s.addLink(p, false, t.of(p)) {
+			return subRow{}, invalidReq("the pattern matches more than %d streams", maxSubLinks)
+		}
+	}
+	return s, nil
+}
+
+// matching lists the existing Durable Streams streams (their rows) under
+// the pattern's literal prefix that it matches, as root-relative paths.
+func (h *Handler) matching(ctx context.Context, root string, s *subRow) ([]string, error) {
+	from := rowKey(h.basin, root+globPrefix(s.Config.Pattern)).SK
+	q := meta.Query{PK: "ds#" + h.basin, From: from, To: from + keyEnd, Limit: 256}
+	var out []string
+	for {
+		pg, err := h.meta.Query(ctx, q)
+		if err != nil {
+			return nil, &metaError{err}
+		}
+		for _, it := range pg.Items {
+			name := strings.TrimPrefix(it.SK, "s#")
+			if rel, ok := s.relative(name); ok && s.globs(rel) {
+				if len(out) == maxSubLinks {
+					return nil, invalidReq("the pattern matches more than %d streams", maxSubLinks)
+				}
+				out = append(out, rel)
+			}
+		}
+		if pg.Next == "" {
+			return out, nil
+		}
+		q.PageToken = pg.Next
+	}
+}
+
+func (h *Handler) subGet(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := h.authorizeManage(r); err != nil {
+		return err
+	}
+	k := subKey(h.basin, c.root, id)
+	it, err := h.meta.Get(r.Context(), k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return errSubNotFound
+	} else if err != nil {
+		return &metaError{err}
+	}
+	var s subRow
+	if err := json.Unmarshal(it.Val, &s); err != nil {
+		return err
+	}
+	keys, err := h.subs.keys.get(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeSubJSON(w, http.StatusOK, subView(&s, c.base, keys))
+}
+
+// subDelete removes the row: a callback, ack or release of it then finds
+// nothing (404) and moves no cursor, and a subscription created again
+// under the id has a new incarnation, which no old token names.
+func (h *Handler) subDelete(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := h.authorizeManage(r); err != nil {
+		return err
+	}
+	k := subKey(h.basin, c.root, id)
+	if err := h.meta.Delete(r.Context(), k.PK, k.SK, meta.Always()); err != nil {
+		return &metaError{err}
+	}
+	h.subs.uncache(k)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (h *Handler) subAddStreams(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := h.authorizeManage(r); err != nil {
+		return err
+	}
+	body, err := readSubBody(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Streams []any `json:"streams"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil || len(in.Streams) == 0 {
+		return invalidReq("streams must be a non-empty array of stream paths")
+	}
+	var paths []string
+	for _, v := range in.Streams {
+		p, ok := v.(string)
+		if !ok || normPath(p) == "" {
+			return invalidReq("streams must be a non-empty array of stream paths")
+		}
+		p = normPath(p)
+		if err := checkRelPath(p); err != nil {
+			return invalidReq("stream %q: %s", p, err)
+		}
+		if aerr := api.ValidateStreamName(c.root + p); aerr != nil {
+			return invalidReq("stream %q: %s", p, aerr.Message)
+		}
+		paths = append(paths, p)
+	}
+	_, err = h.subs.mutate(r.Context(), c.root, id, paths, func(s *subRow, t tails) (bool, error) {
+		for _, p := range paths {
+			acked := t.of(p)
+			if l := s.link(p); l != nil {
+				acked = l.Acked // already linked: keeps its cursor
+			}
+			if !s.addLink(p, true, acked) {
+				return false, invalidReq("a subscription links at most %d streams", maxSubLinks)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (h *Handler) subRemoveStream(w http.ResponseWriter, r *http.Request, c controlRoute, id, path string) error {
+	if err := h.authorizeManage(r); err != nil {
+		return err
+	}
+	_, err := h.subs.mutate(r.Context(), c.root, id, nil, func(s *subRow, _ tails) (bool, error) {
+		if l := s.link(path); l == nil || !l.Explicit {
+			return false, nil // absent: idempotent
+		}
+		s.removeExplicit(path)
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// subClaim gives a pull-wake subscription's wake to a worker. The worker
+// authenticates with an access token that may read the wake stream (it
+// consumes that stream anyway).
+func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	body, err := readSubBody(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Worker any `json:"worker"`
+	}
+	_ = json.Unmarshal(body, &in)
+	worker, ok := in.Worker.(string)
+	if !ok || worker == "" || len(worker) > maxSubIDBytes {
+		return invalidReq("worker must be a non-empty string of at most %d bytes", maxSubIDBytes)
+	}
+	keys, err := h.subs.keys.get(r.Context())
+	if err != nil {
+		return err
+	}
+	p := auth.FromContext(r.Context())
+	now := time.Now()
+	s, err := h.subs.mutate(r.Context(), c.root, id, nil, func(s *subRow, t tails) (bool, error) {
+		if s.Config.Type == subPullWake {
+			if aerr := p.Authorize(auth.Request{Op: auth.Read, Basin: h.basin, Stream: s.Root + s.Config.WakeStream}); aerr != nil {
+				return false, &subError{Status: aerr.Status, Code: "PERMISSION_DENIED", Message: aerr.Message}
+			}
+		}
+		if err := s.claim(now, worker, newWakeID(), t); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	t, err := h.subs.tails(r.Context(), s.Root, linkPaths(&s))
+	if err != nil {
+		return err
+	}
+	return writeSubJSON(w, http.StatusOK, map[string]any{
+		"wake_id":      s.WakeID,
+		"generation":   s.Generation,
+		"token":        keys.mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: s.Generation, WakeID: s.WakeID}),
+		"streams":      s.infos(t.of),
+		"lease_ttl_ms": s.Config.LeaseTTLms,
+	})
+}
+
+func linkPaths(s *subRow) []string {
+	out := make([]string, len(s.Links))
+	for i := range s.Links {
+		out[i] = s.Links[i].Path
+	}
+	return out
+}
+
+// subWakeOp serves a callback (webhook), ack or release (pull-wake). The
+// bearer is the wake token; the row fences it (checkWake). Acks without
+// done extend the lease (the heartbeat); with done, or a release, the wake
+// ends and the next one is issued at once if work is pending.
+func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op string) error {
+	keys, err := h.subs.keys.get(r.Context())
+	if err != nil {
+		return err
+	}
+	tok, ok := keys.parseToken(auth.Bearer(r.Header.Get("Authorization")))
+	if !ok || tok.ID != id {
+		return errTokenBad
+	}
+	body, err := readSubBody(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		WakeID     string   `json:"wake_id"`
+		Generation uint64   `json:"generation"`
+		Acks       []ackReq `json:"acks"`
+		Done       bool     `json:"done"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return invalidReq("the body must be a JSON object: %v", err)
+	}
+	now := time.Now()
+	var next *wake
+	s, err := h.subs.mutate(r.Context(), tok.Root, tok.ID, nil, func(s *subRow, t tails) (bool, error) {
+		next = nil
+		switch {
+		case op == "callback" && s.Config.Type != subWebhook:
+			return false, invalidReq("the subscription is not a webhook subscription")
+		case op != "callback" && s.Config.Type != subPullWake:
+			return false, invalidReq("the subscription is not pull-wake")
+		}
+		if err := s.checkWake(tok, in.Generation, in.WakeID); err != nil {
+			return false, err
+		}
+		if op == "release" {
+			next = s.done(now, newWakeID(), t)
+			return true, nil
+		}
+		if err := s.applyAcks(in.Acks, t); err != nil {
+			return false, err
+		}
+		if in.Done {
+			next = s.done(now, newWakeID(), t)
+		} else {
+			s.LeaseUntil = now.Add(s.Config.leaseTTL())
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		h.subs.dispatch(s, *next)
+	}
+	if op == "release" {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return writeSubJSON(w, http.StatusOK, map[string]any{"ok": true, "next_wake": next != nil})
+}
+
+// subView is a subscription as GET and PUT answer it (protocol §6.3).
+func subView(s *subRow, base string, keys *subKeys) map[string]any {
+	streams := make([]map[string]string, 0, len(s.Links))
+	for i := range s.Links {
+		l := &s.Links[i]
+		streams = append(streams, map[string]string{"path": l.Path, "link_type": l.linkType(), "acked_offset": formatOffset(l.Acked)})
+	}
+	v := map[string]any{
+		"id": s.ID, "subscription_id": s.ID, "type": s.Config.Type, "streams": streams,
+		"wake_stream": nil, "lease_ttl_ms": s.Config.LeaseTTLms,
+		"created_at": s.Created.UTC().Format("2006-01-02T15:04:05.000Z"), "status": "active",
+	}
+	if s.Config.Pattern != "" {
+		v["pattern"] = s.Config.Pattern
+	}
+	if s.Config.WakeStream != "" {
+		v["wake_stream"] = s.Config.WakeStream
+	}
+	if s.Config.Description != nil {
+		v["description"] = *s.Config.Description
+	}
+	if s.Failed {
+		v["status"] = "failed"
+	}
+	if s.Config.Type == subWebhook {
+		v["webhook"] = map[string]any{"url": s.Config.WebhookURL, "signing": map[string]string{
+			"alg": "ed25519", "kid": keys.kid, "jwks_url": base + reservedSegment + "/jwks.json",
+		}}
+	}
+	return v
+}
+
+func writeSubJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	return nil
+}
+
+func writeSubError(w http.ResponseWriter, e *subError) {
+	body := map[string]any{"code": e.Code, "message": e.Message}
+	if e.Code == codeClaimed {
+		body["current_holder"], body["generation"] = e.Holder, e.Generation
+	}
+	if e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	_ = writeSubJSON(w, e.Status, map[string]any{"error": body})
+}

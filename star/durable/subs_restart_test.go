@@ -1,0 +1,176 @@
+package durable_test
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/testsvc"
+)
+
+// hook is a webhook receiver on loopback that answers {} (the wake waits
+// for a callback) and hands each request to the test.
+type hook struct {
+	srv  *httptest.Server
+	reqs chan hookReq
+}
+
+type hookReq struct {
+	body []byte
+	sig  string
+}
+
+func newHook(t *testing.T) *hook {
+	h := &hook{reqs: make(chan hookReq, 16)}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		select {
+		case h.reqs <- hookReq{b, r.Header.Get("Webhook-Signature")}:
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hook) next(t *testing.T) hookReq {
+	t.Helper()
+	select {
+	case r := <-h.reqs:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no webhook request within 10 s")
+		return hookReq{}
+	}
+}
+
+func do(t *testing.T, method, url, auth string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// TestSubscriptionSurvivesKill9 kills star dev with SIGKILL twice: after
+// a subscription is created, and while its webhook wake waits for a
+// callback. The restarted star keeps the subscription (a re-PUT is 200),
+// its signing key (same kid, a signature that verifies), and the wake in
+// flight: the callback minted before the kill acks it, and its replay is
+// fenced.
+func TestSubscriptionSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds star dev and kills it with SIGKILL")
+	}
+	root := testsvc.RepoRoot(t)
+	star := startDev(t, root, t.TempDir(), "")
+	h := newHook(t)
+	sub := star.url + "/ds/__ds/subscriptions/r1"
+	def := map[string]any{"type": "webhook", "pattern": "events/*", "webhook": map[string]string{"url": h.srv.URL + "/hook"}, "lease_ttl_ms": 60000}
+
+	code, b := do(t, http.MethodPut, sub, "", def)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	var created struct {
+		Webhook struct {
+			Signing struct {
+				Kid     string
+				JwksURL string `json:"jwks_url"`
+			}
+		}
+	}
+	_ = json.Unmarshal(b, &created)
+	kid := created.Webhook.Signing.Kid
+	if !strings.HasPrefix(kid, "ds_") || created.Webhook.Signing.JwksURL != star.url+"/ds/__ds/jwks.json" {
+		t.Fatalf("signing metadata %s", b)
+	}
+
+	star.kill()
+	star.start()
+	if code, b := do(t, http.MethodPut, sub, "", def); code != http.StatusOK || !strings.Contains(string(b), kid) {
+		t.Fatalf("re-confirm after kill -9: %d %s (want 200 with kid %s)", code, b, kid)
+	}
+	code, b = do(t, http.MethodGet, star.url+"/ds/__ds/jwks.json", "", nil)
+	var jwks struct {
+		Keys []struct{ Kid, X string }
+	}
+	if err := json.Unmarshal(b, &jwks); code != http.StatusOK || err != nil || len(jwks.Keys) != 1 || jwks.Keys[0].Kid != kid {
+		t.Fatalf("jwks after restart: %d %s", code, b)
+	}
+	pub, _ := base64.RawURLEncoding.DecodeString(jwks.Keys[0].X)
+
+	// A new matching stream wakes the subscription, signed with the key.
+	if code, b := do(t, http.MethodPut, star.url+"/ds/events/a", "", map[string]string{"event": "created"}); code != http.StatusCreated {
+		t.Fatalf("create stream: %d %s", code, b)
+	}
+	req := h.next(t)
+	parts := strings.SplitN(req.sig, ",", 3)
+	if len(parts) != 3 || parts[1] != "kid="+kid {
+		t.Fatalf("signature header %q", req.sig)
+	}
+	ts := strings.TrimPrefix(parts[0], "t=")
+	sig, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(parts[2], "ed25519="))
+	if !ed25519.Verify(pub, append([]byte(ts+"."), req.body...), sig) {
+		t.Fatal("the webhook's signature does not verify with the JWKS key")
+	}
+	if n, _ := strconv.ParseInt(ts, 10, 64); time.Since(time.Unix(n, 0)).Abs() > time.Minute {
+		t.Fatalf("signature time %s", ts)
+	}
+	var wake struct {
+		WakeID      string `json:"wake_id"`
+		Generation  uint64 `json:"generation"`
+		CallbackURL string `json:"callback_url"`
+		Token       string `json:"callback_token"`
+		Streams     []struct {
+			Path       string
+			TailOffset string `json:"tail_offset"`
+			HasPending bool   `json:"has_pending"`
+		}
+	}
+	if err := json.Unmarshal(req.body, &wake); err != nil || len(wake.Streams) != 1 || wake.Streams[0].Path != "events/a" || !wake.Streams[0].HasPending {
+		t.Fatalf("wake body %s", req.body)
+	}
+
+	// The wake outlives a kill -9: its callback still counts.
+	star.kill()
+	star.start()
+	ack := map[string]any{"wake_id": wake.WakeID, "generation": wake.Generation, "done": true,
+		"acks": []map[string]string{{"stream": "events/a", "offset": wake.Streams[0].TailOffset}}}
+	if code, b := do(t, http.MethodPost, wake.CallbackURL, wake.Token, ack); code != http.StatusOK || string(b) != `{"next_wake":false,"ok":true}` {
+		t.Fatalf("callback after kill -9: %d %s", code, b)
+	}
+	if code, b := do(t, http.MethodPost, wake.CallbackURL, wake.Token, ack); code != http.StatusConflict || !strings.Contains(string(b), `"FENCED"`) {
+		t.Fatalf("replayed callback: %d %s (want 409 FENCED)", code, b)
+	}
+	if code, b := do(t, http.MethodPost, wake.CallbackURL, "dsw_forged.x", ack); code != http.StatusUnauthorized {
+		t.Fatalf("forged token: %d %s (want 401)", code, b)
+	}
+	code, b = do(t, http.MethodGet, sub, "", nil)
+	if code != http.StatusOK || !strings.Contains(string(b), `"acked_offset":"`+wake.Streams[0].TailOffset+`"`) {
+		t.Fatalf("cursor after the ack: %d %s", code, b)
+	}
+}
