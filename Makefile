@@ -96,13 +96,22 @@ bench:
 ## bench-density: metastore writes and object requests per GiB against the
 ## stream count (issue 15): one Standard loglet at 4 MiB/s of 1 KiB records
 ## over N = 1, 100, 1,000 and 10,000 streams, on SQLite and on DynamoDB
-## Local, DENSITY_SECONDS (60) each (figures in docs/bench.md, "Density").
+## Local, DENSITY_SECONDS (60) each at least (longer until three steady
+## absorb passes have ended), each row in its own process so its peak RSS is its
+## own, then a timed takeover of the row's backlog; the load average is
+## logged before every row (figures in docs/bench.md, "Density").
 DENSITY_SECONDS ?= 60
+DENSITY_METAS ?= sqlite dynamo
+DENSITY_STREAMS ?= 1 100 1000 10000
 .PHONY: bench-density
 bench-density:
 	@mkdir -p build
-	@set -o pipefail; DENSITY_SECONDS=$(DENSITY_SECONDS) $(GO) test -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkDensity$$' -benchtime 1x ./star/loglet 2>&1 \
-	  | tee build/bench-density.log | grep -E '^(Benchmark|ok |FAIL|panic:)'
+	@: > build/bench-density.log
+	@set -o pipefail; for m in $(DENSITY_METAS); do for n in $(DENSITY_STREAMS); do \
+	  echo "load average before meta=$$m/streams=$$n: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a build/bench-density.log; \
+	  DENSITY_SECONDS=$(DENSITY_SECONDS) $(GO) test -count=1 -timeout 60m -run '^$$' -bench "^BenchmarkDensity\$$/^meta=$$m\$$/^streams=$$n\$$" -benchtime 1x ./star/loglet 2>&1 \
+	    | tee -a build/bench-density.log | grep -E '^(Benchmark|ok |FAIL|panic:)' || exit 1; \
+	done; done; echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a build/bench-density.log
 
 ## bench-settle-density: the auditor's requests per GiB (settle, trim, the
 ## janitor's reclaim) against the stream count (issue 15): 4 MiB/s of 1 KiB

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore/faults"
-	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
@@ -34,16 +36,29 @@ func densityEnv(name string, def int) int {
 }
 
 // BenchmarkDensity (make bench-density): one Standard loglet with the
-// star's defaults (flush 50 ms, 4 MiB flights, window 16, a 1024-flight and
-// 1 GiB backlog, a write budget of 50/s) takes a fixed ingest of 1 KiB
-// records (DENSITY_KIBPS, 4096 KiB/s) spread evenly over N streams for
-// DENSITY_SECONDS (60) and reports the metastore writes per second and per
-// GiB (every write the metastore adapter received: refs, markers, shards,
-// checkpoints; between the second and the last pass end, the steady state,
-// when there are three, and over the whole window as window-writes), the object requests per GiB of the write
-// path (slot PUTs; settle and trim are not run), the ack p99 and the
-// passes run under backlog pressure. Object store: mem with a 5 ms PUT;
-// metastore: SQLite or DynamoDB Local.
+// star's defaults (flush 50 ms, 4 MiB flights, window 16, the default
+// backlog and flight index cache, a write budget of 50/s) takes a fixed
+// ingest of 1 KiB records (DENSITY_KIBPS, 4096 KiB/s) spread evenly over N
+// streams for at least DENSITY_SECONDS (60), and on until three steady
+// absorb passes have ended (the spacing ramps up from the free first pass;
+// it is steady from the first pass, after the first, that carried every
+// stream) and the backlog is back at half its peak (at most
+// DENSITY_MAX_SECONDS, 1200), so the steady state spans two pass spacings
+// and the takeover below meets a backlog near its usual size. It reports
+// the metastore writes per second and per GiB (every write the metastore
+// adapter received: refs, markers, shards, checkpoints; between the first
+// steady pass end and the last, when there are three, and over the whole
+// window as window-writes), the object requests per GiB of the
+// write path (slot PUTs; settle and trim are not run), the ack p99, the
+// passes run under backlog pressure, the backlog's peak in flights and
+// MiB, the process's peak RSS (VmHWM: a row per process, as the make
+// target runs them, else the peak of every row so far) and peak Go heap,
+// and the takeover: once ingest stops the loglet is closed without
+// absorbing (as a kill leaves it) and a successor settles its chain as a
+// node's open gate does (settle.ChainThrough: fence, walk, absorb, probe),
+// timed, with the flights it walked and the metastore writes it made.
+// Object store: a directory store with a 5 ms PUT (not mem: its objects
+// would count in the RSS); metastore: SQLite or DynamoDB Local.
 func BenchmarkDensity(b *testing.B) {
 	for _, backend := range []string{"sqlite", "dynamo"} {
 		for _, n := range []int{1, 100, 1000, 10000} {
@@ -54,6 +69,7 @@ func BenchmarkDensity(b *testing.B) {
 
 func densityRun(b *testing.B, backend string, n int) {
 	secs := densityEnv("DENSITY_SECONDS", 60)
+	maxSecs := max(densityEnv("DENSITY_MAX_SECONDS", 1200), secs)
 	rate := densityEnv("DENSITY_KIBPS", 4096) // 1 KiB records per second
 	budget := float64(densityEnv("DENSITY_BUDGET", 50))
 	var ms meta.Store
@@ -63,14 +79,21 @@ func densityRun(b *testing.B, backend string, n int) {
 	default:
 		ms = stores.Dynamo(b, &sharedDynamo)
 	}
-	inner, _ := mem.New("std")
+	inner, err := fs.New(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := inner.CreateBucket("std"); err != nil {
+		b.Fatal(err)
+	}
 	cfg := benchConfig(meta.Standard, []string{"std"}, 1)
 	cfg.FlushInterval = 50 * time.Millisecond
 	cfg.Window = 16
 	cfg.TargetFlight = 4 << 20
 	cfg.PoolBudget = 256 << 20
-	cfg.BacklogFlights = densityEnv("DENSITY_BACKLOG_FLIGHTS", 1024)
-	cfg.BacklogBytes = int64(densityEnv("DENSITY_BACKLOG_MIB", 1024)) << 20
+	cfg.BacklogFlights = densityEnv("DENSITY_BACKLOG_FLIGHTS", loglet.DefaultBacklogFlights)
+	cfg.BacklogBytes = int64(densityEnv("DENSITY_BACKLOG_MIB", loglet.DefaultBacklogBytes>>20)) << 20
+	cfg.IndexCacheBytes = int64(densityEnv("DENSITY_INDEX_CACHE_MIB", loglet.DefaultIndexCacheBytes>>20)) << 20
 	cfg.Pacer = loglet.NewPacer(budget)
 	reg := prometheus.NewRegistry()
 	r := &benchRig{meta: mfaults.New(ms, 1), store: faults.Wrap(inner, faults.WithSeed(7)), cfg: cfg}
@@ -81,7 +104,12 @@ func densityRun(b *testing.B, backend string, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(l.Close)
+	closed := false
+	b.Cleanup(func() {
+		if !closed {
+			l.Close()
+		}
+	})
 	r.loglet = l
 
 	ss := make([]*streams.Stream, n)
@@ -111,7 +139,7 @@ func densityRun(b *testing.B, backend string, n int) {
 	// Every 50 ms, a tick's share of the rate in batches over the next
 	// streams in turn, so each stream gets its 1/N of the records.
 	const tick = 50 * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(maxSecs)*time.Second)
 	defer cancel()
 	var lmu sync.Mutex
 	var lat []time.Duration
@@ -120,13 +148,20 @@ func densityRun(b *testing.B, backend string, n int) {
 	start := time.Now()
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	next, owed, peak := 0, 0.0, 0
+	next, owed, peak, peakBytes := 0, 0.0, 0, int64(0)
+	var peakHeap uint64
+	heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	type passEnd struct {
 		at      time.Time
 		writes  int64
 		records int64
 	}
 	var ends []passEnd
+	// steady is the first pass end of the steady state: the spacing ramps
+	// up (the free first pass carries a few streams, so it owes little, so
+	// the next carries more …), and is steady from the end of the first
+	// pass that carried every stream, at least the second.
+	steady := -1
 	lastPasses := histogramCount(reg, "starlog_absorb_pass_seconds")
 	for ctx.Err() == nil {
 		select {
@@ -136,13 +171,31 @@ func densityRun(b *testing.B, backend string, n int) {
 		if ctx.Err() != nil {
 			break
 		}
-		peak = max(peak, l.Index().Len())
+		flights, bytes := l.Backlog()
+		peak, peakBytes = max(peak, flights), max(peakBytes, bytes)
+		if metrics.Read(heap); heap[0].Value.Kind() == metrics.KindUint64 {
+			peakHeap = max(peakHeap, heap[0].Value.Uint64())
+		}
+		if time.Since(start) >= time.Duration(secs)*time.Second && steady >= 0 && len(ends)-steady >= 3 &&
+			2*flights >= peak && 2*time.Since(ends[len(ends)-1].at) >= ends[len(ends)-1].at.Sub(ends[len(ends)-2].at) {
+			// Two steady spacings measured, and the backlog is back at half
+			// its peak, half a spacing after the last pass (not a moment
+			// after a pass, before its tokens came back).
+			break
+		}
 		if p := histogramCount(reg, "starlog_absorb_pass_seconds"); p != lastPasses {
 			// A pass ended: the steady-state rate is measured between pass
 			// ends, so neither the free first pass nor a window cut inside
 			// a spacing skews it.
 			lastPasses = p
-			ends = append(ends, passEnd{time.Now(), r.meta.Counts().Writes(), records})
+			e := passEnd{time.Now(), r.meta.Counts().Writes(), records}
+			var prev int64
+			if len(ends) > 0 {
+				prev = ends[len(ends)-1].writes
+			}
+			if ends = append(ends, e); steady < 0 && len(ends) >= 2 && float64(e.writes-prev) >= 0.9*float64(n+2) {
+				steady = len(ends) - 1
+			}
 		}
 		owed += float64(rate) * tick.Seconds()
 		recs := int(owed)
@@ -179,14 +232,17 @@ func densityRun(b *testing.B, backend string, n int) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	writes := r.meta.Counts().Writes()
+	passes := histogramCount(reg, "starlog_absorb_pass_seconds")
+	passSecs := histogramSum(reg, "starlog_absorb_pass_seconds")
 	objs := r.store.Counters().Sub(objs0).Total().Requests
+	takeover, walked, takeoverWrites := densityTakeover(b, l, c, r, cfg)
+	closed = true
 	gib := float64(records) * 1024 / (1 << 30)
 	b.ReportMetric(float64(records)*1024/elapsed.Seconds()/(1<<20), "MiB/s")
 	b.ReportMetric(float64(writes)/elapsed.Seconds(), "window-writes/s")
-	if len(ends) >= 3 {
-		// From the second pass end to the last (the first pass is not
-		// paced: it owes nothing).
-		f, e := ends[1], ends[len(ends)-1]
+	if steady >= 0 && len(ends)-steady >= 3 {
+		f, e := ends[steady], ends[len(ends)-1]
+		b.ReportMetric(float64(len(ends)-steady), "steady-pass-ends")
 		w, secs := float64(e.writes-f.writes), e.at.Sub(f.at).Seconds()
 		b.ReportMetric(w/secs, "meta-writes/s")
 		b.ReportMetric(w/(float64(e.records-f.records)*1024/(1<<30)), "meta-writes/GiB")
@@ -196,11 +252,84 @@ func densityRun(b *testing.B, backend string, n int) {
 	b.ReportMetric(float64(objs)/gib, "obj-reqs/GiB")
 	b.ReportMetric(float64(quantile(lat, 0.99).Microseconds())/1000, "ack-p99-ms")
 	b.ReportMetric(gaugeOrCounter(reg, "starlog_absorb_pressured_passes_total"), "pressured-passes")
-	// The trade: pass spacing against the backlog it leaves (released,
-	// unabsorbed flights: the flight index's memory and a successor's walk).
-	passes := histogramCount(reg, "starlog_absorb_pass_seconds")
+	// The trade: pass spacing against the backlog it leaves (cut,
+	// unabsorbed flights: a successor's walk; memory only up to the flight
+	// index's cache bound and the index entries).
 	b.ReportMetric(elapsed.Seconds()/max(passes, 1), "s/pass")
+	b.ReportMetric(passSecs/max(passes, 1), "pass-s")
 	b.ReportMetric(float64(peak), "backlog-peak-flights")
+	b.ReportMetric(float64(peakBytes)/(1<<20), "backlog-peak-MiB")
+	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MiB")
+	if hwm, ok := vmHWM(); ok {
+		b.ReportMetric(float64(hwm)/(1<<20), "peak-rss-MiB")
+	}
+	b.ReportMetric(takeover.Seconds(), "takeover-s")
+	b.ReportMetric(float64(walked), "takeover-flights")
+	b.ReportMetric(float64(takeoverWrites), "takeover-writes")
+}
+
+// densityTakeover closes l without absorbing what it holds (a kill leaves
+// the chain so: the fence finds the same slots) and times a successor
+// settling the chain as a node's open gate does (Node.settleFn): a chain
+// handle of another star's incarnation, a fresh absorber of the chain's
+// star, settle.ChainThrough up to the head it read. It returns the time,
+// the flights the walk covered (the cut less the checkpoint) and the
+// metastore writes it made.
+func densityTakeover(b *testing.B, l *loglet.Loglet, c *chain.Chain, r *benchRig, cfg loglet.Config) (time.Duration, uint64, int64) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	epoch := l.Epoch()
+	l.Close()
+	rec, _, err := c.Epoch(ctx, epoch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	succ := chain.New(cfg.Star, cfg.Class, chain.Incarnation("successor", 1), r.meta, r.store)
+	abs := &absorb.Absorber{Star: cfg.Star, Class: cfg.Class, Meta: r.meta, Rip: cfg.Ripening, UpdateEpoch: succ.UpdateEpoch}
+	w0 := r.meta.Counts().Writes()
+	start := time.Now()
+	h, _, ok, err := succ.Head(ctx)
+	if err != nil || !ok {
+		b.Fatalf("successor: read the head: %v (found %v)", err, ok)
+	}
+	if err := settle.ChainThrough(ctx, succ, abs, h.Epoch); err != nil {
+		b.Fatalf("successor: settle the chain: %v", err)
+	}
+	took := time.Since(start)
+	after, _, err := c.Epoch(ctx, epoch)
+	if err != nil || after.Cut == nil {
+		b.Fatalf("successor: epoch %d record after the settle: %+v (%v)", epoch, after, err)
+	}
+	return took, *after.Cut - rec.Checkpoint, r.meta.Counts().Writes() - w0
+}
+
+// vmHWM is the process's peak resident set (Linux), in bytes.
+func vmHWM() (int64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
+
+func histogramSum(reg *prometheus.Registry, name string) float64 {
+	mfs, _ := reg.Gather()
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return v
 }
 
 func gaugeOrCounter(reg *prometheus.Registry, name string) float64 {

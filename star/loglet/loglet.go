@@ -73,9 +73,16 @@ type Config struct {
 	TargetFlight int64
 	// PoolBudget is the pool's byte budget (--s3-memory-buffer-mib …).
 	PoolBudget int64
-	// BacklogFlights and BacklogBytes bound released-but-unabsorbed flights.
+	// BacklogFlights and BacklogBytes bound cut-but-unabsorbed flights:
+	// the absorb's pass spacing and a successor's takeover walk, not
+	// memory (IndexCacheBytes bounds that).
 	BacklogFlights int
 	BacklogBytes   int64
+	// IndexCacheBytes bounds the rendered bundles of released flights the
+	// flight index keeps in memory, the most recent first (default
+	// DefaultIndexCacheBytes; negative: none). Reads of older unabsorbed
+	// flights GET their slot objects.
+	IndexCacheBytes int64
 	// FlightDeadline bounds the time a flight may take to reach W.
 	FlightDeadline time.Duration
 	// RecoveryDeadline bounds how long appends wait for a halted epoch to
@@ -104,6 +111,25 @@ type Config struct {
 	testFixedDelay bool
 }
 
+// The backlog's and the flight index's default bounds, per chain
+// (docs/write-path.md, "Absorb pace" and "Defaults, and why"). The backlog
+// holds the flights released between two absorb passes; passes are spaced
+// w(N)/B by the write budget B, and run early once half the backlog is
+// taken, so the budget holds while w(N)/B ≤ BacklogFlights/(2F) and
+// BacklogBytes/(2R) for F flights and R bytes a second. 12,288 flights and
+// 4 GiB hold 10,000 streams (w = 10,013, 200 s at 50/s) at 4 MiB/s of
+// Standard flights (F ≤ 20/s, one per 50 ms flush) with 50 % to spare on
+// flights (6,144 ≥ 4,006) and 2.5× on bytes. The backlog costs takeover
+// time (a successor walks it), not memory: the index keeps 64 MiB of the
+// newest bundles, 16 Standard target flights, the window's worth, which
+// covers a tailing reader's lag from release many times over at the
+// ingest the backlog is sized for.
+const (
+	DefaultBacklogFlights  = 12288
+	DefaultBacklogBytes    = 4 << 30
+	DefaultIndexCacheBytes = 64 << 20
+)
+
 // MaxTargetFlight bounds TargetFlight: a slot object's footer coordinates
 // are 32-bit, so a flight must render below 4 GiB whatever its batches.
 const MaxTargetFlight = 1 << 30
@@ -122,10 +148,13 @@ func (c *Config) defaults() {
 		c.PoolBudget = 256 << 20
 	}
 	if c.BacklogFlights <= 0 {
-		c.BacklogFlights = 1024
+		c.BacklogFlights = DefaultBacklogFlights
 	}
 	if c.BacklogBytes <= 0 {
-		c.BacklogBytes = 1 << 30
+		c.BacklogBytes = DefaultBacklogBytes
+	}
+	if c.IndexCacheBytes == 0 {
+		c.IndexCacheBytes = DefaultIndexCacheBytes
 	}
 	if c.FlightDeadline <= 0 {
 		c.FlightDeadline = 10 * time.Second
@@ -145,7 +174,7 @@ func (c *Config) defaults() {
 		c.MetaConcurrency = 16
 	}
 	if c.AbsorbMaxSlots <= 0 {
-		// Half the backlog (512 by default): a pass at the pressure point
+		// Half the backlog (DefaultBacklogFlights/2): a pass at the pressure point
 		// (half the backlog's flights) takes everything released since the
 		// last, so a larger backlog spaces passes further.
 		c.AbsorbMaxSlots = max(c.BacklogFlights/2, 1)
@@ -218,9 +247,11 @@ type flight struct {
 	epoch     uint64
 	slot      uint64
 	batches   []*Batch
-	body      []byte // the rendered bundle, kept until absorbed
+	body      []byte // the rendered bundle, until the flight index evicts it
 	bodyLen   int64  // its size, charged to the backlog until absorbed
 	extents   []format.Extent
+	buckets   []string   // the epoch's bucket set, where an evicted flight is read
+	span      *meta.Span // the epoch, as the reader names it (set by the index)
 	committed bool
 	reported  bool
 	started   time.Time
@@ -252,7 +283,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight, FixedDelay: cfg.testFixedDelay, WhenIdle: cfg.CutWhenIdle},
 		results:     make(chan uploadResult, 4*cfg.Window),
 		inflight:    map[uint64]*flight{},
-		index:       NewIndex(),
+		index:       newIndex(cfg.Star, cfg.Class, cfg.IndexCacheBytes, m),
 		backlog:     newBacklog(cfg.BacklogFlights, cfg.BacklogBytes, 4*cfg.SlowMetaOp),
 		admit:       admitStalls{metrics: m, log: log},
 		absorbNudge: make(chan struct{}, 1),
@@ -279,6 +310,12 @@ func (l *Loglet) Absorber() *absorb.Absorber { return l.abs }
 
 // Index is the flight index: released, not yet absorbed flights.
 func (l *Loglet) Index() *Index { return l.index }
+
+// Backlog is the cut-but-unabsorbed flights and their bundle bytes (the
+// backlog budget's use).
+func (l *Loglet) Backlog() (flights int, bytes int64) {
+	return l.backlog.flightsNow(), l.backlog.bytesNow()
+}
 
 // Epoch is the epoch being written now (for diagnostics and tests).
 func (l *Loglet) Epoch() uint64 {

@@ -32,6 +32,10 @@ type Metrics struct {
 	absorbWrites    prometheus.Counter
 	absorbPressured prometheus.Counter
 	halts           prometheus.Counter
+	// indexBytes is the bundle bytes the flight index holds in memory;
+	// indexEvictions counts the bundles it let go of before their absorb.
+	indexBytes     prometheus.Gauge
+	indexEvictions prometheus.Counter
 }
 
 // NewMetrics registers a loglet's instruments with reg (nil: unregistered).
@@ -66,6 +70,7 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 		backlogFlights: g("backlog_flights", "Released flights not yet absorbed."),
 		backlogAge:     g("backlog_age_seconds", "Age of the oldest released flight not yet absorbed."),
 		absorbPass:     h("absorb_pass_seconds", "Duration of an absorb pass.", lat),
+		indexBytes:     g("flight_index_bundle_bytes", "Rendered bundles of released, unabsorbed flights the flight index holds in memory (at most the index cache bound)."),
 	}
 	m.putLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Name: "put_latency_seconds", Help: "Slot PUT latency per bucket.", ConstLabels: cl, Buckets: lat}, []string{"bucket"})
 	m.putErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "put_errors_total", Help: "Slot PUTs that did not create the copy, per bucket.", ConstLabels: cl}, []string{"bucket"})
@@ -77,8 +82,9 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 	m.absorbErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_errors_total", Help: "Absorb passes that failed and were retried.", ConstLabels: cl})
 	m.absorbWrites = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_meta_writes_total", Help: "Metastore writes of absorb passes: span refs, markers and their stream shards, checkpoints.", ConstLabels: cl})
 	m.absorbPressured = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_pressured_passes_total", Help: "Absorb passes run before the metastore write budget allowed, because the backlog reached half its budget (the budget cannot keep up with the stream count) or a close or handoff waits for the absorb.", ConstLabels: cl})
+	m.indexEvictions = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "flight_index_evictions_total", Help: "Bundles of released flights the flight index let go of before their absorb (reads of them GET the slot object).", ConstLabels: cl})
 	m.halts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_halts_total", Help: "Epochs halted (foreign occupant or flight deadline).", ConstLabels: cl})
-	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.recoveryRetry, m.absorbErrors, m.absorbWrites, m.absorbPressured, m.halts} {
+	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.recoveryRetry, m.absorbErrors, m.absorbWrites, m.absorbPressured, m.halts, m.indexEvictions} {
 		f(c)
 	}
 	return m

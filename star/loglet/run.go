@@ -112,7 +112,7 @@ func (l *Loglet) noteBlocked(cause string) {
 // when the loglet stopped (a flight it cannot render).
 func (l *Loglet) cut() bool {
 	entries := l.pool.Cut(l.cfg.TargetFlight)
-	f := &flight{epoch: l.epoch.Epoch, slot: l.nextSlot, started: time.Now()}
+	f := &flight{epoch: l.epoch.Epoch, buckets: l.epoch.Params.Buckets, slot: l.nextSlot, started: time.Now()}
 	l.lastCut = f.started
 	var order []string
 	byStream := map[string][]*Batch{}
@@ -219,10 +219,10 @@ func (l *Loglet) release(f *flight) {
 		b.answer(nil)
 	}
 	l.metrics.ackLatency.Observe(now.Sub(f.started).Seconds())
-	// From here the flight index serves the flight from its bundle: the
-	// batches (and the request buffers their records alias) are let go, so
-	// one copy of the bytes stays, charged to the backlog until the absorb
-	// covers it.
+	// From here the flight index serves the flight, from its bundle until
+	// the index evicts it, then from its slot object: the batches (and the
+	// request buffers their records alias) are let go, so at most one copy
+	// of the bytes stays.
 	f.batches = nil
 	select {
 	case l.absorbNudge <- struct{}{}:
@@ -372,7 +372,7 @@ func (l *Loglet) finishRecovery(rec recovery) {
 	l.log.Info("epoch recovered", "halted", rec.epoch, "cut", cut, "acked_late", late, "republished", len(rest), "epoch", l.epoch.Epoch, "took", time.Since(rec.started))
 	for _, f := range rest {
 		old := f.bodyLen
-		f.epoch, f.slot = l.epoch.Epoch, l.nextSlot
+		f.epoch, f.buckets, f.slot = l.epoch.Epoch, l.epoch.Params.Buckets, l.nextSlot
 		f.committed, f.reported, f.started = false, false, time.Now()
 		l.nextSlot++
 		l.inflight[f.slot] = f

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 )
 
@@ -37,10 +38,16 @@ type Config struct {
 	Express  ClassConfig
 
 	// BacklogFlights bounds cut-but-unabsorbed flights per chain
-	// (--s3-chain-backlog-flights).
+	// (--s3-chain-backlog-flights): how far absorb passes may be spaced,
+	// and so a successor's takeover walk. Not memory: the flight index
+	// keeps only IndexCacheBytes of their bundles.
 	BacklogFlights int
-	// BacklogBytes bounds their bytes per chain.
+	// BacklogBytes bounds their bytes per chain (--s3-chain-backlog-mib).
 	BacklogBytes int64
+	// IndexCacheBytes bounds the newest released bundles the flight index
+	// keeps in memory per chain (--s3-chain-index-cache-mib); reads of
+	// older unabsorbed flights GET their slot objects.
+	IndexCacheBytes int64
 	// AbsorbWriteBudget is the metastore writes per second the star's
 	// absorb passes may average (--absorb-write-budget): passes are spaced
 	// by (streams + 3) / budget, at least 100 ms apart, and sooner once a
@@ -181,8 +188,9 @@ func Defaults() Config {
 			TargetFlightBytes: 1 << 20,
 			FlightDeadline:    5 * time.Second,
 		},
-		BacklogFlights:    1024,
-		BacklogBytes:      1 << 30,
+		BacklogFlights:    loglet.DefaultBacklogFlights,
+		BacklogBytes:      loglet.DefaultBacklogBytes,
+		IndexCacheBytes:   loglet.DefaultIndexCacheBytes,
 		AbsorbWriteBudget: DefaultAbsorbWriteBudget,
 		AdmitTimeout:      5 * time.Second,
 		DeletionPending:   30 * time.Second,
@@ -208,6 +216,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BacklogBytes <= 0 {
 		c.BacklogBytes = d.BacklogBytes
+	}
+	if c.IndexCacheBytes == 0 {
+		c.IndexCacheBytes = d.IndexCacheBytes
 	}
 	if c.AbsorbWriteBudget == 0 {
 		c.AbsorbWriteBudget = d.AbsorbWriteBudget
@@ -362,15 +373,22 @@ func SanitizeStarID(s string) string {
 }
 
 // MemoryLimit is the soft limit a star process gives the Go runtime when
-// GOMEMLIMIT is not set: the pool budgets (admitted, uncut bytes) and the
-// two chains' backlog byte bounds (rendered flights from cut to absorb)
-// plus a quarter: together they bound every record the star holds for
-// writing. Without it the garbage collector lets the heap grow to twice
-// what is live; with it the star keeps to its budgets under write load (the
-// read cache, ReadCacheBytes, and the read-ahead budget, ReadBudgetBytes,
-// come on top when readers are cold).
+// GOMEMLIMIT is not set: per class, the pool budget (admitted, uncut
+// bytes), the window of flights uploading (window × target flight) and the
+// flight index's bundle cache (released bundles it keeps), plus a quarter:
+// together they bound every record the star holds for writing. The backlog
+// bounds are not in it: a released flight's bundle leaves memory once the
+// index evicts it, so the backlog holds only the index's extent entries
+// (docs/write-path.md, "Defaults, and why"). Without the limit the garbage
+// collector lets the heap grow to twice what is live; with it the star
+// keeps to its budgets under write load (the read cache, ReadCacheBytes,
+// and the read-ahead budget, ReadBudgetBytes, come on top when readers are
+// cold).
 func (c Config) MemoryLimit() int64 {
 	c = c.withDefaults()
-	budgets := c.Standard.MemoryBufferBytes + c.Express.MemoryBufferBytes + 2*c.BacklogBytes
+	var budgets int64
+	for _, cc := range []ClassConfig{c.Standard, c.Express} {
+		budgets += cc.MemoryBufferBytes + int64(cc.ParallelUploads)*cc.TargetFlightBytes + max(c.IndexCacheBytes, 0)
+	}
 	return budgets + budgets/4
 }

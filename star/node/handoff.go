@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"time"
 
@@ -141,9 +140,7 @@ func (n *Node) awaitCovered(ctx context.Context, id string, l *ledStream, end ui
 			return api.Unavailable("the %s loglet stopped: %v", l.class, err)
 		}
 		if l.s.Tail().SeqNum >= end {
-			// Read with from past every seq returns no record, only whether
-			// the index still holds the stream.
-			if _, _, held := l.loglet.Index().Read(id, math.MaxUint64, 0); !held {
+			if !l.loglet.Index().Holds(id) {
 				return nil
 			}
 		}

@@ -521,8 +521,12 @@ func (n *Node) settleFn(ctx context.Context, key settleKey) error {
 
 const maxSettleRounds = 8
 
-// settleRunTimeout bounds one settle run of the star-local runner: far
-// above a takeover of a full backlog (seconds), far below forever.
+// settleRunTimeout bounds one settle run of the star-local runner, far
+// below forever. A takeover of a few streams' full backlog takes seconds;
+// at 10,000 streams the walk writes a ref per stream per 64 slots, and a
+// full default backlog can take minutes on DynamoDB (docs/bench.md,
+// "Density"). A run the bound cuts off keeps every pass it checkpointed:
+// the next open's run walks on from the checkpoint.
 const settleRunTimeout = 5 * time.Minute
 
 // settleKey names what one settle run covers: the chain (star, class) up

@@ -237,21 +237,22 @@ func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*l
 		return settle.Chain(ctx, ch, abs)
 	}
 	lcfg := loglet.Config{
-		Star:           n.cfg.StarID,
-		Incarnation:    inc,
-		Class:          class,
-		Buckets:        cc.Buckets,
-		W:              cc.W,
-		Window:         cc.ParallelUploads,
-		FlushInterval:  cc.FlushInterval,
-		CutWhenIdle:    cc.CutWhenIdle,
-		TargetFlight:   cc.TargetFlightBytes,
-		PoolBudget:     cc.MemoryBufferBytes,
-		BacklogFlights: n.cfg.BacklogFlights,
-		BacklogBytes:   n.cfg.BacklogBytes,
-		FlightDeadline: cc.FlightDeadline,
-		Ripening:       rip,
-		Pacer:          n.pacer,
+		Star:            n.cfg.StarID,
+		Incarnation:     inc,
+		Class:           class,
+		Buckets:         cc.Buckets,
+		W:               cc.W,
+		Window:          cc.ParallelUploads,
+		FlushInterval:   cc.FlushInterval,
+		CutWhenIdle:     cc.CutWhenIdle,
+		TargetFlight:    cc.TargetFlightBytes,
+		PoolBudget:      cc.MemoryBufferBytes,
+		BacklogFlights:  n.cfg.BacklogFlights,
+		BacklogBytes:    n.cfg.BacklogBytes,
+		IndexCacheBytes: n.cfg.IndexCacheBytes,
+		FlightDeadline:  cc.FlightDeadline,
+		Ripening:        rip,
+		Pacer:           n.pacer,
 	}
 	l, err := loglet.Open(ctx, lcfg, ch, settleFn, loglet.NewMetrics(n.reg, "class", string(class)), n.log)
 	if err != nil {

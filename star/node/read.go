@@ -8,8 +8,12 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 )
+
+// The flight index is the tail window a led stream's reads pass.
+var _ reader.TailWindow = (*loglet.Index)(nil)
 
 // Heartbeat bounds of sessions: S2 sends one on entering live follow and
 // then every random 5–15 s while idle (the TypeScript SDK gives up after 20

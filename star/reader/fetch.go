@@ -60,11 +60,20 @@ func (r *Reader) buckets(ctx context.Context, star string, class meta.Class, epo
 // the key (a straggling copy) or returns bytes that do not decode is
 // skipped.
 func (r *Reader) extent(ctx context.Context, sp *meta.Span, sl meta.SlotRef) ([]format.Record, error) {
+	return r.extentIn(ctx, sp, sl, nil)
+}
+
+// extentIn is extent with the epoch's bucket set known (nil: read it from
+// the epoch record): the tail window names the set of the flights it no
+// longer holds, so reading them needs no metastore.
+func (r *Reader) extentIn(ctx context.Context, sp *meta.Span, sl meta.SlotRef, set []string) ([]format.Record, error) {
 	key := chain.SlotKey(sp.Star, sp.Class, sp.Epoch, sl.Slot)
 	return r.extents.get(ctx, extentKey(sp, sl), func(ctx context.Context) ([]format.Record, int64, error) {
-		set, err := r.buckets(ctx, sp.Star, sp.Class, sp.Epoch)
-		if err != nil {
-			return nil, 0, err
+		if len(set) == 0 {
+			var err error
+			if set, err = r.buckets(ctx, sp.Star, sp.Class, sp.Epoch); err != nil {
+				return nil, 0, err
+			}
 		}
 		type got struct {
 			recs []format.Record

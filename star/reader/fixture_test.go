@@ -282,7 +282,7 @@ type memTail struct {
 	recs   []format.Record
 }
 
-func (m *memTail) Read(streamID string, from uint64, max int) ([]format.Record, uint64, bool) {
+func (m *memTail) Read(streamID string, from uint64, max int) ([]TailExtent, uint64, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if streamID != m.stream || len(m.recs) == 0 {
@@ -295,7 +295,10 @@ func (m *memTail) Read(streamID string, from uint64, max int) ([]format.Record, 
 			out = append(out, r)
 		}
 	}
-	return out, first, true
+	if len(out) == 0 {
+		return nil, first, true
+	}
+	return []TailExtent{{Records: out}}, first, true
 }
 
 // drop removes the records below seq (the absorb covered them).

@@ -23,7 +23,10 @@ type metrics struct {
 	fallthroughs prometheus.Counter
 	hedges       prometheus.Counter
 	metaQueries  prometheus.Counter
-	readLatency  prometheus.Histogram
+	// tailExtents counts tail window extents read from their slot objects
+	// because the leader's flight index no longer held their bundles.
+	tailExtents prometheus.Counter
+	readLatency prometheus.Histogram
 	// prefetchBytes is the read budget in use; prefetchUnits counts units
 	// fetched ahead by what became of them (used, failed, unfinished).
 	prefetchBytes prometheus.Gauge
@@ -48,6 +51,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "bucket_hedges_total", Help: "Extent reads that asked the next bucket of the set because the previous one had not answered within the hedge delay."}),
 		metaQueries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "reader",
 			Name: "meta_queries_total", Help: "Metastore row queries issued by reads (floor lookups, forward pages, time scans)."}),
+		tailExtents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Subsystem: "reader",
+			Name: "tail_store_extents_total", Help: "Tail window extents (released, not yet absorbed) read from the object store because the flight index had evicted their bundles."}),
 		readLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "starlog", Subsystem: "reader",
 			Name: "read_duration_seconds", Help: "Duration of one Read call.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}), // 0.1 ms … 13 s
@@ -68,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.getErrors.WithLabelValues(k)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.cacheHits, m.cacheMisses, m.gets, m.getErrors, m.fallthroughs, m.hedges, m.metaQueries, m.readLatency, m.prefetchBytes, m.prefetchUnits} {
+		for _, c := range []prometheus.Collector{m.cacheHits, m.cacheMisses, m.gets, m.getErrors, m.fallthroughs, m.hedges, m.metaQueries, m.tailExtents, m.readLatency, m.prefetchBytes, m.prefetchUnits} {
 			reg.MustRegister(c)
 		}
 	}

@@ -78,12 +78,31 @@ type Limits struct {
 	Until *uint64
 }
 
-// TailWindow is the leader's in-memory index of released, not yet absorbed
-// records (*loglet.Index satisfies it): Read returns up to max records of a
-// stream with seq ≥ from, in seq order, and the first seq it holds for the
-// stream; ok is false when it holds none.
+// TailWindow is the leader's index of released, not yet absorbed flights
+// (*loglet.Index satisfies it): Read returns, in seq order, the stream's
+// extents in those flights that hold seqs ≥ from, until they hold max such
+// records, and the first seq it holds for the stream; ok is false when it
+// holds none. Every flight it names is released, so durable at W of K.
 type TailWindow interface {
-	Read(streamID string, from uint64, max int) (recs []format.Record, first uint64, ok bool)
+	Read(streamID string, from uint64, max int) (xs []TailExtent, first uint64, ok bool)
+}
+
+// TailExtent is one stream's extent in one released flight of the tail
+// window. While the leader still holds the flight's bundle in memory,
+// Records are the extent's records from the read's start on. Once the
+// leader evicted the bundle (its flight index keeps only the most recent
+// bundles) Records is nil and the reader reads the extent from the
+// flight's slot object in the epoch's bucket set, exactly as it reads an
+// absorbed span ref's extent: a copy that decodes to the extent's seqs,
+// the buckets tried in turn.
+type TailExtent struct {
+	Records []format.Record
+	// Span names the flight's epoch (Star, Class, Epoch; no Slots), Slot
+	// the extent in its slot object, Buckets the epoch's bucket set (nil:
+	// read from the epoch record). Set when Records is nil.
+	Span    *meta.Span
+	Slot    meta.SlotRef
+	Buckets []string
 }
 
 // Tail is the tail window of a stream this star leads: the flight index and

@@ -14,11 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/faults"
-	"github.com/starlog/starlog/star/loglet"
 )
-
-// The flight index is the tail window the star passes.
-var _ TailWindow = (*loglet.Index)(nil)
 
 // spans builds stream s1 (35 records) over five slots of standard epoch 1,
 // interleaved with s2, in three absorb passes:
@@ -466,7 +462,7 @@ type racingTail struct {
 	fn   func()
 }
 
-func (r *racingTail) Read(id string, from uint64, max int) ([]format.Record, uint64, bool) {
+func (r *racingTail) Read(id string, from uint64, max int) ([]TailExtent, uint64, bool) {
 	r.once.Do(r.fn)
 	return r.memTail.Read(id, from, max)
 }

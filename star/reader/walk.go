@@ -64,7 +64,7 @@ func (w *walk) run(ctx context.Context, start Start) (Result, error) {
 		// the metastore for rows that cannot hold it (a thousand tailing
 		// sessions would otherwise query twice per release each).
 		// (No peek first: the window decodes what it returns.)
-		miss, err := w.readTail()
+		miss, err := w.readTail(ctx)
 		if err != nil {
 			return Result{}, err
 		}
@@ -123,7 +123,7 @@ func (w *walk) run(ctx context.Context, start Start) (Result, error) {
 				a.stop = StopFrontier
 				break
 			}
-			miss, err := w.readTail()
+			miss, err := w.readTail(ctx)
 			if err != nil {
 				return Result{}, err
 			}
@@ -258,15 +258,16 @@ type tailMiss struct {
 }
 
 // readTail reads the tail window from the next seq until a limit stops the
-// read or the window is exhausted.
-func (w *walk) readTail() (tailMiss, error) {
+// read or the window is exhausted. Extents of flights the leader no longer
+// holds in memory are read from their slot objects (readTailExtent).
+func (w *walk) readTail(ctx context.Context) (tailMiss, error) {
 	a := &w.acc
 	for a.stop == 0 {
 		want := a.maxCount - len(a.recs)
 		if a.since != nil {
 			want = a.maxCount // skipped records do not count
 		}
-		recs, first, ok := w.tail.Window.Read(w.stream.ID, a.next, want)
+		xs, first, ok := w.tail.Window.Read(w.stream.ID, a.next, want)
 		if !ok {
 			if a.next >= w.tail.End {
 				a.stop = StopCaughtUp
@@ -277,12 +278,49 @@ func (w *walk) readTail() (tailMiss, error) {
 		if first > a.next {
 			return tailMiss{missing: true, has: true, first: first}, nil
 		}
-		if err := a.accept(recs); err != nil {
-			return tailMiss{}, fmt.Errorf("tail window: %w", err)
+		from, n := a.next, 0
+		for _, x := range xs {
+			if a.stop != 0 {
+				break
+			}
+			recs := x.Records
+			if recs == nil {
+				var err error
+				if recs, err = w.readTailExtent(ctx, x); errors.Is(err, errSlotGone) {
+					// Absorbed, settled and trimmed since the window named
+					// it (the rows have it now): look again.
+					return tailMiss{missing: true}, nil
+				} else if err != nil {
+					return tailMiss{}, err
+				}
+			}
+			n += countFrom(recs, from)
+			if err := a.accept(recs); err != nil {
+				return tailMiss{}, fmt.Errorf("tail window: %w", err)
+			}
 		}
-		if len(recs) < want && a.stop == 0 {
+		if n < want && a.stop == 0 {
 			a.stop = StopCaughtUp
 		}
 	}
 	return tailMiss{}, nil
+}
+
+// readTailExtent reads a tail window extent whose bundle the leader let go
+// of from the flight's slot object, as readSpan reads an absorbed one.
+func (w *walk) readTailExtent(ctx context.Context, x TailExtent) ([]format.Record, error) {
+	if x.Span == nil {
+		return nil, fmt.Errorf("%w: tail window extent with neither records nor a slot", ErrCorruptRow)
+	}
+	w.r.m.tailExtents.Inc()
+	recs, err := w.r.extentIn(ctx, x.Span, x.Slot, x.Buckets)
+	if err != nil {
+		return nil, fmt.Errorf("tail window: released slot %d of epoch %d of %s/%s: %w", x.Slot.Slot, x.Span.Epoch, x.Span.Star, x.Span.Class, err)
+	}
+	return recs, nil
+}
+
+// countFrom is how many of recs (in seq order) have seq ≥ from.
+func countFrom(recs []format.Record, from uint64) int {
+	return len(recs) - sort.Search(len(recs), func(i int) bool { return recs[i].SeqNum >= from })
 }

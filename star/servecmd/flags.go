@@ -86,6 +86,7 @@ type common struct {
 	gather, expGather         time.Duration
 	backlogFlights            int
 	backlogMiB                int
+	indexCacheMiB             int
 	absorbBudget              float64
 	settleTriggerMiB          int
 	settleOutputCapMiB        int
@@ -142,8 +143,9 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.IntVar(&c.expFlightKiB, "s3-express-target-flight-kib", int(d.Express.TargetFlightBytes>>10), "Express: cut a flight early once it reaches this size")
 	fs.DurationVar(&c.deadline, "s3-flight-deadline", d.Standard.FlightDeadline, "Standard: a flight not at W by then halts the epoch (it recovers into the next)")
 	fs.DurationVar(&c.expDeadline, "s3-express-flight-deadline", d.Express.FlightDeadline, "Express: flight deadline")
-	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "flights a chain may hold cut but unabsorbed (released, or at most the window uploading) before publishing blocks: it bounds a successor's settle")
-	fs.IntVar(&c.backlogMiB, "s3-chain-backlog-mib", int(d.BacklogBytes>>20), "the same bound in bytes of rendered flights, per chain (the flight index holds them in memory)")
+	fs.IntVar(&c.backlogFlights, "s3-chain-backlog-flights", d.BacklogFlights, "flights a chain may hold cut but unabsorbed (released, or at most the window uploading) before publishing blocks: absorb passes run early once half are taken, so it bounds how far the write budget may space them (streams per pass / budget) and a successor's takeover walk; not memory (see --s3-chain-index-cache-mib)")
+	fs.IntVar(&c.backlogMiB, "s3-chain-backlog-mib", int(d.BacklogBytes>>20), "the same bound in bytes of rendered flights, per chain (in object storage: the flight index keeps only --s3-chain-index-cache-mib of them in memory)")
+	fs.IntVar(&c.indexCacheMiB, "s3-chain-index-cache-mib", int(d.IndexCacheBytes>>20), "per chain, the newest released-but-unabsorbed bundles the flight index keeps in memory for tail reads; reads of older ones GET their slot objects (0 keeps none)")
 	fs.Float64Var(&c.absorbBudget, "absorb-write-budget", d.AbsorbWriteBudget, "metastore writes per second the star's absorb passes may average (one span ref per stream per pass): passes are spaced to stay within it, at least 100 ms apart, and sooner when a chain's backlog reaches half its budget (0 turns the budget off)")
 	sd := d.Settle
 	fs.IntVar(&c.settleTriggerMiB, "settle-trigger-mib", int(sd.Trigger>>20), "un-settled bytes per stream that ripen its batches at the linger")
@@ -230,6 +232,10 @@ func (c *common) nodeConfig() node.Config {
 	cfg.Standard.FlightDeadline, cfg.Express.FlightDeadline = c.deadline, c.expDeadline
 	cfg.BacklogFlights = c.backlogFlights
 	cfg.BacklogBytes = int64(c.backlogMiB) << 20
+	cfg.IndexCacheBytes = int64(c.indexCacheMiB) << 20
+	if c.indexCacheMiB <= 0 {
+		cfg.IndexCacheBytes = -1 // none (the config fills 0 with the default)
+	}
 	cfg.AbsorbWriteBudget = c.absorbBudget
 	if c.absorbBudget <= 0 {
 		cfg.AbsorbWriteBudget = -1 // off (the config fills 0 with the default)

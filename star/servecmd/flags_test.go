@@ -12,6 +12,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/loglet"
 )
 
 func TestEnvFallback(t *testing.T) {
@@ -38,7 +39,7 @@ func TestEnvFallback(t *testing.T) {
 		t.Fatalf("usage does not name the variable: %q", u)
 	}
 	cfg := c.nodeConfig()
-	if cfg.Standard.MemoryBufferBytes != 256<<20 || cfg.Express.MemoryBufferBytes != 32<<20 || cfg.BacklogFlights != 1024 {
+	if cfg.Standard.MemoryBufferBytes != 256<<20 || cfg.Express.MemoryBufferBytes != 32<<20 || cfg.BacklogFlights != loglet.DefaultBacklogFlights || cfg.IndexCacheBytes != loglet.DefaultIndexCacheBytes {
 		t.Fatalf("seed defaults: %+v", cfg)
 	}
 
