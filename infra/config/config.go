@@ -164,9 +164,13 @@ func Defaults() Config {
 		LambdaDir:                 "build/lambda",
 		Functions:                 DefaultFunctions(),
 		LogRetentionDays:          30,
-		BacklogAgeAlarmSeconds:    60,
-		SettleLagAlarmSeconds:     900,
-		QueueAgeAlarmSeconds:      1800,
+		// Above the pass spacing the absorb budget allows in steady state:
+		// at 10,000 streams on 50 writes/s, passes are 200 s apart, and a
+		// pass runs early at half the backlog (6,144 Standard flights,
+		// about 300 s at 20 flights/s). docs/write-path.md "Absorb pace".
+		BacklogAgeAlarmSeconds: 600,
+		SettleLagAlarmSeconds:  900,
+		QueueAgeAlarmSeconds:   1800,
 	}
 }
 

@@ -429,7 +429,7 @@ func TestStarUserData(t *testing.T) {
 		regexp.MustCompile(`\nSTARLOG_STAR_ID=\$\{INSTANCE_ID\}\nSTARLOG_ADDRESS=\$\{LOCAL_IP\}:8081\n`),
 		regexp.MustCompile(`StartLimitIntervalSec=0`),
 		regexp.MustCompile(`DRAIN_ARGS='drain --wait --endpoint http://127\.0\.0\.1:8081 --internal-key-secret \$\{InternalKey[0-9A-F]+\}'`),
-		regexp.MustCompile(`--s3-chain-backlog-flights=1024 \\`),
+		regexp.MustCompile(`--s3-chain-backlog-flights=12288 \\`),
 		regexp.MustCompile(`--s3-memory-buffer-mib=256\n`),
 		regexp.MustCompile(`Restart=always`),
 		regexp.MustCompile(`aws s3 cp .* 's3://cdk-[a-z0-9]+-assets-123456789012-us-east-1/[0-9a-f]+`),
@@ -603,7 +603,7 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			"Namespace", MetricsNamespace,
 			"MetricName", userdata.MetricBacklogAge,
 			"Dimensions", assertions.Match_ArrayEquals(arr(like("Name", userdata.DimensionCluster, "Value", "Starlog"))),
-			"Threshold", 60,
+			"Threshold", 600,
 		))
 	})
 	// Issue 12 item 6: a crash loop is visible.
