@@ -137,20 +137,20 @@ const eraStreams = 10_000
 // timeout the stack gives the settle function (infra/config
 // DefaultFunctions), and fails unless its peak RSS (VmHWM of the function
 // process), its peak /tmp use and its duration fit them. The era is the
-// largest the planner cuts at that density: one absorb pass of 512 slots
-// (the star's BacklogFlights/2, a pass under backlog pressure), of flights
-// as the star's Standard defaults cut them at 4 MiB/s (one per 50 ms
-// flush: 205 KiB of 1 KiB records), about 10 KiB per stream; every
+// largest the planner cuts at that density: 10,240 slots, the settle
+// policy's EraMaxBytes (2 GiB) of flights as the star's Standard defaults
+// cut them at 4 MiB/s (one per 50 ms flush: 205 KiB of 1 KiB records), an
+// era gathered over about 8.5 minutes, some 200 KiB per stream; every
 // stream has a settled tail from an earlier era (settled in process), so
 // the job extends 10,000 tails, the steady state. ERA_FLIGHT_KIB and
-// ERA_SLOTS make it larger. Behind STARLOG_ERA_TEST=1 (make settle-era):
+// ERA_SLOTS change it. Behind STARLOG_ERA_TEST=1 (make settle-era):
 // it writes some 200,000 rows to DynamoDB Local.
 func TestSettleEraOf10000StreamsFitsTheLambda(t *testing.T) {
 	if os.Getenv("STARLOG_ERA_TEST") == "" {
 		t.Skip("STARLOG_ERA_TEST=1 (make settle-era): a 10,000-stream era on versitygw and DynamoDB Local, several minutes")
 	}
 	fn := config.DefaultFunctions()[config.JobSettle]
-	flightKiB, slots := envInt(t, "ERA_FLIGHT_KIB", 205), envInt(t, "ERA_SLOTS", 512)
+	flightKiB, slots := envInt(t, "ERA_FLIGHT_KIB", 205), envInt(t, "ERA_SLOTS", 10240)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 

@@ -50,8 +50,8 @@ var densityClasses = map[string]densityClass{
 const (
 	densityRate      = 4 << 20 // bytes per second appended
 	densityRecord    = 1 << 10 // record body bytes
-	densityBacklog   = 1024    // star/node Defaults BacklogFlights
-	densityBacklogB  = 1 << 30 // and BacklogBytes
+	densityBacklog   = 12288   // star/loglet DefaultBacklogFlights
+	densityBacklogB  = 4 << 30 // and DefaultBacklogBytes
 	densityBudget    = 50.0    // star/node DefaultAbsorbWriteBudget
 	densityMinPass   = 100 * time.Millisecond
 	densityPlanEvery = time.Minute // EventBridge rate of plan and janitor
