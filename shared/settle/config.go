@@ -93,8 +93,8 @@ func DefaultConfig() Config {
 		ReadGrace:       5 * time.Minute,
 		Workers:         8,
 		ScratchDir:      os.TempDir(),
-		EraMaxSlots:     4096,
-		EraMaxBytes:     1 << 30,
+		EraMaxSlots:     16384,
+		EraMaxBytes:     2 << 30,
 		QuarantineAfter: 3,
 		// One era's bundles at the default flight (256 × 4 MiB) and its
 		// footer entries at a few hundred bytes per block.
