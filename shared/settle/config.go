@@ -53,7 +53,7 @@ type Config struct {
 	// EraMaxSlots and EraMaxBytes bound the slots of one era and its
 	// markers' bytes, so one job's work stays bounded (a single larger
 	// marker is an era of its own). Gathering (ClassTimers.Gather) fills
-	// eras up to them: 1 GiB is some 5,000 Standard slots at density.
+	// eras up to them: 2 GiB is some 10,000 Standard slots at density.
 	EraMaxSlots int
 	EraMaxBytes uint64
 	// PlanMaxMarkers bounds the marker rows Plan reads per chain per
@@ -96,9 +96,9 @@ func DefaultConfig() Config {
 		EraMaxSlots:     16384,
 		EraMaxBytes:     2 << 30,
 		QuarantineAfter: 3,
-		// One era's bundles at the default flight (256 × 4 MiB) and its
-		// footer entries at a few hundred bytes per block.
-		ScratchBytes: 1 << 30,
+		// One era's bundles (EraMaxBytes) and its footer entries at a few
+		// hundred bytes per block.
+		ScratchBytes: 2 << 30,
 		FooterBytes:  64 << 20,
 		// 15 min of passes at 1 s apart is 900 markers per chain.
 		PlanMaxMarkers: 4096,
