@@ -71,7 +71,11 @@ type Config struct {
 	// (http://127.0.0.1/…, http://localhost/…): a development star's, or a
 	// test's local receiver. Off, only https to public hosts is allowed.
 	AllowLoopbackWebhooks bool
-	Logger                *slog.Logger
+	// SubscriptionAudit is how often each star re-reads every subscription
+	// row and audits the ones it owns (DefaultSubscriptionAudit;
+	// subs_schedule.go).
+	SubscriptionAudit time.Duration
+	Logger            *slog.Logger
 }
 
 // Handler serves the protocol. Requests reach it authenticated: the
@@ -120,7 +124,7 @@ func New(cfg Config) (*Handler, error) {
 		log: cfg.Logger.With("face", "durable-streams"), states: newStates(), started: time.Now()}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "requests_total",
-		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, other) and status.",
+		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, other, refused: turned away before the handler) and status.",
 	}, []string{"op", "status"})
 	if err := cfg.Node.Registry().Register(h.requests); err != nil {
 		return nil, fmt.Errorf("durable: register metrics: %w", err)
@@ -174,6 +178,23 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
 
+// Refuse answers a request the server turns away before the handler
+// (401 unauthenticated, 429 over the client's rate) with the headers
+// every response of the face carries, so a browser client can read it.
+func (h *Handler) Refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	browserHeaders(w.Header(), r)
+	h.requests.WithLabelValues("refused", fmt.Sprint(status)).Inc()
+	httpError(w, status, msg)
+}
+
+// browserHeaders are the browser security headers (protocol §12.7) and
+// CORS, on every response.
+func browserHeaders(hd http.Header, r *http.Request) {
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Cross-Origin-Resource-Policy", "cross-origin")
+	cors(hd, r)
+}
+
 // ServeHTTP serves one protocol request.
 func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &statusWriter{ResponseWriter: rw}
@@ -181,10 +202,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	defer func() {
 		h.requests.WithLabelValues(op, fmt.Sprint(cmp.Or(w.status, http.StatusOK))).Inc()
 	}()
-	// Browser security headers (protocol §12.7) on every response.
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cross-Origin-Resource-Policy", "cross-origin")
-	cors(w.Header(), r)
+	browserHeaders(w.Header(), r)
 	// The reserved __ds segment routes before streams (protocol §6): no
 	// stream path holds it.
 	if c, ok := h.splitControl(r); ok {
@@ -263,6 +281,15 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case http.MethodDelete:
 		h.delete(w, r, name)
 		h.notifySubs(w, name)
+	}
+}
+
+// Appended tells the subscription driver about an append through the S2
+// API that this star acknowledged (star/server calls it): a stream of
+// the face's basin may be linked by a subscription.
+func (h *Handler) Appended(basin, name string) {
+	if basin == h.basin {
+		h.subs.notify(name)
 	}
 }
 

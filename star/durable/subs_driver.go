@@ -2,6 +2,7 @@ package durable
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,12 +26,9 @@ import (
 	"github.com/starlog/starlog/star/auth"
 )
 
-// Bounds of the subscription driver.
+// Bounds of the subscription driver (the schedule of its passes is in
+// subs_schedule.go).
 const (
-	// subSweep is how often each star passes over every subscription:
-	// leases that ran out, retries that are due, appends it did not see
-	// (another star's, or through the S2 API).
-	subSweep = time.Second
 	// webhookTimeout bounds one webhook POST, connect to response.
 	webhookTimeout = 10 * time.Second
 	// maxWebhookResponse bounds the response body read ({"done": true}).
@@ -39,17 +37,11 @@ const (
 	// star runs at once; a wake that finds no slot is withdrawn when its
 	// lease runs out and issued again.
 	maxDeliveries = 64
-	// recentWindow is how long this star remembers the names it saw
-	// appended, to link them to a subscription another star created
-	// meanwhile (its row reaches this star's cache at the next sweep).
-	recentWindow = 10 * time.Second
-	// maxRecent bounds that memory.
-	maxRecent = 4096
 	// subAttempts bounds the conditional-write retries of one transition.
 	subAttempts = 16
 	// passTimeout bounds one pass over one subscription (its tails, its write).
 	passTimeout = 10 * time.Second
-	// maxSubsPerSweep bounds the rows one sweep reads.
+	// maxSubsPerSweep bounds the rows one audit reads.
 	maxSubsPerSweep = 10000
 )
 
@@ -81,15 +73,41 @@ type subManager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	slots  chan struct{}
-	nudges chan string
+	// nudged wakes the driver for the names in appended.
+	nudged chan struct{}
+
+	// auditEvery is the audit period (Config.SubscriptionAudit).
+	auditEvery time.Duration
 
 	mu     sync.Mutex
-	cache  map[meta.Key]subRow // the rows as last read
-	recent map[string]time.Time
+	cache  map[meta.Key]cachedSub // the rows as last read
+	byRoot map[string]map[meta.Key]struct{}
+	// appended holds the names written through this star since the driver
+	// last looked (a set: a hot stream is one entry); recent remembers
+	// them a while.
+	appended map[string]struct{}
+	recent   map[string]time.Time
+	stars    []string // the live stars at the last audit (owners)
+	// busy holds the subscriptions an append found with a wake in flight:
+	// the append is pending once the wake ends (tick).
+	busy map[meta.Key]time.Time
+	// retried remembers, per subscription, the retry time a pass was made
+	// for, so a backoff that ended with nothing pending is passed once.
+	retried map[meta.Key]time.Time
 
 	wakes      *prometheus.CounterVec
 	deliveries *prometheus.CounterVec
 	control    *prometheus.CounterVec
+	passes     *prometheus.CounterVec
+	owned      prometheus.Gauge
+}
+
+// cachedSub is a row as this star last read or wrote it, and when;
+// owned says this star owns it (ownsLocked, decided when cached).
+type cachedSub struct {
+	row   subRow
+	at    time.Time
+	owned bool
 }
 
 func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
@@ -98,9 +116,16 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 		keys:   keyLoader{store: h.meta, key: keysKey(h.basin)},
 		policy: webhookPolicy{AllowLoopback: allowLoopback},
 		slots:  make(chan struct{}, maxDeliveries),
-		nudges: make(chan string, 1024),
-		cache:  map[meta.Key]subRow{},
+		nudged: make(chan struct{}, 1),
+		cache:  map[meta.Key]cachedSub{},
+		byRoot: map[string]map[meta.Key]struct{}{},
 		recent: map[string]time.Time{},
+
+		appended: map[string]struct{}{},
+		busy:     map[meta.Key]time.Time{},
+
+		retried:    map[meta.Key]time.Time{},
+		auditEvery: cmp.Or(max(h.cfg.SubscriptionAudit, 0), DefaultSubscriptionAudit),
 	}
 	m.client = webhookClient(m.policy)
 	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -115,7 +140,15 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 		Namespace: "starlog", Subsystem: "durable", Name: "subscription_requests_total",
 		Help: "Subscription control requests by operation (put, get, delete, streams, callback, claim, ack, release, jwks) and result (ok or the protocol's error code).",
 	}, []string{"op", "result"})
-	for _, c := range []prometheus.Collector{m.wakes, m.deliveries, m.control} {
+	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "durable", Name: "subscription_passes_total",
+		Help: "Passes of the subscription driver over one subscription, by trigger (append, timer, busy, audit) and result (unchanged: decided on the cached row, no metastore I/O; written; fenced: the fresh row needed nothing; gone; error).",
+	}, []string{"trigger", "result"})
+	m.owned = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "starlog", Subsystem: "durable", Name: "subscriptions_owned",
+		Help: "Subscriptions this star owns (audits and drives the timers of) at its last audit.",
+	})
+	for _, c := range []prometheus.Collector{m.wakes, m.deliveries, m.control, m.passes, m.owned} {
 		if err := h.n.Registry().Register(c); err != nil {
 			return nil, fmt.Errorf("durable: register metrics: %w", err)
 		}
@@ -160,175 +193,17 @@ func (m *subManager) close() {
 	m.client.CloseIdleConnections()
 }
 
-// notify tells the driver a stream was appended to (or created, or
-// deleted) through this star. It never blocks: past the buffer the
-// sweep finds the work.
-func (m *subManager) notify(name string) {
-	select {
-	case m.nudges <- name:
-	default:
-	}
-}
-
-func (m *subManager) run() {
-	defer m.wg.Done()
-	t := time.NewTicker(subSweep)
-	defer t.Stop()
-	m.sweep()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case name := <-m.nudges:
-			m.onAppend(name)
-		case <-t.C:
-			m.sweep()
-		}
-	}
-}
-
-// onAppend passes over the cached subscriptions the name falls under.
-func (m *subManager) onAppend(name string) {
-	now := time.Now()
-	m.mu.Lock()
-	if len(m.recent) >= maxRecent {
-		m.pruneRecent(now)
-	}
-	if len(m.recent) < maxRecent {
-		m.recent[name] = now
-	}
-	var todo []subRow
-	for _, s := range m.cache {
-		if rel, ok := s.relative(name); ok && (s.link(rel) != nil || s.globs(rel)) {
-			todo = append(todo, s)
-		}
-	}
-	m.mu.Unlock()
-	for _, s := range todo {
-		rel, _ := s.relative(name)
-		m.pass(s.Root, s.ID, []string{rel})
-	}
-}
-
-func (m *subManager) pruneRecent(now time.Time) {
-	for k, t := range m.recent {
-		if now.Sub(t) > recentWindow {
-			delete(m.recent, k)
-		}
-	}
-}
-
-// sweep reads every subscription row and passes over each.
-func (m *subManager) sweep() {
-	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
-	rows, err := m.list(ctx)
-	cancel()
-	if err != nil {
-		if m.ctx.Err() == nil {
-			m.log.Warn("subscription sweep: listing failed", "err", err)
-		}
-		return
-	}
-	now := time.Now()
-	m.mu.Lock()
-	m.pruneRecent(now)
-	m.cache = make(map[meta.Key]subRow, len(rows))
-	for _, s := range rows {
-		m.cache[subKey(m.h.basin, s.Root, s.ID)] = s
-	}
-	m.mu.Unlock()
-	for _, s := range rows {
-		if m.ctx.Err() != nil {
-			return
-		}
-		m.pass(s.Root, s.ID, m.recentFor(&s))
-	}
-}
-
-// recentFor is the names appended lately, after s was created, that its
-// pattern matches and it does not link yet.
-func (m *subManager) recentFor(s *subRow) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	for name, t := range m.recent {
-		if rel, ok := s.relative(name); ok && t.After(s.Created) && s.link(rel) == nil && s.globs(rel) {
-			out = append(out, rel)
-		}
-	}
-	return out
-}
-
-func (m *subManager) list(ctx context.Context) ([]subRow, error) {
-	q := meta.Query{PK: "ds#" + m.h.basin, From: subSKPrefix, To: subSKPrefix + keyEnd, Limit: 256}
-	var out []subRow
-	for len(out) < maxSubsPerSweep {
-		pg, err := m.h.meta.Query(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range pg.Items {
-			var s subRow
-			if err := json.Unmarshal(it.Val, &s); err != nil {
-				m.log.Warn("undecodable subscription row", "sk", it.SK, "err", err)
-				continue
-			}
-			out = append(out, s)
-		}
-		if pg.Next == "" {
-			break
-		}
-		q.PageToken = pg.Next
-	}
-	return out, nil
-}
-
-// relative is name relative to the subscription's root.
-func (s *subRow) relative(name string) (string, bool) {
-	rel, ok := strings.CutPrefix(name, s.Root)
-	return rel, ok && rel != ""
-}
-
-// globs reports whether the pattern links rel. A pull-wake subscription
-// never links its own wake stream: each wake event would wake it again.
-func (s *subRow) globs(rel string) bool {
-	return s.Config.Pattern != "" && rel != s.Config.WakeStream && globMatch(s.Config.Pattern, rel) && checkRelPath(rel) == nil
-}
-
-// pass links the appended names the pattern matches (at the start: the
-// append that revealed them is pending) and steps the row.
-func (m *subManager) pass(root, id string, appended []string) {
-	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
-	defer cancel()
-	var wk *wake
-	row, err := m.mutate(ctx, root, id, appended, func(s *subRow, t tails) (bool, error) {
-		wk = nil
-		changed := false
-		for _, rel := range appended {
-			if s.link(rel) == nil && s.globs(rel) && t.present[rel] {
-				changed = s.addLink(rel, false, 0) || changed
-			}
-		}
-		w, c := s.step(time.Now(), newWakeID(), t)
-		wk = w
-		return changed || c, nil
-	})
-	if err != nil {
-		if !errors.Is(err, errSubNotFound) && m.ctx.Err() == nil {
-			m.log.Warn("subscription pass failed", "subscription", id, "root", root, "err", err)
-		}
-		return
-	}
-	if wk != nil {
-		m.dispatch(row, *wk)
-	}
-}
-
 // mutate applies change to the row until its conditional write holds
 // (bounded by subAttempts). change sees the tails of the links and of
 // extra; it returns whether the row changed (unchanged rows are not
 // written) or a *subError (nothing written).
 func (m *subManager) mutate(ctx context.Context, root, id string, extra []string, change func(*subRow, tails) (bool, error)) (subRow, error) {
+	return m.mutateWith(ctx, root, id, extra, nil, change)
+}
+
+// mutateWith is mutate reusing known, tails read a moment ago, for the
+// paths it has (a pass read them for its decision on the cached row).
+func (m *subManager) mutateWith(ctx context.Context, root, id string, extra []string, known *tails, change func(*subRow, tails) (bool, error)) (subRow, error) {
 	k := subKey(m.h.basin, root, id)
 	for range subAttempts {
 		it, err := m.h.meta.Get(ctx, k.PK, k.SK)
@@ -347,8 +222,11 @@ func (m *subManager) mutate(ctx context.Context, root, id string, extra []string
 		for i := range s.Links {
 			paths = append(paths, s.Links[i].Path)
 		}
-		t, err := m.tails(ctx, root, append(paths, extra...))
-		if err != nil {
+		paths = append(paths, extra...)
+		t := tails{}
+		if known != nil && known.cover(paths) {
+			t = *known
+		} else if t, err = m.tails(ctx, root, paths); err != nil {
 			return subRow{}, err
 		}
 		changed, err := change(&s, t)
@@ -373,13 +251,32 @@ func (m *subManager) mutate(ctx context.Context, root, id string, extra []string
 func (m *subManager) recache(k meta.Key, s subRow) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.cache[k] = s
+	m.cacheLocked(k, cachedSub{row: s, at: time.Now(), owned: m.ownsLocked(k)})
+}
+
+// cacheLocked caches a row and indexes it by root (m.mu held).
+func (m *subManager) cacheLocked(k meta.Key, c cachedSub) {
+	m.cache[k] = c
+	keys := m.byRoot[c.row.Root]
+	if keys == nil {
+		keys = map[meta.Key]struct{}{}
+		m.byRoot[c.row.Root] = keys
+	}
+	keys[k] = struct{}{}
 }
 
 func (m *subManager) uncache(k meta.Key) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if c, ok := m.cache[k]; ok {
+		delete(m.byRoot[c.row.Root], k)
+		if len(m.byRoot[c.row.Root]) == 0 {
+			delete(m.byRoot, c.row.Root)
+		}
+	}
 	delete(m.cache, k)
+	delete(m.busy, k)
+	delete(m.retried, k)
 }
 
 // tails reads the Durable Streams tail of each path (under root) with a

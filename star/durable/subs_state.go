@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -66,6 +67,16 @@ type tails struct {
 
 func (t tails) of(path string) uint64 { return t.at[path] }
 
+// cover reports whether t holds every path (present or not).
+func (t tails) cover(paths []string) bool {
+	for _, p := range paths {
+		if _, ok := t.present[p]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *subRow) link(path string) *subLink {
 	i, ok := slices.BinarySearchFunc(s.Links, path, func(l subLink, p string) int { return strings.Compare(l.Path, p) })
 	if !ok {
@@ -129,6 +140,33 @@ func (s *subRow) firstPending(t tails) string {
 		}
 	}
 	return ""
+}
+
+// clone is a deep copy (a pass decides on a copy of the cached row).
+func (s *subRow) clone() subRow {
+	c := *s
+	c.Links = slices.Clone(s.Links)
+	c.Snapshot = maps.Clone(s.Snapshot)
+	return c
+}
+
+// advance is a pass over the row: the appended names the pattern matches
+// are linked (at the start: the append that revealed them is pending),
+// then step. changed says the row must be written.
+func (s *subRow) advance(now time.Time, wakeID string, appended []string, t tails) (w *wake, changed bool) {
+	for _, rel := range appended {
+		if s.link(rel) == nil && s.globs(rel) && t.present[rel] {
+			changed = s.addLink(rel, false, 0) || changed
+		}
+	}
+	w, c := s.step(now, wakeID, t)
+	return w, changed || c
+}
+
+// due reports a transition the clock brings (no tails needed to know
+// it): a lease that ran out, or a webhook retry whose backoff ended.
+func (s *subRow) due(now time.Time) bool {
+	return s.leaseExpired(now) || !s.inFlight() && s.Failed && !now.Before(s.NotBefore)
 }
 
 // inFlight reports a wake issued and not yet finished.

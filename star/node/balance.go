@@ -196,16 +196,34 @@ func (n *Node) mayBalance() bool {
 // registered, state live (not draining), heartbeat younger than the
 // dead-after bound, and with an address to forward to.
 func (n *Node) livePeers(ctx context.Context) ([]starLoad, error) {
+	all, err := n.liveStars(ctx)
+	return slices.DeleteFunc(all, func(s starLoad) bool { return s.Star == n.cfg.StarID }), err
+}
+
+// LiveStars lists the ids of the stars that take leases (livePeers' rule,
+// this star included when its own row passes it), in directory order:
+// every star reading the same rows gets the same list, so work divided by
+// it (Durable Streams subscriptions) has one owner.
+func (n *Node) LiveStars(ctx context.Context) ([]string, error) {
+	all, err := n.liveStars(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(all))
+	for i := range all {
+		ids[i] = all[i].Star
+	}
+	return ids, nil
+}
+
+func (n *Node) liveStars(ctx context.Context) ([]starLoad, error) {
 	ids, err := leader.Stars(ctx, n.meta)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	var peers []starLoad
+	var stars []starLoad
 	for _, id := range ids {
-		if id == n.cfg.StarID {
-			continue
-		}
 		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, id)
 		if err != nil {
 			return nil, err
@@ -213,9 +231,9 @@ func (n *Node) livePeers(ctx context.Context) ([]starLoad, error) {
 		if !ok || reg.State != StateLive || reg.Address == "" || !leader.Live(reg, reg.Incarnation, now, n.cfg.DeadAfter) {
 			continue
 		}
-		peers = append(peers, starLoad{Star: id, Leads: reg.Leads})
+		stars = append(stars, starLoad{Star: id, Leads: reg.Leads})
 	}
-	return peers, nil
+	return stars, nil
 }
 
 // ledForBalance lists the ids of the streams open here that no handoff is

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
@@ -58,9 +59,30 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 		p, result, err = s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
 		s.authDecisions.WithLabelValues(result).Inc()
 		if err != nil {
-			http.Error(w, err.Message, err.Status)
+			s.ds.Refuse(w, r, err.Status, err.Message)
 			return
 		}
 	}
-	s.ds.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), p)))
+	r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+	// The per-client rate, as on S2's routes: not for a preflight, nor for
+	// a peer's forward (the star that took the request counted it).
+	if s.clients != nil && r.Method != http.MethodOptions && r.Header.Get(HeaderForwardedBy) == "" {
+		if wait, ok := s.takeClient(r); !ok {
+			secs := int64((wait + time.Second - 1) / time.Second)
+			w.Header().Set(api.HeaderRetryAfter, strconv.FormatInt(max(secs, 1), 10))
+			s.ds.Refuse(w, r, http.StatusTooManyRequests, "this client's request rate limit is exceeded; retry")
+			return
+		}
+	}
+	s.ds.ServeHTTP(w, r)
+}
+
+// appended accounts an acknowledged S2 append of bytes metered bytes and
+// tells the Durable Streams face's subscriptions about it.
+func (s *Server) appended(basin, name string, bytes uint64) {
+	s.usage.record(basin, useAppendOps, 1)
+	s.usage.record(basin, useAppendBytes, float64(bytes))
+	if s.ds != nil {
+		s.ds.Appended(basin, name)
+	}
 }

@@ -26,8 +26,9 @@ const HeaderClientConn = "Starlog-Client-Conn"
 // access token (see clientKey) or else the client's IP.
 type ClientRate struct {
 	// PerSec is the requests per second each client may make on S2's API
-	// (/v1/basins…, /v1/streams…, /v1/access-tokens…); 0 turns the limit
-	// off.
+	// (/v1/basins…, /v1/streams…, /v1/access-tokens…) and on the Durable
+	// Streams face (every request but a CORS preflight); 0 turns the
+	// limit off.
 	PerSec float64
 	// Burst is how many it may make at once (default: one second's worth).
 	Burst int
@@ -61,13 +62,22 @@ func (s *Server) limitClient(w http.ResponseWriter, r *http.Request, k routeKind
 	default:
 		return false
 	}
-	wait, ok := s.clients.Take(clientKey(r), 1, time.Now())
+	wait, ok := s.takeClient(r)
 	if ok {
 		return false
 	}
-	s.n.CountRateLimited(node.RateLimitClient)
 	s.writeError(w, r, api.RateLimitedAfter(wait, "this client's request rate limit is exceeded; retry after %v", wait.Round(time.Millisecond)))
 	return true
+}
+
+// takeClient takes one request of r's client from the per-client rate;
+// when it is over, it counts the refusal and says how long to wait.
+func (s *Server) takeClient(r *http.Request) (time.Duration, bool) {
+	wait, ok := s.clients.Take(clientKey(r), 1, time.Now())
+	if !ok {
+		s.n.CountRateLimited(node.RateLimitClient)
+	}
+	return wait, ok
 }
 
 // clientKey is who the per-client limit counts a request against: the key

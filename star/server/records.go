@@ -81,8 +81,7 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 		s.writeError(w, r, aerr)
 		return
 	}
-	s.usage.record(basin, useAppendOps, 1)
-	s.usage.record(basin, useAppendBytes, float64(api.MeteredBytes(in.Records)))
+	s.appended(basin, name, api.MeteredBytes(in.Records))
 	if wantsProto(r) {
 		writeBody(w, http.StatusOK, api.ContentTypeProto, api.EncodeAppendAckProto(ack))
 		return

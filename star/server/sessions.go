@@ -367,8 +367,7 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			terminal(e)
 			return
 		}
-		s.usage.record(basin, useAppendOps, 1)
-		s.usage.record(basin, useAppendBytes, float64(it.bytes))
+		s.appended(basin, name, it.bytes)
 		s.writeBy(rc)
 		if fw.WriteMessage(api.EncodeAppendAckProto(ack)) != nil || s.flush(rc) != nil {
 			return

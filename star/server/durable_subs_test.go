@@ -1,0 +1,326 @@
+package server_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
+	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/server"
+)
+
+// webhook is a loopback receiver of subscription wakes: it answers {} (the
+// wake then waits for a callback) and hands each request to the test.
+type webhook struct {
+	srv  *httptest.Server
+	reqs chan webhookReq
+}
+
+type webhookReq struct {
+	body []byte
+	sig  string
+}
+
+func newWebhook(t *testing.T) *webhook {
+	h := &webhook{reqs: make(chan webhookReq, 64)}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		select {
+		case h.reqs <- webhookReq{b, r.Header.Get("Webhook-Signature")}:
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+// wakeBody is what a webhook POST carries.
+type wakeBody struct {
+	WakeID      string `json:"wake_id"`
+	Generation  uint64 `json:"generation"`
+	CallbackURL string `json:"callback_url"`
+	Token       string `json:"callback_token"`
+	Streams     []struct {
+		Path       string
+		TailOffset string `json:"tail_offset"`
+		HasPending bool   `json:"has_pending"`
+	}
+}
+
+func (w *wakeBody) pending() []string {
+	var out []string
+	for _, s := range w.Streams {
+		if s.HasPending {
+			out = append(out, s.Path)
+		}
+	}
+	return out
+}
+
+func (w *wakeBody) tail(path string) string {
+	for _, s := range w.Streams {
+		if s.Path == path {
+			return s.TailOffset
+		}
+	}
+	return ""
+}
+
+// next is the next wake, within d; it verifies the signature against pub.
+func (h *webhook) next(t *testing.T, d time.Duration, pub ed25519.PublicKey) wakeBody {
+	t.Helper()
+	select {
+	case r := <-h.reqs:
+		parts := strings.SplitN(r.sig, ",", 3)
+		if len(parts) != 3 {
+			t.Fatalf("signature header %q", r.sig)
+		}
+		ts := strings.TrimPrefix(parts[0], "t=")
+		sig, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(parts[2], "ed25519="))
+		if !ed25519.Verify(pub, append([]byte(ts+"."), r.body...), sig) {
+			t.Fatalf("a wake's signature does not verify with the JWK Set's key: %s", r.body)
+		}
+		var w wakeBody
+		if err := json.Unmarshal(r.body, &w); err != nil {
+			t.Fatalf("wake body %s: %v", r.body, err)
+		}
+		return w
+	case <-time.After(d):
+		t.Fatalf("no wake within %v", d)
+		return wakeBody{}
+	}
+}
+
+// quiet fails if a wake arrives within d.
+func (h *webhook) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-h.reqs:
+		t.Fatalf("unexpected wake: %s", r.body)
+	case <-time.After(d):
+	}
+}
+
+// durableStar is a star of a cluster sharing ms and objs, with the
+// Durable Streams face on (loopback webhooks allowed) and auth as ac.
+func durableStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config, audit time.Duration) *env {
+	return starServing(t, id, ms, objs, nil, server.Options{Auth: ac, Durable: &durable.Config{
+		AllowLoopbackWebhooks: true, LongPoll: time.Second, SubscriptionAudit: audit,
+	}})
+}
+
+// ds sends a Durable Streams request with the admin token.
+func (e *env) ds(method, path, body string, headers ...string) resp {
+	e.t.Helper()
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	return e.call(method, "/ds/"+path, b, append(bearer(testAdmin), headers...)...)
+}
+
+func jwksKey(t *testing.T, e *env) ed25519.PublicKey {
+	t.Helper()
+	r := e.call("GET", "/ds/__ds/jwks.json", nil)
+	want(t, r, 200, "")
+	var set struct{ Keys []struct{ X string } }
+	if err := json.Unmarshal(r.body, &set); err != nil || len(set.Keys) == 0 {
+		t.Fatalf("jwks: %s", r)
+	}
+	pub, _ := base64.RawURLEncoding.DecodeString(set.Keys[len(set.Keys)-1].X)
+	return pub
+}
+
+// callback finishes a wake through e: acks path at its snapshot tail.
+func callback(t *testing.T, e *env, w wakeBody, path string) {
+	t.Helper()
+	body := jsonBody(map[string]any{"wake_id": w.WakeID, "generation": w.Generation, "done": true,
+		"acks": []map[string]string{{"stream": path, "offset": w.tail(path)}}})
+	u := w.CallbackURL[strings.Index(w.CallbackURL, "/ds/"):] // the path: any star takes it
+	r := e.call("POST", u, body, "Authorization", "Bearer "+w.Token, "Content-Type", "application/json")
+	want(t, r, 200, "")
+}
+
+// TestDurableSubscriptionsAcrossStars runs one webhook subscription over
+// two streams led by two different stars, with authentication on: a
+// subscription has one owner among the live stars (only it audits and
+// runs the timers), an append through either star wakes it whichever
+// star leads the stream, the callback counts on any star, the owner's
+// tail checks of a stream the other star leads are forwarded with the
+// internal credential (no pass fails), and when the owner stops the
+// other star takes the subscription over: a lease that ran out is
+// withdrawn and woken again by the survivor.
+func TestDurableSubscriptionsAcrossStars(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
+	const audit = 300 * time.Millisecond
+	a := durableStar(t, "a", ms, objs, ac, audit)
+	b := durableStar(t, "b", ms, objs, ac, audit)
+	stars := map[string]*env{"a": a, "b": b}
+
+	// x is led by a, y by b: each is created through its star.
+	want(t, a.ds("PUT", "orders/x", "", "Content-Type", "text/plain"), 201, "")
+	want(t, b.ds("PUT", "orders/y", "", "Content-Type", "text/plain"), 201, "")
+	hook := newWebhook(t)
+	sub := jsonBody(map[string]any{"type": "webhook", "streams": []string{"orders/x", "orders/y"},
+		"webhook": map[string]string{"url": hook.srv.URL + "/hook"}, "lease_ttl_ms": 1500})
+	want(t, a.call("PUT", "/ds/__ds/subscriptions/s1", sub, append(bearer(testAdmin), "Content-Type", "application/json")...), 201, "")
+	pub := jwksKey(t, b) // the same key on every star
+
+	// Both stars' audits agree on one owner.
+	owner := ""
+	deadline := time.Now().Add(10 * time.Second)
+	for owner == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no single owner: a owns %v, b owns %v", a.metric("starlog_durable_subscriptions_owned"), b.metric("starlog_durable_subscriptions_owned"))
+		}
+		oa, ob := a.metric("starlog_durable_subscriptions_owned"), b.metric("starlog_durable_subscriptions_owned")
+		switch {
+		case oa == 1 && ob == 0:
+			owner = "a"
+		case oa == 0 && ob == 1:
+			owner = "b"
+		default:
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	other := map[string]string{"a": "b", "b": "a"}[owner]
+	t.Logf("owner %s", owner)
+
+	// A Durable Streams append to y through a (b leads y) wakes it.
+	want(t, a.ds("POST", "orders/y", "one", "Content-Type", "text/plain"), 204, "")
+	w := hook.next(t, 5*time.Second, pub)
+	if p := w.pending(); len(p) != 1 || p[0] != "orders/y" {
+		t.Fatalf("first wake's pending streams %v, want [orders/y]", p)
+	}
+	callback(t, b, w, "orders/y")
+
+	// An S2 API append to x through b (a leads x) wakes it too.
+	want(t, b.appendJSON("durable-streams", "orders%2Fx", textRecords("s2-", 1), bearer(testAdmin)...), 200, "")
+	w = hook.next(t, 5*time.Second, pub)
+	if p := w.pending(); len(p) != 1 || p[0] != "orders/x" {
+		t.Fatalf("second wake's pending streams %v, want [orders/x]", p)
+	}
+	callback(t, a, w, "orders/x")
+	hook.quiet(t, 4*audit) // both acked: the audits find nothing
+
+	// A wake nobody answers: its lease runs out and the owner wakes again.
+	want(t, b.ds("POST", "orders/x", "two", "Content-Type", "text/plain"), 204, "")
+	w1 := hook.next(t, 5*time.Second, pub)
+	w2 := hook.next(t, 5*time.Second, pub)
+	if w2.Generation <= w1.Generation || len(w2.pending()) != 1 {
+		t.Fatalf("re-wake after the lease: generation %d after %d, pending %v", w2.Generation, w1.Generation, w2.pending())
+	}
+	owned := func(e *env) float64 {
+		return e.metric("starlog_durable_subscription_passes_total", "trigger", "timer") + e.metric("starlog_durable_subscription_passes_total", "trigger", "audit")
+	}
+	if n := owned(stars[other]); n != 0 {
+		t.Errorf("star %s (not the owner) made %v timer or audit passes", other, n)
+	}
+	if n := owned(stars[owner]); n == 0 {
+		t.Errorf("the owner %s made no timer or audit pass", owner)
+	}
+	for id, e := range stars {
+		if n := e.metric("starlog_durable_subscription_passes_total", "result", "error"); n != 0 {
+			t.Errorf("star %s: %v passes failed (a forwarded tail check refused?)", id, n)
+		}
+	}
+
+	// The owner stops; the survivor takes the subscription over and
+	// withdraws the next lease that runs out.
+	o := stars[owner]
+	o.srv.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = o.hs.Shutdown(ctx)
+	if err := o.n.Close(ctx); err != nil {
+		t.Fatalf("close the owner: %v", err)
+	}
+	for len(hook.reqs) > 0 {
+		<-hook.reqs // wakes the owner issued before it stopped
+	}
+	s := stars[other]
+	w3 := hook.next(t, 10*time.Second, pub)
+	w4 := hook.next(t, 10*time.Second, pub)
+	if w4.Generation <= w3.Generation || w3.Generation <= w2.Generation {
+		t.Fatalf("generations after the owner stopped: %d, %d (last before: %d)", w3.Generation, w4.Generation, w2.Generation)
+	}
+	if got := s.metric("starlog_durable_subscriptions_owned"); got != 1 {
+		t.Fatalf("the survivor owns %v subscriptions, want 1", got)
+	}
+	callback(t, s, w4, "orders/x")
+	r := s.call("GET", "/ds/__ds/subscriptions/s1", nil, bearer(testAdmin)...)
+	want(t, r, 200, "")
+	if !strings.Contains(string(r.body), `"acked_offset":"`+w4.tail("orders/x")+`"`) {
+		t.Fatalf("cursor after the survivor's wake: %s", r)
+	}
+}
+
+// TestS2AppendWakesSubscription: an append through the S2 API to a
+// stream of the Durable Streams basin wakes a subscription at once, not
+// at the next audit (set to an hour here).
+func TestS2AppendWakesSubscription(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := durableStar(t, "solo", testsvc.SQLite(t), objs, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
+	want(t, e.ds("PUT", "feed", "", "Content-Type", "application/json"), 201, "")
+	hook := newWebhook(t)
+	sub := jsonBody(map[string]any{"type": "webhook", "streams": []string{"feed"}, "webhook": map[string]string{"url": hook.srv.URL}})
+	want(t, e.call("PUT", "/ds/__ds/subscriptions/s2", sub, append(bearer(testAdmin), "Content-Type", "application/json")...), 201, "")
+	pub := jwksKey(t, e)
+	want(t, e.appendJSON("durable-streams", "feed", `{"records":[{"body":"{\"n\":1}"}]}`, bearer(testAdmin)...), 200, "")
+	w := hook.next(t, 3*time.Second, pub)
+	if p := w.pending(); len(p) != 1 || p[0] != "feed" {
+		t.Fatalf("pending %v", p)
+	}
+}
+
+// TestDurableClientRate: the per-client request rate covers the Durable
+// Streams face, and its refusals (like the 401 of a missing token) carry
+// the face's CORS headers so a browser can read them.
+func TestDurableClientRate(t *testing.T) {
+	e := newEnv(t, func(_ *node.Config, o *server.Options) {
+		o.Auth = auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
+		o.Durable = &durable.Config{}
+		o.ClientRate = server.ClientRate{PerSec: 0.5, Burst: 2}
+	})
+	origin := []string{"Origin", "https://app.example"}
+	r := e.call("GET", "/ds/nothing", nil, origin...)
+	if r.status != 401 || r.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Fatalf("no token: %s (Access-Control-Allow-Origin %q), want 401 with CORS", r, r.header.Get("Access-Control-Allow-Origin"))
+	}
+	tok := e.issue(map[string]any{"id": "reader", "scope": map[string]any{"basins": map[string]string{"exact": "durable-streams"}, "streams": map[string]string{"prefix": ""}, "ops": []string{"read", "create-stream", "append"}}})
+	for i := range 2 {
+		want(t, e.call("PUT", "/ds/r"+string(rune('a'+i)), nil, append(bearer(tok), "Content-Type", "text/plain")...), 201, "")
+	}
+	r = e.call("GET", "/ds/ra?offset=-1", nil, append(bearer(tok), origin...)...)
+	if r.status != 429 || r.header.Get("Retry-After") == "" || r.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Fatalf("third request of the burst: %s (Retry-After %q, CORS %q), want 429", r, r.header.Get("Retry-After"), r.header.Get("Access-Control-Allow-Origin"))
+	}
+	if got := e.metric("starlog_rate_limited_total", "reason", "client"); got < 1 {
+		t.Errorf("rate-limited count %v", got)
+	}
+	// Another client (the admin, by its address) has its own budget.
+	want(t, e.call("GET", "/ds/ra?offset=-1", nil, bearer(testAdmin)...), 200, "")
+}
