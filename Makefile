@@ -201,6 +201,18 @@ failover-bench:
 	@set -o pipefail; $(GO) test -count=1 -timeout 60m -v -run TestFailoverBench ./star/failover \
 	  -args -failover.kills=$(FAILOVER_KILLS) -failover.backlogs=0,100,1000 2>&1 | tee build/failover-bench.log
 
+## bench-subs: what idle Durable Streams subscriptions cost to drive
+## (issue 18): S = 100 and 1,000 subscriptions of one stream each on
+## N = 1 and 3 in-process stars sharing one SQLite metastore, metastore
+## requests by row kind and HEADs per second at the default audit period
+## (figures in docs/bench.md, "Durable Streams subscriptions").
+SUBS_WINDOW ?= 20s
+.PHONY: bench-subs
+bench-subs:
+	@mkdir -p build
+	@set -o pipefail; $(GO) test -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkSubscriptionDriving$$' -benchtime 1x ./star/server \
+	  -args -subs.window=$(SUBS_WINDOW) 2>&1 | tee build/bench-subs.log | grep -E '^(Benchmark|ok |FAIL|panic:)'
+
 ## bench-read: catch-up reads (issue 19): whole streams of READ_BYTES of 1 KiB
 ## records from seq 0, from settled objects and Standard/Express transit, on
 ## the directory store and behind S3-like GET latency, with and without

@@ -90,8 +90,8 @@ func (m *subManager) run() {
 	defer m.wg.Done()
 	t := time.NewTicker(subTick)
 	defer t.Stop()
+	last := time.Now() // audits start on ticks, one period apart
 	m.audit()
-	last := time.Now()
 	for {
 		select {
 		case <-m.ctx.Done():
@@ -99,9 +99,9 @@ func (m *subManager) run() {
 		case <-m.nudged:
 			m.onAppended()
 		case now := <-t.C:
-			if now.Sub(last) >= m.auditEvery {
+			if now.Sub(last) >= m.auditEvery-subTick/2 {
+				last = now
 				m.audit()
-				last = time.Now()
 			} else {
 				m.tick(now)
 			}

@@ -43,7 +43,7 @@ func starAuthed(t *testing.T, id string, ms meta.Store, objs objstore.Store, twe
 
 // starServing is starWith serving with opts (the heartbeat bounds of the
 // sessions are set here).
-func starServing(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak func(*node.Config), opts server.Options) *env {
+func starServing(t testing.TB, id string, ms meta.Store, objs objstore.Store, tweak func(*node.Config), opts server.Options) *env {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
