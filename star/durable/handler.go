@@ -97,8 +97,11 @@ type Handler struct {
 	basinOnce sync.Mutex
 	basinOK   bool
 
-	requests *prometheus.CounterVec
-	subs     *subManager // subscriptions (subs*.go)
+	requests    *prometheus.CounterVec
+	folded      prometheus.Counter     // records read into folds
+	checkpoints *prometheus.CounterVec // fold checkpoints by result
+	ckptSlots   chan struct{}          // checkpoint writes in flight
+	subs        *subManager            // subscriptions (subs*.go)
 }
 
 // New returns the handler and registers its metrics with the node's registry.
@@ -126,8 +129,19 @@ func New(cfg Config) (*Handler, error) {
 		Namespace: "starlog", Subsystem: "durable", Name: "requests_total",
 		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, other, refused: turned away before the handler) and status.",
 	}, []string{"op", "status"})
-	if err := cfg.Node.Registry().Register(h.requests); err != nil {
-		return nil, fmt.Errorf("durable: register metrics: %w", err)
+	h.folded = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "durable", Name: "fold_records_total",
+		Help: "Records read to fold streams' closure, producer and Stream-Seq state (a cold fold reads from the stream's checkpoint, or its start).",
+	})
+	h.checkpoints = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "durable", Name: "fold_checkpoints_total",
+		Help: "Fold checkpoints by result (written, failed, skipped: writers busy; loaded, load_unfit: another stream or past the tail, load_failed).",
+	}, []string{"result"})
+	h.ckptSlots = make(chan struct{}, checkpointWriters)
+	for _, c := range []prometheus.Collector{h.requests, h.folded, h.checkpoints} {
+		if err := cfg.Node.Registry().Register(c); err != nil {
+			return nil, fmt.Errorf("durable: register metrics: %w", err)
+		}
 	}
 	subs, err := newSubManager(h, cfg.AllowLoopbackWebhooks)
 	if err != nil {

@@ -370,6 +370,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 	h.states.drop(name)
 	h.rows.Delete(name)
 	h.touched.Delete(name + "\x00" + row.Incarnation)
+	h.dropCheckpoint(ctx, name)
 	if err := h.n.DeleteStream(ctx, h.basin, name); err != nil && !isStatus(err, http.StatusNotFound) {
 		h.log.Warn("delete starlog stream", "stream", name, "err", err)
 	}
@@ -394,6 +395,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 		}
 		h.states.drop(src)
 		h.rows.Delete(src)
+		h.dropCheckpoint(ctx, src)
 		if err := h.n.DeleteStream(ctx, h.basin, src); err != nil && !isStatus(err, http.StatusNotFound) {
 			h.log.Warn("delete starlog stream", "stream", src, "err", err)
 		}

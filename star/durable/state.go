@@ -28,6 +28,15 @@ type streamState struct {
 	closedBy    *producer // the producer of the closing batch, if any
 	streamSeq   string
 	producers   map[string]producerState
+	// batchBy is the producer of the append the fold is inside, and
+	// batchLeft how many of its data records are still to come: an
+	// append's records (its messages, then its closing marker) may be
+	// split across two reads of the fold, or a checkpoint.
+	batchBy   *producer
+	batchLeft int
+	// checkpointed is the next of the last checkpoint written or loaded
+	// (checkpoint.go).
+	checkpointed uint64
 }
 
 func newState(incarnation string) *streamState {
@@ -36,26 +45,36 @@ func newState(incarnation string) *streamState {
 
 // apply folds records (in seq order, all at or after s.next).
 func (s *streamState) apply(recs []api.Record) {
-	var cur *producer // the producer of the batch the record belongs to
 	for i := range recs {
 		rec := &recs[i]
 		if rec.SeqNum < s.next {
 			continue
 		}
+		kind := kindOf(rec)
+		// Which append the record belongs to: the producer headers open
+		// one (on its first record, with its message count), a data
+		// record past the open one's messages opens one without a
+		// producer, and an S2 command record is its own.
 		if p, ok := producerOf(rec); ok {
-			cur = &p
+			s.batchBy, s.batchLeft = &p, batchLen(rec)-1
 			ps, seen := s.producers[p.id]
 			if !seen || p.epoch > ps.epoch || (p.epoch == ps.epoch && p.seq > ps.seq) {
 				s.producers[p.id] = producerState{epoch: p.epoch, seq: p.seq}
 			}
-		} else if kindOf(rec) == kindData {
-			cur = nil
+		} else if kind == kindData {
+			if s.batchLeft > 0 {
+				s.batchLeft--
+			} else {
+				s.batchBy = nil
+			}
+		} else if kind == kindControl {
+			s.batchBy, s.batchLeft = nil, 0
 		}
 		if v, ok := headerValue(rec, hdrStreamSeq); ok && string(v) > s.streamSeq {
 			s.streamSeq = string(v)
 		}
-		if kindOf(rec) == kindClose && !s.closed {
-			s.closed, s.closeSeq, s.closedBy = true, rec.SeqNum, cur
+		if kind == kindClose && !s.closed {
+			s.closed, s.closeSeq, s.closedBy = true, rec.SeqNum, s.batchBy
 		}
 		s.next = rec.SeqNum + 1
 	}
@@ -182,7 +201,11 @@ func (h *Handler) state(ctx context.Context, name string, row *streamRow) (*stre
 	tail := pos.SeqNum
 	s := h.states.get(name, row.Incarnation)
 	if s == nil || s.next > tail {
-		s = newState(row.Incarnation)
+		// Not seen here (or another stream under the name): from the
+		// checkpoint if one fits, else from the first record.
+		if s = h.loadCheckpoint(ctx, name, row.Incarnation, tail); s == nil {
+			s = newState(row.Incarnation)
+		}
 	}
 	for s.next < tail {
 		b, err := h.n.Read(ctx, h.basin, name, api.ReadRequest{
@@ -195,10 +218,12 @@ func (h *Handler) state(ctx context.Context, name string, row *streamRow) (*stre
 			return nil, fmt.Errorf("durable: fold of %s stopped at %d below the tail %d", name, s.next, tail)
 		}
 		s.apply(b.Records)
+		h.folded.Add(float64(len(b.Records)))
 		if last := b.Records[len(b.Records)-1].SeqNum; last+1 > s.next {
 			s.next = last + 1 // records below a trim point are gone
 		}
 	}
+	h.maybeCheckpoint(name, s)
 	h.states.put(name, s)
 	return s, nil
 }

@@ -115,6 +115,17 @@ type autoCreate struct {
 	lazy bool
 }
 
+// StreamID is the id of the stream now under the name: a stream deleted
+// and created again under it has another (so state derived from one
+// stream's records can tell it is not the other's).
+func (n *Node) StreamID(ctx context.Context, basin, name string) (string, error) {
+	_, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+	if err != nil {
+		return "", err
+	}
+	return e.row.ID, nil
+}
+
 // liveStream returns a stream that exists and is not being deleted,
 // creating it when the basin's config asks for that on this kind of access.
 func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate) (*basinEntry, *streamEntry, error) {

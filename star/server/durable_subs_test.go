@@ -247,14 +247,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 
 	// The owner stops; the survivor takes the subscription over and
 	// withdraws the next lease that runs out.
-	o := stars[owner]
-	o.srv.Drain()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = o.hs.Shutdown(ctx)
-	if err := o.n.Close(ctx); err != nil {
-		t.Fatalf("close the owner: %v", err)
-	}
+	stars[owner].stop(t)
 	for len(hook.reqs) > 0 {
 		<-hook.reqs // wakes the owner issued before it stopped
 	}
@@ -323,4 +316,17 @@ func TestDurableClientRate(t *testing.T) {
 	}
 	// Another client (the admin, by its address) has its own budget.
 	want(t, e.call("GET", "/ds/ra?offset=-1", nil, bearer(testAdmin)...), 200, "")
+}
+
+// stop closes e's server and node (what a clean stop does; t.Cleanup's
+// second close is a no-op).
+func (e *env) stop(t *testing.T) {
+	t.Helper()
+	e.srv.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = e.hs.Shutdown(ctx)
+	if err := e.n.Close(ctx); err != nil {
+		t.Fatalf("close %s: %v", e.base, err)
+	}
 }
