@@ -38,6 +38,12 @@ func starWith(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak
 // starAuthed is starWith authenticating with ac.
 func starAuthed(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak func(*node.Config), ac auth.Config) *env {
 	t.Helper()
+	return starServing(t, id, ms, objs, tweak, ac, nil)
+}
+
+// starServing is starAuthed with serve applied to the server's options.
+func starServing(t *testing.T, id string, ms meta.Store, objs objstore.Store, tweak func(*node.Config), ac auth.Config, serve func(*server.Options)) *env {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +63,11 @@ func starAuthed(t *testing.T, id string, ms meta.Store, objs objstore.Store, twe
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(n, server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond, Auth: ac})
+	opts := server.Options{HeartbeatMin: 50 * time.Millisecond, HeartbeatMax: 100 * time.Millisecond, Auth: ac}
+	if serve != nil {
+		serve(&opts)
+	}
+	srv, err := server.New(n, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
