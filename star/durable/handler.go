@@ -377,6 +377,16 @@ func (h *Handler) writeErr(w http.ResponseWriter, err error) {
 		httpError(w, http.StatusNotFound, "stream not found")
 		return
 	}
+	// Before *api.Error: a NotLeaderError unwraps to one.
+	if nl, ok := errors.AsType[*node.NotLeaderError](err); ok {
+		// The lease moved while the request ran (a handoff, a takeover):
+		// nothing was appended. The header tells a forwarding star to
+		// look the leader up again (star/server's HeaderNotLeader).
+		w.Header().Set("Starlog-Not-Leader", cmp.Or(nl.Leader.Star, "-"))
+		w.Header().Set("Retry-After", "1")
+		httpError(w, http.StatusServiceUnavailable, "the stream moved to another star; retry")
+		return
+	}
 	if e, ok := errors.AsType[*api.Error](err); ok {
 		if e.RetryAfter > 0 {
 			w.Header().Set("Retry-After", fmt.Sprint(max(1, int(e.RetryAfter.Seconds()+0.999))))
@@ -395,15 +405,6 @@ func (h *Handler) writeErr(w http.ResponseWriter, err error) {
 		h.log.Warn("metastore unavailable", "err", err)
 		w.Header().Set("Retry-After", "1")
 		httpError(w, http.StatusServiceUnavailable, "the metastore is unavailable; retry")
-		return
-	}
-	if nl, ok := errors.AsType[*node.NotLeaderError](err); ok {
-		// The lease moved while the request ran (a handoff, a takeover):
-		// nothing was appended. The header tells a forwarding star to
-		// look the leader up again (star/server's HeaderNotLeader).
-		w.Header().Set("Starlog-Not-Leader", cmp.Or(nl.Leader.Star, "-"))
-		w.Header().Set("Retry-After", "1")
-		httpError(w, http.StatusServiceUnavailable, "the stream moved to another star; retry")
 		return
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
