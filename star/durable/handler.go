@@ -120,7 +120,7 @@ func New(cfg Config) (*Handler, error) {
 		log: cfg.Logger.With("face", "durable-streams"), states: newStates(), started: time.Now()}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "requests_total",
-		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, other) and status.",
+		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, peer, other) and status.",
 	}, []string{"op", "status"})
 	if err := cfg.Node.Registry().Register(h.requests); err != nil {
 		return nil, fmt.Errorf("durable: register metrics: %w", err)
@@ -206,6 +206,12 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Message)
 		return
 	}
+	peerOp, isPeer := r.URL.Query()[peerParam]
+	if isPeer && !isServerRequest(r.Context()) {
+		// Raw records, for stars only: a client's credentials never reach it.
+		httpError(w, http.StatusBadRequest, peerParam+" is an operation between stars")
+		return
+	}
 	p := auth.FromContext(r.Context())
 	name = p.StreamName(name)
 	var ops []auth.Op
@@ -247,6 +253,11 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.cfg.Forward != nil && h.cfg.Forward(w, r, h.basin, name, r.Method != http.MethodGet) {
+		return
+	}
+	if isPeer {
+		op = "peer"
+		h.servePeer(w, r, name, strings.Join(peerOp, ","))
 		return
 	}
 	switch r.Method {
@@ -382,7 +393,7 @@ func (h *Handler) writeErr(w http.ResponseWriter, err error) {
 		// The lease moved while the request ran (a handoff, a takeover):
 		// nothing was appended. The header tells a forwarding star to
 		// look the leader up again (star/server's HeaderNotLeader).
-		w.Header().Set("Starlog-Not-Leader", cmp.Or(nl.Leader.Star, "-"))
+		w.Header().Set(hNotLeader, cmp.Or(nl.Leader.Star, "-"))
 		w.Header().Set("Retry-After", "1")
 		httpError(w, http.StatusServiceUnavailable, "the stream moved to another star; retry")
 		return

@@ -39,6 +39,7 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	var p auth.Principal
+	ctx := r.Context()
 	switch {
 	case r.Method == http.MethodOptions || s.ds.SelfAuthenticated(r):
 		// A CORS preflight carries no credentials and has no effect; the
@@ -46,9 +47,12 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 		// release carry the wake token the handler checks itself.
 		p = auth.Principal{}
 	case r.Header.Get(durable.HeaderServerRequest) != "" && s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)):
-		// A peer's subscription driver (a tail, a wake event) forwarded
-		// for a stream this star leads: it acts as the server.
+		// A peer's own request (a subscription's tail or wake event, a
+		// fork's read of its source) forwarded for a stream this star
+		// leads: it acts as the server, and may run the handler's peer
+		// operations, which no client credential reaches.
 		p = auth.AdminPrincipal()
+		ctx = durable.WithServerRequest(ctx)
 	case s.keys.IsOpen():
 		s.authDecisions.WithLabelValues(authOpen).Inc()
 		p = auth.AdminPrincipal()
@@ -62,5 +66,5 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.ds.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), p)))
+	s.ds.ServeHTTP(w, r.WithContext(auth.WithPrincipal(ctx, p)))
 }

@@ -1,0 +1,252 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
+	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/server"
+)
+
+// dsBasin is the Durable Streams face's basin (the default).
+const dsBasin = durable.DefaultBasin
+
+// durableStar is one star of a cluster sharing ms and objs serving the
+// Durable Streams face at /ds, authenticating with ac. The balancer is
+// off, so a stream stays with the star that took it.
+func durableStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config) *env {
+	t.Helper()
+	return starServing(t, id, ms, objs, func(c *node.Config) { c.BalanceEvery = 0 }, ac, func(o *server.Options) {
+		o.Durable = &durable.Config{LongPoll: time.Second}
+	})
+}
+
+func durablePair(t *testing.T, ac auth.Config) (a, b *env) {
+	t.Helper()
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	return durableStar(t, "a", ms, objs, ac), durableStar(t, "b", ms, objs, ac)
+}
+
+// ds sends a Durable Streams request for path (under /ds/).
+func (e *env) ds(method, path, body string, headers ...string) resp {
+	e.t.Helper()
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	return e.do(e.h1, method, "/ds/"+path, b, headers...)
+}
+
+func dsOffset(seq uint64) string { return fmt.Sprintf("%016d_%016d", seq, 0) }
+
+// dsReadAll reads a stream from the start to its tail through e: the
+// bytes of a bytes-mode stream, or the messages of a JSON one (joined
+// with commas), and the final Stream-Next-Offset.
+func dsReadAll(t *testing.T, e *env, name string) (string, string) {
+	t.Helper()
+	off := "-1"
+	var out []string
+	for range 100 {
+		r := e.ds("GET", name+"?offset="+off, "")
+		want(t, r, 200, "")
+		if strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+			var msgs []json.RawMessage
+			if err := json.Unmarshal(r.body, &msgs); err != nil {
+				t.Fatalf("read %s: %v (%s)", name, err, truncate(r.body))
+			}
+			for _, m := range msgs {
+				out = append(out, string(m))
+			}
+		} else {
+			out = append(out, string(r.body))
+		}
+		off = r.header.Get("Stream-Next-Offset")
+		if r.header.Get("Stream-Up-To-Date") == "true" {
+			if strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+				return strings.Join(out, ","), off
+			}
+			return strings.Join(out, ""), off
+		}
+	}
+	t.Fatalf("read %s: not up to date after 100 reads", name)
+	return "", ""
+}
+
+// leaderOf names the star leading a Durable Streams stream, as e sees it
+// ("" when e leads it or nobody does).
+func leaderOf(e *env, name string) string {
+	if nl := e.n.LeaderOf(context.Background(), dsBasin, name); nl != nil {
+		return nl.Leader.Star
+	}
+	return ""
+}
+
+// A fork PUT served by star b of a source star a leads reads the source
+// through a (the peer read), at the tail, at a middle offset, with a
+// sub-offset in bytes and JSON mode (across more than one read batch),
+// and of a closed source: each fork holds exactly the source's records
+// up to the fork point, then its own appends. The source stays led by a.
+func TestDurableForkOfRemoteSource(t *testing.T) {
+	a, b := durablePair(t, auth.Open())
+
+	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
+	for _, s := range []string{"alpha", "beta", "gamma", "delta"} {
+		want(t, a.ds("POST", "src", s, "Content-Type", "text/plain"), 204, "")
+	}
+	// JSON: two batches of 600 messages (past one 1,000-record read),
+	// then one more.
+	want(t, a.ds("PUT", "jsrc", "", "Content-Type", "application/json"), 201, "")
+	var all []string
+	for batch := range 2 {
+		var msgs []string
+		for i := range 600 {
+			msgs = append(msgs, strconv.Itoa(batch*600+i))
+		}
+		all = append(all, msgs...)
+		want(t, a.ds("POST", "jsrc", "["+strings.Join(msgs, ",")+"]", "Content-Type", "application/json"), 204, "")
+	}
+	want(t, a.ds("POST", "jsrc", `{"a":1}`, "Content-Type", "application/json"), 204, "")
+	all = append(all, `{"a":1}`)
+	want(t, a.ds("PUT", "csrc", "", "Content-Type", "text/plain"), 201, "")
+	want(t, a.ds("POST", "csrc", "c1", "Content-Type", "text/plain"), 204, "")
+	want(t, a.ds("POST", "csrc", "c2", "Content-Type", "text/plain", "Stream-Closed", "true"), 204, "")
+	for _, src := range []string{"src", "jsrc", "csrc"} {
+		if l := leaderOf(b, src); l != "a" {
+			t.Fatalf("b sees %s led by %q, want a", src, l)
+		}
+	}
+
+	for _, c := range []struct {
+		name, src, ct string
+		hdr           []string
+		next          uint64 // the fork's tail when created
+		then          string // appended to the fork
+		want          string // the fork read whole
+	}{
+		{"f-tail", "src", "text/plain", nil, 4, "+x", "alphabetagammadelta+x"},
+		{"f-mid", "src", "text/plain", []string{"Stream-Fork-Offset", dsOffset(2)}, 2, "+y", "alphabeta+y"},
+		{"f-sub", "src", "text/plain", []string{"Stream-Fork-Offset", dsOffset(2), "Stream-Fork-Sub-Offset", "3"}, 3, "+z", "alphabetagam+z"},
+		{"f-json-tail", "jsrc", "application/json", nil, 1201, `"end"`, strings.Join(all, ",") + `,"end"`},
+		{"f-json-sub", "jsrc", "application/json", []string{"Stream-Fork-Offset", dsOffset(600), "Stream-Fork-Sub-Offset", "2"}, 602, `"more"`,
+			strings.Join(all[:602], ",") + `,"more"`},
+		{"f-closed", "csrc", "text/plain", nil, 3, "c3", "c1c2c3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hdr := append([]string{"Stream-Forked-From", "/ds/" + c.src, "Content-Type", c.ct}, c.hdr...)
+			r := b.ds("PUT", c.name, "", hdr...)
+			want(t, r, 201, "")
+			if got := r.header.Get("Stream-Next-Offset"); got != dsOffset(c.next) {
+				t.Fatalf("fork's next offset %s, want %s", got, dsOffset(c.next))
+			}
+			// The same PUT again is the same fork: 200.
+			want(t, b.ds("PUT", c.name, "", hdr...), 200, "")
+			want(t, b.ds("POST", c.name, c.then, "Content-Type", c.ct), 204, "")
+			if got, _ := dsReadAll(t, b, c.name); got != c.want {
+				t.Fatalf("fork %s reads %.200q, want %.200q", c.name, got, c.want)
+			}
+			if got, _ := dsReadAll(t, a, c.name); got != c.want {
+				t.Fatalf("fork %s through a reads %.200q, want %.200q", c.name, got, c.want)
+			}
+			if l := leaderOf(a, c.name); l != "b" {
+				t.Fatalf("a sees the fork led by %q, want b", l)
+			}
+		})
+	}
+	if got, _ := dsReadAll(t, b, "src"); got != "alphabetagammadelta" {
+		t.Fatalf("source reads %q after the forks", got)
+	}
+	if n := metricValue(t, a, `starlog_durable_requests_total{op="peer",status="200"}`); n == 0 {
+		t.Fatal("a served no peer operation: the forks did not read through it")
+	}
+	for _, src := range []string{"src", "jsrc", "csrc"} {
+		if l := leaderOf(b, src); l != "a" {
+			t.Fatalf("after the forks b sees %s led by %q, want a", src, l)
+		}
+	}
+	// Past the source's tail is 400, and past the next append's end with a
+	// sub-offset too, through the peer read.
+	want(t, b.ds("PUT", "f-past", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain", "Stream-Fork-Offset", dsOffset(5)), 400, "")
+	want(t, b.ds("PUT", "f-past", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain",
+		"Stream-Fork-Offset", dsOffset(3), "Stream-Fork-Sub-Offset", "6"), 400, "")
+}
+
+// The peer operations answer raw records: a client never reaches them, whatever it holds — on an open star, with
+// the admin token on an authenticating one, with the handler's
+// server-request header, or through another star. Only a request that
+// carries the stars' internal credential does (as a fork's read of a
+// source led elsewhere does: it works on an authenticating cluster).
+func TestDurablePeerOpIsServerOnly(t *testing.T) {
+	const secret = "raw-secret-record"
+	check := func(t *testing.T, e *env, status int, headers ...string) {
+		t.Helper()
+		for _, c := range []struct{ method, query string }{
+			{"GET", "starlog-peer=records&seq_num=0"},
+			{"GET", "starlog-peer=tail"},
+			{"GET", "offset=-1&starlog-peer=records"},
+		} {
+			r := e.ds(c.method, "src?"+c.query, "", headers...)
+			if r.status != status || strings.Contains(string(r.body), secret) {
+				t.Fatalf("%s ?%s with %q: %s, want %d without records", c.method, c.query, headers, r, status)
+			}
+		}
+	}
+
+	t.Run("open", func(t *testing.T) {
+		a, b := durablePair(t, auth.Open())
+		want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
+		want(t, a.ds("POST", "src", secret, "Content-Type", "text/plain"), 204, "")
+		check(t, a, 400)
+		check(t, b, 400) // refused before it is forwarded to a
+		check(t, a, 400, "Authorization", "Bearer anything")
+		if got, _ := dsReadAll(t, a, "src"); got != secret {
+			t.Fatalf("src reads %q after the refused peer operations", got)
+		}
+	})
+
+	t.Run("authenticated", func(t *testing.T) {
+		a, b := durablePair(t, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)})
+		adm := bearer(testAdmin)
+		want(t, a.ds("PUT", "src", "", append(adm, "Content-Type", "text/plain")...), 201, "")
+		want(t, a.ds("POST", "src", secret, append(adm, "Content-Type", "text/plain")...), 204, "")
+		check(t, a, 400, adm...)
+		check(t, b, 400, adm...)
+		check(t, a, 400, append(adm, durable.HeaderServerRequest, "1")...)
+		check(t, a, 400, append(adm, durable.HeaderServerRequest, "1", auth.HeaderInternal, "not-the-credential")...)
+		check(t, a, 401, durable.HeaderServerRequest, "1", auth.HeaderInternal, "not-the-credential")
+
+		// A star's request (the internal credential) is served.
+		cred, err := auth.InternalCredential([]byte(testKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := a.ds("GET", "src?starlog-peer=records&seq_num=0", "", durable.HeaderServerRequest, "1", auth.HeaderInternal, cred)
+		if r.status != 200 || !strings.Contains(string(r.body), secret) {
+			t.Fatalf("the peer read of a star: %s", r)
+		}
+
+		// And a fork through b of the source a leads reads it through a.
+		if l := leaderOf(b, "src"); l != "a" {
+			t.Fatalf("b sees src led by %q, want a", l)
+		}
+		want(t, b.ds("PUT", "fork", "", append(adm, "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain")...), 201, "")
+		r = b.ds("GET", "fork?offset=-1", "", adm...)
+		if r.status != 200 || string(r.body) != secret {
+			t.Fatalf("fork through b: %s", r)
+		}
+	})
+}
