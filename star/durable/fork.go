@@ -74,7 +74,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 		httpError(w, http.StatusConflict, "source stream was deleted")
 		return
 	}
-	if h.expired(src, &srow, time.Now()) {
+	if h.expiredAnywhere(ctx, src, &srow) {
 		h.expire(ctx, src, srow, sver)
 		httpError(w, http.StatusNotFound, "source stream not found (expired)")
 		return

@@ -80,6 +80,30 @@ func (h *Handler) expired(name string, row *streamRow, now time.Time) bool {
 	return false
 }
 
+// expiredAnywhere is expired for a stream this star may not lead (a
+// fork's source, a source's fork). A sliding TTL is reset in the memory
+// of the star that serves the stream's reads and writes, its leader: when
+// this star would call the stream expired by its TTL while another star
+// leads it, that star judges, by a HEAD through it (which expires the
+// stream there if so: 404). A leader that does not answer keeps the
+// stream. An absolute expiry is judged here: every star's clock says the
+// same.
+func (h *Handler) expiredAnywhere(ctx context.Context, name string, row *streamRow) bool {
+	now := time.Now()
+	if !h.expired(name, row, now) {
+		return false
+	}
+	if t, ok := row.expiresAt(); ok && !now.Before(t) {
+		return true
+	}
+	if h.n.LeaderOf(ctx, h.basin, name) == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	return h.internal(ctx, http.MethodHead, name, "", nil).status == http.StatusNotFound
+}
+
 // created answers 201 for a stream just created at next (a create or a
 // fork), marking it touched for its sliding TTL.
 func (h *Handler) created(w http.ResponseWriter, r *http.Request, name string, row *streamRow, next uint64, closed bool) {
@@ -370,7 +394,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 	h.states.drop(name)
 	h.rows.Delete(name)
 	h.touched.Delete(name + "\x00" + row.Incarnation)
-	if err := h.n.DeleteStream(ctx, h.basin, name); err != nil && !isStatus(err, http.StatusNotFound) {
+	if err := h.peerDeleteStream(ctx, name); err != nil && !isStatus(err, http.StatusNotFound) {
 		h.log.Warn("delete starlog stream", "stream", name, "err", err)
 	}
 	for src := row.ForkedFrom; src != ""; {
@@ -394,7 +418,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 		}
 		h.states.drop(src)
 		h.rows.Delete(src)
-		if err := h.n.DeleteStream(ctx, h.basin, src); err != nil && !isStatus(err, http.StatusNotFound) {
+		if err := h.peerDeleteStream(ctx, src); err != nil && !isStatus(err, http.StatusNotFound) {
 			h.log.Warn("delete starlog stream", "stream", src, "err", err)
 		}
 		name, src = src, srow.ForkedFrom
@@ -406,15 +430,17 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 // ones that expired unseen (their expiry releases the source).
 func (h *Handler) liveForks(ctx context.Context, name string, row *streamRow) int {
 	n := 0
-	now := time.Now()
 	for _, f := range row.Forks {
 		frow, fver, err := h.getRow(ctx, f)
 		if errors.Is(err, errNoRow) || (err == nil && frow.ForkedFrom != name) {
 			continue
 		}
-		if err == nil && !frow.SoftDeleted && h.expired(f, &frow, now) && len(frow.Forks) == 0 {
+		if err == nil && !frow.SoftDeleted && len(frow.Forks) == 0 && h.expiredAnywhere(ctx, f, &frow) {
 			if h.remove(ctx, f, frow, fver) == nil {
 				continue
+			}
+			if _, _, err := h.getRow(ctx, f); errors.Is(err, errNoRow) {
+				continue // its leader removed it (expiredAnywhere)
 			}
 		}
 		n++

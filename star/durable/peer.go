@@ -14,8 +14,9 @@ import (
 	"github.com/starlog/starlog/star/node"
 )
 
-// Peer operations: the handler reads streams it may not lead (a fork's
-// source), so it tries the node first and, when another star leads
+// Peer operations: the handler reads (and deletes) streams it may not
+// lead — a fork's source, a soft-deleted source a fork's deletion
+// cascades to — so it tries the node first and, when another star leads
 // the stream (*node.NotLeaderError), asks that star through its own
 // internal request path (h.internal: forwarded to the leader with the
 // stars' internal credential). There the request is a peer operation on
@@ -23,11 +24,12 @@ import (
 // protocol's folding: raw records, so honoured only for requests a
 // server made (WithServerRequest), never for a client's.
 const (
-	// peerParam names the peer operation in the query: peerTail or
-	// peerRecords (GET). A client sending it is 400.
+	// peerParam names the peer operation in the query: peerTail,
+	// peerRecords (GET) or peerStream (DELETE). A client sending it is 400.
 	peerParam   = "starlog-peer"
 	peerTail    = "tail"
 	peerRecords = "records"
+	peerStream  = "stream"
 	// hPeer echoes the operation on its answer: a star that does not
 	// know the operation (an older version) serves a protocol read
 	// instead, which must not be taken for records.
@@ -101,6 +103,18 @@ func (h *Handler) peerRead(ctx context.Context, name string, req api.ReadRequest
 	return *batch, nil
 }
 
+// peerDeleteStream deletes name's starlog stream on the star that leads
+// it, so the leader drops the stream it holds open (as star/server
+// forwards an S2 delete): deleted elsewhere, only its rows would say so,
+// and the leader would go on serving its cached stream.
+func (h *Handler) peerDeleteStream(ctx context.Context, name string) error {
+	if h.n.LeaderOf(ctx, h.basin, name) == nil {
+		return h.n.DeleteStream(ctx, h.basin, name)
+	}
+	_, err := h.askLeader(ctx, http.MethodDelete, name, url.Values{peerParam: {peerStream}}, peerStream)
+	return err
+}
+
 // askLeader runs a peer operation through the handler's internal request
 // path, which forwards it to the stream's leader (or serves it here when
 // the lease came to this star meanwhile), within peerTimeout. An error
@@ -172,6 +186,14 @@ func (h *Handler) servePeer(w http.ResponseWriter, r *http.Request, name, op str
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(api.EncodeReadBatchProto(&b))
 		return
+	case op == peerStream && r.Method == http.MethodDelete:
+		if err := h.n.DeleteStream(ctx, h.basin, name); err != nil && !isStatus(err, http.StatusNotFound) {
+			h.writePeerErr(w, err)
+			return
+		}
+		// The caller removed the row: forget this star's copies of it.
+		h.states.drop(name)
+		h.rows.Delete(name)
 	default:
 		h.writePeerErr(w, api.BadQuery("unknown peer operation %s %q", r.Method, op))
 		return

@@ -185,7 +185,78 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 		"Stream-Fork-Offset", dsOffset(3), "Stream-Fork-Sub-Offset", "6"), 400, "")
 }
 
-// The peer operations answer raw records: a client never reaches them, whatever it holds — on an open star, with
+// Deleting the last fork (led by b) of a soft-deleted source (led by a)
+// deletes the source's starlog stream on a, the star that holds it open:
+// the path created again on a is a new, empty stream.
+func TestDurableForkDeleteCascadesToRemoteSource(t *testing.T) {
+	a, b := durablePair(t, auth.Open())
+	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
+	want(t, a.ds("POST", "src", "old", "Content-Type", "text/plain"), 204, "")
+	want(t, b.ds("PUT", "fork", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain"), 201, "")
+	if l := leaderOf(b, "src"); l != "a" {
+		t.Fatalf("b sees src led by %q, want a", l)
+	}
+	want(t, a.ds("DELETE", "src", ""), 204, "")
+	want(t, a.ds("GET", "src?offset=-1", ""), 410, "")
+	want(t, b.ds("DELETE", "fork", ""), 204, "")
+	want(t, a.ds("GET", "src?offset=-1", ""), 404, "")
+
+	r := a.ds("PUT", "src", "", "Content-Type", "text/plain")
+	want(t, r, 201, "")
+	if got := r.header.Get("Stream-Next-Offset"); got != dsOffset(0) {
+		t.Fatalf("src created again at %s, want an empty stream", got)
+	}
+	if got, _ := dsReadAll(t, b, "src"); got != "" {
+		t.Fatalf("src created again reads %q, want nothing", got)
+	}
+}
+
+// Expiry across stars. A source led by another star past its absolute
+// expiry is removed (on the star that holds it open) and the fork is 404.
+// A sliding TTL is judged by the stream's leader, which saw its reads: a
+// source (led by a) that a saw read within its window can be forked
+// through b, and a fork (led by b) that b saw read within its window is
+// live when a deletes its source (soft deletion), whatever the other
+// star's own view of the window.
+func TestDurableForkOfRemoteExpiredSource(t *testing.T) {
+	a, b := durablePair(t, auth.Open())
+
+	at := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
+	want(t, a.ds("PUT", "gone", "", "Content-Type", "text/plain", "Stream-Expires-At", at), 201, "")
+	want(t, a.ds("POST", "gone", "old", "Content-Type", "text/plain"), 204, "")
+	time.Sleep(1200 * time.Millisecond)
+	want(t, b.ds("PUT", "fork-gone", "", "Stream-Forked-From", "/ds/gone", "Content-Type", "text/plain"), 404, "")
+	r := a.ds("PUT", "gone", "", "Content-Type", "text/plain")
+	want(t, r, 201, "")
+	if got := r.header.Get("Stream-Next-Offset"); got != dsOffset(0) {
+		t.Fatalf("gone created again at %s, want an empty stream", got)
+	}
+
+	// TTL 2 s: read through their leaders at 1.5 s; at 2.5 s the star
+	// that never saw the read would call them expired, the leader (1 s
+	// since the read) does not.
+	want(t, a.ds("PUT", "ttl", "", "Content-Type", "text/plain", "Stream-TTL", "2"), 201, "")
+	want(t, a.ds("POST", "ttl", "kept", "Content-Type", "text/plain"), 204, "")
+	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
+	want(t, a.ds("POST", "src", "s", "Content-Type", "text/plain"), 204, "")
+	want(t, b.ds("PUT", "fork-ttl-2", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain", "Stream-TTL", "2"), 201, "")
+	time.Sleep(1500 * time.Millisecond)
+	want(t, b.ds("GET", "ttl?offset=-1", ""), 200, "")        // forwarded to a
+	want(t, a.ds("GET", "fork-ttl-2?offset=-1", ""), 200, "") // forwarded to b
+	time.Sleep(time.Second)
+	want(t, b.ds("PUT", "fork-ttl", "", "Stream-Forked-From", "/ds/ttl", "Content-Type", "text/plain"), 201, "")
+	if got, _ := dsReadAll(t, b, "fork-ttl"); got != "kept" {
+		t.Fatalf("fork of the TTL source reads %q", got)
+	}
+	want(t, a.ds("DELETE", "src", ""), 204, "")
+	want(t, a.ds("GET", "src?offset=-1", ""), 410, "") // soft-deleted: its fork lives
+	if got, _ := dsReadAll(t, a, "fork-ttl-2"); got != "s" {
+		t.Fatalf("the TTL fork reads %q", got)
+	}
+}
+
+// The peer operations answer raw records (and delete starlog streams):
+// a client never reaches them, whatever it holds — on an open star, with
 // the admin token on an authenticating one, with the handler's
 // server-request header, or through another star. Only a request that
 // carries the stars' internal credential does (as a fork's read of a
@@ -197,6 +268,7 @@ func TestDurablePeerOpIsServerOnly(t *testing.T) {
 		for _, c := range []struct{ method, query string }{
 			{"GET", "starlog-peer=records&seq_num=0"},
 			{"GET", "starlog-peer=tail"},
+			{"DELETE", "starlog-peer=stream"},
 			{"GET", "offset=-1&starlog-peer=records"},
 		} {
 			r := e.ds(c.method, "src?"+c.query, "", headers...)
