@@ -348,33 +348,40 @@ func (h *Handler) expire(ctx context.Context, name string, row streamRow, ver in
 
 // delete serves DELETE: a stream with live forks is soft-deleted (410 from
 // then on); any other is removed, and so is a soft-deleted source whose
-// last fork this was.
+// last fork this was. Counting the forks may change the row (a fork that
+// expired unseen is removed and releases it): then it is judged again.
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := r.Context()
-	row, ver, ok := h.liveRow(ctx, w, name)
-	if !ok {
-		return
-	}
-	if h.liveForks(ctx, name, &row) > 0 {
-		_, err := h.updateRow(ctx, name, func(rw *streamRow) error {
-			if rw.Incarnation != row.Incarnation {
-				return errNoRow
+	for range 4 {
+		row, ver, ok := h.liveRow(ctx, w, name)
+		if !ok {
+			return
+		}
+		if h.liveForks(ctx, name, &row) > 0 {
+			_, err := h.updateRow(ctx, name, func(rw *streamRow) error {
+				if rw.Incarnation != row.Incarnation {
+					return errNoRow
+				}
+				rw.SoftDeleted = true
+				return nil
+			})
+			if err != nil {
+				h.writeErr(w, err)
+				return
 			}
-			rw.SoftDeleted = true
-			return nil
-		})
-		if err != nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if err := h.remove(ctx, name, row, ver); errors.Is(err, errNoRow) {
+			continue // the row changed since it was read
+		} else if err != nil {
 			h.writeErr(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if err := h.remove(ctx, name, row, ver); err != nil {
-		h.writeErr(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	httpError(w, http.StatusServiceUnavailable, "stream is changing concurrently; retry")
 }
 
 // remove deletes the stream's row and its starlog stream, then releases

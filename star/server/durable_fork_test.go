@@ -322,3 +322,20 @@ func TestDurablePeerOpIsServerOnly(t *testing.T) {
 		}
 	})
 }
+
+// Deleting a source whose only fork expired unseen removes the fork
+// (releasing the source's row) and then the source: 204, and it is gone.
+func TestDurableDeleteSourceWhoseForkExpired(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := durableStar(t, "a", testsvc.SQLite(t), objs, auth.Open())
+	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
+	want(t, a.ds("POST", "src", "s", "Content-Type", "text/plain"), 204, "")
+	want(t, a.ds("PUT", "fork", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain", "Stream-TTL", "1"), 201, "")
+	time.Sleep(1200 * time.Millisecond)
+	want(t, a.ds("DELETE", "src", ""), 204, "")
+	want(t, a.ds("GET", "src?offset=-1", ""), 404, "")
+	want(t, a.ds("GET", "fork?offset=-1", ""), 404, "")
+}
