@@ -28,7 +28,13 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = rc.SetWriteDeadline(now.Add(budget))
 	defer rc.SetWriteDeadline(time.Time{})
-	r = forwardedFrom(r, s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)))
+	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
+	if !internal {
+		// A client's: forwarded, it would travel with the internal
+		// credential the forwarder adds and act as the server.
+		r.Header.Del(durable.HeaderServerRequest)
+	}
+	r = forwardedFrom(r, internal)
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -46,7 +52,7 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 		// JWK Set is public, and a subscription's callback, ack and
 		// release carry the wake token the handler checks itself.
 		p = auth.Principal{}
-	case r.Header.Get(durable.HeaderServerRequest) != "" && s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)):
+	case r.Header.Get(durable.HeaderServerRequest) != "" && internal:
 		// A peer's own request (a subscription's tail or wake event, a
 		// fork's read of its source) forwarded for a stream this star
 		// leads: it acts as the server, and may run the handler's peer

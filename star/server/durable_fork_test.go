@@ -339,3 +339,26 @@ func TestDurableDeleteSourceWhoseForkExpired(t *testing.T) {
 	want(t, a.ds("GET", "src?offset=-1", ""), 404, "")
 	want(t, a.ds("GET", "fork?offset=-1", ""), 404, "")
 }
+
+// The handler's server-request header from a client is not the server's:
+// a star drops it before forwarding (where it would travel with the
+// internal credential and act as the admin, outside the token's scope and
+// without its stream prefix).
+func TestDurableServerRequestHeaderFromClient(t *testing.T) {
+	a, b := durablePair(t, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)})
+	adm := bearer(testAdmin)
+	tenant := bearer(a.issue(map[string]any{"id": "tenant", "auto_prefix_streams": true, "scope": map[string]any{
+		"basins": map[string]string{"exact": dsBasin}, "streams": map[string]string{"prefix": "t/"},
+		"ops": []string{"create-stream", "append", "read", "check-tail"}}}))
+	want(t, a.ds("PUT", "x", "", append(tenant, "Content-Type", "text/plain")...), 201, "") // t/x, led by a
+	want(t, a.ds("POST", "x", "mine", append(tenant, "Content-Type", "text/plain")...), 204, "")
+	want(t, a.ds("PUT", "x", "", append(adm, "Content-Type", "text/plain")...), 201, "") // x, the admin's
+	want(t, a.ds("POST", "x", "admin-only", append(adm, "Content-Type", "text/plain")...), 204, "")
+	if l := leaderOf(b, "t/x"); l != "a" {
+		t.Fatalf("b sees t/x led by %q, want a", l)
+	}
+	r := b.ds("GET", "x?offset=-1", "", append(tenant, durable.HeaderServerRequest, "1")...)
+	if r.status != 200 || string(r.body) != "mine" {
+		t.Fatalf("the tenant's read through b with the server-request header: %s, want its own t/x", r)
+	}
+}
