@@ -137,7 +137,8 @@ func (h *Handler) askLeader(ctx context.Context, method, name string, q url.Valu
 	case res.status == http.StatusOK && res.header.Get(hPeer) == op:
 		return res, nil
 	case res.status == http.StatusOK:
-		return res, fmt.Errorf("durable: %s of %s: the leader does not serve peer operations", op, name)
+		// An older star (a rolling upgrade): retryable once it is replaced.
+		return res, api.Unavailable("the leader of stream %s does not serve peer operations (%s); retry", name, op)
 	case res.header.Get(hNotLeader) != "":
 		e := api.Unavailable("the leader of stream %s moved; retry", name)
 		e.RetryAfter = time.Second
