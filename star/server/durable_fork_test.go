@@ -179,10 +179,14 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 		}
 	}
 	// Past the source's tail is 400, and past the next append's end with a
-	// sub-offset too, through the peer read.
+	// sub-offset too, through the peer read; so is a sub-offset at the tail
+	// (the peer read's 416 comes back as the node's).
 	want(t, b.ds("PUT", "f-past", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain", "Stream-Fork-Offset", dsOffset(5)), 400, "")
 	want(t, b.ds("PUT", "f-past", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain",
 		"Stream-Fork-Offset", dsOffset(3), "Stream-Fork-Sub-Offset", "6"), 400, "")
+	want(t, b.ds("PUT", "f-past", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain",
+		"Stream-Fork-Offset", dsOffset(4), "Stream-Fork-Sub-Offset", "1"), 400, "")
+	want(t, b.ds("GET", "f-past?offset=-1", ""), 404, "")
 }
 
 // Deleting the last fork (led by b) of a soft-deleted source (led by a)
