@@ -25,9 +25,15 @@ const dsBasin = durable.DefaultBasin
 // durableStar is one star of a cluster sharing ms and objs serving the
 // Durable Streams face at /ds, authenticating with ac. The balancer is
 // off, so a stream stays with the star that took it.
-func durableStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config) *env {
+func durableStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config, tweaks ...func(*node.Config)) *env {
 	t.Helper()
-	return starServing(t, id, ms, objs, func(c *node.Config) { c.BalanceEvery = 0 }, ac, func(o *server.Options) {
+	tweak := func(c *node.Config) {
+		c.BalanceEvery = 0
+		for _, f := range tweaks {
+			f(c)
+		}
+	}
+	return starServing(t, id, ms, objs, tweak, ac, func(o *server.Options) {
 		o.Durable = &durable.Config{LongPoll: time.Second}
 	})
 }
@@ -187,6 +193,43 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 	want(t, b.ds("PUT", "f-past", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain",
 		"Stream-Fork-Offset", dsOffset(4), "Stream-Fork-Sub-Offset", "1"), 400, "")
 	want(t, b.ds("GET", "f-past?offset=-1", ""), 404, "")
+}
+
+// A fork's peer read that reaches a star the source has just left (b
+// still remembers a as its leader) is refused there as not the leader,
+// and b's forwarder resolves the lease again and reads from the new
+// leader, c: the fork is created, with the source's records.
+func TestDurableForkFollowsSourceHandoff(t *testing.T) {
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := testsvc.SQLite(t)
+	// b trusts what it remembers of the lease long enough to ask a again.
+	remember := func(c *node.Config) { c.LeaseCacheTTL = time.Minute }
+	a := durableStar(t, "a", ms, objs, auth.Open(), remember)
+	b := durableStar(t, "b", ms, objs, auth.Open(), remember)
+	durableStar(t, "c", ms, objs, auth.Open(), remember)
+	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
+	want(t, a.ds("POST", "src", "one", "Content-Type", "text/plain"), 204, "")
+	want(t, b.ds("PUT", "fork-1", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain"), 201, "")
+	if l := leaderOf(b, "src"); l != "a" {
+		t.Fatalf("b sees src led by %q, want a", l)
+	}
+	if _, err := a.n.Handoff(context.Background(), dsBasin, "src", "c"); err != nil {
+		t.Fatal(err)
+	}
+	before := metricValue(t, b, `starlog_http_forwarded_total{result="retried"}`)
+	want(t, b.ds("PUT", "fork-2", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain"), 201, "")
+	if got, _ := dsReadAll(t, b, "fork-2"); got != "one" {
+		t.Fatalf("fork-2 reads %q", got)
+	}
+	if after := metricValue(t, b, `starlog_http_forwarded_total{result="retried"}`); after == before {
+		t.Fatal("no forward was retried: the test did not reach a after the handoff")
+	}
+	if l := leaderOf(b, "src"); l != "c" {
+		t.Fatalf("b sees src led by %q after the handoff, want c", l)
+	}
 }
 
 // Deleting the last fork (led by b) of a soft-deleted source (led by a)
