@@ -128,10 +128,18 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 	}
 	want(t, a.ds("POST", "jsrc", `{"a":1}`, "Content-Type", "application/json"), 204, "")
 	all = append(all, `{"a":1}`)
+	// Bytes: three appends of 1,000,000 bytes, one record per 1 MiB read.
+	want(t, a.ds("PUT", "bsrc", "", "Content-Type", "application/octet-stream"), 201, "")
+	var big []string
+	for i := range 3 {
+		body := strings.Repeat(string(rune('a'+i)), 1_000_000)
+		big = append(big, body)
+		want(t, a.ds("POST", "bsrc", body, "Content-Type", "application/octet-stream"), 204, "")
+	}
 	want(t, a.ds("PUT", "csrc", "", "Content-Type", "text/plain"), 201, "")
 	want(t, a.ds("POST", "csrc", "c1", "Content-Type", "text/plain"), 204, "")
 	want(t, a.ds("POST", "csrc", "c2", "Content-Type", "text/plain", "Stream-Closed", "true"), 204, "")
-	for _, src := range []string{"src", "jsrc", "csrc"} {
+	for _, src := range []string{"src", "jsrc", "bsrc", "csrc"} {
 		if l := leaderOf(b, src); l != "a" {
 			t.Fatalf("b sees %s led by %q, want a", src, l)
 		}
@@ -150,6 +158,8 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 		{"f-json-tail", "jsrc", "application/json", nil, 1201, `"end"`, strings.Join(all, ",") + `,"end"`},
 		{"f-json-sub", "jsrc", "application/json", []string{"Stream-Fork-Offset", dsOffset(600), "Stream-Fork-Sub-Offset", "2"}, 602, `"more"`,
 			strings.Join(all[:602], ",") + `,"more"`},
+		{"f-big", "bsrc", "application/octet-stream", []string{"Stream-Fork-Offset", dsOffset(2), "Stream-Fork-Sub-Offset", "10"}, 3, "!",
+			big[0] + big[1] + big[2][:10] + "!"},
 		{"f-closed", "csrc", "text/plain", nil, 3, "c3", "c1c2c3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -163,10 +173,10 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 			want(t, b.ds("PUT", c.name, "", hdr...), 200, "")
 			want(t, b.ds("POST", c.name, c.then, "Content-Type", c.ct), 204, "")
 			if got, _ := dsReadAll(t, b, c.name); got != c.want {
-				t.Fatalf("fork %s reads %.200q, want %.200q", c.name, got, c.want)
+				t.Fatalf("fork %s reads %d bytes %.200q, want %d %.200q", c.name, len(got), got, len(c.want), c.want)
 			}
 			if got, _ := dsReadAll(t, a, c.name); got != c.want {
-				t.Fatalf("fork %s through a reads %.200q, want %.200q", c.name, got, c.want)
+				t.Fatalf("fork %s through a reads %d bytes %.200q, want %d %.200q", c.name, len(got), got, len(c.want), c.want)
 			}
 			if l := leaderOf(a, c.name); l != "b" {
 				t.Fatalf("a sees the fork led by %q, want b", l)
@@ -179,7 +189,7 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 	if n := metricValue(t, a, `starlog_durable_requests_total{op="peer",status="200"}`); n == 0 {
 		t.Fatal("a served no peer operation: the forks did not read through it")
 	}
-	for _, src := range []string{"src", "jsrc", "csrc"} {
+	for _, src := range []string{"src", "jsrc", "bsrc", "csrc"} {
 		if l := leaderOf(b, src); l != "a" {
 			t.Fatalf("after the forks b sees %s led by %q, want a", src, l)
 		}
