@@ -21,6 +21,10 @@
 // decision is never made on state another star has moved past. Offsets are
 // seq nums (offset.go).
 //
+// A fork's source may be led by another star: the handler's reads of a
+// stream it may not lead (and its deletes of one) go to that star as
+// peer operations (peer.go), which only the stars' own requests reach.
+//
 // Subscriptions (protocol §6–7, subs*.go) are metastore rows too: each
 // one's config and cursors in one row changed only by conditional puts,
 // the signing keys in another; every star drives them from the rows.

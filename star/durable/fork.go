@@ -74,7 +74,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 		httpError(w, http.StatusConflict, "source stream was deleted")
 		return
 	}
-	if h.expired(src, &srow, time.Now()) {
+	if h.expiredAnywhere(ctx, src, &srow) {
 		h.expire(ctx, src, srow, sver)
 		httpError(w, http.StatusNotFound, "source stream not found (expired)")
 		return
@@ -89,7 +89,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 		// Fork TTL/expiry table (protocol §4.2): inherit what the source has.
 		want.HasTTL, want.TTLSecs, want.ExpiresAt = srow.HasTTL, srow.TTLSecs, srow.ExpiresAt
 	}
-	s, err := h.state(ctx, src, &srow)
+	s, err := h.sourceState(ctx, src, &srow)
 	if err != nil {
 		h.writeErr(w, err)
 		return
@@ -213,9 +213,9 @@ func (h *Handler) existingFork(w http.ResponseWriter, r *http.Request, name stri
 // pt.sub bytes (one record) or messages. ok is false when the sub-offset
 // overshoots that append, or there is none.
 func (h *Handler) subRecords(ctx context.Context, src string, srow *streamRow, pt forkPoint) ([]api.Record, bool, error) {
-	b, err := h.n.Read(ctx, h.basin, src, api.ReadRequest{
+	b, err := h.peerRead(ctx, src, api.ReadRequest{
 		From: api.FromSeqNum, Value: pt.seq, Count: api.Uint64(foldBatch), Bytes: api.Uint64(maxReadBytes), Clamp: true,
-	}, nil)
+	})
 	if err != nil {
 		if isStatus(err, http.StatusRequestedRangeNotSatisfiable) {
 			return nil, false, nil
@@ -287,9 +287,9 @@ func (h *Handler) copyFork(ctx context.Context, src, name string, row *streamRow
 		return nil
 	}
 	for next < seq {
-		b, err := h.n.Read(ctx, h.basin, src, api.ReadRequest{
+		b, err := h.peerRead(ctx, src, api.ReadRequest{
 			From: api.FromSeqNum, Value: next, Count: api.Uint64(min(foldBatch, seq-next)), Bytes: api.Uint64(maxReadBytes),
-		}, nil)
+		})
 		if err != nil {
 			return 0, err
 		}

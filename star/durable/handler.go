@@ -127,7 +127,7 @@ func New(cfg Config) (*Handler, error) {
 		log: cfg.Logger.With("face", "durable-streams"), states: newStates(), started: time.Now()}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "requests_total",
-		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, other, refused: turned away before the handler) and status.",
+		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, peer: a star's peer operation, other, refused: turned away before the handler) and status.",
 	}, []string{"op", "status"})
 	h.folded = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "fold_records_total",
@@ -238,6 +238,12 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Message)
 		return
 	}
+	peerOp, isPeer := r.URL.Query()[peerParam]
+	if isPeer && !isServerRequest(r.Context()) {
+		// Raw records, for stars only: a client's credentials never reach it.
+		httpError(w, http.StatusBadRequest, peerParam+" is an operation between stars")
+		return
+	}
 	p := auth.FromContext(r.Context())
 	name = p.StreamName(name)
 	var ops []auth.Op
@@ -279,6 +285,11 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.cfg.Forward != nil && h.cfg.Forward(w, r, h.basin, name, r.Method != http.MethodGet) {
+		return
+	}
+	if isPeer {
+		op = "peer"
+		h.servePeer(w, r, name, strings.Join(peerOp, ","))
 		return
 	}
 	switch r.Method {
@@ -418,6 +429,16 @@ func (h *Handler) writeErr(w http.ResponseWriter, err error) {
 		httpError(w, http.StatusNotFound, "stream not found")
 		return
 	}
+	// Before *api.Error: a NotLeaderError unwraps to one.
+	if nl, ok := errors.AsType[*node.NotLeaderError](err); ok {
+		// The lease moved while the request ran (a handoff, a takeover):
+		// nothing was appended. The header tells a forwarding star to
+		// look the leader up again (star/server's HeaderNotLeader).
+		w.Header().Set(hNotLeader, cmp.Or(nl.Leader.Star, "-"))
+		w.Header().Set("Retry-After", "1")
+		httpError(w, http.StatusServiceUnavailable, "the stream moved to another star; retry")
+		return
+	}
 	if e, ok := errors.AsType[*api.Error](err); ok {
 		if e.RetryAfter > 0 {
 			w.Header().Set("Retry-After", fmt.Sprint(max(1, int(e.RetryAfter.Seconds()+0.999))))
@@ -436,15 +457,6 @@ func (h *Handler) writeErr(w http.ResponseWriter, err error) {
 		h.log.Warn("metastore unavailable", "err", err)
 		w.Header().Set("Retry-After", "1")
 		httpError(w, http.StatusServiceUnavailable, "the metastore is unavailable; retry")
-		return
-	}
-	if nl, ok := errors.AsType[*node.NotLeaderError](err); ok {
-		// The lease moved while the request ran (a handoff, a takeover):
-		// nothing was appended. The header tells a forwarding star to
-		// look the leader up again (star/server's HeaderNotLeader).
-		w.Header().Set("Starlog-Not-Leader", cmp.Or(nl.Leader.Star, "-"))
-		w.Header().Set("Retry-After", "1")
-		httpError(w, http.StatusServiceUnavailable, "the stream moved to another star; retry")
 		return
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -80,6 +80,30 @@ func (h *Handler) expired(name string, row *streamRow, now time.Time) bool {
 	return false
 }
 
+// expiredAnywhere is expired for a stream this star may not lead (a
+// fork's source, a source's fork). A sliding TTL is reset in the memory
+// of the star that serves the stream's reads and writes, its leader: when
+// this star would call the stream expired by its TTL while another star
+// leads it, that star judges, by a HEAD through it (which expires the
+// stream there if so: 404). A leader that does not answer keeps the
+// stream. An absolute expiry is judged here: every star's clock says the
+// same.
+func (h *Handler) expiredAnywhere(ctx context.Context, name string, row *streamRow) bool {
+	now := time.Now()
+	if !h.expired(name, row, now) {
+		return false
+	}
+	if t, ok := row.expiresAt(); ok && !now.Before(t) {
+		return true
+	}
+	if h.n.LeaderOf(ctx, h.basin, name) == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	return h.internal(ctx, http.MethodHead, name, "", nil).status == http.StatusNotFound
+}
+
 // created answers 201 for a stream just created at next (a create or a
 // fork), marking it touched for its sliding TTL.
 func (h *Handler) created(w http.ResponseWriter, r *http.Request, name string, row *streamRow, next uint64, closed bool) {
@@ -324,33 +348,40 @@ func (h *Handler) expire(ctx context.Context, name string, row streamRow, ver in
 
 // delete serves DELETE: a stream with live forks is soft-deleted (410 from
 // then on); any other is removed, and so is a soft-deleted source whose
-// last fork this was.
+// last fork this was. Counting the forks may change the row (a fork that
+// expired unseen is removed and releases it): then it is judged again.
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := r.Context()
-	row, ver, ok := h.liveRow(ctx, w, name)
-	if !ok {
-		return
-	}
-	if h.liveForks(ctx, name, &row) > 0 {
-		_, err := h.updateRow(ctx, name, func(rw *streamRow) error {
-			if rw.Incarnation != row.Incarnation {
-				return errNoRow
+	for range 4 {
+		row, ver, ok := h.liveRow(ctx, w, name)
+		if !ok {
+			return
+		}
+		if h.liveForks(ctx, name, &row) > 0 {
+			_, err := h.updateRow(ctx, name, func(rw *streamRow) error {
+				if rw.Incarnation != row.Incarnation {
+					return errNoRow
+				}
+				rw.SoftDeleted = true
+				return nil
+			})
+			if err != nil {
+				h.writeErr(w, err)
+				return
 			}
-			rw.SoftDeleted = true
-			return nil
-		})
-		if err != nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if err := h.remove(ctx, name, row, ver); errors.Is(err, errNoRow) {
+			continue // the row changed since it was read
+		} else if err != nil {
 			h.writeErr(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if err := h.remove(ctx, name, row, ver); err != nil {
-		h.writeErr(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	httpError(w, http.StatusServiceUnavailable, "stream is changing concurrently; retry")
 }
 
 // remove deletes the stream's row and its starlog stream, then releases
@@ -371,7 +402,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 	h.rows.Delete(name)
 	h.touched.Delete(name + "\x00" + row.Incarnation)
 	h.dropCheckpoint(ctx, name)
-	if err := h.n.DeleteStream(ctx, h.basin, name); err != nil && !isStatus(err, http.StatusNotFound) {
+	if err := h.peerDeleteStream(ctx, name); err != nil && !isStatus(err, http.StatusNotFound) {
 		h.log.Warn("delete starlog stream", "stream", name, "err", err)
 	}
 	for src := row.ForkedFrom; src != ""; {
@@ -396,7 +427,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 		h.states.drop(src)
 		h.rows.Delete(src)
 		h.dropCheckpoint(ctx, src)
-		if err := h.n.DeleteStream(ctx, h.basin, src); err != nil && !isStatus(err, http.StatusNotFound) {
+		if err := h.peerDeleteStream(ctx, src); err != nil && !isStatus(err, http.StatusNotFound) {
 			h.log.Warn("delete starlog stream", "stream", src, "err", err)
 		}
 		name, src = src, srow.ForkedFrom
@@ -408,15 +439,17 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 // ones that expired unseen (their expiry releases the source).
 func (h *Handler) liveForks(ctx context.Context, name string, row *streamRow) int {
 	n := 0
-	now := time.Now()
 	for _, f := range row.Forks {
 		frow, fver, err := h.getRow(ctx, f)
 		if errors.Is(err, errNoRow) || (err == nil && frow.ForkedFrom != name) {
 			continue
 		}
-		if err == nil && !frow.SoftDeleted && h.expired(f, &frow, now) && len(frow.Forks) == 0 {
+		if err == nil && !frow.SoftDeleted && len(frow.Forks) == 0 && h.expiredAnywhere(ctx, f, &frow) {
 			if h.remove(ctx, f, frow, fver) == nil {
 				continue
+			}
+			if _, _, err := h.getRow(ctx, f); errors.Is(err, errNoRow) {
+				continue // its leader removed it (expiredAnywhere)
 			}
 		}
 		n++

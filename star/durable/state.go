@@ -191,14 +191,29 @@ func (s *streamState) clone() *streamState {
 // foldBatch is how many records one catch-up read asks for.
 const foldBatch = 1000
 
-// state returns the stream's fold up to its durable tail (tail is that
-// tail), reading only the records the cache has not seen.
+// state returns the fold of a stream this star serves (its leader) up to
+// its durable tail, reading only the records the cache has not seen. A
+// lease that moved is a *node.NotLeaderError: the request goes to the
+// new leader.
 func (h *Handler) state(ctx context.Context, name string, row *streamRow) (*streamState, error) {
-	pos, err := h.n.CheckTail(ctx, h.basin, name, nil)
+	return h.fold(ctx, name, row, false)
+}
+
+// sourceState is state of a stream this star may not lead (a fork's
+// source): read through the star that leads it (peer.go).
+func (h *Handler) sourceState(ctx context.Context, name string, row *streamRow) (*streamState, error) {
+	return h.fold(ctx, name, row, true)
+}
+
+func (h *Handler) fold(ctx context.Context, name string, row *streamRow, anyLeader bool) (*streamState, error) {
+	tailOf, read := h.localTail, h.localRead
+	if anyLeader {
+		tailOf, read = h.peerTailOf, h.peerRead
+	}
+	tail, err := tailOf(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	tail := pos.SeqNum
 	s := h.states.get(name, row.Incarnation)
 	if s == nil || s.next > tail {
 		// Not seen here (or another stream under the name): from the
@@ -208,9 +223,9 @@ func (h *Handler) state(ctx context.Context, name string, row *streamRow) (*stre
 		}
 	}
 	for s.next < tail {
-		b, err := h.n.Read(ctx, h.basin, name, api.ReadRequest{
+		b, err := read(ctx, name, api.ReadRequest{
 			From: api.FromSeqNum, Value: s.next, Count: api.Uint64(foldBatch), Bytes: api.Uint64(api.MaxBatchMeteredBytes),
-		}, nil)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -226,6 +241,15 @@ func (h *Handler) state(ctx context.Context, name string, row *streamRow) (*stre
 	h.maybeCheckpoint(name, s)
 	h.states.put(name, s)
 	return s, nil
+}
+
+func (h *Handler) localTail(ctx context.Context, name string) (uint64, error) {
+	pos, err := h.n.CheckTail(ctx, h.basin, name, nil)
+	return pos.SeqNum, err
+}
+
+func (h *Handler) localRead(ctx context.Context, name string, req api.ReadRequest) (api.ReadBatch, error) {
+	return h.n.Read(ctx, h.basin, name, req, nil)
 }
 
 // isStatus reports whether err is a node error with the HTTP status.

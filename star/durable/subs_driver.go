@@ -464,9 +464,12 @@ func (m *subManager) wakeEvent(s subRow, wk wake) {
 
 // internalResult is the response of a request the handler served itself.
 type internalResult struct {
-	status int
+	status int // 0: nothing was written (the hop was cut off)
 	header http.Header
 	body   []byte
+	// truncated says the body was longer than the caller's bound: only
+	// its start is kept.
+	truncated bool
 }
 
 // internal serves a request through the handler as the admin (a
@@ -474,12 +477,25 @@ type internalResult struct {
 // forwarding, the per-stream append lock and the protocol's rules apply
 // as for any client.
 func (h *Handler) internal(ctx context.Context, method, name, ct string, body []byte) internalResult {
+	res := h.serveInternal(ctx, method, name, nil, ct, body, maxSubBody)
+	res.status = max(res.status, http.StatusOK)
+	return res
+}
+
+// serveInternal is internal with a query and a bound on the body kept.
+// The request is marked as the server's own (WithServerRequest), so it
+// may run a peer operation (peer.go).
+func (h *Handler) serveInternal(ctx context.Context, method, name string, query url.Values, ct string, body []byte, maxBody int) internalResult {
 	segs := strings.Split(name, "/")
 	for i := range segs {
 		segs[i] = url.PathEscape(segs[i])
 	}
-	req, err := http.NewRequestWithContext(auth.WithPrincipal(ctx, auth.AdminPrincipal()), method,
-		"http://star.internal"+h.prefix+"/"+strings.Join(segs, "/"), bytes.NewReader(body))
+	target := "http://star.internal" + h.prefix + "/" + strings.Join(segs, "/")
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(WithServerRequest(auth.WithPrincipal(ctx, auth.AdminPrincipal())), method,
+		target, bytes.NewReader(body))
 	if err != nil {
 		return internalResult{status: http.StatusBadRequest}
 	}
@@ -490,9 +506,9 @@ func (h *Handler) internal(ctx context.Context, method, name, ct string, body []
 	// leader's server takes it as the server's own with this header and
 	// the internal credential the forwarder adds (star/server).
 	req.Header.Set(HeaderServerRequest, "1")
-	rec := &recorder{header: http.Header{}}
+	rec := &recorder{header: http.Header{}, max: maxBody}
 	h.ServeHTTP(rec, req)
-	return internalResult{status: max(rec.status, http.StatusOK), header: rec.header, body: rec.buf.Bytes()}
+	return internalResult{status: rec.status, header: rec.header, body: rec.buf.Bytes(), truncated: rec.over}
 }
 
 // HeaderServerRequest marks a request the handler made itself (internal).
@@ -503,6 +519,8 @@ type recorder struct {
 	header http.Header
 	status int
 	buf    bytes.Buffer
+	max    int  // bytes of the body kept
+	over   bool // the body was longer
 }
 
 func (r *recorder) Header() http.Header { return r.header }
@@ -513,10 +531,13 @@ func (r *recorder) WriteHeader(code int) {
 }
 func (r *recorder) Write(b []byte) (int, error) {
 	r.WriteHeader(http.StatusOK)
-	if r.buf.Len() > maxSubBody {
-		return len(b), nil // only the start of an error body is kept
+	n := len(b)
+	if r.buf.Len()+n > r.max {
+		r.over = true
+		b = b[:max(0, r.max-r.buf.Len())]
 	}
-	return r.buf.Write(b)
+	r.buf.Write(b)
+	return n, nil
 }
 
 func newWakeID() string { return "w_" + newIncarnation() }

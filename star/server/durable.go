@@ -29,7 +29,13 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = rc.SetWriteDeadline(now.Add(budget))
 	defer rc.SetWriteDeadline(time.Time{})
-	r = forwardedFrom(r, s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)))
+	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
+	if !internal {
+		// A client's: forwarded, it would travel with the internal
+		// credential the forwarder adds and act as the server.
+		r.Header.Del(durable.HeaderServerRequest)
+	}
+	r = forwardedFrom(r, internal)
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -40,16 +46,20 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	var p auth.Principal
+	ctx := r.Context()
 	switch {
 	case r.Method == http.MethodOptions || s.ds.SelfAuthenticated(r):
 		// A CORS preflight carries no credentials and has no effect; the
 		// JWK Set is public, and a subscription's callback, ack and
 		// release carry the wake token the handler checks itself.
 		p = auth.Principal{}
-	case r.Header.Get(durable.HeaderServerRequest) != "" && s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)):
-		// A peer's subscription driver (a tail, a wake event) forwarded
-		// for a stream this star leads: it acts as the server.
+	case r.Header.Get(durable.HeaderServerRequest) != "" && internal:
+		// A peer's own request (a subscription's tail or wake event, a
+		// fork's read of its source) forwarded for a stream this star
+		// leads: it acts as the server, and may run the handler's peer
+		// operations, which no client credential reaches.
 		p = auth.AdminPrincipal()
+		ctx = durable.WithServerRequest(ctx)
 	case s.keys.IsOpen():
 		s.authDecisions.WithLabelValues(authOpen).Inc()
 		p = auth.AdminPrincipal()
@@ -63,7 +73,7 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+	r = r.WithContext(auth.WithPrincipal(ctx, p))
 	// The per-client rate, as on S2's routes: not for a preflight, nor for
 	// a peer's forward (the star that took the request counted it).
 	if s.clients != nil && r.Method != http.MethodOptions && r.Header.Get(HeaderForwardedBy) == "" {

@@ -41,9 +41,9 @@ func TestDurableFoldCheckpoint(t *testing.T) {
 	prod := []string{"Content-Type", "text/plain", "Producer-Id", "p", "Producer-Epoch", "0", "Producer-Seq", "0"}
 
 	a := start("a")
-	want(t, a.ds("PUT", "big", "", "Content-Type", "text/plain"), 201, "")
+	want(t, a.dsAdmin("PUT", "big", "", "Content-Type", "text/plain"), 201, "")
 	bulk(a, "big", 10_000)
-	want(t, a.ds("POST", "big", "last", prod...), 200, "")
+	want(t, a.dsAdmin("POST", "big", "last", prod...), 200, "")
 	waitFor(t, 5*time.Second, "a checkpoint written", func() bool {
 		return a.metric("starlog_durable_fold_checkpoints_total", "result", "written") >= 1
 	})
@@ -53,7 +53,7 @@ func TestDurableFoldCheckpoint(t *testing.T) {
 	a.stop(t)
 
 	b := start("b")
-	if r := b.ds("POST", "big", "last", prod...); r.status != 204 || r.header.Get("Producer-Seq") != "0" {
+	if r := b.dsAdmin("POST", "big", "last", prod...); r.status != 204 || r.header.Get("Producer-Seq") != "0" {
 		t.Fatalf("the producer's retry on b: %s, want 204 duplicate", r)
 	}
 	if got := b.metric("starlog_durable_fold_checkpoints_total", "result", "loaded"); got != 1 {
@@ -76,7 +76,7 @@ func TestDurableFoldCheckpoint(t *testing.T) {
 	bulk(b, "big", 11_000) // past the old checkpoint's 10,000
 	b.stop(t)
 	c := start("c")
-	if r := c.ds("POST", "big", "again", prod...); r.status != 200 {
+	if r := c.dsAdmin("POST", "big", "again", prod...); r.status != 200 {
 		t.Fatalf("the producer on the new stream: %s, want 200 (no state from the old one)", r)
 	}
 	if got := c.metric("starlog_durable_fold_checkpoints_total", "result", "load_unfit"); got != 1 {

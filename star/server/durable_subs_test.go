@@ -116,16 +116,17 @@ func (h *webhook) quiet(t *testing.T, d time.Duration) {
 	}
 }
 
-// durableStar is a star of a cluster sharing ms and objs, with the
-// Durable Streams face on (loopback webhooks allowed) and auth as ac.
-func durableStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config, audit time.Duration) *env {
+// subscribingStar is a star of a cluster sharing ms and objs, with the
+// Durable Streams face on (loopback webhooks allowed, audits every audit)
+// and auth as ac.
+func subscribingStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config, audit time.Duration) *env {
 	return starServing(t, id, ms, objs, nil, server.Options{Auth: ac, Durable: &durable.Config{
 		AllowLoopbackWebhooks: true, LongPoll: time.Second, SubscriptionAudit: audit,
 	}})
 }
 
-// ds sends a Durable Streams request with the admin token.
-func (e *env) ds(method, path, body string, headers ...string) resp {
+// dsAdmin sends a Durable Streams request with the admin token.
+func (e *env) dsAdmin(method, path, body string, headers ...string) resp {
 	e.t.Helper()
 	var b []byte
 	if body != "" {
@@ -173,13 +174,13 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	ms := testsvc.SQLite(t)
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 	const audit = 300 * time.Millisecond
-	a := durableStar(t, "a", ms, objs, ac, audit)
-	b := durableStar(t, "b", ms, objs, ac, audit)
+	a := subscribingStar(t, "a", ms, objs, ac, audit)
+	b := subscribingStar(t, "b", ms, objs, ac, audit)
 	stars := map[string]*env{"a": a, "b": b}
 
 	// x is led by a, y by b: each is created through its star.
-	want(t, a.ds("PUT", "orders/x", "", "Content-Type", "text/plain"), 201, "")
-	want(t, b.ds("PUT", "orders/y", "", "Content-Type", "text/plain"), 201, "")
+	want(t, a.dsAdmin("PUT", "orders/x", "", "Content-Type", "text/plain"), 201, "")
+	want(t, b.dsAdmin("PUT", "orders/y", "", "Content-Type", "text/plain"), 201, "")
 	hook := newWebhook(t)
 	sub := jsonBody(map[string]any{"type": "webhook", "streams": []string{"orders/x", "orders/y"},
 		"webhook": map[string]string{"url": hook.srv.URL + "/hook"}, "lease_ttl_ms": 1500})
@@ -207,7 +208,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	t.Logf("owner %s", owner)
 
 	// A Durable Streams append to y through a (b leads y) wakes it.
-	want(t, a.ds("POST", "orders/y", "one", "Content-Type", "text/plain"), 204, "")
+	want(t, a.dsAdmin("POST", "orders/y", "one", "Content-Type", "text/plain"), 204, "")
 	w := hook.next(t, 5*time.Second, pub)
 	if p := w.pending(); len(p) != 1 || p[0] != "orders/y" {
 		t.Fatalf("first wake's pending streams %v, want [orders/y]", p)
@@ -224,7 +225,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	hook.quiet(t, 4*audit) // both acked: the audits find nothing
 
 	// A wake nobody answers: its lease runs out and the owner wakes again.
-	want(t, b.ds("POST", "orders/x", "two", "Content-Type", "text/plain"), 204, "")
+	want(t, b.dsAdmin("POST", "orders/x", "two", "Content-Type", "text/plain"), 204, "")
 	w1 := hook.next(t, 5*time.Second, pub)
 	w2 := hook.next(t, 5*time.Second, pub)
 	if w2.Generation <= w1.Generation || len(w2.pending()) != 1 {
@@ -276,8 +277,8 @@ func TestS2AppendWakesSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := durableStar(t, "solo", testsvc.SQLite(t), objs, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
-	want(t, e.ds("PUT", "feed", "", "Content-Type", "application/json"), 201, "")
+	e := subscribingStar(t, "solo", testsvc.SQLite(t), objs, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
+	want(t, e.dsAdmin("PUT", "feed", "", "Content-Type", "application/json"), 201, "")
 	hook := newWebhook(t)
 	sub := jsonBody(map[string]any{"type": "webhook", "streams": []string{"feed"}, "webhook": map[string]string{"url": hook.srv.URL}})
 	want(t, e.call("PUT", "/ds/__ds/subscriptions/s2", sub, append(bearer(testAdmin), "Content-Type", "application/json")...), 201, "")
