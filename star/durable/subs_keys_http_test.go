@@ -28,7 +28,7 @@ type keysStar struct {
 	url string
 }
 
-func startKeysStar(t *testing.T, ms meta.Store, c *fakeClock) *keysStar {
+func openTestNode(t *testing.T, ms meta.Store) *node.Node {
 	t.Helper()
 	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
 	if err != nil {
@@ -41,6 +41,17 @@ func startKeysStar(t *testing.T, ms meta.Store, c *fakeClock) *keysStar {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	return n
+}
+
+func startKeysStar(t *testing.T, ms meta.Store, c *fakeClock) *keysStar {
+	t.Helper()
+	n := openTestNode(t, ms)
 	h, err := New(Config{Node: n, AllowLoopbackWebhooks: true, clock: c.now})
 	if err != nil {
 		t.Fatal(err)
@@ -51,11 +62,26 @@ func startKeysStar(t *testing.T, ms meta.Store, c *fakeClock) *keysStar {
 	t.Cleanup(func() {
 		srv.Close()
 		h.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		n.Close(ctx)
 	})
 	return &keysStar{h: h, url: srv.URL + DefaultPrefix}
+}
+
+// A period under MinKeyRotation is refused; 0 is the default; negative
+// is never.
+func TestKeyRotationConfig(t *testing.T) {
+	if _, err := New(Config{Node: openTestNode(t, testsvc.SQLite(t)), KeyRotation: MinKeyRotation - time.Second}); err == nil || !strings.Contains(err.Error(), "at least 1h") {
+		t.Fatalf("a period under the minimum: %v", err)
+	}
+	for in, want := range map[time.Duration]time.Duration{0: DefaultKeyRotation, -1: -1, MinKeyRotation: MinKeyRotation} {
+		h, err := New(Config{Node: openTestNode(t, testsvc.SQLite(t)), KeyRotation: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.subs.keys.period != want {
+			t.Errorf("KeyRotation %v: period %v, want %v", in, h.subs.keys.period, want)
+		}
+		h.Close()
+	}
 }
 
 func (s *keysStar) call(t *testing.T, method, path, bearer, ctype, body string) (int, []byte) {
@@ -188,7 +214,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	}
 
 	// After the lead the new key signs; the receiver finds it in the JWK Set.
-	c.add(keyPublishLead)
+	c.add(KeyPublishLead)
 	if code, b := star.call(t, http.MethodPost, "/events/a", "", "application/json", `{"n":2}`); code != http.StatusNoContent && code != http.StatusOK {
 		t.Fatalf("append: %d %s", code, b)
 	}
@@ -210,7 +236,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	}
 	// Past the retain the old key is gone: its token is invalid, its kid
 	// leaves the JWK Set, and the next pass removes it from the row.
-	c.add(keyRetain)
+	c.add(KeyRetain)
 	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusUnauthorized || !strings.Contains(string(b), codeTokenInvalid) {
 		t.Fatalf("the old key's token after retain: %d %s (want 401 TOKEN_INVALID)", code, b)
 	}

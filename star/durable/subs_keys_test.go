@@ -201,7 +201,7 @@ func TestKeyTokensAcrossRotation(t *testing.T) {
 	if n := len(a.cached().keys); n != 2 {
 		t.Fatalf("%d keys after the rotation", n)
 	}
-	c.add(keyPublishLead)
+	c.add(KeyPublishLead)
 	fresh := a.cached().signer(c.now()).mintToken(w)
 	if fresh == old {
 		t.Fatal("the new key does not sign after the lead")
@@ -225,9 +225,9 @@ func TestKeyTokensAcrossRotation(t *testing.T) {
 	if verify(b, forged) || reads(b) != before+2 {
 		t.Fatal("a forged token after keyMissReload did not reread the row once")
 	}
-	// The old key verifies for keyRetain after it stopped signing (the
+	// The old key verifies for KeyRetain after it stopped signing (the
 	// clock is keyMissReload past that now).
-	c.add(keyRetain - keyMissReload - time.Second)
+	c.add(KeyRetain - keyMissReload - time.Second)
 	if !verify(b, old) {
 		t.Fatal("the old token fails before its key's retain is over")
 	}

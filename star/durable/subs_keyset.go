@@ -20,25 +20,25 @@ const (
 	// DefaultKeyRotation is how often a new key is added when
 	// Config.KeyRotation is 0.
 	DefaultKeyRotation = 30 * 24 * time.Hour
-	// MinKeyRotation is the shortest rotation period: with keyPublishLead
-	// and keyRetain below it the row holds at most three keys.
+	// MinKeyRotation is the shortest rotation period: with KeyPublishLead
+	// and KeyRetain below it the row holds at most three keys.
 	MinKeyRotation = time.Hour
 	// jwksMaxAge is the JWK Set's Cache-Control max-age.
 	jwksMaxAge = 5 * time.Minute
 	// keyReload is how often a star rereads the keys row (and adds or
 	// drops a key when one is due).
 	keyReload = time.Minute
-	// keyPublishLead is how long a new key is in the JWK Set before it
+	// KeyPublishLead is how long a new key is in the JWK Set before it
 	// signs: longer than the last star takes to learn of it (keyReload)
 	// plus a receiver's cache of the JWK Set (jwksMaxAge), so a receiver
 	// knows the kid before a signature uses it.
-	keyPublishLead = 10 * time.Minute
-	// keyRetain is how long a key stays in the row after it stopped
+	KeyPublishLead = 10 * time.Minute
+	// KeyRetain is how long a key stays in the row after it stopped
 	// signing: its webhooks in flight (webhookTimeout) and those of stars
 	// that have not reread the row (keyReload) still verify, and so do
 	// its wake tokens, used between callbacks at most a lease apart
 	// (maxLeaseTTL).
-	keyRetain = time.Hour
+	KeyRetain = time.Hour
 	// keyMissReload spaces the rereads a token that verifies under none
 	// of the cached keys triggers (a key another star just added).
 	keyMissReload = 5 * time.Second
@@ -87,7 +87,7 @@ func keyID(pub ed25519.PublicKey) string {
 
 // keySet is the keys of the row, in the order they were added; their
 // starts never decrease. A key signs from its start until the next key's
-// (it is then retired) and is dropped keyRetain after that. Until dropped
+// (it is then retired) and is dropped KeyRetain after that. Until dropped
 // it is in the JWK Set and verifies wake tokens.
 type keySet struct{ keys []*signingKey }
 
@@ -103,7 +103,7 @@ func (s *keySet) retiredAt(i int) time.Time {
 // dropAt is when key i leaves the set (zero for the newest).
 func (s *keySet) dropAt(i int) time.Time {
 	if r := s.retiredAt(i); !r.IsZero() {
-		return r.Add(keyRetain)
+		return r.Add(KeyRetain)
 	}
 	return time.Time{}
 }
@@ -161,7 +161,7 @@ func (s *keySet) due(now time.Time, period time.Duration) bool {
 
 // rotated is the set after a rotation at now with new key material (the
 // dropped keys pruned): the new key is published at once and signs
-// keyPublishLead later (no earlier than the newest key's start), while
+// KeyPublishLead later (no earlier than the newest key's start), while
 // the current signer goes on until then. An emergency rotation replaces
 // every key with the new one, signing at once.
 func (s *keySet) rotated(now time.Time, m keyMaterial, emergency bool) (*keySet, error) {
@@ -176,7 +176,7 @@ func (s *keySet) rotated(now time.Time, m keyMaterial, emergency bool) (*keySet,
 	if len(p.keys) >= maxKeys {
 		return nil, errTooManyKeys
 	}
-	from := now.Add(keyPublishLead)
+	from := now.Add(KeyPublishLead)
 	if last := p.keys[len(p.keys)-1].signsFrom; from.Before(last) {
 		from = last
 	}

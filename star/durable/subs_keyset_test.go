@@ -22,13 +22,13 @@ func testMaterial(i int) keyMaterial {
 
 // The constants keep their promises to each other.
 func TestKeyTimingBounds(t *testing.T) {
-	if keyPublishLead <= jwksMaxAge+keyReload {
-		t.Errorf("publish lead %v: a receiver may cache a JWK Set without the key (max-age %v) fetched from a star that has not reread the row (%v)", keyPublishLead, jwksMaxAge, keyReload)
+	if KeyPublishLead <= jwksMaxAge+keyReload {
+		t.Errorf("publish lead %v: a receiver may cache a JWK Set without the key (max-age %v) fetched from a star that has not reread the row (%v)", KeyPublishLead, jwksMaxAge, keyReload)
 	}
-	if keyRetain < maxLeaseTTL+webhookTimeout+keyReload {
-		t.Errorf("retain %v is shorter than a lease, a delivery and a reread", keyRetain)
+	if KeyRetain < maxLeaseTTL+webhookTimeout+keyReload {
+		t.Errorf("retain %v is shorter than a lease, a delivery and a reread", KeyRetain)
 	}
-	if MinKeyRotation < keyPublishLead {
+	if MinKeyRotation < KeyPublishLead {
 		t.Errorf("a period shorter than the lead would add keys before the last one signs")
 	}
 	if DefaultKeyRotation < MinKeyRotation {
@@ -53,8 +53,8 @@ func TestKeySetSigner(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := s.keys[0], s.keys[1]
-	switchAt := t1.Add(keyPublishLead)
-	if !b.signsFrom.Equal(switchAt) || !s.retiredAt(0).Equal(switchAt) || !s.dropAt(0).Equal(switchAt.Add(keyRetain)) || !s.dropAt(1).IsZero() {
+	switchAt := t1.Add(KeyPublishLead)
+	if !b.signsFrom.Equal(switchAt) || !s.retiredAt(0).Equal(switchAt) || !s.dropAt(0).Equal(switchAt.Add(KeyRetain)) || !s.dropAt(1).IsZero() {
 		t.Fatalf("times: b signs from %v, a retires %v, dropped %v", b.signsFrom, s.retiredAt(0), s.dropAt(0))
 	}
 	for _, tc := range []struct {
@@ -67,8 +67,8 @@ func TestKeySetSigner(t *testing.T) {
 		{"the new key is published, the old signs", t1, a, []string{a.kid, b.kid}},
 		{"a second before the lead", switchAt.Add(-time.Second), a, []string{a.kid, b.kid}},
 		{"at the lead the new key signs", switchAt, b, []string{a.kid, b.kid}},
-		{"the retired key stays for retain", switchAt.Add(keyRetain - time.Second), b, []string{a.kid, b.kid}},
-		{"then it is dropped", switchAt.Add(keyRetain), b, []string{b.kid}},
+		{"the retired key stays for retain", switchAt.Add(KeyRetain - time.Second), b, []string{a.kid, b.kid}},
+		{"then it is dropped", switchAt.Add(KeyRetain), b, []string{b.kid}},
 		{"a clock behind every start", t0.Add(-time.Hour), a, []string{a.kid, b.kid}},
 	} {
 		if got := s.signer(tc.at); got != tc.signer {
@@ -100,10 +100,10 @@ func TestKeySetSigner(t *testing.T) {
 	if got := states(switchAt); got != "retired,signing" {
 		t.Errorf("after the lead: %s", got)
 	}
-	if got := states(switchAt.Add(keyRetain)); got != "signing" {
+	if got := states(switchAt.Add(KeyRetain)); got != "signing" {
 		t.Errorf("after retain: %s", got)
 	}
-	p, gone := s.pruned(switchAt.Add(keyRetain))
+	p, gone := s.pruned(switchAt.Add(KeyRetain))
 	if len(p.keys) != 1 || p.keys[0] != b || len(gone) != 1 || gone[0] != a.kid {
 		t.Fatalf("pruned: %v gone %v", p.kids(), gone)
 	}
@@ -119,7 +119,7 @@ func TestKeySetTokens(t *testing.T) {
 	w := wakeToken{Root: "r/", ID: "s", Incarnation: "i", Generation: 1, WakeID: "w_1"}
 	old := s.signer(t0).mintToken(w)
 	s, _ = s.rotated(t0.Add(time.Hour), testMaterial(2), false)
-	switchAt := t0.Add(time.Hour + keyPublishLead)
+	switchAt := t0.Add(time.Hour + KeyPublishLead)
 	fresh := s.signer(switchAt).mintToken(w)
 	if fresh == old {
 		t.Fatal("the new signer minted the old key's token")
@@ -131,9 +131,9 @@ func TestKeySetTokens(t *testing.T) {
 	}{
 		{old, switchAt, true},
 		{fresh, switchAt, true},
-		{old, switchAt.Add(keyRetain - time.Second), true},
-		{old, switchAt.Add(keyRetain), false},
-		{fresh, switchAt.Add(keyRetain), true},
+		{old, switchAt.Add(KeyRetain - time.Second), true},
+		{old, switchAt.Add(KeyRetain), false},
+		{fresh, switchAt.Add(KeyRetain), true},
 	} {
 		if got, ok := s.parseToken(tc.tok, tc.at); ok != tc.want || ok && got != w {
 			t.Errorf("token of %s at %v: %v, want %v", tc.tok[:12], tc.at.Sub(switchAt), ok, tc.want)
@@ -177,7 +177,7 @@ func TestKeySetManualRotations(t *testing.T) {
 		t.Fatalf("rotation past maxKeys: %v", err)
 	}
 	// Once the retired keys are dropped there is room again.
-	later := s.keys[len(s.keys)-1].signsFrom.Add(keyRetain)
+	later := s.keys[len(s.keys)-1].signsFrom.Add(KeyRetain)
 	if _, err := s.rotated(later, testMaterial(99), false); err != nil {
 		t.Fatalf("rotation after the drops: %v", err)
 	}
@@ -228,7 +228,7 @@ func TestKeySetLifecycle(t *testing.T) {
 			for range 2 {
 				at := now.Add(time.Duration(rng.Int64N(int64(8 * time.Hour))))
 				sig := s.signer(at)
-				if sig.kid != first && at.Sub(sig.created) < keyPublishLead {
+				if sig.kid != first && at.Sub(sig.created) < KeyPublishLead {
 					t.Fatalf("seed %d: %s signs %v after it was published", seed, sig.kid, at.Sub(sig.created))
 				}
 				if !strings.Contains(string(s.jwks(at)), sig.kid) {
@@ -280,7 +280,7 @@ func TestKeysRowCompat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, at := range []time.Time{now, now.Add(keyPublishLead)} {
+	for _, at := range []time.Time{now, now.Add(KeyPublishLead)} {
 		b := r.encode(at)
 		back, err := decodeKeys(b)
 		if err != nil || strings.Join(back.kids(), ",") != strings.Join(r.kids(), ",") {
