@@ -34,7 +34,7 @@ const (
 // keyLoader keeps this star's copy of the subscription keys row
 // (subs_keyset.go). The row is created when a star first needs a key
 // (IfAbsent: every star then reads the one that won). Once loaded it is
-// reread every keyReload, and at once (at most every keyMissReload) when a
+// reread every KeyReload, and at once (at most every keyMissReload) when a
 // wake token verifies under none of the cached keys, so a key another star
 // added reaches this one. The periodic pass also adds a key when the
 // rotation period is up and removes dropped keys, by a conditional put on
@@ -296,9 +296,9 @@ func (l *keyLoader) verify(ctx context.Context, tok string) (wakeToken, bool, er
 	return t, ok, nil
 }
 
-// run rereads and maintains the row every keyReload until ctx ends.
+// run rereads and maintains the row every KeyReload until ctx ends.
 func (l *keyLoader) run(ctx context.Context) {
-	t := time.NewTicker(keyReload)
+	t := time.NewTicker(KeyReload)
 	defer t.Stop()
 	for {
 		select {

@@ -39,7 +39,7 @@ func (h *Handler) SubscriptionKeys(ctx context.Context) ([]KeyInfo, error) {
 // leaked key) makes the new key sign at once and drops every other: wake
 // tokens in flight are refused (their wakes are woken again once their
 // leases run out) and receivers must fetch the JWK Set again. Other stars
-// follow at their next reread (keyReload).
+// follow at their next reread (KeyReload).
 func (h *Handler) RotateSubscriptionKeys(ctx context.Context, emergency bool) ([]KeyInfo, error) {
 	s, err := h.subs.keys.rotate(ctx, emergency)
 	if err != nil {

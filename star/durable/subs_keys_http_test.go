@@ -320,7 +320,7 @@ func TestEmergencyKeyRotation(t *testing.T) {
 		t.Fatalf("old token after the emergency: %d %s (want 401 TOKEN_INVALID)", code, b)
 	}
 	// The other star refuses it from its next reread on.
-	c.add(keyReload)
+	c.add(KeyReload)
 	if err := other.pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -25,17 +25,17 @@ const (
 	MinKeyRotation = time.Hour
 	// jwksMaxAge is the JWK Set's Cache-Control max-age.
 	jwksMaxAge = 5 * time.Minute
-	// keyReload is how often a star rereads the keys row (and adds or
+	// KeyReload is how often a star rereads the keys row (and adds or
 	// drops a key when one is due).
-	keyReload = time.Minute
+	KeyReload = time.Minute
 	// KeyPublishLead is how long a new key is in the JWK Set before it
-	// signs: longer than the last star takes to learn of it (keyReload)
+	// signs: longer than the last star takes to learn of it (KeyReload)
 	// plus a receiver's cache of the JWK Set (jwksMaxAge), so a receiver
 	// knows the kid before a signature uses it.
 	KeyPublishLead = 10 * time.Minute
 	// KeyRetain is how long a key stays in the row after it stopped
 	// signing: its webhooks in flight (webhookTimeout) and those of stars
-	// that have not reread the row (keyReload) still verify, and so do
+	// that have not reread the row (KeyReload) still verify, and so do
 	// its wake tokens, used between callbacks at most a lease apart
 	// (maxLeaseTTL).
 	KeyRetain = time.Hour

@@ -22,10 +22,10 @@ func testMaterial(i int) keyMaterial {
 
 // The constants keep their promises to each other.
 func TestKeyTimingBounds(t *testing.T) {
-	if KeyPublishLead <= jwksMaxAge+keyReload {
-		t.Errorf("publish lead %v: a receiver may cache a JWK Set without the key (max-age %v) fetched from a star that has not reread the row (%v)", KeyPublishLead, jwksMaxAge, keyReload)
+	if KeyPublishLead <= jwksMaxAge+KeyReload {
+		t.Errorf("publish lead %v: a receiver may cache a JWK Set without the key (max-age %v) fetched from a star that has not reread the row (%v)", KeyPublishLead, jwksMaxAge, KeyReload)
 	}
-	if KeyRetain < maxLeaseTTL+webhookTimeout+keyReload {
+	if KeyRetain < maxLeaseTTL+webhookTimeout+KeyReload {
 		t.Errorf("retain %v is shorter than a lease, a delivery and a reread", KeyRetain)
 	}
 	if MinKeyRotation < KeyPublishLead {
