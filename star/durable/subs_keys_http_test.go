@@ -105,10 +105,19 @@ func (s *keysStar) call(t *testing.T, method, path, bearer, ctype, body string) 
 // jwks fetches the served JWK Set: kid → public key.
 func (s *keysStar) jwks(t *testing.T) map[string]ed25519.PublicKey {
 	t.Helper()
-	code, b := s.call(t, http.MethodGet, "/__ds/jwks.json", "", "", "")
+	resp, err := http.Get(s.url + "/__ds/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
 	var set struct{ Keys []struct{ Kid, X string } }
-	if err := json.Unmarshal(b, &set); code != http.StatusOK || err != nil {
-		t.Fatalf("jwks: %d %s", code, b)
+	if err := json.Unmarshal(b, &set); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("jwks: %d %s", resp.StatusCode, b)
+	}
+	// The lead is set against this max-age (and the docs say 300).
+	if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=300" {
+		t.Fatalf("jwks Cache-Control %q", cc)
 	}
 	out := map[string]ed25519.PublicKey{}
 	for _, k := range set.Keys {
