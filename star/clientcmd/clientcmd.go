@@ -66,6 +66,7 @@ func newCommands(lookupEnv func(string) (string, bool)) []*cobra.Command {
 		c.benchCmd(),
 		c.tokensCmd(),
 		c.drainCmd(),
+		c.durableCmd(),
 	}
 	for _, cmd := range cmds {
 		c.addFlags(cmd)
@@ -83,7 +84,7 @@ func (c *conn) addFlags(cmd *cobra.Command) {
 	f.StringVar(&c.token, "token", "", "access token, sent as a bearer token (env "+EnvToken+")")
 	f.StringVar(&c.compression, "compression", "none", "compression of session frames: none or gzip")
 	f.StringVar(&c.internalKeySecret, "internal-key-secret", "", "AWS Secrets Manager secret (ARN or name) holding the cluster's internal key, for the admin commands (env "+EnvInternalKeySecret+")")
-	f.StringVar(&c.internalKeyFile, "internal-key-file", "", "file holding the cluster's internal key, for the admin commands drain and streams move (env "+EnvInternalKeyFile+", or "+EnvInternalKey+" holding the key)")
+	f.StringVar(&c.internalKeyFile, "internal-key-file", "", "file holding the cluster's internal key, for the admin commands drain, streams move and durable (env "+EnvInternalKeyFile+", or "+EnvInternalKey+" holding the key)")
 }
 
 // fromEnv returns v, else the first set environment variable of names.

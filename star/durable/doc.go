@@ -27,7 +27,8 @@
 //
 // Subscriptions (protocol §6–7, subs*.go) are metastore rows too: each
 // one's config and cursors in one row changed only by conditional puts,
-// the signing keys in another; every star drives them from the rows.
+// the signing keys (a set that rotates, subs_keyset.go) in another; every
+// star drives them from the rows.
 // docs/durable-streams.md says what the protocol
 // leaves to servers and what this one chose.
 package durable

@@ -75,7 +75,15 @@ type Config struct {
 	// row and audits the ones it owns (DefaultSubscriptionAudit;
 	// subs_schedule.go).
 	SubscriptionAudit time.Duration
-	Logger            *slog.Logger
+	// KeyRotation is how often a new subscription key (webhook signing,
+	// wake tokens) is added: DefaultKeyRotation when 0, never when
+	// negative, else at least MinKeyRotation.
+	KeyRotation time.Duration
+	Logger      *slog.Logger
+
+	// clock is the subscription keys' time (time.Now when nil): tests
+	// move it days ahead without sleeping.
+	clock func() time.Time
 }
 
 // Handler serves the protocol. Requests reach it authenticated: the
@@ -120,6 +128,13 @@ func New(cfg Config) (*Handler, error) {
 	}
 	cfg.LongPoll = cmp.Or(max(cfg.LongPoll, 0), DefaultLongPoll)
 	cfg.SSELife = cmp.Or(max(cfg.SSELife, 0), DefaultSSELife)
+	cfg.KeyRotation = cmp.Or(cfg.KeyRotation, DefaultKeyRotation)
+	if cfg.KeyRotation > 0 && cfg.KeyRotation < MinKeyRotation {
+		return nil, fmt.Errorf("durable: key rotation %v: want at least %v (or never)", cfg.KeyRotation, MinKeyRotation)
+	}
+	if cfg.clock == nil {
+		cfg.clock = time.Now
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Node.Logger()
 	}

@@ -65,7 +65,7 @@ const keyEnd = "\U0010FFFF"
 type subManager struct {
 	h      *Handler
 	log    *slog.Logger
-	keys   keyLoader
+	keys   *keyLoader
 	policy webhookPolicy
 	client *http.Client
 
@@ -113,7 +113,6 @@ type cachedSub struct {
 func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 	m := &subManager{
 		h: h, log: h.log.With("part", "subscriptions"),
-		keys:   keyLoader{store: h.meta, key: keysKey(h.basin)},
 		policy: webhookPolicy{AllowLoopback: allowLoopback},
 		slots:  make(chan struct{}, maxDeliveries),
 		nudged: make(chan struct{}, 1),
@@ -128,6 +127,8 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 		auditEvery: cmp.Or(max(h.cfg.SubscriptionAudit, 0), DefaultSubscriptionAudit),
 	}
 	m.client = webhookClient(m.policy)
+	km := newKeyMetrics()
+	m.keys = newKeyLoader(h.meta, keysKey(h.basin), h.cfg.clock, h.cfg.KeyRotation, m.log, km)
 	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "subscription_wakes_total",
 		Help: "Durable Streams subscription wakes issued, by type (webhook, pull-wake).",
@@ -148,14 +149,18 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 		Namespace: "starlog", Subsystem: "durable", Name: "subscriptions_owned",
 		Help: "Subscriptions this star owns (audits and drives the timers of) at its last audit.",
 	})
-	for _, c := range []prometheus.Collector{m.wakes, m.deliveries, m.control, m.passes, m.owned} {
+	for _, c := range append([]prometheus.Collector{m.wakes, m.deliveries, m.control, m.passes, m.owned}, km.collectors()...) {
 		if err := h.n.Registry().Register(c); err != nil {
 			return nil, fmt.Errorf("durable: register metrics: %w", err)
 		}
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.run()
+	go func() {
+		defer m.wg.Done()
+		m.keys.run(m.ctx)
+	}()
 	return m, nil
 }
 
@@ -360,13 +365,15 @@ func (m *subManager) deliver(s subRow, wk wake) {
 		m.failed(s, wk)
 		return
 	}
+	// One key signs the wake and its token: the one signing now.
+	key := keys.signer(m.keys.now())
 	body, _ := json.Marshal(map[string]any{
 		"subscription_id": s.ID,
 		"wake_id":         wk.WakeID,
 		"generation":      wk.Generation,
 		"streams":         s.infos(func(p string) uint64 { return s.Snapshot[p] }),
 		"callback_url":    s.Base + reservedSegment + "/subscriptions/" + url.PathEscape(s.ID) + "/callback",
-		"callback_token":  keys.mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: wk.Generation, WakeID: wk.WakeID}),
+		"callback_token":  key.mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: wk.Generation, WakeID: wk.WakeID}),
 	})
 	ctx, cancel := context.WithTimeout(m.ctx, webhookTimeout)
 	defer cancel()
@@ -376,7 +383,7 @@ func (m *subManager) deliver(s subRow, wk wake) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Webhook-Signature", keys.signature(body, time.Now().Unix()))
+	req.Header.Set("Webhook-Signature", key.signature(body, time.Now().Unix()))
 	resp, err := m.client.Do(req)
 	if err != nil {
 		m.log.Info("webhook delivery failed", "subscription", s.ID, "generation", wk.Generation, "err", err)

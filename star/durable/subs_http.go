@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,9 +124,9 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, c controlRoute
 			return "jwks", err
 		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
-		w.Header().Set("Cache-Control", "public, max-age=300")
+		w.Header().Set("Cache-Control", "public, max-age="+strconv.Itoa(int(jwksMaxAge/time.Second)))
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(keys.jwks())
+		_, _ = w.Write(keys.jwks(h.subs.keys.now()))
 		return "jwks", nil
 	}
 	if len(rest) < 2 || rest[0] != "subscriptions" {
@@ -242,7 +243,7 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 			if cur.Hash != hash {
 				return &subError{Status: http.StatusConflict, Code: codeExists, Message: "a subscription with this id exists with another configuration"}
 			}
-			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys))
+			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys.signer(h.subs.keys.now()).kid))
 		} else if !errors.Is(err, meta.ErrNotFound) {
 			return &metaError{err}
 		}
@@ -260,7 +261,7 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 			return &metaError{err}
 		}
 		h.subs.recache(k, s)
-		return writeSubJSON(w, http.StatusCreated, subView(&s, c.base, keys))
+		return writeSubJSON(w, http.StatusCreated, subView(&s, c.base, keys.signer(h.subs.keys.now()).kid))
 	}
 	return errors.New("durable: subscription row kept changing")
 }
@@ -340,7 +341,7 @@ func (h *Handler) subGet(w http.ResponseWriter, r *http.Request, c controlRoute,
 	if err != nil {
 		return err
 	}
-	return writeSubJSON(w, http.StatusOK, subView(&s, c.base, keys))
+	return writeSubJSON(w, http.StatusOK, subView(&s, c.base, keys.signer(h.subs.keys.now()).kid))
 }
 
 // subDelete removes the row: a callback, ack or release of it then finds
@@ -468,7 +469,7 @@ func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRout
 	return writeSubJSON(w, http.StatusOK, map[string]any{
 		"wake_id":      s.WakeID,
 		"generation":   s.Generation,
-		"token":        keys.mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: s.Generation, WakeID: s.WakeID}),
+		"token":        keys.signer(h.subs.keys.now()).mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: s.Generation, WakeID: s.WakeID}),
 		"streams":      s.infos(t.of),
 		"lease_ttl_ms": s.Config.LeaseTTLms,
 	})
@@ -487,11 +488,10 @@ func linkPaths(s *subRow) []string {
 // done extend the lease (the heartbeat); with done, or a release, the wake
 // ends and the next one is issued at once if work is pending.
 func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op string) error {
-	keys, err := h.subs.keys.get(r.Context())
+	tok, ok, err := h.subs.keys.verify(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
 	if err != nil {
 		return err
 	}
-	tok, ok := keys.parseToken(auth.Bearer(r.Header.Get("Authorization")))
 	if !ok || tok.ID != id {
 		return errTokenBad
 	}
@@ -549,7 +549,7 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 }
 
 // subView is a subscription as GET and PUT answer it (protocol §6.3).
-func subView(s *subRow, base string, keys *subKeys) map[string]any {
+func subView(s *subRow, base, kid string) map[string]any {
 	streams := make([]map[string]string, 0, len(s.Links))
 	for i := range s.Links {
 		l := &s.Links[i]
@@ -574,7 +574,7 @@ func subView(s *subRow, base string, keys *subKeys) map[string]any {
 	}
 	if s.Config.Type == subWebhook {
 		v["webhook"] = map[string]any{"url": s.Config.WebhookURL, "signing": map[string]string{
-			"alg": "ed25519", "kid": keys.kid, "jwks_url": base + reservedSegment + "/jwks.json",
+			"alg": "ed25519", "kid": kid, "jwks_url": base + reservedSegment + "/jwks.json",
 		}}
 	}
 	return v

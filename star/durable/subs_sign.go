@@ -1,116 +1,37 @@
 package durable
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/starlog/starlog/shared/meta"
 )
 
-// subKeys are the basin's subscription secrets: the Ed25519 key that
-// signs webhooks and the HMAC key of wake tokens. They are one metastore
-// row, created once (IfAbsent) by the first star that needs them, so every
-// star signs with the same key and verifies the same tokens, across
-// restarts. Whoever can read the metastore can read them.
-type subKeys struct {
-	priv     ed25519.PrivateKey
-	pub      ed25519.PublicKey
-	kid      string
-	tokenKey []byte
-}
+// What the subscription keys sign: webhook signatures (published in the
+// JWK Set) and wake tokens. Which key signs is subs_keyset.go's rule.
 
-type keysRow struct {
-	Seed     []byte    `json:"ed25519_seed"` // base64 in JSON
-	TokenKey []byte    `json:"token_key"`
-	Created  time.Time `json:"created"`
-}
-
-func keysKey(basin string) meta.Key { return meta.Key{PK: "ds#" + basin, SK: "k#subscriptions"} }
-
-func keysFrom(r keysRow) (*subKeys, error) {
-	if len(r.Seed) != ed25519.SeedSize || len(r.TokenKey) < 32 {
-		return nil, errors.New("durable: malformed subscription keys row")
+// jwks is the public JWK Set (protocol §6.5) at now: every key not
+// dropped, so a receiver finds a new kid before it signs and an old one
+// while its signatures may still arrive.
+func (s *keySet) jwks(now time.Time) []byte {
+	keys := []map[string]string{}
+	for _, k := range s.live(now) {
+		keys = append(keys, map[string]string{
+			"kty": "OKP", "crv": "Ed25519", "kid": k.kid, "use": "sig", "alg": "EdDSA",
+			"x": base64.RawURLEncoding.EncodeToString(k.pub),
+		})
 	}
-	priv := ed25519.NewKeyFromSeed(r.Seed)
-	pub := priv.Public().(ed25519.PublicKey)
-	return &subKeys{priv: priv, pub: pub, kid: keyID(pub), tokenKey: r.TokenKey}, nil
-}
-
-// keyID derives the kid from the key (protocol §6.5 asks for one stable
-// for the key's life): "ds_" and the RFC 7638 JWK thumbprint.
-func keyID(pub ed25519.PublicKey) string {
-	// The thumbprint hashes the required members in lexical order.
-	canon := `{"crv":"Ed25519","kty":"OKP","x":"` + base64.RawURLEncoding.EncodeToString(pub) + `"}`
-	sum := sha256.Sum256([]byte(canon))
-	return "ds_" + base64.RawURLEncoding.EncodeToString(sum[:])
-}
-
-// keyLoader loads the keys once per star (retrying after a failure).
-type keyLoader struct {
-	mu    sync.Mutex
-	keys  *subKeys
-	store meta.Store
-	key   meta.Key
-}
-
-func (l *keyLoader) get(ctx context.Context) (*subKeys, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.keys != nil {
-		return l.keys, nil
-	}
-	for range 4 {
-		it, err := l.store.Get(ctx, l.key.PK, l.key.SK)
-		if err == nil {
-			var r keysRow
-			if err := json.Unmarshal(it.Val, &r); err != nil {
-				return nil, fmt.Errorf("durable: decode subscription keys: %w", err)
-			}
-			k, err := keysFrom(r)
-			if err != nil {
-				return nil, err
-			}
-			l.keys = k
-			return k, nil
-		}
-		if !errors.Is(err, meta.ErrNotFound) {
-			return nil, &metaError{err}
-		}
-		r := keysRow{Seed: make([]byte, ed25519.SeedSize), TokenKey: make([]byte, 32), Created: time.Now().UTC()}
-		_, _ = rand.Read(r.Seed)
-		_, _ = rand.Read(r.TokenKey)
-		val, _ := json.Marshal(r)
-		if _, err := l.store.Put(ctx, l.key.PK, l.key.SK, val, meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
-			return nil, &metaError{err}
-		}
-		// Created, or another star created it first: read what won.
-	}
-	return nil, errors.New("durable: subscription keys row kept changing")
-}
-
-// jwks is the public JWK Set (protocol §6.5).
-func (k *subKeys) jwks() []byte {
-	b, _ := json.Marshal(map[string]any{"keys": []map[string]string{{
-		"kty": "OKP", "crv": "Ed25519", "kid": k.kid, "use": "sig", "alg": "EdDSA",
-		"x": base64.RawURLEncoding.EncodeToString(k.pub),
-	}}})
+	b, _ := json.Marshal(map[string]any{"keys": keys})
 	return b
 }
 
 // signature is the Webhook-Signature header of body at unix time t:
 // "t=<t>,kid=<kid>,ed25519=<base64url signature of "<t>.<body>">".
-func (k *subKeys) signature(body []byte, t int64) string {
+func (k *signingKey) signature(body []byte, t int64) string {
 	ts := strconv.FormatInt(t, 10)
 	msg := append([]byte(ts+"."), body...)
 	return "t=" + ts + ",kid=" + k.kid + ",ed25519=" + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, msg))
@@ -158,14 +79,25 @@ type wakeToken struct {
 
 const tokenPrefix = "dsw_"
 
-func (k *subKeys) mintToken(t wakeToken) string {
+// mintToken signs a wake token with k (the signing key at the time).
+func (k *signingKey) mintToken(t wakeToken) string {
 	payload, _ := json.Marshal(t)
 	mac := hmac.New(sha256.New, k.tokenKey)
 	mac.Write(payload)
 	return tokenPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-func (k *subKeys) parseToken(s string) (wakeToken, bool) {
+// parseToken verifies a wake token under every key live at now.
+func (s *keySet) parseToken(tok string, now time.Time) (wakeToken, bool) {
+	for _, k := range s.live(now) {
+		if t, ok := k.parseToken(tok); ok {
+			return t, true
+		}
+	}
+	return wakeToken{}, false
+}
+
+func (k *signingKey) parseToken(s string) (wakeToken, bool) {
 	body, ok := strings.CutPrefix(s, tokenPrefix)
 	if !ok {
 		return wakeToken{}, false

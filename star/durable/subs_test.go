@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-func testKeys(t *testing.T) *subKeys {
+func testKeys(t *testing.T) *signingKey {
 	t.Helper()
 	seed := make([]byte, ed25519.SeedSize)
 	for i := range seed {
 		seed[i] = byte(i)
 	}
-	k, err := keysFrom(keysRow{Seed: seed, TokenKey: []byte(strings.Repeat("k", 32))})
+	k, err := newSigningKey(keyMaterial{seed: seed, tokenKey: []byte(strings.Repeat("k", 32))}, time.Time{}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestWebhookSignature(t *testing.T) {
 		}
 	}
 	// The JWK Set names the key as the suite looks for it.
-	if j := string(k.jwks()); !strings.Contains(j, `"kty":"OKP"`) || !strings.Contains(j, `"crv":"Ed25519"`) ||
+	if j := string((&keySet{keys: []*signingKey{k}}).jwks(now)); !strings.Contains(j, `"kty":"OKP"`) || !strings.Contains(j, `"crv":"Ed25519"`) ||
 		!strings.Contains(j, `"alg":"EdDSA"`) || !strings.Contains(j, `"kid":"`+k.kid+`"`) {
 		t.Fatalf("jwks %s", j)
 	}

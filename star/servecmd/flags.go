@@ -113,6 +113,7 @@ type common struct {
 	durableClass                         string
 	durableLongPoll                      time.Duration
 	durableLoopbackHooks                 bool
+	durableKeyRotation                   time.Duration
 
 	location string // server.Options.Location
 }
@@ -182,8 +183,24 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.StringVar(&c.durableClass, "durable-storage-class", string(durable.DefaultStorageClass), "default storage class of the Durable Streams basin when the star creates it: express or standard")
 	fs.DurationVar(&c.durableLongPoll, "durable-long-poll", durable.DefaultLongPoll, "how long a Durable Streams long-poll waits for data before 204")
 	fs.BoolVar(&c.durableLoopbackHooks, "durable-webhook-loopback", false, "let Durable Streams subscriptions name webhooks on loopback (http://127.0.0.1/…, http://localhost/…), for development and tests; off, only https to public addresses")
+	fs.DurationVar(&c.durableKeyRotation, "durable-key-rotation", durable.DefaultKeyRotation, "how often the stars add a new Durable Streams subscription key (webhook signatures, wake tokens): the key is in the JWK Set at once and signs "+
+		shortDuration(durable.KeyPublishLead)+" later; the key it replaces stays published, and its wake tokens valid, "+shortDuration(durable.KeyRetain)+
+		" more (0: never; at least "+shortDuration(durable.MinKeyRotation)+"; star durable rotate-keys rotates at once)")
 	fs.StringVar(&c.location, "location", server.DefaultLocation, "the deployment's location (S2's region, e.g. aws:us-east-1): what /v1/locations and basin info answer")
 	fs.DurationVar(&c.balanceEvery, "balance-every", d.BalanceEvery, "how often the star compares the streams it leads with the fair share across live stars and hands the excess to the least-loaded ones (0 turns the balancer off)")
+}
+
+// shortDuration writes whole minutes and hours without their zero
+// remainders: 10m, 1h, 720h.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // DiskFlushInterval is both classes' flush interval on a directory store:
@@ -287,8 +304,13 @@ func (c *common) durableConfig() *durable.Config {
 	if c.durablePrefix == "" {
 		return nil
 	}
+	rotation := c.durableKeyRotation
+	if rotation <= 0 {
+		rotation = -1 // never (the config fills 0 with the default)
+	}
 	return &durable.Config{Prefix: c.durablePrefix, Basin: c.durableBasin, LongPoll: c.durableLongPoll,
-		StorageClass: api.StorageClass(c.durableClass), AllowLoopbackWebhooks: c.durableLoopbackHooks}
+		StorageClass: api.StorageClass(c.durableClass), AllowLoopbackWebhooks: c.durableLoopbackHooks,
+		KeyRotation: rotation}
 }
 
 // settleConfig maps the --settle-* and --read-grace flags onto the

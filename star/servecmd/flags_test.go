@@ -12,6 +12,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/loglet"
 )
 
@@ -145,5 +146,48 @@ func TestRateLimitFlags(t *testing.T) {
 	}
 	if r := c.serverOptions(auth.Config{}).ClientRate; r.PerSec != 20 || r.Burst != 40 {
 		t.Fatalf("per-client limit %+v", r)
+	}
+}
+
+// --durable-key-rotation: the default period, 0 for never, the
+// environment fallback, and --help names the lead and retain the code uses.
+func TestDurableKeyRotationFlag(t *testing.T) {
+	parse := func(args ...string) *common {
+		t.Helper()
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		var c common
+		c.register(fs, "127.0.0.1:1")
+		annotateEnv(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := applyEnv(fs); err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	if got := parse().durableConfig().KeyRotation; got != durable.DefaultKeyRotation {
+		t.Fatalf("default %v, want %v", got, durable.DefaultKeyRotation)
+	}
+	if durable.DefaultKeyRotation != 30*24*time.Hour {
+		t.Fatalf("the default is %v; the docs say 30 days", durable.DefaultKeyRotation)
+	}
+	if got := parse("--durable-key-rotation=0").durableConfig().KeyRotation; got >= 0 {
+		t.Fatalf("0 maps to %v, want never (negative)", got)
+	}
+	t.Setenv("STARLOG_DURABLE_KEY_ROTATION", "48h")
+	if got := parse().durableConfig().KeyRotation; got != 48*time.Hour {
+		t.Fatalf("from the environment: %v", got)
+	}
+	for _, cmd := range []*cobra.Command{Serve(), Dev()} {
+		f := cmd.Flags().Lookup("durable-key-rotation")
+		if f == nil {
+			t.Fatalf("%s has no --durable-key-rotation", cmd.Name())
+		}
+		for _, want := range []string{"signs 10m later", "1h more", "0: never", "at least 1h", "STARLOG_DURABLE_KEY_ROTATION"} {
+			if !strings.Contains(f.Usage, want) {
+				t.Errorf("%s --help %q: no %q", cmd.Name(), f.Usage, want)
+			}
+		}
 	}
 }

@@ -31,10 +31,12 @@ const (
 	routeAccountMetrics            // /v1/metrics
 	routeBasinMetrics              // /v1/metrics/{b}
 	routeStreamMetrics             // /v1/metrics/{b}/{s}
+	routeDurableKeys               // /v1/starlog/durable/keys (admin)
+	routeDurableRotate             // /v1/starlog/durable/keys/rotate (admin)
 )
 
 var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle", "access_tokens", "access_token",
-	"locations", "default_location", "account_metrics", "basin_metrics", "stream_metrics"}
+	"locations", "default_location", "account_metrics", "basin_metrics", "stream_metrics", "durable_keys", "durable_rotate_keys"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
@@ -73,6 +75,10 @@ func parsePath(escaped string) (route, *api.Error) {
 		return route{kind: routeDrain}, nil
 	case node.SettlePath:
 		return route{kind: routeSettle}, nil
+	case DurableKeysPath:
+		return route{kind: routeDurableKeys}, nil
+	case DurableRotatePath:
+		return route{kind: routeDurableRotate}, nil
 	}
 	rest, ok := strings.CutPrefix(escaped, "/v1/")
 	if !ok {
@@ -130,7 +136,7 @@ func (k routeKind) allowed() string {
 		return "GET, PUT, PATCH, DELETE"
 	case routeRecords:
 		return "GET, POST"
-	case routeHandoff, routeSettle:
+	case routeHandoff, routeSettle, routeDurableRotate:
 		return "POST"
 	case routeDrain:
 		return "GET, POST"

@@ -402,6 +402,16 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 			s.settleFor(w, r)
 			return
 		}
+	case routeDurableKeys:
+		if m == http.MethodGet {
+			s.durableKeys(w, r)
+			return
+		}
+	case routeDurableRotate:
+		if m == http.MethodPost {
+			s.rotateDurableKeys(w, r)
+			return
+		}
 	case routeTokens:
 		switch m {
 		case http.MethodGet:

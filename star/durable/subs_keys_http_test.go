@@ -1,0 +1,347 @@
+package durable
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/node"
+)
+
+// keysStar is a real node on SQLite and in-memory buckets behind the
+// handler, with the keys' clock in the test's hands. Every request is the
+// admin's (the handler's own authorization is not what these test).
+type keysStar struct {
+	h   *Handler
+	url string
+}
+
+func openTestNode(t *testing.T, ms meta.Store) *node.Node {
+	t.Helper()
+	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := node.Defaults()
+	cfg.StarID = "keys-star"
+	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = time.Millisecond, time.Millisecond
+	n, err := node.Open(context.Background(), cfg, node.Deps{Meta: ms, Objects: objs, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	return n
+}
+
+func startKeysStar(t *testing.T, ms meta.Store, c *fakeClock) *keysStar {
+	t.Helper()
+	n := openTestNode(t, ms)
+	h, err := New(Config{Node: n, AllowLoopbackWebhooks: true, clock: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), auth.AdminPrincipal())))
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+	})
+	return &keysStar{h: h, url: srv.URL + DefaultPrefix}
+}
+
+// A period under MinKeyRotation is refused; 0 is the default; negative
+// is never.
+func TestKeyRotationConfig(t *testing.T) {
+	if _, err := New(Config{Node: openTestNode(t, testsvc.SQLite(t)), KeyRotation: MinKeyRotation - time.Second}); err == nil || !strings.Contains(err.Error(), "at least 1h") {
+		t.Fatalf("a period under the minimum: %v", err)
+	}
+	for in, want := range map[time.Duration]time.Duration{0: DefaultKeyRotation, -1: -1, MinKeyRotation: MinKeyRotation} {
+		h, err := New(Config{Node: openTestNode(t, testsvc.SQLite(t)), KeyRotation: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.subs.keys.period != want {
+			t.Errorf("KeyRotation %v: period %v, want %v", in, h.subs.keys.period, want)
+		}
+		h.Close()
+	}
+}
+
+func (s *keysStar) call(t *testing.T, method, path, bearer, ctype, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// jwks fetches the served JWK Set: kid → public key.
+func (s *keysStar) jwks(t *testing.T) map[string]ed25519.PublicKey {
+	t.Helper()
+	resp, err := http.Get(s.url + "/__ds/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var set struct{ Keys []struct{ Kid, X string } }
+	if err := json.Unmarshal(b, &set); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("jwks: %d %s", resp.StatusCode, b)
+	}
+	// The lead is set against this max-age (and the docs say 300).
+	if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=300" {
+		t.Fatalf("jwks Cache-Control %q", cc)
+	}
+	out := map[string]ed25519.PublicKey{}
+	for _, k := range set.Keys {
+		x, _ := base64.RawURLEncoding.DecodeString(k.X)
+		out[k.Kid] = x
+	}
+	return out
+}
+
+// webhookWake is a delivery as the receiver sees it.
+type webhookWake struct {
+	sig  string
+	body []byte
+	kid  string
+	Wake struct {
+		WakeID      string `json:"wake_id"`
+		Generation  uint64 `json:"generation"`
+		CallbackURL string `json:"callback_url"`
+		Token       string `json:"callback_token"`
+		Streams     []struct {
+			Path       string `json:"path"`
+			TailOffset string `json:"tail_offset"`
+		} `json:"streams"`
+	}
+}
+
+func receive(t *testing.T, reqs chan hookDelivery) webhookWake {
+	t.Helper()
+	select {
+	case d := <-reqs:
+		var w webhookWake
+		w.sig, w.body = d.sig, d.body
+		if err := json.Unmarshal(d.body, &w.Wake); err != nil {
+			t.Fatalf("wake body %s", d.body)
+		}
+		for _, part := range strings.Split(d.sig, ",") {
+			if v, ok := strings.CutPrefix(part, "kid="); ok {
+				w.kid = v
+			}
+		}
+		return w
+	case <-time.After(10 * time.Second):
+		t.Fatal("no webhook within 10 s")
+		return webhookWake{}
+	}
+}
+
+type hookDelivery struct {
+	sig  string
+	body []byte
+}
+
+// The previous key signs until the publish lead is over, the new one
+// after, and each signature verifies against the JWK Set the star serves
+// then; callback tokens of the old key verify until its retain is over.
+func TestRotatedKeySignsAfterLead(t *testing.T) {
+	c := newFakeClock()
+	star := startKeysStar(t, testsvc.SQLite(t), c)
+	reqs := make(chan hookDelivery, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		reqs <- hookDelivery{r.Header.Get("Webhook-Signature"), b}
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(hook.Close)
+
+	code, b := star.call(t, http.MethodPut, "/__ds/subscriptions/rot", "", "application/json",
+		`{"type":"webhook","pattern":"events/*","webhook":{"url":"`+hook.URL+`/h"},"lease_ttl_ms":60000}`)
+	var created struct {
+		Webhook struct{ Signing struct{ Kid string } }
+	}
+	_ = json.Unmarshal(b, &created)
+	kid1 := created.Webhook.Signing.Kid
+	if code != http.StatusCreated || len(star.jwks(t)) != 1 || star.jwks(t)[kid1] == nil {
+		t.Fatalf("create: %d %s", code, b)
+	}
+
+	// The period is up: the next pass adds a key, published at once.
+	c.add(DefaultKeyRotation)
+	if err := star.h.subs.keys.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	set := star.jwks(t)
+	if len(set) != 2 || set[kid1] == nil {
+		t.Fatalf("jwks after the rotation: %v", set)
+	}
+	// Within the lead the old key still signs.
+	if code, b := star.call(t, http.MethodPut, "/events/a", "", "application/json", `{"n":1}`); code != http.StatusCreated {
+		t.Fatalf("create stream: %d %s", code, b)
+	}
+	w1 := receive(t, reqs)
+	if w1.kid != kid1 || !verifySignature(set[kid1], kid1, w1.sig, w1.body, time.Now(), time.Minute) {
+		t.Fatalf("within the lead: signature %q, want kid %s", w1.sig, kid1)
+	}
+	ack := func(w webhookWake, done bool) string {
+		b, _ := json.Marshal(map[string]any{"wake_id": w.Wake.WakeID, "generation": w.Wake.Generation, "done": done,
+			"acks": []map[string]string{{"stream": "events/a", "offset": w.Wake.Streams[0].TailOffset}}})
+		return string(b)
+	}
+	callback := strings.TrimPrefix(w1.Wake.CallbackURL, star.url)
+	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusOK {
+		t.Fatalf("callback of the old key's wake: %d %s", code, b)
+	}
+
+	// After the lead the new key signs; the receiver finds it in the JWK Set.
+	c.add(KeyPublishLead)
+	if code, b := star.call(t, http.MethodPost, "/events/a", "", "application/json", `{"n":2}`); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("append: %d %s", code, b)
+	}
+	w2 := receive(t, reqs)
+	set = star.jwks(t)
+	if w2.kid == kid1 || set[w2.kid] == nil || !verifySignature(set[w2.kid], w2.kid, w2.sig, w2.body, time.Now(), time.Minute) {
+		t.Fatalf("after the lead: signature %q does not verify against the served JWK Set %v", w2.sig, set)
+	}
+	code, b = star.call(t, http.MethodGet, "/__ds/subscriptions/rot", "", "", "")
+	if code != http.StatusOK || !strings.Contains(string(b), `"kid":"`+w2.kid+`"`) {
+		t.Fatalf("the subscription names the old kid after the lead: %s", b)
+	}
+	if code, b := star.call(t, http.MethodPost, callback, w2.Wake.Token, "application/json", ack(w2, false)); code != http.StatusOK {
+		t.Fatalf("callback with the new key's token: %d %s", code, b)
+	}
+	// The old key's token still verifies (the wake it names is over: fenced).
+	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusConflict || !strings.Contains(string(b), codeFenced) {
+		t.Fatalf("the old key's token within retain: %d %s (want 409 FENCED)", code, b)
+	}
+	// Past the retain the old key is gone: its token is invalid, its kid
+	// leaves the JWK Set, and the next pass removes it from the row.
+	c.add(KeyRetain)
+	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusUnauthorized || !strings.Contains(string(b), codeTokenInvalid) {
+		t.Fatalf("the old key's token after retain: %d %s (want 401 TOKEN_INVALID)", code, b)
+	}
+	if set := star.jwks(t); len(set) != 1 || set[kid1] != nil {
+		t.Fatalf("jwks after retain: %v", set)
+	}
+	if err := star.h.subs.keys.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := star.h.SubscriptionKeys(context.Background()); err != nil || len(keys) != 1 || keys[0].Kid != w2.kid || keys[0].State != "signing" {
+		t.Fatalf("row after the drop: %+v %v", keys, err)
+	}
+}
+
+// An emergency rotation drops every old key at once: tokens in flight
+// are 401 TOKEN_INVALID, old kids leave the JWK Set, another star follows
+// at its reread, and the wake is claimed again with a new token after its
+// lease.
+func TestEmergencyKeyRotation(t *testing.T) {
+	c := newFakeClock()
+	ms := testsvc.SQLite(t)
+	star := startKeysStar(t, ms, c)
+	for _, p := range []string{"/wake/pool", "/events/a"} {
+		if code, b := star.call(t, http.MethodPut, p, "", "application/json", ""); code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", p, code, b)
+		}
+	}
+	code, b := star.call(t, http.MethodPut, "/__ds/subscriptions/pw", "", "application/json",
+		`{"type":"pull-wake","pattern":"events/*","wake_stream":"wake/pool","lease_ttl_ms":1000}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create subscription: %d %s", code, b)
+	}
+	if code, b := star.call(t, http.MethodPost, "/events/a", "", "application/json", `{"n":1}`); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("append: %d %s", code, b)
+	}
+	claim := func(worker string) (string, uint64, string) {
+		t.Helper()
+		var code int
+		var b []byte
+		for range 50 { // the lease of the last claim may still run
+			code, b = star.call(t, http.MethodPost, "/__ds/subscriptions/pw/claim", "", "application/json", `{"worker":"`+worker+`"}`)
+			if code != http.StatusConflict {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		var r struct {
+			WakeID     string `json:"wake_id"`
+			Generation uint64 `json:"generation"`
+			Token      string `json:"token"`
+		}
+		if err := json.Unmarshal(b, &r); code != http.StatusOK || err != nil {
+			t.Fatalf("claim: %d %s", code, b)
+		}
+		return r.Token, r.Generation, r.WakeID
+	}
+	ack := func(tok string, gen uint64, wake string, done bool) (int, []byte) {
+		body, _ := json.Marshal(map[string]any{"wake_id": wake, "generation": gen, "done": done})
+		return star.call(t, http.MethodPost, "/__ds/subscriptions/pw/ack", tok, "application/json", string(body))
+	}
+	tok, gen, wake := claim("w1")
+	if code, b := ack(tok, gen, wake, false); code != http.StatusOK {
+		t.Fatalf("heartbeat ack: %d %s", code, b)
+	}
+	// Another star that read the keys before the rotation.
+	other := testLoader(ms, c)
+	if _, ok, err := other.verify(context.Background(), tok); !ok || err != nil {
+		t.Fatalf("the token on another star: %v %v", ok, err)
+	}
+	oldKids := star.jwks(t)
+
+	keys, err := star.h.RotateSubscriptionKeys(context.Background(), true)
+	if err != nil || len(keys) != 1 || keys[0].State != "signing" || oldKids[keys[0].Kid] != nil {
+		t.Fatalf("emergency rotation: %+v %v", keys, err)
+	}
+	set := star.jwks(t)
+	if len(set) != 1 || set[keys[0].Kid] == nil {
+		t.Fatalf("jwks after the emergency: %v (old %v)", set, oldKids)
+	}
+	if code, b := ack(tok, gen, wake, false); code != http.StatusUnauthorized || !strings.Contains(string(b), codeTokenInvalid) {
+		t.Fatalf("old token after the emergency: %d %s (want 401 TOKEN_INVALID)", code, b)
+	}
+	// The other star refuses it from its next reread on.
+	c.add(KeyReload)
+	if err := other.pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := other.verify(context.Background(), tok); ok {
+		t.Fatal("another star accepts the old token after its reread")
+	}
+	// The wake is claimed again once its lease ran out, under the new key.
+	tok2, gen2, wake2 := claim("w2")
+	if gen2 <= gen {
+		t.Fatalf("reclaim: generation %d after %d", gen2, gen)
+	}
+	if code, b := ack(tok2, gen2, wake2, true); code != http.StatusOK {
+		t.Fatalf("ack with the new key's token: %d %s", code, b)
+	}
+}
