@@ -24,6 +24,7 @@ import (
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/auditor"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -126,7 +127,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 							return err
 						}
 					}
-					printBanner(out, n, addr, data, basin, authCfg)
+					printBanner(out, n, addr, data, basin, authCfg, c.durableConfig())
 					return nil
 				},
 			}
@@ -232,7 +233,7 @@ func devSecret(path, env, prefix string) (string, error) {
 	return v, nil
 }
 
-func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, authCfg auth.Config) {
+func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, authCfg auth.Config, ds *durable.Config) {
 	url := "http://" + addr.String()
 	fmt.Fprintf(w, "\nstarlog dev: star %s (incarnation %d) serving the S2 API on %s\n", n.StarID(), n.Incarnation(), url)
 	fmt.Fprintf(w, "  data:    %s (SQLite metastore; object store with buckets standard, express-a, express-b, express-c)\n", data)
@@ -250,6 +251,9 @@ func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, a
 	}
 	fmt.Fprintf(w, "  basin:   %s (creates streams on first append or read)\n", basin)
 	fmt.Fprintf(w, "  metrics: %s/metrics   health: %s/health\n", url, url)
+	if ds != nil {
+		fmt.Fprintf(w, "  durable streams: %s%s/<stream> (basin %s; docs/durable-streams.md)\n", url, ds.Prefix, ds.Basin)
+	}
 	fmt.Fprintf(w, "\nTry it:\n")
 	fmt.Fprintf(w, "  export S2_ACCOUNT_ENDPOINT=%s S2_BASIN_ENDPOINT=%s S2_ACCESS_TOKEN=%s\n", url, url, tok)
 	fmt.Fprintf(w, "  curl -s -X POST%s -H 's2-basin: %s' -H 'content-type: application/json' \\\n", bearer, basin)
