@@ -17,6 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/durabletest"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -144,30 +145,14 @@ type webhookWake struct {
 	}
 }
 
-func receive(t *testing.T, reqs chan hookDelivery) webhookWake {
+func receive(t *testing.T, hook *durabletest.Webhook) webhookWake {
 	t.Helper()
-	select {
-	case d := <-reqs:
-		var w webhookWake
-		w.sig, w.body = d.sig, d.body
-		if err := json.Unmarshal(d.body, &w.Wake); err != nil {
-			t.Fatalf("wake body %s", d.body)
-		}
-		for _, part := range strings.Split(d.sig, ",") {
-			if v, ok := strings.CutPrefix(part, "kid="); ok {
-				w.kid = v
-			}
-		}
-		return w
-	case <-time.After(10 * time.Second):
-		t.Fatal("no webhook within 10 s")
-		return webhookWake{}
+	d := hook.Next(t, 10*time.Second)
+	w := webhookWake{sig: d.Signature, body: d.Body, kid: d.Kid()}
+	if err := json.Unmarshal(d.Body, &w.Wake); err != nil {
+		t.Fatalf("wake body %s", d.Body)
 	}
-}
-
-type hookDelivery struct {
-	sig  string
-	body []byte
+	return w
 }
 
 // The previous key signs until the publish lead is over, the new one
@@ -176,13 +161,7 @@ type hookDelivery struct {
 func TestRotatedKeySignsAfterLead(t *testing.T) {
 	c := newFakeClock()
 	star := startKeysStar(t, testsvc.SQLite(t), c)
-	reqs := make(chan hookDelivery, 16)
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		reqs <- hookDelivery{r.Header.Get("Webhook-Signature"), b}
-		_, _ = io.WriteString(w, "{}")
-	}))
-	t.Cleanup(hook.Close)
+	hook := durabletest.NewWebhook(t)
 
 	code, b := star.call(t, http.MethodPut, "/__ds/subscriptions/rot", "", "application/json",
 		`{"type":"webhook","pattern":"events/*","webhook":{"url":"`+hook.URL+`/h"},"lease_ttl_ms":60000}`)
@@ -208,7 +187,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	if code, b := star.call(t, http.MethodPut, "/events/a", "", "application/json", `{"n":1}`); code != http.StatusCreated {
 		t.Fatalf("create stream: %d %s", code, b)
 	}
-	w1 := receive(t, reqs)
+	w1 := receive(t, hook)
 	if w1.kid != kid1 || !verifySignature(set[kid1], kid1, w1.sig, w1.body, time.Now(), time.Minute) {
 		t.Fatalf("within the lead: signature %q, want kid %s", w1.sig, kid1)
 	}
@@ -227,7 +206,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	if code, b := star.call(t, http.MethodPost, "/events/a", "", "application/json", `{"n":2}`); code != http.StatusNoContent && code != http.StatusOK {
 		t.Fatalf("append: %d %s", code, b)
 	}
-	w2 := receive(t, reqs)
+	w2 := receive(t, hook)
 	set = star.jwks(t)
 	if w2.kid == kid1 || set[w2.kid] == nil || !verifySignature(set[w2.kid], w2.kid, w2.sig, w2.body, time.Now(), time.Minute) {
 		t.Fatalf("after the lead: signature %q does not verify against the served JWK Set %v", w2.sig, set)

@@ -2,57 +2,17 @@ package durable_test
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/durable/durabletest"
 )
-
-// hook is a webhook receiver on loopback that answers {} (the wake waits
-// for a callback) and hands each request to the test.
-type hook struct {
-	srv  *httptest.Server
-	reqs chan hookReq
-}
-
-type hookReq struct {
-	body []byte
-	sig  string
-}
-
-func newHook(t *testing.T) *hook {
-	h := &hook{reqs: make(chan hookReq, 16)}
-	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		select {
-		case h.reqs <- hookReq{b, r.Header.Get("Webhook-Signature")}:
-		default:
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, "{}")
-	}))
-	t.Cleanup(h.srv.Close)
-	return h
-}
-
-func (h *hook) next(t *testing.T) hookReq {
-	t.Helper()
-	select {
-	case r := <-h.reqs:
-		return r
-	case <-time.After(10 * time.Second):
-		t.Fatal("no webhook request within 10 s")
-		return hookReq{}
-	}
-}
 
 func do(t *testing.T, method, url, auth string, body any) (int, []byte) {
 	t.Helper()
@@ -87,9 +47,9 @@ func TestSubscriptionSurvivesKill9(t *testing.T) {
 	}
 	root := testsvc.RepoRoot(t)
 	star := startDev(t, root, t.TempDir(), "")
-	h := newHook(t)
+	h := durabletest.NewWebhook(t)
 	sub := star.url + "/ds/__ds/subscriptions/r1"
-	def := map[string]any{"type": "webhook", "pattern": "events/*", "webhook": map[string]string{"url": h.srv.URL + "/hook"}, "lease_ttl_ms": 60000}
+	def := map[string]any{"type": "webhook", "pattern": "events/*", "webhook": map[string]string{"url": h.URL + "/hook"}, "lease_ttl_ms": 60000}
 
 	code, b := do(t, http.MethodPut, sub, "", def)
 	if code != http.StatusCreated {
@@ -127,18 +87,9 @@ func TestSubscriptionSurvivesKill9(t *testing.T) {
 	if code, b := do(t, http.MethodPut, star.url+"/ds/events/a", "", map[string]string{"event": "created"}); code != http.StatusCreated {
 		t.Fatalf("create stream: %d %s", code, b)
 	}
-	req := h.next(t)
-	parts := strings.SplitN(req.sig, ",", 3)
-	if len(parts) != 3 || parts[1] != "kid="+kid {
-		t.Fatalf("signature header %q", req.sig)
-	}
-	ts := strings.TrimPrefix(parts[0], "t=")
-	sig, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(parts[2], "ed25519="))
-	if !ed25519.Verify(pub, append([]byte(ts+"."), req.body...), sig) {
-		t.Fatal("the webhook's signature does not verify with the JWKS key")
-	}
-	if n, _ := strconv.ParseInt(ts, 10, 64); time.Since(time.Unix(n, 0)).Abs() > time.Minute {
-		t.Fatalf("signature time %s", ts)
+	req := h.Next(t, 10*time.Second)
+	if req.Kid() != kid || !req.Verify(pub, time.Minute) {
+		t.Fatalf("signature header %q: want kid %s, verifying with the JWKS key within a minute", req.Signature, kid)
 	}
 	var wake struct {
 		WakeID      string `json:"wake_id"`
@@ -151,8 +102,8 @@ func TestSubscriptionSurvivesKill9(t *testing.T) {
 			HasPending bool   `json:"has_pending"`
 		}
 	}
-	if err := json.Unmarshal(req.body, &wake); err != nil || len(wake.Streams) != 1 || wake.Streams[0].Path != "events/a" || !wake.Streams[0].HasPending {
-		t.Fatalf("wake body %s", req.body)
+	if err := json.Unmarshal(req.Body, &wake); err != nil || len(wake.Streams) != 1 || wake.Streams[0].Path != "events/a" || !wake.Streams[0].HasPending {
+		t.Fatalf("wake body %s", req.Body)
 	}
 
 	// The wake outlives a kill -9: its callback still counts.

@@ -405,10 +405,7 @@ func TestInternalPaths(t *testing.T) {
 func TestRevocationAcrossStars(t *testing.T) {
 	ms := testsvc.SQLite(t)
 	start := func(id string) *env {
-		objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-		if err != nil {
-			t.Fatal(err)
-		}
+		objs := memObjects(t)
 		cfg := node.Defaults()
 		cfg.StarID = id
 		n, err := node.Open(context.Background(), cfg, node.Deps{Meta: ms, Objects: objs, Logger: testLog()})
@@ -481,10 +478,7 @@ func TestServerNeedsAnAuthority(t *testing.T) {
 // Starlog-Forwarded-By without the internal credential is ignored (the
 // star forwards as usual rather than answering as the leader).
 func TestForwardedRequestsAreAuthorized(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 	a := starAuthed(t, "a", ms, objs, nil, ac)
@@ -521,10 +515,7 @@ func TestForwardedRequestsAreAuthorized(t *testing.T) {
 // verified lately (TokenStaleIfError), so clients are not turned away;
 // a token it never verified gets a retryable 503, not a 401.
 func TestTokensThroughMetastoreOutage(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	fm := mfaults.New(testsvc.SQLite(t), 1)
 	t.Cleanup(func() { fm.SetUnavailable(false) })
 	e := starAuthed(t, "a", fm, objs, nil, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)})

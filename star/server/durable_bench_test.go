@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -94,10 +93,7 @@ func BenchmarkSubscriptionDriving(b *testing.B) {
 }
 
 func driveIdle(b *testing.B, nstars, nsubs int, audit time.Duration) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		b.Fatal(err)
-	}
+	objs := memObjects(b)
 	ms := newKindCounter(testsvc.SQLite(b))
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 	var envs []*env

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -22,10 +21,7 @@ import (
 // checkpoint. A checkpoint of another stream under the same name (the S2
 // stream deleted and created again) is not used.
 func TestDurableFoldCheckpoint(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 	start := func(id string) *env {

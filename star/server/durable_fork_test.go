@@ -11,7 +11,6 @@ import (
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
-	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -38,10 +37,7 @@ func durableStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac
 
 func durablePair(t *testing.T, ac auth.Config) (a, b *env) {
 	t.Helper()
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	return durableStar(t, "a", ms, objs, ac), durableStar(t, "b", ms, objs, ac)
 }
@@ -208,10 +204,7 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 // and b's forwarder resolves the lease again and reads from the new
 // leader, c: the fork is created, with the source's records.
 func TestDurableForkFollowsSourceHandoff(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	// b trusts what it remembers of the lease long enough to ask a again.
 	remember := func(c *node.Config) { c.LeaseCacheTTL = time.Minute }
@@ -381,10 +374,7 @@ func TestDurablePeerOpIsServerOnly(t *testing.T) {
 // Deleting a source whose only fork expired unseen removes the fork
 // (releasing the source's row) and then the source: 204, and it is gone.
 func TestDurableDeleteSourceWhoseForkExpired(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	a := durableStar(t, "a", testsvc.SQLite(t), objs, auth.Open())
 	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
 	want(t, a.ds("POST", "src", "s", "Content-Type", "text/plain"), 204, "")

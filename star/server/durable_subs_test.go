@@ -5,49 +5,19 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
-	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
+	"github.com/starlog/starlog/star/durable/durabletest"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
-
-// webhook is a loopback receiver of subscription wakes: it answers {} (the
-// wake then waits for a callback) and hands each request to the test.
-type webhook struct {
-	srv  *httptest.Server
-	reqs chan webhookReq
-}
-
-type webhookReq struct {
-	body []byte
-	sig  string
-}
-
-func newWebhook(t *testing.T) *webhook {
-	h := &webhook{reqs: make(chan webhookReq, 64)}
-	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		select {
-		case h.reqs <- webhookReq{b, r.Header.Get("Webhook-Signature")}:
-		default:
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, "{}")
-	}))
-	t.Cleanup(h.srv.Close)
-	return h
-}
 
 // wakeBody is what a webhook POST carries.
 type wakeBody struct {
@@ -81,39 +51,19 @@ func (w *wakeBody) tail(path string) string {
 	return ""
 }
 
-// next is the next wake, within d; it verifies the signature against pub.
-func (h *webhook) next(t *testing.T, d time.Duration, pub ed25519.PublicKey) wakeBody {
+// nextWake is the hook's next wake, within d; its signature must verify
+// against pub.
+func nextWake(t *testing.T, hook *durabletest.Webhook, d time.Duration, pub ed25519.PublicKey) wakeBody {
 	t.Helper()
-	select {
-	case r := <-h.reqs:
-		parts := strings.SplitN(r.sig, ",", 3)
-		if len(parts) != 3 {
-			t.Fatalf("signature header %q", r.sig)
-		}
-		ts := strings.TrimPrefix(parts[0], "t=")
-		sig, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(parts[2], "ed25519="))
-		if !ed25519.Verify(pub, append([]byte(ts+"."), r.body...), sig) {
-			t.Fatalf("a wake's signature does not verify with the JWK Set's key: %s", r.body)
-		}
-		var w wakeBody
-		if err := json.Unmarshal(r.body, &w); err != nil {
-			t.Fatalf("wake body %s: %v", r.body, err)
-		}
-		return w
-	case <-time.After(d):
-		t.Fatalf("no wake within %v", d)
-		return wakeBody{}
+	r := hook.Next(t, d)
+	if !r.Verify(pub, time.Minute) {
+		t.Fatalf("a wake's signature %q does not verify with the JWK Set's key: %s", r.Signature, r.Body)
 	}
-}
-
-// quiet fails if a wake arrives within d.
-func (h *webhook) quiet(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case r := <-h.reqs:
-		t.Fatalf("unexpected wake: %s", r.body)
-	case <-time.After(d):
+	var w wakeBody
+	if err := json.Unmarshal(r.Body, &w); err != nil {
+		t.Fatalf("wake body %s: %v", r.Body, err)
 	}
+	return w
 }
 
 // subscribingStar is a star of a cluster sharing ms and objs, with the
@@ -167,10 +117,7 @@ func callback(t *testing.T, e *env, w wakeBody, path string) {
 // other star takes the subscription over: a lease that ran out is
 // withdrawn and woken again by the survivor.
 func TestDurableSubscriptionsAcrossStars(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 	const audit = 300 * time.Millisecond
@@ -181,9 +128,9 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	// x is led by a, y by b: each is created through its star.
 	want(t, a.dsAdmin("PUT", "orders/x", "", "Content-Type", "text/plain"), 201, "")
 	want(t, b.dsAdmin("PUT", "orders/y", "", "Content-Type", "text/plain"), 201, "")
-	hook := newWebhook(t)
+	hook := durabletest.NewWebhook(t)
 	sub := jsonBody(map[string]any{"type": "webhook", "streams": []string{"orders/x", "orders/y"},
-		"webhook": map[string]string{"url": hook.srv.URL + "/hook"}, "lease_ttl_ms": 1500})
+		"webhook": map[string]string{"url": hook.URL + "/hook"}, "lease_ttl_ms": 1500})
 	want(t, a.call("PUT", "/ds/__ds/subscriptions/s1", sub, append(bearer(testAdmin), "Content-Type", "application/json")...), 201, "")
 	pub := jwksKey(t, b) // the same key on every star
 
@@ -209,7 +156,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 
 	// A Durable Streams append to y through a (b leads y) wakes it.
 	want(t, a.dsAdmin("POST", "orders/y", "one", "Content-Type", "text/plain"), 204, "")
-	w := hook.next(t, 5*time.Second, pub)
+	w := nextWake(t, hook, 5*time.Second, pub)
 	if p := w.pending(); len(p) != 1 || p[0] != "orders/y" {
 		t.Fatalf("first wake's pending streams %v, want [orders/y]", p)
 	}
@@ -217,17 +164,17 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 
 	// An S2 API append to x through b (a leads x) wakes it too.
 	want(t, b.appendJSON("durable-streams", "orders%2Fx", textRecords("s2-", 1), bearer(testAdmin)...), 200, "")
-	w = hook.next(t, 5*time.Second, pub)
+	w = nextWake(t, hook, 5*time.Second, pub)
 	if p := w.pending(); len(p) != 1 || p[0] != "orders/x" {
 		t.Fatalf("second wake's pending streams %v, want [orders/x]", p)
 	}
 	callback(t, a, w, "orders/x")
-	hook.quiet(t, 4*audit) // both acked: the audits find nothing
+	hook.Quiet(t, 4*audit) // both acked: the audits find nothing
 
 	// A wake nobody answers: its lease runs out and the owner wakes again.
 	want(t, b.dsAdmin("POST", "orders/x", "two", "Content-Type", "text/plain"), 204, "")
-	w1 := hook.next(t, 5*time.Second, pub)
-	w2 := hook.next(t, 5*time.Second, pub)
+	w1 := nextWake(t, hook, 5*time.Second, pub)
+	w2 := nextWake(t, hook, 5*time.Second, pub)
 	if w2.Generation <= w1.Generation || len(w2.pending()) != 1 {
 		t.Fatalf("re-wake after the lease: generation %d after %d, pending %v", w2.Generation, w1.Generation, w2.pending())
 	}
@@ -249,12 +196,10 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	// The owner stops; the survivor takes the subscription over and
 	// withdraws the next lease that runs out.
 	stars[owner].stop(t)
-	for len(hook.reqs) > 0 {
-		<-hook.reqs // wakes the owner issued before it stopped
-	}
+	hook.Drop() // wakes the owner issued before it stopped
 	s := stars[other]
-	w3 := hook.next(t, 10*time.Second, pub)
-	w4 := hook.next(t, 10*time.Second, pub)
+	w3 := nextWake(t, hook, 10*time.Second, pub)
+	w4 := nextWake(t, hook, 10*time.Second, pub)
 	if w4.Generation <= w3.Generation || w3.Generation <= w2.Generation {
 		t.Fatalf("generations after the owner stopped: %d, %d (last before: %d)", w3.Generation, w4.Generation, w2.Generation)
 	}
@@ -273,18 +218,15 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 // stream of the Durable Streams basin wakes a subscription at once, not
 // at the next audit (set to an hour here).
 func TestS2AppendWakesSubscription(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	e := subscribingStar(t, "solo", testsvc.SQLite(t), objs, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
 	want(t, e.dsAdmin("PUT", "feed", "", "Content-Type", "application/json"), 201, "")
-	hook := newWebhook(t)
-	sub := jsonBody(map[string]any{"type": "webhook", "streams": []string{"feed"}, "webhook": map[string]string{"url": hook.srv.URL}})
+	hook := durabletest.NewWebhook(t)
+	sub := jsonBody(map[string]any{"type": "webhook", "streams": []string{"feed"}, "webhook": map[string]string{"url": hook.URL}})
 	want(t, e.call("PUT", "/ds/__ds/subscriptions/s2", sub, append(bearer(testAdmin), "Content-Type", "application/json")...), 201, "")
 	pub := jwksKey(t, e)
 	want(t, e.appendJSON("durable-streams", "feed", `{"records":[{"body":"{\"n\":1}"}]}`, bearer(testAdmin)...), 200, "")
-	w := hook.next(t, 3*time.Second, pub)
+	w := nextWake(t, hook, 3*time.Second, pub)
 	if p := w.pending(); len(p) != 1 || p[0] != "feed" {
 		t.Fatalf("pending %v", p)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore"
-	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
@@ -91,10 +90,7 @@ func starServing(t testing.TB, id string, ms meta.Store, objs objstore.Store, tw
 
 func starPair(t *testing.T) (a, b *env) {
 	t.Helper()
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	return starOn(t, "a", ms, objs), starOn(t, "b", ms, objs)
 }
@@ -246,10 +242,7 @@ func checkAcked(t *testing.T, e *env, basin, stream string, acked map[uint64]str
 func TestForwardFollowsHandoff(t *testing.T) {
 	for _, to := range []string{"c", "b"} {
 		t.Run("to "+to, func(t *testing.T) {
-			objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-			if err != nil {
-				t.Fatal(err)
-			}
+			objs := memObjects(t)
 			ms := testsvc.SQLite(t)
 			off := func(c *node.Config) { c.BalanceEvery = 0 }
 			a, b := starWith(t, "a", ms, objs, off), starWith(t, "b", ms, objs, off)
@@ -308,10 +301,7 @@ func metricValue(t *testing.T, e *env, series string) float64 {
 // star that forwards to the leader keep being acknowledged, end to end
 // over HTTP, and /health stays 200 on both stars; afterwards both go on.
 func TestForwardThroughMetastoreOutage(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	aMeta, bMeta := mfaults.New(ms, 1), mfaults.New(ms, 2)
 	tweak := func(c *node.Config) {

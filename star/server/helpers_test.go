@@ -47,12 +47,20 @@ type env struct {
 
 type envOpt func(*node.Config, *server.Options)
 
-func newEnv(t testing.TB, opts ...envOpt) *env {
+// memObjects is an in-memory object store with the buckets of both
+// classes (standard; express-a, -b, -c).
+func memObjects(t testing.TB) objstore.Store {
 	t.Helper()
 	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return objs
+}
+
+func newEnv(t testing.TB, opts ...envOpt) *env {
+	t.Helper()
+	objs := memObjects(t)
 	return newEnvOn(t, objs, opts...)
 }
 

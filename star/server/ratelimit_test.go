@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
-	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
@@ -218,10 +217,7 @@ func newH1() *http.Client {
 // forwarding star's: two clients appending through a star that does not
 // lead the stream each get the per-connection batch budget (here 1).
 func TestForwardedAppendsCountTheClientConnection(t *testing.T) {
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	lim := func(c *node.Config) { c.Limits = node.RateLimits{StreamBatchesPerSec: 0.5} } // burst 1
 	a, b := starWith(t, "a", ms, objs, lim), starWith(t, "b", ms, objs, lim)

@@ -14,7 +14,6 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
-	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
@@ -75,15 +74,6 @@ func tlsStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ca tes
 		e.h2.CloseIdleConnections()
 	})
 	return e
-}
-
-func memObjects(t *testing.T) objstore.Store {
-	t.Helper()
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
 }
 
 // A star serving TLS: HTTP/1.1 and HTTP/2 (ALPN) clients that trust its

@@ -1,0 +1,111 @@
+// Package durabletest holds what tests of Durable Streams subscriptions
+// share: a webhook receiver on loopback and a check of the signatures it
+// receives, written the way a worker's receiver would be.
+package durabletest
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Webhook receives subscription wakes: it answers {} (the wake then waits
+// for a callback) and hands each delivery to the test.
+type Webhook struct {
+	URL  string
+	reqs chan Delivery
+}
+
+// Delivery is one webhook POST: its body and Webhook-Signature header.
+type Delivery struct {
+	Body      []byte
+	Signature string
+}
+
+// NewWebhook starts a receiver, closed when the test ends.
+func NewWebhook(t testing.TB) *Webhook {
+	h := &Webhook{reqs: make(chan Delivery, 64)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		select {
+		case h.reqs <- Delivery{b, r.Header.Get("Webhook-Signature")}:
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	t.Cleanup(srv.Close)
+	h.URL = srv.URL
+	return h
+}
+
+// Next is the next delivery, within d.
+func (h *Webhook) Next(t testing.TB, d time.Duration) Delivery {
+	t.Helper()
+	select {
+	case r := <-h.reqs:
+		return r
+	case <-time.After(d):
+		t.Fatalf("no webhook delivery within %v", d)
+		return Delivery{}
+	}
+}
+
+// Quiet fails the test if a delivery arrives within d.
+func (h *Webhook) Quiet(t testing.TB, d time.Duration) {
+	t.Helper()
+	select {
+	case r := <-h.reqs:
+		t.Fatalf("unexpected webhook delivery: %s", r.Body)
+	case <-time.After(d):
+	}
+}
+
+// Drop discards the deliveries received so far.
+func (h *Webhook) Drop() {
+	for {
+		select {
+		case <-h.reqs:
+		default:
+			return
+		}
+	}
+}
+
+// Kid is the key id the signature names.
+func (d Delivery) Kid() string {
+	for _, part := range strings.Split(d.Signature, ",") {
+		if v, ok := strings.CutPrefix(part, "kid="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Verify checks the signature as a receiver does (protocol §6.5):
+// "t=<unix s>,kid=<kid>,ed25519=<base64url>" over "<t>.<body>" with pub,
+// and t within skew of now.
+func (d Delivery) Verify(pub ed25519.PublicKey, skew time.Duration) bool {
+	var ts, sig string
+	for _, part := range strings.Split(d.Signature, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "t":
+			ts = v
+		case "ed25519":
+			sig = v
+		}
+	}
+	n, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || time.Since(time.Unix(n, 0)).Abs() > skew {
+		return false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	return err == nil && ed25519.Verify(pub, append([]byte(ts+"."), d.Body...), raw)
+}
