@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
@@ -36,9 +37,10 @@ import (
 //     hashing), which passes over it against its links' tails. The audit
 //     finds what no nudge reported: an append through a star that did
 //     not know the subscription yet, a nudge dropped under load, a star
-//     killed between an ack and its pass.
+//     killed between an ack and its pass. An audit runs beside the loop
+//     (one at a time), so it holds up no append's pass.
 //
-// A star that is not among the live stars (draining, its heartbeat
+// Each batch of passes runs at most maxPasses at once. A star that is not among the live stars (draining, its heartbeat
 // stale) owns nothing; one that could not list them keeps its last view;
 // with no view at all it owns everything (twice is safe, never is not).
 const (
@@ -50,6 +52,10 @@ const (
 	// subFresh is how old a busy subscription's cached row may be before
 	// the tick reads it again.
 	subFresh = time.Second
+	// maxPasses bounds the passes one batch of work (the appends since the
+	// driver last looked, a tick, an audit) runs at once: a pass waits on
+	// tails, perhaps on another star, and on the metastore.
+	maxPasses = 8
 	// maxRecent bounds the names this star remembers it saw appended, to
 	// link them to a subscription created on another star meanwhile (its
 	// row reaches this star's cache at the next audit); they are kept for
@@ -90,8 +96,26 @@ func (m *subManager) run() {
 	defer m.wg.Done()
 	t := time.NewTicker(subTick)
 	defer t.Stop()
-	last := time.Now() // audits start on ticks, one period apart
-	m.audit()
+	// Audits run beside the loop (one at a time), so appends and timers
+	// are not held up by an audit's passes; they start on ticks, one
+	// period apart.
+	audited := make(chan struct{}, 1)
+	audited <- struct{}{}
+	startAudit := func() {
+		select {
+		case <-audited:
+		default:
+			return // the last one is still running
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			defer func() { audited <- struct{}{} }()
+			m.audit()
+		}()
+	}
+	last := time.Now()
+	startAudit()
 	for {
 		select {
 		case <-m.ctx.Done():
@@ -101,23 +125,45 @@ func (m *subManager) run() {
 		case now := <-t.C:
 			if now.Sub(last) >= m.auditEvery-subTick/2 {
 				last = now
-				m.audit()
-			} else {
-				m.tick(now)
+				startAudit()
 			}
+			m.tick(now)
 		}
 	}
+}
+
+// passJob is one pass to make.
+type passJob struct {
+	row      subRow
+	appended []string
+	trigger  string
+}
+
+// passAll makes the passes, at most maxPasses at once, and returns when
+// they are done.
+func (m *subManager) passAll(jobs []passJob) {
+	sem := make(chan struct{}, maxPasses)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		if m.ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			m.pass(j.row, j.appended, j.trigger)
+		}()
+	}
+	wg.Wait()
 }
 
 // onAppended passes over the cached subscriptions the names appended
 // since the last call fall under.
 func (m *subManager) onAppended() {
 	now := time.Now()
-	type todo struct {
-		row subRow
-		rel string
-	}
-	var todos []todo
+	var jobs []passJob
 	m.mu.Lock()
 	names := m.appended
 	m.appended = make(map[string]struct{}, len(names))
@@ -144,23 +190,20 @@ func (m *subManager) onAppended() {
 				case linked && c.row.inFlight() && !c.row.leaseExpired(now):
 					m.busy[k] = now
 				default:
-					todos = append(todos, todo{c.row, rel})
+					jobs = append(jobs, passJob{c.row, []string{rel}, trigAppend})
 				}
 			}
 		}
 	}
 	m.mu.Unlock()
-	for _, td := range todos {
-		m.pass(td.row, []string{td.rel}, trigAppend)
-	}
+	m.passAll(jobs)
 }
 
 // tick passes over the busy subscriptions whose wake ended and the owned
 // ones the clock made due, deciding from the cache.
 func (m *subManager) tick(now time.Time) {
 	var stale []meta.Key
-	var due []subRow
-	var trig []string
+	var jobs []passJob
 	m.mu.Lock()
 	for k, since := range m.busy {
 		c, ok := m.cache[k]
@@ -169,7 +212,7 @@ func (m *subManager) tick(now time.Time) {
 			delete(m.busy, k) // the audit has passed over it since
 		case !c.row.inFlight() || c.row.leaseExpired(now):
 			delete(m.busy, k)
-			due, trig = append(due, c.row), append(trig, trigBusy)
+			jobs = append(jobs, passJob{c.row, nil, trigBusy})
 		case now.Sub(c.at) >= subFresh:
 			stale = append(stale, k)
 		}
@@ -184,12 +227,10 @@ func (m *subManager) tick(now time.Time) {
 		if !c.row.inFlight() {
 			m.retried[k] = c.row.NotBefore
 		}
-		due, trig = append(due, c.row), append(trig, trigTimer)
+		jobs = append(jobs, passJob{c.row, nil, trigTimer})
 	}
 	m.mu.Unlock()
-	for i := range due {
-		m.pass(due[i], nil, trig[i])
-	}
+	m.passAll(jobs)
 	// A busy row read a while ago: read it again (the wake may have ended
 	// on another star); the next tick passes it if it did.
 	for _, k := range stale {
@@ -236,24 +277,20 @@ func (m *subManager) audit() {
 		k := subKey(m.h.basin, s.Root, s.ID)
 		m.cacheLocked(k, cachedSub{row: s, at: now, owned: m.ownsLocked(k)})
 	}
-	var todo []subRow
+	var jobs []passJob
 	owned := 0
 	for _, c := range m.cache {
+		recent := m.recentForLocked(&c.row)
 		if c.owned {
 			owned++
-			todo = append(todo, c.row)
-		} else if len(m.recentForLocked(&c.row)) > 0 {
-			todo = append(todo, c.row)
+		}
+		if c.owned || len(recent) > 0 {
+			jobs = append(jobs, passJob{c.row, recent, trigAudit})
 		}
 	}
 	m.mu.Unlock()
 	m.owned.Set(float64(owned))
-	for i := range todo {
-		if m.ctx.Err() != nil {
-			return
-		}
-		m.pass(todo[i], m.recentFor(&todo[i]), trigAudit)
-	}
+	m.passAll(jobs)
 }
 
 // ownsLocked reports whether this star owns the subscription (m.mu held).
@@ -290,14 +327,8 @@ func (m *subManager) pruneRecent(now time.Time) {
 	}
 }
 
-// recentFor is the names appended lately, after s was created, that its
-// pattern matches and it does not link yet.
-func (m *subManager) recentFor(s *subRow) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.recentForLocked(s)
-}
-
+// recentForLocked is the names appended lately, after s was created,
+// that its pattern matches and it does not link yet (m.mu held).
 func (m *subManager) recentForLocked(s *subRow) []string {
 	var out []string
 	for name, t := range m.recent {
