@@ -113,6 +113,7 @@ type common struct {
 	durableClass                         string
 	durableLongPoll                      time.Duration
 	durableLoopbackHooks                 bool
+	durableAudit                         time.Duration
 	durableKeyRotation                   time.Duration
 
 	location string // server.Options.Location
@@ -182,6 +183,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.StringVar(&c.durableBasin, "durable-basin", durable.DefaultBasin, "basin holding the Durable Streams streams (created on first use)")
 	fs.StringVar(&c.durableClass, "durable-storage-class", string(durable.DefaultStorageClass), "default storage class of the Durable Streams basin when the star creates it: express or standard")
 	fs.DurationVar(&c.durableLongPoll, "durable-long-poll", durable.DefaultLongPoll, "how long a Durable Streams long-poll waits for data before 204")
+	fs.DurationVar(&c.durableAudit, "durable-subscription-audit", durable.DefaultSubscriptionAudit, "how often each star re-reads every Durable Streams subscription row and audits the subscriptions it owns (finds what no append reported; a subscription created on another star is seen by this star within it)")
 	fs.BoolVar(&c.durableLoopbackHooks, "durable-webhook-loopback", false, "let Durable Streams subscriptions name webhooks on loopback (http://127.0.0.1/…, http://localhost/…), for development and tests; off, only https to public addresses")
 	fs.DurationVar(&c.durableKeyRotation, "durable-key-rotation", durable.DefaultKeyRotation, "how often the stars add a new Durable Streams subscription key (webhook signatures, wake tokens): the key is in the JWK Set at once and signs "+
 		shortDuration(durable.KeyPublishLead)+" later; the key it replaces stays published, and its wake tokens valid, "+shortDuration(durable.KeyRetain)+
@@ -310,7 +312,7 @@ func (c *common) durableConfig() *durable.Config {
 	}
 	return &durable.Config{Prefix: c.durablePrefix, Basin: c.durableBasin, LongPoll: c.durableLongPoll,
 		StorageClass: api.StorageClass(c.durableClass), AllowLoopbackWebhooks: c.durableLoopbackHooks,
-		KeyRotation: rotation}
+		KeyRotation: rotation, SubscriptionAudit: c.durableAudit}
 }
 
 // settleConfig maps the --settle-* and --read-grace flags onto the

@@ -1,0 +1,119 @@
+package servecmd_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/star/durable/durabletest"
+)
+
+// TestSubscriptionOwnerKilled runs a webhook subscription on two `star
+// serve` processes and kills its owner with SIGKILL while a wake waits
+// for a callback that never comes: once the killed star's heartbeat is
+// past --dead-after, the survivor owns the subscription, withdraws the
+// wake whose lease ran out and wakes the worker again (a higher
+// generation), and the worker's callback on the survivor acks it.
+func TestSubscriptionOwnerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds and runs two star serve processes")
+	}
+	dir := t.TempDir()
+	env := func(id string) []string {
+		return append(twoStarEnv(dir, id), "STARLOG_DURABLE_WEBHOOK_LOOPBACK=true", "STARLOG_DURABLE_SUBSCRIPTION_AUDIT=500ms")
+	}
+	stars := map[string]*proc{"a": startServe(t, env("a")), "b": startServe(t, env("b"))}
+	do := func(p *proc, method, path, ct, body string, hdr ...string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, p.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, out
+	}
+	if code, out := do(stars["a"], "PUT", "/ds/ev/x", "text/plain", ""); code != 201 {
+		t.Fatalf("create the stream: %d %s", code, out)
+	}
+	hook := durabletest.NewWebhook(t)
+	sub := `{"type":"webhook","streams":["ev/x"],"webhook":{"url":"` + hook.URL + `/h"},"lease_ttl_ms":2000}`
+	if code, out := do(stars["a"], "PUT", "/ds/__ds/subscriptions/k9", "application/json", sub); code != 201 {
+		t.Fatalf("create the subscription: %d %s", code, out)
+	}
+
+	owner := ""
+	deadline := time.Now().Add(15 * time.Second)
+	for owner == "" {
+		oa := grepMetrics(t, stars["a"], "starlog_durable_subscriptions_owned")
+		ob := grepMetrics(t, stars["b"], "starlog_durable_subscriptions_owned")
+		switch {
+		case strings.HasSuffix(oa, " 1") && strings.HasSuffix(ob, " 0"):
+			owner = "a"
+		case strings.HasSuffix(oa, " 0") && strings.HasSuffix(ob, " 1"):
+			owner = "b"
+		case time.Now().After(deadline):
+			t.Fatalf("no single owner: a %q, b %q", oa, ob)
+		default:
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	survivor := map[string]string{"a": "b", "b": "a"}[owner]
+	t.Logf("owner %s", owner)
+
+	type wake struct {
+		WakeID      string `json:"wake_id"`
+		Generation  uint64 `json:"generation"`
+		CallbackURL string `json:"callback_url"`
+		Token       string `json:"callback_token"`
+		Streams     []struct {
+			Path       string `json:"path"`
+			TailOffset string `json:"tail_offset"`
+		}
+	}
+	next := func(d time.Duration) wake {
+		t.Helper()
+		r := hook.Next(t, d)
+		var w wake
+		if err := json.Unmarshal(r.Body, &w); err != nil || len(w.Streams) != 1 {
+			t.Fatalf("wake %s: %v", r.Body, err)
+		}
+		return w
+	}
+	if code, out := do(stars[survivor], "POST", "/ds/ev/x", "text/plain", "one"); code != 204 {
+		t.Fatalf("append: %d %s", code, out)
+	}
+	w1 := next(10 * time.Second)
+
+	stars[owner].kill9(t)
+	hook.Drop() // re-wakes the owner made before it died
+	var w2 wake
+	for w2.Generation <= w1.Generation {
+		w2 = next(30 * time.Second) // dead-after 2 s, then an audit, then the lease
+	}
+	ack := `{"wake_id":"` + w2.WakeID + `","generation":` + jsonUint(w2.Generation) + `,"done":true,"acks":[{"stream":"ev/x","offset":"` + w2.Streams[0].TailOffset + `"}]}`
+	path := w2.CallbackURL[strings.Index(w2.CallbackURL, "/ds/"):]
+	if code, out := do(stars[survivor], "POST", path, "application/json", ack, "Authorization", "Bearer "+w2.Token); code != 200 {
+		t.Fatalf("callback on the survivor: %d %s", code, out)
+	}
+	if got := grepMetrics(t, stars[survivor], "starlog_durable_subscriptions_owned"); !strings.HasSuffix(got, " 1") {
+		t.Fatalf("the survivor owns %q", got)
+	}
+	code, out := do(stars[survivor], "GET", "/ds/__ds/subscriptions/k9", "", "")
+	if code != 200 || !strings.Contains(string(out), `"acked_offset":"`+w2.Streams[0].TailOffset+`"`) {
+		t.Fatalf("the cursor after the survivor's wake: %d %s", code, out)
+	}
+}
+
+func jsonUint(n uint64) string { b, _ := json.Marshal(n); return string(b) }
