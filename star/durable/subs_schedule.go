@@ -142,9 +142,15 @@ type passJob struct {
 // passAll makes the passes, at most maxPasses at once, and returns when
 // they are done.
 func (m *subManager) passAll(jobs []passJob) {
+	m.each(len(jobs), func(i int) { m.pass(jobs[i].row, jobs[i].appended, jobs[i].trigger) })
+}
+
+// each runs f(0), …, f(n-1), at most maxPasses at once, and returns when
+// they are done (or, once the driver stops, after the ones started).
+func (m *subManager) each(n int, f func(int)) {
 	sem := make(chan struct{}, maxPasses)
 	var wg sync.WaitGroup
-	for _, j := range jobs {
+	for i := range n {
 		if m.ctx.Err() != nil {
 			break
 		}
@@ -153,7 +159,7 @@ func (m *subManager) passAll(jobs []passJob) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			m.pass(j.row, j.appended, j.trigger)
+			f(i)
 		}()
 	}
 	wg.Wait()
@@ -233,16 +239,16 @@ func (m *subManager) tick(now time.Time) {
 	m.passAll(jobs)
 	// A busy row read a while ago: read it again (the wake may have ended
 	// on another star); the next tick passes it if it did.
-	for _, k := range stale {
+	m.each(len(stale), func(i int) {
 		ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
-		s, err := m.read(ctx, k)
-		cancel()
+		defer cancel()
+		s, err := m.read(ctx, stale[i])
 		if err == nil {
-			m.recache(k, s)
+			m.recache(stale[i], s)
 		} else if errors.Is(err, errSubNotFound) {
-			m.uncache(k)
+			m.uncache(stale[i])
 		}
-	}
+	})
 }
 
 // audit reads every subscription row and the live stars, and passes over

@@ -1,12 +1,22 @@
 package durable
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"pgregory.net/rapid"
+
+	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/durabletest"
 )
 
 // TestOwnerOf: every subscription has exactly one owner among the live
@@ -111,5 +121,80 @@ func TestSubAdvanceOnAClone(t *testing.T) {
 	var none tails
 	if none.cover([]string{"a/x"}) || !none.cover(nil) {
 		t.Fatal("cover of empty tails")
+	}
+}
+
+// TestBusySubscriptionWakesWhenTheWakeEndsElsewhere: an append that finds
+// its subscription's wake in flight marks it busy; when that wake ends on
+// another star (its row written there, not through this star's cache),
+// this star reads the row again within subFresh and wakes the worker for
+// the append at once, not at the next audit (an hour here).
+func TestBusySubscriptionWakesWhenTheWakeEndsElsewhere(t *testing.T) {
+	ms := testsvc.SQLite(t)
+	n := openTestNode(t, ms)
+	h, err := New(Config{Node: n, AllowLoopbackWebhooks: true, SubscriptionAudit: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), auth.AdminPrincipal())))
+	}))
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	star := &keysStar{h: h, url: srv.URL + DefaultPrefix}
+	hook := durabletest.NewWebhook(t)
+	if code, b := star.call(t, "PUT", "/q", "", "text/plain", ""); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	if code, b := star.call(t, "PUT", "/__ds/subscriptions/busy", "", "application/json",
+		`{"type":"webhook","streams":["q"],"webhook":{"url":"`+hook.URL+`"},"lease_ttl_ms":600000}`); code != http.StatusCreated {
+		t.Fatalf("subscribe: %d %s", code, b)
+	}
+	if code, b := star.call(t, "POST", "/q", "", "text/plain", "one"); code != http.StatusNoContent {
+		t.Fatalf("append: %d %s", code, b)
+	}
+	w1 := receive(t, hook)
+
+	// More data while the wake is in flight: busy, no second wake.
+	if code, b := star.call(t, "POST", "/q", "", "text/plain", "two"); code != http.StatusNoContent {
+		t.Fatalf("append: %d %s", code, b)
+	}
+	k := subKey(h.basin, "", "busy")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.subs.mu.Lock()
+		_, busy := h.subs.busy[k]
+		h.subs.mu.Unlock()
+		if busy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the append during the wake did not mark the subscription busy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	hook.Quiet(t, 300*time.Millisecond)
+
+	// Another star's callback ends the wake, acking what it saw: the row
+	// is written behind this star's cache.
+	it, err := ms.Get(context.Background(), k.PK, k.SK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row subRow
+	if err := json.Unmarshal(it.Val, &row); err != nil || row.WakeID != w1.Wake.WakeID {
+		t.Fatalf("row %+v (%v), want the wake %s in flight", row, err, w1.Wake.WakeID)
+	}
+	row.ackSnapshot()
+	row.finishWake()
+	val, _ := json.Marshal(&row)
+	if _, err := ms.Put(context.Background(), k.PK, k.SK, val, meta.IfVer(it.Ver)); err != nil {
+		t.Fatal(err)
+	}
+	w2 := receive(t, hook)
+	if w2.Wake.Generation != w1.Wake.Generation+1 || len(w2.Wake.Streams) != 1 || w2.Wake.Streams[0].TailOffset != formatOffset(2) {
+		t.Fatalf("the wake for the second append: %+v after %+v", w2.Wake, w1.Wake)
+	}
+	if got := testutil.ToFloat64(h.subs.passes.WithLabelValues(trigBusy, passWritten)); got != 1 {
+		t.Fatalf("busy passes written: %v, want 1", got)
 	}
 }
