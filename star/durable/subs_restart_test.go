@@ -91,18 +91,8 @@ func TestSubscriptionSurvivesKill9(t *testing.T) {
 	if req.Kid() != kid || !req.Verify(pub, time.Minute) {
 		t.Fatalf("signature header %q: want kid %s, verifying with the JWKS key within a minute", req.Signature, kid)
 	}
-	var wake struct {
-		WakeID      string `json:"wake_id"`
-		Generation  uint64 `json:"generation"`
-		CallbackURL string `json:"callback_url"`
-		Token       string `json:"callback_token"`
-		Streams     []struct {
-			Path       string
-			TailOffset string `json:"tail_offset"`
-			HasPending bool   `json:"has_pending"`
-		}
-	}
-	if err := json.Unmarshal(req.Body, &wake); err != nil || len(wake.Streams) != 1 || wake.Streams[0].Path != "events/a" || !wake.Streams[0].HasPending {
+	wake := req.Wake(t)
+	if p := wake.Pending(); len(wake.Streams) != 1 || len(p) != 1 || p[0] != "events/a" {
 		t.Fatalf("wake body %s", req.Body)
 	}
 

@@ -72,22 +72,11 @@ func TestSubscriptionOwnerKilled(t *testing.T) {
 	survivor := map[string]string{"a": "b", "b": "a"}[owner]
 	t.Logf("owner %s", owner)
 
-	type wake struct {
-		WakeID      string `json:"wake_id"`
-		Generation  uint64 `json:"generation"`
-		CallbackURL string `json:"callback_url"`
-		Token       string `json:"callback_token"`
-		Streams     []struct {
-			Path       string `json:"path"`
-			TailOffset string `json:"tail_offset"`
-		}
-	}
-	next := func(d time.Duration) wake {
+	next := func(d time.Duration) durabletest.Wake {
 		t.Helper()
-		r := hook.Next(t, d)
-		var w wake
-		if err := json.Unmarshal(r.Body, &w); err != nil || len(w.Streams) != 1 {
-			t.Fatalf("wake %s: %v", r.Body, err)
+		w := hook.Next(t, d).Wake(t)
+		if len(w.Streams) != 1 {
+			t.Fatalf("wake %+v: want one stream", w)
 		}
 		return w
 	}
@@ -98,13 +87,12 @@ func TestSubscriptionOwnerKilled(t *testing.T) {
 
 	stars[owner].kill9(t)
 	hook.Drop() // re-wakes the owner made before it died
-	var w2 wake
+	var w2 durabletest.Wake
 	for w2.Generation <= w1.Generation {
 		w2 = next(30 * time.Second) // dead-after 2 s, then an audit, then the lease
 	}
 	ack := `{"wake_id":"` + w2.WakeID + `","generation":` + jsonUint(w2.Generation) + `,"done":true,"acks":[{"stream":"ev/x","offset":"` + w2.Streams[0].TailOffset + `"}]}`
-	path := w2.CallbackURL[strings.Index(w2.CallbackURL, "/ds/"):]
-	if code, out := do(stars[survivor], "POST", path, "application/json", ack, "Authorization", "Bearer "+w2.Token); code != 200 {
+	if code, out := do(stars[survivor], "POST", w2.CallbackPath(), "application/json", ack, "Authorization", "Bearer "+w2.Token); code != 200 {
 		t.Fatalf("callback on the survivor: %d %s", code, out)
 	}
 	if got := grepMetrics(t, stars[survivor], "starlog_durable_subscriptions_owned"); !strings.HasSuffix(got, " 1") {

@@ -19,51 +19,15 @@ import (
 	"github.com/starlog/starlog/star/server"
 )
 
-// wakeBody is what a webhook POST carries.
-type wakeBody struct {
-	WakeID      string `json:"wake_id"`
-	Generation  uint64 `json:"generation"`
-	CallbackURL string `json:"callback_url"`
-	Token       string `json:"callback_token"`
-	Streams     []struct {
-		Path       string
-		TailOffset string `json:"tail_offset"`
-		HasPending bool   `json:"has_pending"`
-	}
-}
-
-func (w *wakeBody) pending() []string {
-	var out []string
-	for _, s := range w.Streams {
-		if s.HasPending {
-			out = append(out, s.Path)
-		}
-	}
-	return out
-}
-
-func (w *wakeBody) tail(path string) string {
-	for _, s := range w.Streams {
-		if s.Path == path {
-			return s.TailOffset
-		}
-	}
-	return ""
-}
-
 // nextWake is the hook's next wake, within d; its signature must verify
 // against pub.
-func nextWake(t *testing.T, hook *durabletest.Webhook, d time.Duration, pub ed25519.PublicKey) wakeBody {
+func nextWake(t *testing.T, hook *durabletest.Webhook, d time.Duration, pub ed25519.PublicKey) durabletest.Wake {
 	t.Helper()
 	r := hook.Next(t, d)
 	if !r.Verify(pub, time.Minute) {
 		t.Fatalf("a wake's signature %q does not verify with the JWK Set's key: %s", r.Signature, r.Body)
 	}
-	var w wakeBody
-	if err := json.Unmarshal(r.Body, &w); err != nil {
-		t.Fatalf("wake body %s: %v", r.Body, err)
-	}
-	return w
+	return r.Wake(t)
 }
 
 // subscribingStar is a star of a cluster sharing ms and objs, with the
@@ -98,12 +62,11 @@ func jwksKey(t *testing.T, e *env) ed25519.PublicKey {
 }
 
 // callback finishes a wake through e: acks path at its snapshot tail.
-func callback(t *testing.T, e *env, w wakeBody, path string) {
+func callback(t *testing.T, e *env, w durabletest.Wake, path string) {
 	t.Helper()
 	body := jsonBody(map[string]any{"wake_id": w.WakeID, "generation": w.Generation, "done": true,
-		"acks": []map[string]string{{"stream": path, "offset": w.tail(path)}}})
-	u := w.CallbackURL[strings.Index(w.CallbackURL, "/ds/"):] // the path: any star takes it
-	r := e.call("POST", u, body, "Authorization", "Bearer "+w.Token, "Content-Type", "application/json")
+		"acks": []map[string]string{{"stream": path, "offset": w.Tail(path)}}})
+	r := e.call("POST", w.CallbackPath(), body, "Authorization", "Bearer "+w.Token, "Content-Type", "application/json")
 	want(t, r, 200, "")
 }
 
@@ -157,7 +120,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	// A Durable Streams append to y through a (b leads y) wakes it.
 	want(t, a.dsAdmin("POST", "orders/y", "one", "Content-Type", "text/plain"), 204, "")
 	w := nextWake(t, hook, 5*time.Second, pub)
-	if p := w.pending(); len(p) != 1 || p[0] != "orders/y" {
+	if p := w.Pending(); len(p) != 1 || p[0] != "orders/y" {
 		t.Fatalf("first wake's pending streams %v, want [orders/y]", p)
 	}
 	callback(t, b, w, "orders/y")
@@ -165,7 +128,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	// An S2 API append to x through b (a leads x) wakes it too.
 	want(t, b.appendJSON("durable-streams", "orders%2Fx", textRecords("s2-", 1), bearer(testAdmin)...), 200, "")
 	w = nextWake(t, hook, 5*time.Second, pub)
-	if p := w.pending(); len(p) != 1 || p[0] != "orders/x" {
+	if p := w.Pending(); len(p) != 1 || p[0] != "orders/x" {
 		t.Fatalf("second wake's pending streams %v, want [orders/x]", p)
 	}
 	callback(t, a, w, "orders/x")
@@ -175,8 +138,8 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	want(t, b.dsAdmin("POST", "orders/x", "two", "Content-Type", "text/plain"), 204, "")
 	w1 := nextWake(t, hook, 5*time.Second, pub)
 	w2 := nextWake(t, hook, 5*time.Second, pub)
-	if w2.Generation <= w1.Generation || len(w2.pending()) != 1 {
-		t.Fatalf("re-wake after the lease: generation %d after %d, pending %v", w2.Generation, w1.Generation, w2.pending())
+	if w2.Generation <= w1.Generation || len(w2.Pending()) != 1 {
+		t.Fatalf("re-wake after the lease: generation %d after %d, pending %v", w2.Generation, w1.Generation, w2.Pending())
 	}
 	owned := func(e *env) float64 {
 		return e.metric("starlog_durable_subscription_passes_total", "trigger", "timer") + e.metric("starlog_durable_subscription_passes_total", "trigger", "audit")
@@ -209,7 +172,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 	callback(t, s, w4, "orders/x")
 	r := s.call("GET", "/ds/__ds/subscriptions/s1", nil, bearer(testAdmin)...)
 	want(t, r, 200, "")
-	if !strings.Contains(string(r.body), `"acked_offset":"`+w4.tail("orders/x")+`"`) {
+	if !strings.Contains(string(r.body), `"acked_offset":"`+w4.Tail("orders/x")+`"`) {
 		t.Fatalf("cursor after the survivor's wake: %s", r)
 	}
 }
@@ -227,7 +190,7 @@ func TestS2AppendWakesSubscription(t *testing.T) {
 	pub := jwksKey(t, e)
 	want(t, e.appendJSON("durable-streams", "feed", `{"records":[{"body":"{\"n\":1}"}]}`, bearer(testAdmin)...), 200, "")
 	w := nextWake(t, hook, 3*time.Second, pub)
-	if p := w.pending(); len(p) != 1 || p[0] != "feed" {
+	if p := w.Pending(); len(p) != 1 || p[0] != "feed" {
 		t.Fatalf("pending %v", p)
 	}
 }

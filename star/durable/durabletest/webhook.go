@@ -6,6 +6,7 @@ package durabletest
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -108,4 +109,61 @@ func (d Delivery) Verify(pub ed25519.PublicKey, skew time.Duration) bool {
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(sig)
 	return err == nil && ed25519.Verify(pub, append([]byte(ts+"."), d.Body...), raw)
+}
+
+// Wake is a webhook delivery's body (protocol §7.1).
+type Wake struct {
+	SubscriptionID string `json:"subscription_id"`
+	WakeID         string `json:"wake_id"`
+	Generation     uint64 `json:"generation"`
+	CallbackURL    string `json:"callback_url"`
+	Token          string `json:"callback_token"`
+	Streams        []struct {
+		Path       string `json:"path"`
+		TailOffset string `json:"tail_offset"`
+		HasPending bool   `json:"has_pending"`
+	} `json:"streams"`
+}
+
+// Wake decodes the delivery's body.
+func (d Delivery) Wake(t testing.TB) Wake {
+	t.Helper()
+	var w Wake
+	if err := json.Unmarshal(d.Body, &w); err != nil {
+		t.Fatalf("wake body %s: %v", d.Body, err)
+	}
+	return w
+}
+
+// Pending is the paths of the streams the wake says have pending records.
+func (w *Wake) Pending() []string {
+	var out []string
+	for _, s := range w.Streams {
+		if s.HasPending {
+			out = append(out, s.Path)
+		}
+	}
+	return out
+}
+
+// Tail is the tail offset the wake gives for path ("" if none).
+func (w *Wake) Tail(path string) string {
+	for _, s := range w.Streams {
+		if s.Path == path {
+			return s.TailOffset
+		}
+	}
+	return ""
+}
+
+// CallbackPath is the path of the wake's callback URL, for sending it to
+// any star.
+func (w *Wake) CallbackPath() string {
+	if i := strings.Index(w.CallbackURL, "://"); i >= 0 {
+		rest := w.CallbackURL[i+3:]
+		if j := strings.Index(rest, "/"); j >= 0 {
+			return rest[j:]
+		}
+	}
+	return w.CallbackURL
 }
