@@ -133,26 +133,13 @@ type webhookWake struct {
 	sig  string
 	body []byte
 	kid  string
-	Wake struct {
-		WakeID      string `json:"wake_id"`
-		Generation  uint64 `json:"generation"`
-		CallbackURL string `json:"callback_url"`
-		Token       string `json:"callback_token"`
-		Streams     []struct {
-			Path       string `json:"path"`
-			TailOffset string `json:"tail_offset"`
-		} `json:"streams"`
-	}
+	Wake durabletest.Wake
 }
 
 func receive(t *testing.T, hook *durabletest.Webhook) webhookWake {
 	t.Helper()
 	d := hook.Next(t, 10*time.Second)
-	w := webhookWake{sig: d.Signature, body: d.Body, kid: d.Kid()}
-	if err := json.Unmarshal(d.Body, &w.Wake); err != nil {
-		t.Fatalf("wake body %s", d.Body)
-	}
-	return w
+	return webhookWake{sig: d.Signature, body: d.Body, kid: d.Kid(), Wake: d.Wake(t)}
 }
 
 // The previous key signs until the publish lead is over, the new one
