@@ -69,8 +69,9 @@ test: tools lint test-go test-infra rehearsal soak-short
 # Local); the full -v log is kept in build/go-test.log.
 test-go:
 	@mkdir -p build
-	@set -o pipefail; $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$' ./... 2>&1 | tee build/go-test.log \
-	  | grep -E '^(ok |FAIL|--- |panic:)|^    --- FAIL' ; st=$$?; \
+	@set -o pipefail; { $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$' ./... ; s1=$$?; \
+	    cd star/e2e && $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$' ./... ; s2=$$?; exit $$((s1 | s2)); } 2>&1 \
+	  | tee build/go-test.log | grep -E '^(ok |FAIL|--- |panic:)|^    --- FAIL' ; st=$$?; \
 	  p=$$(grep -c '^--- PASS' build/go-test.log); f=$$(grep -c '^--- FAIL' build/go-test.log); k=$$(grep -c '^--- SKIP' build/go-test.log); \
 	  echo "go test: $$p passed, $$f failed, $$k skipped"; \
 	  if [ $$st -ne 0 ] || [ $$f -ne 0 ]; then echo "go test failed: see build/go-test.log"; exit 1; fi
@@ -78,6 +79,8 @@ test-go:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^infra/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd star/e2e && $(GO) vet ./...
+	bash .ci/layers.sh
 
 ## fuzz: every fuzz target for FUZZTIME each (default 30s).
 FUZZTIME ?= 30s
@@ -146,14 +149,14 @@ settle-era:
 VERIFY_MINUTES ?= 10
 verify: sim
 	@mkdir -p build
-	@set -o pipefail; m=$(VERIFY_MINUTES); $(GO) test -count=1 -timeout $$((m*6+30))m -v -run TestLinearizable ./star/verify -args \
+	@set -o pipefail; m=$(VERIFY_MINUTES); cd star/e2e && $(GO) test -count=1 -timeout $$((m*6+30))m -v -run TestLinearizable ./verify -args \
 	  -verify.duration=$${m}m -verify.round=20s -verify.stars=3 \
 	  -verify.kills=$$((m*6)) -verify.handoffs=$$((m*6)) -verify.store-faults=$$((m*9)) \
 	  -verify.zone-halts=$$((m*2)) -verify.zone-tail=5s \
 	  -verify.meta-outages=$$(((m+4)/5)) -verify.meta-outage=120s -verify.ack-window=10s \
-	  -verify.max-down=4s -verify.max-hold=4s 2>&1 | tee build/verify.log
+	  -verify.max-down=4s -verify.max-hold=4s 2>&1 | tee $(CURDIR)/build/verify.log
 
-## soak: the compressed-time lifecycle soak (issue 14, star/soak): three
+## soak: the compressed-time lifecycle soak (issue 14, star/e2e/soak): three
 ## `star serve` processes and the in-process auditor with settle timers of
 ## seconds (1 s linger, 2 s age cap, 2 s read grace, 1 MiB output cap), hot,
 ## slow, idle and infinite-retention streams with retention of seconds,
@@ -169,16 +172,16 @@ SOAK_MINUTES ?= 10
 .PHONY: soak-short
 soak-short:
 	@mkdir -p build
-	@set -o pipefail; $(GO) test -count=1 -timeout 10m -v -run '^TestSoak$$' ./star/soak 2>&1 | tee build/soak-short.log
+	@set -o pipefail; cd star/e2e && $(GO) test -count=1 -timeout 10m -v -run '^TestSoak$$' ./soak 2>&1 | tee $(CURDIR)/build/soak-short.log
 
 soak:
 	@mkdir -p build
-	@set -o pipefail; m=$(SOAK_MINUTES); $(GO) test -count=1 -timeout $$((m+15))m -v -run '^TestSoak$$' ./star/soak -args \
+	@set -o pipefail; m=$(SOAK_MINUTES); cd star/e2e && $(GO) test -count=1 -timeout $$((m+15))m -v -run '^TestSoak$$' ./soak -args \
 	  -soak.duration=$${m}m -soak.sample=5s -soak.stars=3 -soak.kills=$$((m*3/2)) -soak.deletes=$$m \
 	  -soak.trim-every=30s -soak.retention=60s -soak.hot-kib=96 -soak.drain=2m \
-	  -soak.out=$(CURDIR)/docs 2>&1 | tee build/soak.log
+	  -soak.out=$(CURDIR)/docs 2>&1 | tee $(CURDIR)/build/soak.log
 
-## sim: the chain simulation (issue 11, shared/chain/chainsim): SIM_SEEDS
+## sim: the chain simulation (issue 11, star/sim/chainsim): SIM_SEEDS
 ## seeds of the randomized run (each draws its sizes and faults, then heals
 ## and demands a settlement) and the deep exhaustive cases. `make test` runs
 ## 600 seeds and the short exhaustive cases. A failing seed prints its trace
@@ -187,7 +190,7 @@ SIM_SEEDS ?= 100000
 .PHONY: sim
 sim:
 	@mkdir -p build
-	@set -o pipefail; $(GO) test -count=1 -timeout 4h -v -run 'TestSimSeeds$$|TestExhaustive$$' ./shared/chain/chainsim \
+	@set -o pipefail; $(GO) test -count=1 -timeout 4h -v -run 'TestSimSeeds$$|TestExhaustive$$' ./star/sim/chainsim \
 	  -args -chainsim.seeds=$(SIM_SEEDS) -chainsim.deep 2>&1 | tee build/sim.log \
 	  | grep -E '^(ok |FAIL|--- |panic:)|^    --- |(sim|exhaustive)_test.go:[0-9]+: [^ ]'
 
@@ -198,8 +201,8 @@ FAILOVER_KILLS ?= 20
 .PHONY: failover-bench
 failover-bench:
 	@mkdir -p build
-	@set -o pipefail; $(GO) test -count=1 -timeout 60m -v -run TestFailoverBench ./star/failover \
-	  -args -failover.kills=$(FAILOVER_KILLS) -failover.backlogs=0,100,1000 2>&1 | tee build/failover-bench.log
+	@set -o pipefail; cd star/e2e && $(GO) test -count=1 -timeout 60m -v -run TestFailoverBench ./failover \
+	  -args -failover.kills=$(FAILOVER_KILLS) -failover.backlogs=0,100,1000 2>&1 | tee $(CURDIR)/build/failover-bench.log
 
 ## bench-subs: what idle Durable Streams subscriptions cost to drive
 ## (issue 18): S = 100 and 1,000 subscriptions of one stream each on
@@ -229,7 +232,7 @@ bench-read:
 	@set -o pipefail; $(GO) test -count=1 -timeout 30m -v -run 'TestTailFanOut$$' ./star/server \
 	  -args -fanout.readers=$(READ_FANOUT) 2>&1 | tee -a build/bench-read.log
 
-## bench-peer: starlog against NATS JetStream (issue 17, star/peerbench): a
+## bench-peer: starlog against NATS JetStream (issue 17, star/e2e/peerbench): a
 ## pinned nats-server with file storage and fsync on every message
 ## (sync_interval: always) next to `star dev` on its directory store, the six
 ## workloads of the issue's table (1 KiB messages; one producer or 16, one in
@@ -248,7 +251,7 @@ PEER_READ_MESSAGES ?= 1000000
 bench-peer: $(TOOLS)/bin/nats-server
 	@mkdir -p build
 	$(GO) build -o bin/star ./star
-	$(GO) build -o bin/peerbench ./star/peerbench/cmd/peerbench
+	cd star/e2e && $(GO) build -o $(CURDIR)/bin/peerbench ./peerbench/cmd/peerbench
 	@set -o pipefail; bin/peerbench --nats-server $(TOOLS)/bin/nats-server --star bin/star \
 	  --runs $(PEER_RUNS) --duration $(PEER_SECONDS)s --read-messages $(PEER_READ_MESSAGES) --work build/bench-peer --png docs/bench-peer.png 2>&1 | tee build/bench-peer.log
 

@@ -363,7 +363,7 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 // possibly absorbed) a moment before its batches' acks move the tail:
 // served in that moment, a record would be read before it is acknowledged,
 // and a check-tail right after the read would report less than the read
-// returned (star/verify found both). Every record left was acknowledged
+// returned (star/e2e/verify found both). Every record left was acknowledged
 // before the read returns. The cut records are read again next time.
 func ackedOnly(res *reader.Result, acked uint64) bool {
 	n := len(res.Records)

@@ -14,7 +14,7 @@ import (
 
 // A 412 judged on a tail that earlier appends have not yet made durable
 // is answered only once they are: answered at once it names a tail a read
-// after it does not see (star/verify found a 412 reporting seq 9642, then
+// after it does not see (star/e2e/verify found a 412 reporting seq 9642, then
 // a read answering 416 with the durable tail 9628, while the appends
 // between waited out a zone halt). While the object store holds the first
 // append, the conditional one waits; when the store comes back, the first

@@ -122,7 +122,7 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 // and fencing tokens on its sequenced state, which counts batches still
 // in flight: answered at once, a 412 would name a tail (or token) that a
 // read after it does not see yet, and that never exists if those batches
-// fail (found by star/verify: a 412 reporting seq 9642, then a read
+// fail (found by star/e2e/verify: a 412 reporting seq 9642, then a read
 // answering 416 with the durable tail 9628, while the batches between
 // waited out a zone halt). Acks are in order, so the latest batch's
 // outcome stands for every earlier one; once it is durable the durable

@@ -26,7 +26,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/sdk"
-	"github.com/starlog/starlog/star/peerbench"
+	"github.com/starlog/starlog/star/e2e/peerbench"
 )
 
 func main() {

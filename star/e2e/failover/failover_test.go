@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/starlog/starlog/star/failover"
+	"github.com/starlog/starlog/star/e2e/failover"
 )
 
 var (

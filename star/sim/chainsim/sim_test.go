@@ -111,7 +111,7 @@ func counts(m map[string]int) string {
 
 func report(t *testing.T, r Result) {
 	t.Helper()
-	t.Errorf("seed %d FAILED: %v\nswarm: %v\nreplay: go test ./shared/chain/chainsim -run 'TestSimSeeds$' -chainsim.seed=%d%s -chainsim.trace\ntrace:\n%s",
+	t.Errorf("seed %d FAILED: %v\nswarm: %v\nreplay: go test ./star/sim/chainsim -run 'TestSimSeeds$' -chainsim.seed=%d%s -chainsim.trace\ntrace:\n%s",
 		r.Swarm.Seed, r.Failure, r.Swarm, r.Swarm.Seed, map[bool]string{true: " -chainsim.all"}[*flagAll], r.Trace)
 }
 

@@ -27,7 +27,7 @@ import (
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auditor"
-	"github.com/starlog/starlog/star/verify"
+	"github.com/starlog/starlog/star/e2e/verify"
 )
 
 // The short run is the default (make test); make soak passes longer
