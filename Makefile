@@ -141,10 +141,13 @@ settle-era:
 ## hands streams off under load, and slows or downs buckets and the metastore;
 ## every 20 s history is checked with porcupine and read back. Per minute: 6
 ## kills, 6 handoffs, 9 bucket/metastore faults and 2 zone-halts (Express epochs
-## halted with one zone black-holed); per 5 minutes (at least one): a 120 s
+## halted with one zone black-holed), 3 deletes and re-creates of a stream
+## (or the whole basin) of the catalog basin under the same names; per 5
+## minutes (at least one): a 120 s
 ## metastore outage on every star (acks counted in 10 s windows). Each outage
 ## adds its 2 minutes to the run. VERIFY_MINUTES (10) sets the length (`make
-## test` runs 12 s with a few faults, one zone-halt and a 3 s outage). Log:
+## test` runs 12 s with a few faults, one zone-halt, two re-creates and a 3 s
+## outage). Log:
 ## build/verify.log.
 VERIFY_MINUTES ?= 10
 verify: sim
@@ -152,7 +155,7 @@ verify: sim
 	@set -o pipefail; m=$(VERIFY_MINUTES); cd star/e2e && $(GO) test -count=1 -timeout $$((m*6+30))m -v -run TestLinearizable ./verify -args \
 	  -verify.duration=$${m}m -verify.round=20s -verify.stars=3 \
 	  -verify.kills=$$((m*6)) -verify.handoffs=$$((m*6)) -verify.store-faults=$$((m*9)) \
-	  -verify.zone-halts=$$((m*2)) -verify.zone-tail=5s \
+	  -verify.zone-halts=$$((m*2)) -verify.zone-tail=5s -verify.recreates=$$((m*3)) \
 	  -verify.meta-outages=$$(((m+4)/5)) -verify.meta-outage=120s -verify.ack-window=10s \
 	  -verify.max-down=4s -verify.max-hold=4s 2>&1 | tee $(CURDIR)/build/verify.log
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/e2e/failover"
 )
 
@@ -44,7 +45,7 @@ func TestFailoverBench(t *testing.T) {
 	bin := os.Getenv("STARLOG_STAR_BIN")
 	if bin == "" {
 		bin = filepath.Join(t.TempDir(), "star")
-		if out, err := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-C", testsvc.RepoRoot(t), "-o", bin, "./star").CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
 		}
 	}

@@ -977,7 +977,7 @@ func buildStar(t *testing.T) string {
 		return bin
 	}
 	bin := filepath.Join(t.TempDir(), "star")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star").CombinedOutput()
+	out, err := exec.Command("go", "build", "-C", testsvc.RepoRoot(t), "-o", bin, "./star").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build star: %v\n%s", err, out)
 	}

@@ -25,17 +25,22 @@ import (
 // endpoints (the next one after each failure), retrying calls until ctx
 // ends (a star may still be restarting), and records each page into h as a
 // read by client id client. It returns the records' hashes by stream,
-// indexed by seq num.
-func ReadBack(ctx context.Context, cs []*sdk.Client, basin string, streams []string, h *History, client int) (map[string][]uint64, error) {
+// indexed by seq num. key names a stream in the history (nil: its name;
+// see Catalog.Key).
+func ReadBack(ctx context.Context, cs []*sdk.Client, basin string, streams []string, key func(string) string, h *History, client int) (map[string][]uint64, error) {
 	got := map[string][]uint64{}
 	next := 0
 	handle := func(name string) *sdk.Stream { return cs[next%len(cs)].Basin(basin).Stream(name) }
 	for _, name := range streams {
+		k := name
+		if key != nil {
+			k = key(name)
+		}
 		var tail api.StreamPosition
 		err := retry(ctx, func() error {
 			call := h.Now()
 			t, err := handle(name).CheckTail(ctx)
-			h.RecordCheckTail(client, name, call, t, err)
+			h.RecordCheckTail(client, k, call, t, err)
 			if err != nil {
 				next++
 			}
@@ -53,7 +58,7 @@ func ReadBack(ctx context.Context, cs []*sdk.Client, basin string, streams []str
 				call := h.Now()
 				var err error
 				b, err = handle(name).Read(ctx, api.ReadRequest{From: api.FromSeqNum, Value: at, Count: &count})
-				h.RecordRead(client, &Input{Stream: name, Kind: KindRead, From: at, Count: count}, call, b, err)
+				h.RecordRead(client, &Input{Stream: k, Kind: KindRead, From: at, Count: count}, call, b, err)
 				if err != nil {
 					next++
 				}
@@ -73,7 +78,7 @@ func ReadBack(ctx context.Context, cs []*sdk.Client, basin string, streams []str
 				at++
 			}
 		}
-		got[name] = recs
+		got[k] = recs
 	}
 	return got, nil
 }
@@ -98,11 +103,16 @@ func retry(ctx context.Context, f func() error) error {
 // VerifyAcks checks every acknowledged record against the read-back: it
 // is at its seq num. It also checks every read of the history against the
 // read-back: no seq num ever read two different records. It returns how
-// many acknowledged records it verified and the violations.
-func VerifyAcks(h *History, readBack map[string][]uint64) (int, []string) {
+// many acknowledged records it verified and the violations. Streams in
+// retired (deleted incarnations, see Catalog.Retired) are skipped: their
+// records are gone by design.
+func VerifyAcks(h *History, readBack map[string][]uint64, retired map[string]bool) (int, []string) {
 	var bad []string
 	verified := 0
 	for _, a := range h.Acks() {
+		if retired[a.Stream] {
+			continue
+		}
 		recs := readBack[a.Stream]
 		for i, r := range a.Records {
 			seq := a.Start + uint64(i)
@@ -121,7 +131,7 @@ func VerifyAcks(h *History, readBack map[string][]uint64) (int, []string) {
 	h.mu.Unlock()
 	for _, op := range ops {
 		in, out := op.Input.(*Input), op.Output.(*Output)
-		if in.Kind != KindRead || out.Outcome != OutOK {
+		if in.Kind != KindRead || out.Outcome != OutOK || retired[in.Stream] {
 			continue
 		}
 		recs := readBack[in.Stream]

@@ -41,6 +41,12 @@ type Workload struct {
 	ReadTimeout time.Duration
 	Seed        uint64
 	Logger      *slog.Logger
+	// Catalog, when set, is the basin of the delete and re-create nemesis:
+	// Basin must be its basin, every operation passes its gate and is
+	// recorded under its stream's current incarnation (Catalog.Key), and
+	// a client starts over (no tail, no token) in a new incarnation.
+	// Durable Streams clients are not run there.
+	Catalog *Catalog
 }
 
 // NewClients builds one SDK client per endpoint that never retries: each
@@ -83,13 +89,13 @@ func (w *Workload) Run(ctx context.Context, h *History) error {
 			c := &client{
 				id: id, stream: name, basin: w.Basin, clients: cs, h: h, readTimeout: w.ReadTimeout,
 				rng:        rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))),
-				appendOnly: k >= w.ClientsPerStream,
+				appendOnly: k >= w.ClientsPerStream, cat: w.Catalog, key: name,
 			}
 			c.noFence = w.DurablePerStream > 0 && si%2 == 0
 			id++
 			wg.Go(func() { c.run(ctx) })
 		}
-		if si%2 != 0 {
+		if si%2 != 0 || w.Catalog != nil {
 			continue
 		}
 		for range w.DurablePerStream {
@@ -119,6 +125,11 @@ type client struct {
 	// noFence: the client sends no fence command (a stream shared with
 	// Durable Streams writers).
 	noFence bool
+	// cat is the delete and re-create nemesis's catalog, if the stream is
+	// in its basin; key is the history's name of the stream's incarnation
+	// the current operation meets (the stream's name without cat).
+	cat *Catalog
+	key string
 
 	ops  int
 	tail uint64
@@ -137,6 +148,16 @@ func (c *client) handle() *sdk.Stream {
 func (c *client) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		c.ops++
+		leave := func() {}
+		if c.cat != nil {
+			var key string
+			key, leave = c.cat.enter(c.stream)
+			if key != c.key {
+				// A new incarnation: what the client knew of the old one
+				// (tail, token) does not hold.
+				c.key, c.tail, c.visible, c.token, c.haveToken = key, 0, 0, "", false
+			}
+		}
 		var failed bool
 		p := c.rng.IntN(100)
 		if c.appendOnly {
@@ -160,6 +181,7 @@ func (c *client) run(ctx context.Context) {
 		default:
 			failed = c.checkTail(ctx)
 		}
+		leave()
 		if failed {
 			// The star is down or restarting: do not spin.
 			select {
@@ -192,7 +214,7 @@ func (c *client) readCtx(ctx context.Context) (context.Context, context.CancelFu
 func (c *client) append(ctx context.Context, match, withToken, fence bool) (failed bool) {
 	n := 1 + c.rng.IntN(5)
 	recs := make([]api.Record, 0, n+1)
-	in := &Input{Stream: c.stream, Kind: KindAppend}
+	in := &Input{Stream: c.key, Kind: KindAppend}
 	var newToken string
 	if fence {
 		if c.rng.IntN(5) == 0 {
@@ -204,7 +226,7 @@ func (c *client) append(ctx context.Context, match, withToken, fence bool) (fail
 		in.FenceTo = &newToken
 	}
 	for i := range n {
-		r := api.Record{Body: fmt.Appendf(nil, "%s/c%d/o%d/r%d", c.stream, c.id, c.ops, i)}
+		r := api.Record{Body: fmt.Appendf(nil, "%s/c%d/o%d/r%d", c.key, c.id, c.ops, i)}
 		if i%2 == 1 {
 			r.Headers = []api.Header{{Name: []byte("k"), Value: fmt.Appendf(nil, "v%d", i)}}
 		}
@@ -258,7 +280,7 @@ func (c *client) read(ctx context.Context) (failed bool) {
 		}
 	}
 	count := uint64(1 + c.rng.IntN(100))
-	in := &Input{Stream: c.stream, Kind: KindRead, From: from, Count: count}
+	in := &Input{Stream: c.key, Kind: KindRead, From: from, Count: count}
 	octx, cancel := c.readCtx(ctx)
 	call := c.h.Now()
 	b, err := c.handle().Read(octx, api.ReadRequest{From: api.FromSeqNum, Value: from, Count: &count})
@@ -269,7 +291,7 @@ func (c *client) read(ctx context.Context) (failed bool) {
 	case err == nil:
 		if n := uint64(len(b.Records)); n < count && from+n < c.visible {
 			c.h.NoteShortRead(fmt.Sprintf("%s: c%d read(%d, %d) returned %d records though seq %d was acknowledged or read before the call",
-				c.stream, c.id, from, count, n, c.visible-1))
+				c.key, c.id, from, count, n, c.visible-1))
 		}
 		if len(b.Records) > 0 {
 			end := b.Records[len(b.Records)-1].SeqNum + 1
@@ -292,7 +314,7 @@ func (c *client) checkTail(ctx context.Context) (failed bool) {
 	call := c.h.Now()
 	t, err := c.handle().CheckTail(octx)
 	cancel()
-	c.h.RecordCheckTail(c.id, c.stream, call, t, err)
+	c.h.RecordCheckTail(c.id, c.key, call, t, err)
 	if err != nil {
 		return true
 	}

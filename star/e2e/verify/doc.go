@@ -37,6 +37,19 @@
 //     and then, for a dead-after bound and more, none exits or changes
 //     incarnation (the supervisor's restarts after it fail the round).
 //
+// A third nemesis, Recreate (recreate.go), works on a basin of its own
+// (the catalog basin, with its own clients in the same history): it
+// deletes one of its streams, or one time in three the whole basin,
+// through a random star, and creates the names again through another
+// star once the stars' --deletion-pending has passed, while the basin's
+// clients wait at a gate. Each incarnation of a name is checked as a
+// stream of its own that starts empty (key "name@i"), so an append a star
+// acknowledges into the deleted stream after the re-create (a leader that
+// was never told of a basin delete, a stale basin cache that resolves the
+// name to the old id) is an acknowledged record the read-back of the new
+// incarnation does not find, and a read serving the old records under
+// the new name is not linearizable.
+//
 // Every even-numbered stream also has Durable Streams clients (durable.go,
 // -verify.durable per stream): idempotent producers appending through the
 // protocol's face (star/durable) of a random star, mixed with the S2
@@ -92,7 +105,7 @@
 // The pieces are separate: Star runs one process, Cluster holds several
 // (and plays the supervisor that restarts an unhealthy star), Fault and
 // Nemesis inject faults (KillRestart, Handoff, StoreFault, ZoneHalt,
-// MetaOutage), Workload drives
+// MetaOutage, Recreate), Workload drives
 // the clients into a History, ReadBack, VerifyAcks and DuplicateAcks do
 // the final read-back, Check runs porcupine, HandoffBlips measures what
 // the clients saw around a handoff.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -57,10 +58,18 @@ var (
 	flagMetaOutage   = flag.Duration("verify.meta-outage", 3*time.Second, "how long a metastore outage holds (make verify: 120s)")
 	flagAckWindow    = flag.Duration("verify.ack-window", time.Second, "during a metastore outage every stream must have an ack in every window this long, unless its leader's backlog budget filled (make verify: 10s)")
 	flagReadTimeout  = flag.Duration("verify.read-timeout", 3*time.Second, "a client gives a read or check-tail up after this long (appends: 10 s); reads that hang on a black-holed bucket must not starve a client's appends")
+	flagRecreates    = flag.Int("verify.recreates", 2, "deletes and re-creates of a stream (or, one time in three, the whole basin) of the catalog basin under the same names over the whole run")
+	flagCatStreams   = flag.Int("verify.catalog-streams", 2, "streams per history in the catalog basin (alternately standard and express; 0: no catalog basin)")
+	flagDelPending   = flag.Duration("verify.deletion-pending", 3*time.Second, "the stars' --deletion-pending: how long a deleted name answers 409 before it may be created again")
 	flagBacklog      = flag.Int("verify.backlog-flights", 1024, "the stars' --s3-chain-backlog-flights (a metastore outage fills it)")
 )
 
 const basin = "starlog-verify"
+
+// catalogBasin is the basin of the delete and re-create nemesis (Recreate):
+// its streams and the basin itself are deleted and created again under
+// the same names while its clients run.
+const catalogBasin = "starlog-verify-catalog"
 
 // The stars' bucket sets (star serve's defaults, passed explicitly so the
 // nemesis knows them).
@@ -77,7 +86,7 @@ func buildStar(t *testing.T) string {
 		return bin
 	}
 	bin := filepath.Join(t.TempDir(), "star")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star").CombinedOutput()
+	out, err := exec.Command("go", "build", "-C", testsvc.RepoRoot(t), "-o", bin, "./star").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build star: %v\n%s", err, out)
 	}
@@ -87,6 +96,7 @@ func buildStar(t *testing.T) string {
 // runFigures are what a run reports (issue 6 asks for them).
 type runFigures struct {
 	stars, kills, handoffs, handoffsFailed, supervised  int
+	recreates, recreatedBasins                          int
 	storeFaults                                         map[string]int
 	histories, ops, acked, verified, definite412        int
 	indefinite, pruned, observed, shortReads, anomalies int
@@ -129,20 +139,25 @@ func TestLinearizable(t *testing.T) {
 		startAuditor(t, dir, *flagAuditor)
 	}
 
-	plan := buildPlan(seed, cluster, withFaults)
 	nem := &Nemesis{Cluster: cluster, Rand: rng, SuperviseGrace: superviseGrace}
 	admins, err := NewClients(cluster.Endpoints(), 30*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	createBasin(t, ctx, admins)
+	createBasin(t, ctx, admins, basin)
+	var cat *Catalog
+	if *flagCatStreams > 0 {
+		cat = NewCatalog(catalogBasin)
+		createBasin(t, ctx, admins, catalogBasin)
+	}
+	plan := buildPlan(seed, cluster, withFaults, cat, admins)
 
 	round := min(*flagRound, *flagDuration)
 	rounds := max(1, int((*flagDuration+round-1)/round))
 	fig := runFigures{stars: len(cluster.Stars), storeFaults: map[string]int{}, checks: map[string][]string{}}
 	for r := range rounds {
 		part := plan[len(plan)*r/rounds : len(plan)*(r+1)/rounds]
-		if !runRound(t, ctx, r, round, part, seed, cluster, nem, admins, &fig) {
+		if !runRound(t, ctx, r, round, part, seed, cluster, cat, nem, admins, &fig) {
 			break
 		}
 	}
@@ -202,6 +217,7 @@ func startCluster(t *testing.T, bin, dir string, n int, withFaults bool) *Cluste
 			// recovery must finish within it too.
 			"--s3-express-flight-deadline", flagExpDeadline.String(),
 			"--s3-chain-backlog-flights", fmt.Sprint(*flagBacklog),
+			"--deletion-pending", flagDelPending.String(),
 			"--log-level", "info"}
 		spec := StarSpec{Binary: bin, Args: args, Env: ClusterEnv(), Endpoint: "http://" + addr, Health: true, ID: id,
 			LogFile: filepath.Join(dir, id+".log")}
@@ -306,9 +322,15 @@ func startAuditor(t *testing.T, dir string, every time.Duration) {
 
 // buildPlan lists the run's faults in a random order: the kills, the
 // handoffs and the store faults (kinds in turn, each turn shuffled).
-func buildPlan(seed uint64, c *Cluster, withFaults bool) []Fault {
+func buildPlan(seed uint64, c *Cluster, withFaults bool, cat *Catalog, admins []*sdk.Client) []Fault {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var plan []Fault
+	if cat != nil {
+		rc := &Recreate{Catalog: cat, Clients: admins, Rand: rand.New(rand.NewPCG(seed, 6)), Timeout: *flagDelPending + time.Minute}
+		for range *flagRecreates {
+			plan = append(plan, rc)
+		}
+	}
 	kill := &KillRestart{MaxDown: *flagMaxDown, Rand: rand.New(rand.NewPCG(seed, 2))}
 	for range *flagKills {
 		plan = append(plan, kill)
@@ -377,9 +399,9 @@ func buildPlan(seed uint64, c *Cluster, withFaults bool) []Fault {
 	return plan
 }
 
-// createBasin creates the run's basin through the first star that takes
-// the call.
-func createBasin(t *testing.T, ctx context.Context, admins []*sdk.Client) {
+// createBasin creates a basin of the run through the first star that
+// takes the call.
+func createBasin(t *testing.T, ctx context.Context, admins []*sdk.Client, basin string) {
 	t.Helper()
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -400,32 +422,20 @@ func createBasin(t *testing.T, ctx context.Context, admins []*sdk.Client) {
 
 // runRound runs one history; it reports false when the run must stop.
 func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []Fault, seed uint64,
-	cluster *Cluster, nem *Nemesis, admins []*sdk.Client, fig *runFigures) bool {
+	cluster *Cluster, cat *Catalog, nem *Nemesis, admins []*sdk.Client, fig *runFigures) bool {
 	t.Helper()
-	streams := make([]string, *flagStreams)
+	streams, classes := createStreams(t, ctx, r, admins, basin, "lin", *flagStreams)
 	var express []string
-	for i := range streams {
-		streams[i] = fmt.Sprintf("lin-r%d-s%d", r, i)
-		class := api.StorageStandard
-		if i%2 == 1 {
-			class = api.StorageExpress
+	for i, c := range classes {
+		if c == api.StorageExpress {
 			express = append(express, streams[i])
 		}
-		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		attempt := 0
-		err := retry(cctx, func() error {
-			attempt++
-			_, err := admins[(r+i+attempt)%len(admins)].Basin(basin).CreateStream(cctx, streams[i], &api.StreamConfig{StorageClass: &class})
-			var ae *api.Error
-			if errors.As(err, &ae) && ae.Status == 409 {
-				return nil // an earlier attempt created it
-			}
-			return err
-		})
-		cancel()
-		if err != nil {
-			t.Fatalf("round %d: create stream %s: %v", r, streams[i], err)
-		}
+	}
+	var catStreams []string
+	if cat != nil {
+		var catClasses []api.StorageClass
+		catStreams, catClasses = createStreams(t, ctx, r, admins, cat.Basin, "cat", *flagCatStreams)
+		cat.SetStreams(catStreams, catClasses)
 	}
 	cluster.SetStreams(streams)
 	cluster.SetExpress(express)
@@ -465,8 +475,22 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		case <-cctx.Done():
 		}
 	}()
+	catDone := make(chan error, 1)
+	if cat != nil {
+		// The catalog basin's clients run beside the others, into the
+		// same history, under the Recreate faults' gate.
+		wc := &Workload{Endpoints: cluster.Endpoints(), Basin: cat.Basin, Streams: catStreams, Catalog: cat,
+			ClientsPerStream: *flagClients, AppendersPerStream: *flagAppenders,
+			Seed: seed + uint64(r) + 1<<32, ReadTimeout: *flagReadTimeout}
+		go func() { catDone <- wc.Run(cctx, h) }()
+	} else {
+		catDone <- nil
+	}
 	if err := w.Run(cctx, h); err != nil {
 		t.Fatalf("round %d: clients: %v", r, err)
+	}
+	if err := <-catDone; err != nil {
+		t.Fatalf("round %d: catalog clients: %v", r, err)
 	}
 	<-nemDone
 	if nr.err != nil {
@@ -485,6 +509,12 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 			t.Logf("round %d: handoff not done: %s", r, ev.Detail)
 		case ev.Fault == "handoff":
 			fig.handoffs++
+		case ev.Fault == "delete+recreate":
+			fig.recreates++
+			if strings.HasPrefix(ev.Detail, "basin ") {
+				fig.recreatedBasins++
+			}
+			t.Logf("round %d: %s", r, ev.Detail)
 		case ev.Fault == "supervisor-restart":
 		case ev.Failed:
 			t.Logf("round %d: %s not done: %s", r, ev.Fault, ev.Detail)
@@ -506,13 +536,21 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		return false
 	}
 	order := append(slices.Clone(admins[r%len(admins):]), admins[:r%len(admins)]...)
-	readBack, err := ReadBack(rb, order, basin, streams, h, len(streams)*(*flagClients+*flagAppenders+*flagDurable))
+	readers := (len(streams) + len(catStreams)) * (*flagClients + *flagAppenders + *flagDurable)
+	readBack, err := ReadBack(rb, order, basin, streams, nil, h, readers)
+	var retired map[string]bool
+	if err == nil && cat != nil {
+		var rc map[string][]uint64
+		rc, err = ReadBack(rb, order, cat.Basin, catStreams, cat.Key, h, readers+1)
+		maps.Copy(readBack, rc)
+		retired = cat.Retired()
+	}
 	if err != nil {
 		t.Errorf("round %d: %v", r, err)
 		dumpStars(t, cluster)
 		return false
 	}
-	verified, bad := VerifyAcks(h, readBack)
+	verified, bad := VerifyAcks(h, readBack, retired)
 	bad = append(append(append(h.Anomalies(), h.CheckReports()...), DuplicateAcks(h.Acks())...), bad...)
 	bad = append(bad, faultChecks(t, r, h, nr.evs, fig)...)
 
@@ -593,6 +631,39 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		return false
 	}
 	return true
+}
+
+// createStreams creates the round's n streams of basin, named
+// <prefix>-r<round>-s<i>, alternately Standard and Express, through
+// the stars in turn; it returns their names and classes.
+func createStreams(t *testing.T, ctx context.Context, r int, admins []*sdk.Client, basin, prefix string, n int) ([]string, []api.StorageClass) {
+	t.Helper()
+	streams := make([]string, n)
+	classes := make([]api.StorageClass, n)
+	for i := range streams {
+		streams[i] = fmt.Sprintf("%s-r%d-s%d", prefix, r, i)
+		class := api.StorageStandard
+		if i%2 == 1 {
+			class = api.StorageExpress
+		}
+		classes[i] = class
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		attempt := 0
+		err := retry(cctx, func() error {
+			attempt++
+			_, err := admins[(r+i+attempt)%len(admins)].Basin(basin).CreateStream(cctx, streams[i], &api.StreamConfig{StorageClass: &class})
+			var ae *api.Error
+			if errors.As(err, &ae) && ae.Status == 409 {
+				return nil // an earlier attempt created it
+			}
+			return err
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: create stream %s/%s: %v", r, basin, streams[i], err)
+		}
+	}
+	return streams, classes
 }
 
 // faultChecks collects what the faults found while they ran, runs their
@@ -693,6 +764,7 @@ func reportFigures(t *testing.T, fig *runFigures, rounds int) {
 	fmt.Fprintf(&b, "figures (%d stars):\n", fig.stars)
 	fmt.Fprintf(&b, "  kill -9s survived: %d (restart to serving p50 %v, max %v)\n", fig.kills, Quantile(fig.restart, 0.5), Quantile(fig.restart, 1))
 	fmt.Fprintf(&b, "  handoffs under load: %d (%d not done)\n", fig.handoffs, fig.handoffsFailed)
+	fmt.Fprintf(&b, "  deletes and re-creates under the same names: %d (%d of the whole basin)\n", fig.recreates, fig.recreatedBasins)
 	fmt.Fprintf(&b, "  handoff blip (longest acked append around it / longest time without an ack on its stream from its start):\n"+
 		"    %d clean handoffs (no other fault within %v): median %v / %v, max %v / %v\n"+
 		"    all handoffs: median %v / %v, max %v / %v\n"+

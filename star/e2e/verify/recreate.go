@@ -1,0 +1,215 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/sdk"
+)
+
+// Catalog is the basin of the delete and re-create nemesis (Recreate) and
+// what its clients need to know of it: the round's streams, the
+// incarnation of each name (how many times it was deleted and created
+// again), and a gate every client operation on the basin passes.
+//
+// A client holds the gate's read side for one operation; Recreate holds
+// its write side from before the delete until the name is created again,
+// so every operation meets exactly one incarnation of its stream and the
+// history can name it: the key of stream s in incarnation i is "s@i", and
+// each key is checked as a stream of its own that starts empty. What the
+// delete protects is then checked where it can fail: an append that a
+// star acknowledges into the deleted stream after the re-create (a leader
+// that never learnt of the delete, a stale cache that resolved the name
+// to the old id) is an acknowledged record of the new incarnation that
+// its read-back does not find, and a read that serves the old records
+// under the new name is not linearizable.
+type Catalog struct {
+	Basin string
+
+	gate    sync.RWMutex
+	mu      sync.Mutex
+	streams []string
+	class   map[string]api.StorageClass
+	inc     map[string]int
+}
+
+// NewCatalog returns the catalog of basin.
+func NewCatalog(basin string) *Catalog {
+	return &Catalog{Basin: basin, class: map[string]api.StorageClass{}, inc: map[string]int{}}
+}
+
+// SetStreams sets the round's streams (created by the caller) and their
+// storage classes (a re-create uses the same).
+func (c *Catalog) SetStreams(streams []string, classes []api.StorageClass) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.streams = append([]string(nil), streams...)
+	for i, s := range streams {
+		c.class[s] = classes[i]
+	}
+}
+
+// Streams is the round's streams.
+func (c *Catalog) Streams() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.streams...)
+}
+
+// Key is the history's name of stream's current incarnation.
+func (c *Catalog) Key(stream string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%s@%d", stream, c.inc[stream])
+}
+
+// Retired lists the keys of the round's streams' deleted incarnations:
+// their acknowledged records are gone with them, so the read-back has
+// nothing to find there (their histories are still checked).
+func (c *Catalog) Retired() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]bool{}
+	for _, s := range c.streams {
+		for i := range c.inc[s] {
+			out[fmt.Sprintf("%s@%d", s, i)] = true
+		}
+	}
+	return out
+}
+
+// enter admits one client operation on stream: it returns the key of
+// the incarnation the operation meets and the function that ends it.
+func (c *Catalog) enter(stream string) (key string, leave func()) {
+	c.gate.RLock()
+	return c.Key(stream), c.gate.RUnlock
+}
+
+// Recreate deletes a stream of the catalog's basin, or the whole basin,
+// through a random star, and creates it again under the same names (the
+// same storage classes), through another star when there is one. The
+// catalog's clients wait meanwhile (see Catalog). A deleted name answers
+// 409 until the stars' --deletion-pending has passed, so the fault lasts
+// at least that long.
+type Recreate struct {
+	Catalog *Catalog
+	Clients []*sdk.Client
+	Rand    *rand.Rand
+	// Timeout bounds the whole fault (default 1 min).
+	Timeout time.Duration
+	mu      sync.Mutex
+}
+
+// Name implements Fault.
+func (*Recreate) Name() string { return "delete+recreate" }
+
+// Inject implements Fault.
+func (r *Recreate) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
+	ev := FaultEvent{Fault: r.Name(), Star: -1}
+	cat := r.Catalog
+	streams := cat.Streams()
+	if len(streams) == 0 {
+		ev.Failed, ev.Detail = true, "no stream"
+		return ev, nil
+	}
+	r.mu.Lock()
+	wholeBasin := r.Rand.IntN(3) == 0
+	victim := streams[r.Rand.IntN(len(streams))]
+	via := r.Rand.IntN(len(r.Clients))
+	again := via
+	if len(r.Clients) > 1 {
+		again = (via + 1 + r.Rand.IntN(len(r.Clients)-1)) % len(r.Clients)
+	}
+	r.mu.Unlock()
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	t0 := time.Now()
+	cat.gate.Lock() // waits for the operations under way (each bounded)
+	defer cat.gate.Unlock()
+	gone := []string{victim}
+	what := fmt.Sprintf("stream %s/%s", cat.Basin, victim)
+	if wholeBasin {
+		gone, what = streams, "basin "+cat.Basin
+	}
+	ev.Stream = victim
+	deleted := time.Now()
+	err := retryDone(fctx, deleteDone, func() error {
+		if wholeBasin {
+			return r.Clients[via].DeleteBasin(fctx, cat.Basin)
+		}
+		return r.Clients[via].Basin(cat.Basin).DeleteStream(fctx, victim)
+	})
+	if err != nil {
+		return ev, fmt.Errorf("delete %s via star %d: %w", what, via+1, err)
+	}
+	deleteTook := time.Since(deleted)
+	// Created again through another star (409 while the deletion is
+	// pending: retry answers 409 by trying again).
+	if wholeBasin {
+		err := retryDone(fctx, createDone, func() error {
+			_, err := r.Clients[again].CreateBasin(fctx, cat.Basin, &api.BasinConfig{})
+			return err
+		})
+		if err != nil {
+			return ev, fmt.Errorf("re-create %s via star %d: %w", what, again+1, err)
+		}
+	}
+	for _, s := range gone {
+		cat.mu.Lock()
+		class := cat.class[s]
+		cat.mu.Unlock()
+		err := retryDone(fctx, createDone, func() error {
+			_, err := r.Clients[again].Basin(cat.Basin).CreateStream(fctx, s, &api.StreamConfig{StorageClass: &class})
+			return err
+		})
+		if err != nil {
+			return ev, fmt.Errorf("re-create stream %s/%s via star %d: %w", cat.Basin, s, again+1, err)
+		}
+	}
+	cat.mu.Lock()
+	for _, s := range gone {
+		cat.inc[s]++
+	}
+	cat.mu.Unlock()
+	ev.Recovered = time.Since(t0)
+	ev.Detail = fmt.Sprintf("%s deleted via star %d (%v), re-created via star %d after %v",
+		what, via+1, deleteTook.Round(time.Millisecond), again+1, time.Since(deleted).Round(time.Millisecond))
+	return ev, nil
+}
+
+// retryDone is retry for a delete or a create, whose earlier attempt
+// may have taken effect without an answer: after a first attempt, an
+// error that done accepts means the call's work is done.
+func retryDone(ctx context.Context, done func(*api.Error) bool, f func() error) error {
+	tried := false
+	return retry(ctx, func() error {
+		err := f()
+		if ae, ok := errors.AsType[*api.Error](err); ok && tried && done(ae) {
+			return nil
+		}
+		tried = true
+		return err
+	})
+}
+
+// deleteDone: the name is gone, or its deletion pending.
+func deleteDone(ae *api.Error) bool {
+	switch ae.Code {
+	case api.CodeBasinNotFound, api.CodeStreamNotFound, api.CodeBasinDeletionPending, api.CodeStreamDeletionPending:
+		return true
+	}
+	return false
+}
+
+// createDone: the name exists (the attempt without an answer made it).
+func createDone(ae *api.Error) bool { return ae.Code == api.CodeResourceAlreadyExists }
