@@ -36,6 +36,11 @@ const (
 	maxSubBody = 256 << 10
 	// maxDescription bounds a subscription's description.
 	maxDescription = 1024
+	// maxPatternBytes bounds a subscription's pattern as a stream name is
+	// bounded (api.MaxStreamNameLen): with the matcher's cost the product
+	// of the two segment counts, one match costs at most about 257 × 257
+	// steps (BenchmarkGlobMatchAtTheMaxima).
+	maxPatternBytes = 512
 )
 
 // Subscription types.
@@ -126,6 +131,9 @@ func parseSubConfig(body []byte) (subConfig, *subError) {
 		return subConfig{}, invalidReq(`type must be "webhook" or "pull-wake"`)
 	}
 	if in.Pattern != nil && *in.Pattern != "" {
+		if len(*in.Pattern) > maxPatternBytes {
+			return subConfig{}, invalidReq("pattern is at most %d bytes", maxPatternBytes)
+		}
 		c.Pattern = normPath(*in.Pattern)
 		if err := checkRelPath(c.Pattern); err != nil {
 			return subConfig{}, invalidReq("pattern: %s", err)
@@ -205,33 +213,35 @@ func checkRelPath(p string) error {
 const reservedSegment = "__ds"
 
 // globMatch matches a root-relative path against a pattern: "*" is one
-// whole segment, "**" zero or more; other segments match literally.
+// whole segment, "**" zero or more; other segments match literally. It
+// runs in O(segments(pattern) × segments(path)) time whatever the pattern
+// (a backtracking matcher is exponential in the number of "**" segments:
+// nine of them against a 41-segment name cost seconds).
 func globMatch(pattern, path string) bool {
 	return globSegs(strings.Split(pattern, "/"), strings.Split(path, "/"))
 }
 
+// globSegs is globMatch on segments. After pattern segment i, m[j] says
+// whether pat[:i+1] matches segs[:j]; one row is kept.
 func globSegs(pat, segs []string) bool {
-	for len(pat) > 0 {
-		switch pat[0] {
-		case "**":
-			for i := 0; i <= len(segs); i++ {
-				if globSegs(pat[1:], segs[i:]) {
-					return true
-				}
+	m := make([]bool, len(segs)+1)
+	m[0] = true // the empty pattern matches the empty path
+	for _, p := range pat {
+		if p == "**" {
+			// Zero or more segments: any prefix matched so far extends.
+			for j := 1; j <= len(segs); j++ {
+				m[j] = m[j] || m[j-1]
 			}
-			return false
-		case "*":
-			if len(segs) == 0 || segs[0] == "" {
-				return false
-			}
-		default:
-			if len(segs) == 0 || segs[0] != pat[0] {
-				return false
-			}
+			continue
 		}
-		pat, segs = pat[1:], segs[1:]
+		// One segment: "*" any non-empty one, else the literal. Right to
+		// left, so m[j-1] is still the previous row's.
+		for j := len(segs); j >= 1; j-- {
+			m[j] = m[j-1] && (p == "*" && segs[j-1] != "" || p != "*" && segs[j-1] == p)
+		}
+		m[0] = false
 	}
-	return len(segs) == 0
+	return m[len(segs)]
 }
 
 // globPrefix is the literal part of a pattern before its first wildcard

@@ -166,10 +166,17 @@ func (m *subManager) each(n int, f func(int)) {
 }
 
 // onAppended passes over the cached subscriptions the names appended
-// since the last call fall under.
+// since the last call fall under. The driver's lock is held only to take
+// the names and the candidate rows: an append's notify waits on it, so
+// the pattern matching runs after it is released.
 func (m *subManager) onAppended() {
 	now := time.Now()
-	var jobs []passJob
+	type candidate struct {
+		k   meta.Key
+		row subRow
+		rel string
+	}
+	var cands []candidate
 	m.mu.Lock()
 	names := m.appended
 	m.appended = make(map[string]struct{}, len(names))
@@ -186,22 +193,32 @@ func (m *subManager) onAppended() {
 			}
 			for k := range keys {
 				c := m.cache[k]
-				rel, ok := c.row.relative(name)
-				if !ok {
-					continue
-				}
-				linked := c.row.link(rel) != nil
-				switch {
-				case !linked && !c.row.globs(rel):
-				case linked && c.row.inFlight() && !c.row.leaseExpired(now):
-					m.busy[k] = now
-				default:
-					jobs = append(jobs, passJob{c.row, []string{rel}, trigAppend})
+				if rel, ok := c.row.relative(name); ok {
+					cands = append(cands, candidate{k, c.row, rel})
 				}
 			}
 		}
 	}
 	m.mu.Unlock()
+	var jobs []passJob
+	var busy []meta.Key
+	for _, c := range cands {
+		linked := c.row.link(c.rel) != nil
+		switch {
+		case !linked && !c.row.globs(c.rel):
+		case linked && c.row.inFlight() && !c.row.leaseExpired(now):
+			busy = append(busy, c.k)
+		default:
+			jobs = append(jobs, passJob{c.row, []string{c.rel}, trigAppend})
+		}
+	}
+	if len(busy) > 0 {
+		m.mu.Lock()
+		for _, k := range busy {
+			m.busy[k] = now
+		}
+		m.mu.Unlock()
+	}
 	m.passAll(jobs)
 }
 
