@@ -142,12 +142,29 @@ func (r *Recreate) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 		gone, what = streams, "basin "+cat.Basin
 	}
 	ev.Stream = victim
+	// A star that answers "not found" for a name that exists (a basin
+	// or stream the fault created through another star) judged it from
+	// a stale catalog cache: a violation; the call goes to the next star.
+	wrongly := func(star int, call string, err error) bool {
+		ae, ok := errors.AsType[*api.Error](err)
+		if !ok || ae.Code != api.CodeBasinNotFound && ae.Code != api.CodeStreamNotFound {
+			return false
+		}
+		ev.Violations = append(ev.Violations, fmt.Sprintf("star %d answered %v to %s, which exists", star+1, err, call))
+		return true
+	}
 	deleted := time.Now()
 	err := retryDone(fctx, deleteDone, func() error {
 		if wholeBasin {
 			return r.Clients[via].DeleteBasin(fctx, cat.Basin)
 		}
 		return r.Clients[via].Basin(cat.Basin).DeleteStream(fctx, victim)
+	}, func(err error) bool {
+		if wrongly(via, "delete "+what, err) {
+			via = (via + 1) % len(r.Clients)
+			return true
+		}
+		return false
 	})
 	if err != nil {
 		return ev, fmt.Errorf("delete %s via star %d: %w", what, via+1, err)
@@ -159,7 +176,7 @@ func (r *Recreate) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 		err := retryDone(fctx, createDone, func() error {
 			_, err := r.Clients[again].CreateBasin(fctx, cat.Basin, &api.BasinConfig{})
 			return err
-		})
+		}, nil)
 		if err != nil {
 			return ev, fmt.Errorf("re-create %s via star %d: %w", what, again+1, err)
 		}
@@ -171,6 +188,12 @@ func (r *Recreate) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 		err := retryDone(fctx, createDone, func() error {
 			_, err := r.Clients[again].Basin(cat.Basin).CreateStream(fctx, s, &api.StreamConfig{StorageClass: &class})
 			return err
+		}, func(err error) bool {
+			if wrongly(again, "create stream "+s+" in basin "+cat.Basin, err) {
+				again = (again + 1) % len(r.Clients)
+				return true
+			}
+			return false
 		})
 		if err != nil {
 			return ev, fmt.Errorf("re-create stream %s/%s via star %d: %w", cat.Basin, s, again+1, err)
@@ -187,20 +210,34 @@ func (r *Recreate) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 	return ev, nil
 }
 
-// retryDone is retry for a delete or a create, whose earlier attempt
-// may have taken effect without an answer: after a first attempt, an
-// error that done accepts means the call's work is done.
-func retryDone(ctx context.Context, done func(*api.Error) bool, f func() error) error {
-	tried := false
+// retryDone is retry for a delete or a create, whose attempt may take
+// effect without an answer: once an attempt failed indefinitely, an error
+// that done accepts means the call's work is done. Before that, a
+// definite error that wrong accepts (it judged the error wrong, and chose
+// another star) is tried again.
+func retryDone(ctx context.Context, done func(*api.Error) bool, f func() error, wrong func(error) bool) error {
+	mayHaveActed := false
 	return retry(ctx, func() error {
 		err := f()
-		if ae, ok := errors.AsType[*api.Error](err); ok && tried && done(ae) {
+		if err == nil {
 			return nil
 		}
-		tried = true
+		ae, isAPI := errors.AsType[*api.Error](err)
+		switch {
+		case isAPI && mayHaveActed && done(ae):
+			return nil
+		case !mayHaveActed && wrong != nil && wrong(err):
+			return errRetry
+		case !sdk.IsDefinite(err):
+			mayHaveActed = true
+		}
 		return err
 	})
 }
+
+// errRetry makes retry try again (it retries every error that is not a
+// definite API error).
+var errRetry = errors.New("judged from a stale cache: try the next star")
 
 // deleteDone: the name is gone, or its deletion pending.
 func deleteDone(ae *api.Error) bool {
