@@ -149,6 +149,7 @@ type ReclaimReport struct {
 	Deleted  int    // superseded objects deleted
 	Bytes    uint64 // their bytes
 	Resolved int    // decisions to start a new object, done with
+	Orphans  int    // revisions of a stale extension deleted (staleExtension)
 	Pending  int    // entries left for a later pass
 }
 
@@ -211,12 +212,12 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 		return fmt.Errorf("settle: reclaim entry %s does not match its key", it.SK)
 	}
 	rk := meta.RefKey(rc.Stream, rc.First)
-	var unreferenced, done bool
+	var unreferenced, done, gone bool
 	row, err := st.Meta.Get(ctx, rk.PK, rk.SK)
 	switch {
 	case errors.Is(err, meta.ErrNotFound):
 		// A trim or retention deleted the row before the object.
-		unreferenced = true
+		unreferenced, gone = true, true
 	case err != nil:
 		return fmt.Errorf("settle: reclaim %s: read row: %w", it.SK, err)
 	default:
@@ -234,6 +235,8 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 		switch {
 		case s.Revision > rc.Rev:
 			unreferenced = true
+		case rc.Extend && s.Sealed:
+			return staleExtension(ctx, st, it, rc, rep)
 		case !rc.Extend && !rc.Drop:
 			if done, err = followed(ctx, st, rc.Stream, ref.EndSeq); err != nil {
 				return err
@@ -258,6 +261,11 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 		rep.Pending++
 		return nil
 	}
+	if rc.Extend && gone {
+		if err := deleteOrphan(ctx, st, rc, rep); err != nil {
+			return err
+		}
+	}
 	key := format.SettledKey(rc.Basin, rc.Stream, rc.Epoch, rc.First, rc.Rev)
 	if err := st.Objects.Bucket(st.SettledBucket).Delete(ctx, key); err != nil {
 		return fmt.Errorf("settle: delete superseded %s: %w", key, err)
@@ -272,6 +280,52 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 	m.reclaimed.WithLabelValues(kind).Inc()
 	m.reclaimedBytes.WithLabelValues(kind).Add(float64(rc.Bytes))
 	return deleteEntry(ctx, st, it)
+}
+
+// staleExtension handles a decision to extend a row that is sealed: a
+// settler that stalled across the commit of the tail's follower decided
+// afresh after the entry of the first decision was done with. Its
+// extension can never commit (its CAS on the row fails: the seal changed
+// it), so the revision it may have published is named by no row, now or
+// later, and no reader can hold it: it is deleted at once, and the entry
+// becomes a decision not to extend (which the seal made), done with once
+// the follower has committed.
+func staleExtension(ctx context.Context, st *Stores, it meta.Item, rc meta.Reclaim, rep *ReclaimReport) error {
+	key := format.SettledKey(rc.Basin, rc.Stream, rc.Epoch, rc.First, rc.Rev+1)
+	if err := st.Objects.Bucket(st.SettledBucket).Delete(ctx, key); err != nil {
+		return fmt.Errorf("settle: delete orphaned revision %s: %w", key, err)
+	}
+	rep.Orphans++
+	st.metrics().reclaimed.WithLabelValues("orphaned").Inc()
+	rc.Extend = false
+	if _, err := st.Meta.Put(ctx, it.PK, it.SK, meta.Encode(rc), meta.IfVer(it.Ver)); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("settle: reclaim entry %s: %w", it.SK, err)
+	}
+	rep.Pending++
+	return nil
+}
+
+// deleteOrphan deletes the revision after rc's when no row and no entry
+// name it, before the entry of a decision to extend goes with its object
+// (the row is gone: a trim deleted it). A revision that was committed has
+// its own entry until its object is deleted (the trim marked it Drop
+// before deleting the row), so one without an entry is either deleted
+// already or was published by an extension that never committed (a stale
+// one, staleExtension, whose row a trim deleted first).
+func deleteOrphan(ctx context.Context, st *Stores, rc meta.Reclaim, rep *ReclaimReport) error {
+	k := meta.ReclaimKey(rc.Stream, rc.Epoch, rc.First, rc.Rev+1)
+	_, err := st.Meta.Get(ctx, k.PK, k.SK)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, meta.ErrNotFound):
+		return fmt.Errorf("settle: reclaim: read entry %s: %w", k.SK, err)
+	}
+	key := format.SettledKey(rc.Basin, rc.Stream, rc.Epoch, rc.First, rc.Rev+1)
+	if err := st.Objects.Bucket(st.SettledBucket).Delete(ctx, key); err != nil {
+		return fmt.Errorf("settle: delete orphaned revision %s: %w", key, err)
+	}
+	return nil
 }
 
 // followed reports whether a catalog row starts at end: the object after
