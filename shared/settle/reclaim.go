@@ -19,7 +19,10 @@ func recentWindow(grace time.Duration) time.Duration { return 2 * grace }
 // starts after it, and records the decision (IfAbsent) before anything is
 // published, so a re-run (or a concurrent settler, or a settle from
 // another chain) follows the first decision and never publishes the other
-// object: the entry is the one place the decision lives. The tail is
+// object: the entry is where the decision lives until a decision not to
+// extend is sealed into the tail's row (seal), which is what keeps a
+// settler that decides afresh after the entry is gone from extending a
+// followed tail. The tail is
 // extended only while its superseded revisions that may still stand,
 // itself included, stay within the output cap, which bounds what a stream
 // stores beyond its retained bytes by one output cap (docs/settle.md,
