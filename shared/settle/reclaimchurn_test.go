@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -102,31 +101,15 @@ func runChurn(tb testing.TB, perMinute, streams, minutes int) churnResult {
 	return res
 }
 
-func envInts(name string, def []int) []int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
+// envInts is envList's numbers.
+func envInts(name, def string) []int {
 	var out []int
-	for _, f := range splitComma(v) {
+	for _, f := range envList(name, def) {
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", name, err))
 		}
 		out = append(out, n)
-	}
-	return out
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != ',' {
-			i++
-		}
-		out = append(out, s[:i])
-		s = s[min(i+1, len(s)):]
 	}
 	return out
 }
@@ -142,9 +125,9 @@ func splitComma(s string) []string {
 // the most entries standing, and the metastore reads and list pages a
 // pass makes. Run: go test -run '^$' -bench ReclaimChurn -benchtime 1x ./shared/settle/
 func BenchmarkReclaimChurn(b *testing.B) {
-	streams := envInts("RECLAIM_CHURN_STREAMS", []int{10_000})[0]
-	minutes := envInts("RECLAIM_CHURN_MINUTES", []int{30})[0]
-	for _, rate := range envInts("RECLAIM_CHURN_RATES", []int{1000, 2000, 4000}) {
+	streams := envInts("RECLAIM_CHURN_STREAMS", "10000")[0]
+	minutes := envInts("RECLAIM_CHURN_MINUTES", "30")[0]
+	for _, rate := range envInts("RECLAIM_CHURN_RATES", "1000,2000,4000") {
 		b.Run(fmt.Sprintf("per-minute=%d", rate), func(b *testing.B) {
 			var r churnResult
 			for range b.N {
