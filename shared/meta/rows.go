@@ -272,6 +272,10 @@ type Settled struct {
 	// which may still be in storage: the settle extends the object only
 	// while they and the object together stay within the output cap.
 	Recent []Superseded `json:"recent,omitempty"`
+	// Sealed: a settle decided that the next object starts after this one
+	// (written by CAS before that object commits), so this row is never
+	// extended again and, once followed, never changes (docs/settle.md).
+	Sealed bool `json:"sealed,omitempty"`
 }
 
 // Superseded is a revision of a settled object replaced at unix ms At.

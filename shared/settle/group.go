@@ -458,6 +458,11 @@ func settleRound(ctx context.Context, st *Stores, cache *fetchCache, era *eraSet
 			tail = nil // the tail stays as it is; a new object follows it
 		}
 	}
+	if tail == nil && w.view.base != nil && !w.view.base.Ref.Settled.Sealed {
+		if err := seal(ctx, st, w); err != nil {
+			return false, err
+		}
+	}
 	p := planObject(tail, window, cfg.OutputCap)
 	if tail != nil {
 		s := tail.row.Ref.Settled
@@ -536,12 +541,38 @@ func deleteRef(ctx context.Context, ms meta.Store, id string, r refRow) error {
 	return errRaced
 }
 
+// seal marks the stream's greatest catalog row Sealed, by CAS on the
+// version the view read, before the object that follows it is published:
+// no settle extends a sealed row, and an extension by a settler that read
+// the row before the seal fails its CAS. So the pivot of a follower
+// commits only after its tail can no longer change, and the extension and
+// the follower can never both commit, whatever a stalled settler decides
+// later (the decision entry, which the reclaim deletes once the follower
+// committed, is not what keeps them apart). A lost CAS is errRaced.
+func seal(ctx context.Context, st *Stores, w *streamWork) error {
+	b := w.view.base
+	r := b.Ref
+	s := *r.Settled
+	s.Sealed = true
+	r.Settled = &s
+	k := meta.RefKey(w.id, r.FirstSeq)
+	ver, err := st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(r), meta.IfVer(b.Ver))
+	if errors.Is(err, meta.ErrConditionFailed) {
+		return errRaced
+	}
+	if err != nil {
+		return fmt.Errorf("settle: seal catalog row %s/%s: %w", k.PK, k.SK, err)
+	}
+	w.view.base = &refRow{Ver: ver, Ref: r}
+	return nil
+}
+
 // loadTail returns the stream's tail object when the next object should
-// extend it: the greatest catalog row, whose object is below the output
-// cap and starts at the row.
+// extend it: the greatest catalog row, not sealed, whose object is below
+// the output cap and starts at the row.
 func loadTail(ctx context.Context, st *Stores, w *streamWork, outputCap uint64) (*tailObj, error) {
 	b := w.view.base
-	if b == nil || b.Ref.Settled.Bytes >= outputCap || b.Ref.Settled.FirstSeq != b.Ref.FirstSeq {
+	if b == nil || b.Ref.Settled.Sealed || b.Ref.Settled.Bytes >= outputCap || b.Ref.Settled.FirstSeq != b.Ref.FirstSeq {
 		return nil, nil
 	}
 	s := b.Ref.Settled

@@ -36,7 +36,8 @@ type Metrics struct {
 	markers      *prometheus.CounterVec
 	slotsTrimmed *prometheus.CounterVec
 	// reclaimed and reclaimedBytes count settled objects deleted, by kind:
-	// "superseded" revisions, or "trimmed" rows' objects.
+	// "superseded" revisions, "trimmed" rows' objects, or "orphaned"
+	// revisions of a stale extension (no bytes counted).
 	reclaimed      *prometheus.CounterVec
 	reclaimedBytes *prometheus.CounterVec
 	// rowsReclaimed counts ref rows deleted by kind: "trimmed" (retention

@@ -54,7 +54,9 @@ const maxTrimRows = 1024
 // row it keeps, so the rows left still chain from the new first seq. The
 // stream's greatest catalog row is never deleted (nor any span ref): it
 // carries the stream's tail, which a re-opened leader and check-tail
-// read, and it is the only row a settle changes, so this never races one.
+// read. A settle changes a catalog row only while it is the greatest (an
+// extension, or the seal before a follower commits: seal), and this
+// deletes only rows another catalog row follows, so it never races one.
 //
 // Rows go before objects: the row's object first gets a reclaim entry
 // marked Drop, then the row is deleted, and the reclaim pass deletes the
