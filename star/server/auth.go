@@ -127,9 +127,10 @@ func (s *Server) authorize(r *http.Request, rt route, internal bool) (auth.Princ
 		s.authDecisions.WithLabelValues(authInternal).Inc()
 		return auth.AdminPrincipal(), rt, nil
 	}
-	p, result, err := s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
+	p, result, err := s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")), s.authClient(r, internal))
 	if err != nil {
 		s.authDecisions.WithLabelValues(result).Inc()
+		err = s.countFailedAuth(r, err)
 		if internalRoute(rt.kind) && err.Status == http.StatusUnauthorized {
 			err = auth.Unauthenticated("%s is starlog's internal endpoint: it needs the cluster's internal credential (%s)", rt.kind, auth.HeaderInternal)
 		}

@@ -66,9 +66,13 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 	default:
 		var result string
 		var err *api.Error
-		p, result, err = s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
+		p, result, err = s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")), s.authClient(r, internal))
 		s.authDecisions.WithLabelValues(result).Inc()
 		if err != nil {
+			err = s.countFailedAuth(r, err)
+			if err.RetryAfter > 0 {
+				w.Header().Set(api.HeaderRetryAfter, strconv.FormatInt(max(int64((err.RetryAfter+time.Second-1)/time.Second), 1), 10))
+			}
 			s.ds.Refuse(w, r, err.Status, err.Message)
 			return
 		}

@@ -101,6 +101,33 @@ func clientIP(addr string) string {
 	return addr
 }
 
+// authClient is who a token check is counted against (tokenStore's
+// lookup bound): the client's address, or no one for a peer's forward
+// (it carries the internal credential; the star that took the request
+// counted the check).
+func (s *Server) authClient(r *http.Request, internal bool) string {
+	if internal && r.Header.Get(HeaderForwardedBy) != "" {
+		return ""
+	}
+	return "ip:" + clientIP(r.RemoteAddr)
+}
+
+// countFailedAuth counts a request refused for its credentials against
+// its client's per-client rate (when one is set): it has no token to be
+// counted under, so its address pays, and a client that keeps failing
+// runs out of requests as one that keeps succeeding does: past the rate
+// its refusal is a 429 rather than a 401.
+func (s *Server) countFailedAuth(r *http.Request, err *api.Error) *api.Error {
+	if s.clients == nil || err.Status != http.StatusUnauthorized || r.Header.Get(HeaderForwardedBy) != "" {
+		return err
+	}
+	if wait, ok := s.clients.Take("ip:"+clientIP(r.RemoteAddr), 1, time.Now()); !ok {
+		s.n.CountRateLimited(node.RateLimitClient)
+		return api.RateLimitedAfter(wait, "this client's request rate limit is exceeded (requests refused for their credentials count too); retry after %v", wait.Round(time.Millisecond))
+	}
+	return err
+}
+
 // withClientConn names the client connection of an append (see
 // node.WithClient): the peer's word for it on a forwarded request, else
 // the connection's remote address.

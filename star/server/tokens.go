@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/ratelimit"
 )
 
 // Token verification and the /v1/access-tokens endpoints. A token's row
@@ -36,6 +37,16 @@ const (
 	tokenCacheMax = 4096
 	// tokenReadTimeout bounds one metastore call of the token store.
 	tokenReadTimeout = 5 * time.Second
+	// TokenLookupsPerSec and TokenLookupBurst bound, per client address,
+	// the token checks that must read the metastore: a token this star
+	// has not seen (or saw rejected) within TokenCacheTTL. Each costs one
+	// read, so without a bound a client inventing tokens spends the
+	// metastore's reads at will (about 4,500 a second from one client was
+	// measured). A client that keeps its tokens costs one check per token
+	// per TokenCacheTTL, and a refresh of a token verified before is not
+	// counted; past the bound the answer is 429 with no read.
+	TokenLookupsPerSec = 20
+	TokenLookupBurst   = 100
 )
 
 // tokenRow is the value of a token's row.
@@ -56,12 +67,17 @@ type tokenStore struct {
 	meta meta.Store
 	now  func() time.Time
 
+	// lookups bounds, per client address, the checks that read the
+	// metastore for a token not known to be valid (TokenLookupsPerSec).
+	lookups *ratelimit.Keyed
+
 	mu    sync.Mutex
 	cache map[string]cacheEntry // by keyed hash
 }
 
 func newTokenStore(keys auth.Keys, ms meta.Store) *tokenStore {
-	return &tokenStore{keys: keys, meta: ms, now: time.Now, cache: make(map[string]cacheEntry)}
+	return &tokenStore{keys: keys, meta: ms, now: time.Now, cache: make(map[string]cacheEntry),
+		lookups: ratelimit.NewKeyed(TokenLookupsPerSec, TokenLookupBurst, 0)}
 }
 
 // authResult labels of starlog_auth_decisions_total.
@@ -76,11 +92,15 @@ const (
 	authDenied    = "denied"
 	authStale     = "stale"
 	authError     = "error"
+	authThrottled = "throttled"
 )
 
 // authenticate returns the principal of a bearer token, or the 401 (or a
-// retryable 503 when the metastore cannot answer) and its metric result.
-func (t *tokenStore) authenticate(ctx context.Context, token string) (auth.Principal, string, *api.Error) {
+// retryable 503 when the metastore cannot answer, or a 429 when client
+// has checked too many unknown tokens: see TokenLookupsPerSec) and its
+// metric result. client names who presented the token (its address; ""
+// for a peer's forward, which the star that took it counted).
+func (t *tokenStore) authenticate(ctx context.Context, token, client string) (auth.Principal, string, *api.Error) {
 	if token == "" {
 		return auth.Principal{}, authMissing, auth.Unauthenticated("missing access token: send Authorization: Bearer <token>")
 	}
@@ -96,6 +116,12 @@ func (t *tokenStore) authenticate(ctx context.Context, token string) (auth.Princ
 	e, ok := t.cached(h)
 	info := e.info
 	if !ok || t.now().Sub(e.at) >= TokenCacheTTL {
+		if (!ok || info == nil) && client != "" {
+			if wait, ok := t.lookups.Take(client, 1, t.now()); !ok {
+				return auth.Principal{}, authThrottled, api.RateLimitedAfter(wait,
+					"too many checks of unknown access tokens from this client; retry after %v", wait.Round(time.Millisecond))
+			}
+		}
 		loaded, aerr := t.load(ctx, id, h)
 		switch {
 		case aerr == nil:
