@@ -278,6 +278,12 @@ func (p webhookPolicy) check(raw string) error {
 	loopName := host == "localhost" || strings.HasSuffix(host, ".localhost")
 	ip, ipErr := netip.ParseAddr(host)
 	isIP := ipErr == nil
+	if !isIP && numericLabel(host[strings.LastIndexByte(host, '.')+1:]) {
+		// "127.1", "0x7f000001", "2130706433": not an address netip
+		// reads, and not a DNS name (no top-level domain is numeric),
+		// but what a C resolver would read as one.
+		return errors.New("webhook.url's host must be a DNS name or an IP address in its canonical form")
+	}
 	switch u.Scheme {
 	case "https":
 	case "http":
@@ -299,13 +305,50 @@ func (p webhookPolicy) check(raw string) error {
 // cgnat is the shared address space (RFC 6598), local to a carrier.
 var cgnat = netip.MustParsePrefix("100.64.0.0/10")
 
+// IPv6 ranges that carry an IPv4 address, which a router on the way may
+// turn into a connection to it: NAT64 (RFC 6052's well-known prefix, the
+// address in the last 32 bits; RFC 8215's local-use prefix, where the
+// operator chooses where), 6to4 (RFC 3056, bits 16–47), the deprecated
+// IPv4-compatible form (::/96) and Teredo (RFC 4380).
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	nat64Site = netip.MustParsePrefix("64:ff9b:1::/48")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	v4Compat  = netip.MustParsePrefix("::/96")
+	teredo    = netip.MustParsePrefix("2001::/32")
+)
+
 // allowedIP reports whether a delivery may connect to ip: a global
 // unicast address outside the private (RFC 1918, fc00::/7) and shared
-// ranges, or loopback when the policy allows it.
+// ranges, or loopback when the policy allows it. An IPv6 address that
+// carries an IPv4 one is judged by that one (never as loopback), and the
+// ranges whose embedding is not fixed (local-use NAT64, Teredo) are
+// refused whole.
 func (p webhookPolicy) allowedIP(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if ip.IsLoopback() {
 		return p.AllowLoopback
 	}
+	if ip.Is6() {
+		b := ip.As16()
+		switch {
+		case nat64Site.Contains(ip), teredo.Contains(ip):
+			return false
+		case nat64.Contains(ip), v4Compat.Contains(ip):
+			return webhookPolicy{}.allowedIP(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFour.Contains(ip):
+			return webhookPolicy{}.allowedIP(netip.AddrFrom4([4]byte(b[2:6])))
+		}
+	}
 	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !cgnat.Contains(ip)
+}
+
+// numericLabel reports whether a host name's label is a number, decimal
+// or hexadecimal (0x…).
+func numericLabel(l string) bool {
+	digits := "0123456789"
+	if h, ok := strings.CutPrefix(l, "0x"); ok {
+		l, digits = h, "0123456789abcdef"
+	}
+	return l != "" && strings.Trim(l, digits) == ""
 }

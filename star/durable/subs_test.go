@@ -119,6 +119,28 @@ func TestWebhookURLPolicy(t *testing.T) {
 		{"https://[fe80::1]/", false, false},
 		{"https://[::ffff:10.0.0.1]/", false, false},
 		{"https://224.0.0.1/", false, false},
+		// Loopback and private addresses spelled as the C resolvers
+		// read them, not as netip does: not a DNS name, not an address.
+		{"https://127.1/x", false, false},
+		{"http://127.1/x", false, false},
+		{"https://0x7f000001/x", false, false},
+		{"https://2130706433/x", false, false},
+		{"https://0177.0.0.1/x", false, false},
+		{"https://10.1/x", false, false},
+		{"https://hooks.example.123/x", false, false},
+		{"https://hooks.0x10/x", false, false},
+		// IPv6 ranges that carry an IPv4 address inside: NAT64 (well
+		// known and local-use), 6to4, the deprecated IPv4-compatible
+		// form and Teredo.
+		{"https://[64:ff9b::a00:1]/", false, false},      // NAT64 of 10.0.0.1
+		{"https://[64:ff9b::7f00:1]/", false, false},     // NAT64 of 127.0.0.1
+		{"https://[64:ff9b:1::a00:1]/", false, false},    // local-use NAT64
+		{"https://[2002:a00:1::1]/", false, false},       // 6to4 of 10.0.0.1
+		{"https://[2002:c0a8:101::1]/", false, false},    // 6to4 of 192.168.1.1
+		{"https://[::a00:1]/", false, false},             // IPv4-compatible
+		{"https://[2001:0:4136:e378::1]/", false, false}, // Teredo
+		{"https://[64:ff9b::5db8:d822]/", true, true},    // NAT64 of 93.184.216.34
+		{"https://[2002:5db8:d822::1]/", true, true},     // 6to4 of 93.184.216.34
 		{"ftp://hooks.example.com/", false, false},
 		{"https://user:pw@hooks.example.com/", false, false},
 		{"/relative", false, false},
@@ -132,7 +154,8 @@ func TestWebhookURLPolicy(t *testing.T) {
 		}
 	}
 	// The dial-time check: a public name resolving to a private address.
-	for _, ip := range []string{"10.1.2.3", "127.0.0.1", "169.254.1.1", "::1", "fc00::1"} {
+	for _, ip := range []string{"10.1.2.3", "127.0.0.1", "169.254.1.1", "::1", "fc00::1",
+		"64:ff9b::a00:1", "64:ff9b::7f00:1", "2002:a00:1::1", "2002:7f00:1::1", "::7f00:1", "2001:0:4136:e378::1"} {
 		if strict.allowedIP(netip.MustParseAddr(ip)) {
 			t.Errorf("dial to %s allowed", ip)
 		}
