@@ -6,9 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"strings"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -94,6 +96,12 @@ func (s *Server) settleFor(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, req)
 }
 
+// fromLoopback reports whether r came from a loopback address.
+func fromLoopback(r *http.Request) bool {
+	ip, err := netip.ParseAddr(clientIP(r.RemoteAddr))
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
 func newBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
 
 // DebugPrefix is the path prefix of the Go profiler (net/http/pprof).
@@ -103,7 +111,10 @@ const DebugPrefix = "/debug/"
 // the Go profiler under /debug/pprof/ for operators (CPU, heap, goroutine,
 // mutex and block profiles of a live star). The profiler is never on the
 // client port (Public answers 404): a profile reveals the process's
-// internals and a CPU profile holds a request open for its duration.
+// internals and a CPU profile holds a request open for its duration. On
+// the internal listener it answers an operator on the star's own host
+// (a loopback address) or a request carrying the cluster's internal
+// credential; anything else is 403 (an open star answers everyone).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -113,6 +124,10 @@ func (s *Server) Admin() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, DebugPrefix) {
+			if !s.keys.IsOpen() && !fromLoopback(r) && !s.keys.IsInternal(r.Header.Get(auth.HeaderInternal)) {
+				s.writeError(w, r, auth.Denied("the profiler answers the star's own host, or the cluster's internal credential (%s)", auth.HeaderInternal))
+				return
+			}
 			mux.ServeHTTP(w, r)
 			return
 		}

@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/starlog/starlog/star/auth"
 )
 
 // The profiler is served by Admin (the internal listener) only: the client
@@ -38,5 +40,42 @@ func TestPprofOnAdminListenerOnly(t *testing.T) {
 	e.srv.Admin().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("admin /health: %d", rec.Code)
+	}
+}
+
+// With authentication on, the profiler answers the star's own host or the
+// internal credential; a remote caller without it gets 403, with a
+// client's access token too.
+func TestPprofNeedsLoopbackOrTheInternalCredential(t *testing.T) {
+	e := newEnv(t, withAuth)
+	get := func(remote string, headers ...string) int {
+		r := httptest.NewRequest(http.MethodGet, "/debug/pprof/cmdline", nil)
+		r.RemoteAddr = remote
+		for i := 0; i+1 < len(headers); i += 2 {
+			r.Header.Set(headers[i], headers[i+1])
+		}
+		rec := httptest.NewRecorder()
+		e.srv.Admin().ServeHTTP(rec, r)
+		return rec.Code
+	}
+	cred, err := auth.InternalCredential([]byte(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		remote  string
+		headers []string
+		want    int
+	}{
+		"remote, no credential":  {"192.0.2.1:4000", nil, http.StatusForbidden},
+		"remote, admin token":    {"192.0.2.1:4000", bearer(testAdmin), http.StatusForbidden},
+		"remote, internal":       {"192.0.2.1:4000", []string{auth.HeaderInternal, cred}, http.StatusOK},
+		"loopback v4":            {"127.0.0.1:4000", nil, http.StatusOK},
+		"loopback v6":            {"[::1]:4000", nil, http.StatusOK},
+		"remote, wrong internal": {"192.0.2.1:4000", []string{auth.HeaderInternal, "nope"}, http.StatusForbidden},
+	} {
+		if got := get(tc.remote, tc.headers...); got != tc.want {
+			t.Errorf("%s: %d, want %d", name, got, tc.want)
+		}
 	}
 }
