@@ -3,6 +3,7 @@ package clientcmd
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 )
@@ -29,6 +30,30 @@ func TestParseRetentionNumbers(t *testing.T) {
 	for _, bad := range []string{"-1", "18446744073709551616", "4294967296d", "-1d", "2562048h"} {
 		if got, err := parseRetention(bad); err == nil {
 			t.Errorf("--retention %s accepted: %+v", bad, got)
+		}
+	}
+}
+
+// --expires-in never wraps: a count of days or weeks a Duration cannot
+// hold is refused (31,000 weeks once became a token of about 3.5 days),
+// and any it takes is exactly that many units, never negative.
+func TestParseExpiresInNumbers(t *testing.T) {
+	for _, s := range []string{"15250w", "15251w", "31000w", "65535w"} {
+		n, _ := strconv.ParseUint(s[:len(s)-1], 10, 64)
+		d, err := parseExpiresIn(s)
+		if n*7*24*3600 <= api.MaxDurationSecs {
+			if err != nil || d != time.Duration(n)*7*24*time.Hour {
+				t.Errorf("--expires-in %s: %v %v, want %d weeks", s, d, err, n)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("--expires-in %s: %v, want refused (past a Duration's range)", s, d)
+		}
+	}
+	for _, s := range []string{"1d", "65535d", "1w"} {
+		if d, err := parseExpiresIn(s); err != nil || d <= 0 {
+			t.Errorf("--expires-in %s: %v %v", s, d, err)
 		}
 	}
 }
