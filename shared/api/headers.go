@@ -172,13 +172,15 @@ func refusedByQ(params string) bool {
 
 // ParseRetryAfter reads a 429's wait from retry-after-ms (milliseconds, as
 // S2's Rust SDK reads it) or else Retry-After (whole seconds; an HTTP date
-// is not used by S2 and is ignored). Zero when absent or malformed.
+// is not used by S2 and is ignored). Zero when absent or malformed; any
+// u64 saturates at the largest Duration (the SDK caps the wait at
+// RetryPolicy.MaxRetryAfter), so a huge hint never reads as "retry now".
 func ParseRetryAfter(get func(string) string) time.Duration {
-	if ms, err := strconv.ParseUint(strings.TrimSpace(get(HeaderRetryAfterMs)), 10, 32); err == nil {
-		return time.Duration(ms) * time.Millisecond
+	if ms, err := strconv.ParseUint(strings.TrimSpace(get(HeaderRetryAfterMs)), 10, 64); err == nil {
+		return Millis(ms)
 	}
-	if s, err := strconv.ParseUint(strings.TrimSpace(get(HeaderRetryAfter)), 10, 32); err == nil {
-		return time.Duration(s) * time.Second
+	if s, err := strconv.ParseUint(strings.TrimSpace(get(HeaderRetryAfter)), 10, 64); err == nil {
+		return Seconds(s)
 	}
 	return 0
 }

@@ -193,7 +193,7 @@ func ParseReadQuery(q url.Values, mode ReadMode) (ReadRequest, *Error) {
 		r.Until = Uint64(v)
 	}
 	if v, ok := vals["wait"]; ok {
-		d := time.Duration(v) * time.Second
+		d := Seconds(v) // a u32 (S2's type): at most 136 years, in range
 		r.Wait = &d
 	}
 

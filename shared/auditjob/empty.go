@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
@@ -43,7 +45,9 @@ func deleteOnEmpty(ctx context.Context, st *settle.Stores, basin, name string, s
 			return false, nil // off, or infinite retention (S2 applies it only with an age)
 		}
 		since, empty := tr.Empty(uint64(max(s.CreatedAt.UnixMilli(), 0)), age)
-		if !empty || since+uint64(minAge.Milliseconds()) > uint64(max(now.UnixMilli(), 0)) {
+		// Saturating: since (a client's timestamp plus the age) and the
+		// min age may each be near 2^64; a wrap would delete it early.
+		if !empty || api.AddSat(since, api.DurationMillis(minAge)) > uint64(max(now.UnixMilli(), 0)) {
 			return false, nil
 		}
 		if !emptiable(l, leased, tr) {
@@ -56,7 +60,7 @@ func deleteOnEmpty(ctx context.Context, st *settle.Stores, basin, name string, s
 			return false, err
 		}
 		st.Log().Info("deleting an empty stream (delete_on_empty)", "basin", basin, "stream", name, "id", s.ID,
-			"empty_since", time.UnixMilli(int64(since)), "min_age", minAge)
+			"empty_since", time.UnixMilli(int64(min(since, math.MaxInt64))), "min_age", minAge)
 	}
 	if err := markDeleted(ctx, st.Meta, basin, name, s.ID, now); err != nil {
 		return false, err

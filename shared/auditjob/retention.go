@@ -96,7 +96,9 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 			var age time.Duration
 			cfg := s.Config.Resolve(b.row.Config.DefaultStreamConfig)
 			if r := cfg.Retention; !r.Infinite {
-				age = time.Duration(r.AgeSecs) * time.Second
+				// Saturating: an age past a Duration's range (about 292
+				// years) keeps every record instead of wrapping negative.
+				age = api.Seconds(r.AgeSecs)
 				before = now.Add(-age)
 			}
 			tr, err := settle.TrimStream(ctx, st, s.ID, b.name, before)
@@ -107,7 +109,7 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 			}
 			if err == nil {
 				name := strings.TrimPrefix(it.SK, "s#")
-				minAge := time.Duration(cfg.DeleteOnEmptyMinAgeSecs) * time.Second
+				minAge := api.Seconds(cfg.DeleteOnEmptyMinAgeSecs)
 				var gone bool
 				if gone, err = deleteOnEmpty(ctx, st, b.name, name, s, tr, minAge, age, now); gone {
 					rep.Emptied++

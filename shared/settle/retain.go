@@ -39,7 +39,7 @@ func (r StreamTrimReport) Empty(created uint64, age time.Duration) (since uint64
 	case r.TrimPoint >= r.Tail:
 		return r.LastTimestamp, true
 	case age > 0:
-		return r.LastTimestamp + uint64(age.Milliseconds()), true
+		return r.LastTimestamp + min(uint64(max(age.Milliseconds(), 0)), ^uint64(0)-r.LastTimestamp), true // saturating: a client's timestamp may be near 2^64
 	}
 	return 0, false
 }

@@ -288,6 +288,8 @@ func parseRetention(s string) (api.RetentionPolicy, error) {
 	if s == "infinite" {
 		return api.RetentionPolicy{Infinite: true}, nil
 	}
+	// Days and bare seconds become the age without a time.Duration, whose
+	// product wraps past 292 years (a u32 of days fits a u64 of seconds).
 	var d time.Duration
 	switch {
 	case strings.HasSuffix(s, "d"):
@@ -295,11 +297,16 @@ func parseRetention(s string) (api.RetentionPolicy, error) {
 		if err != nil {
 			return api.RetentionPolicy{}, fmt.Errorf("retention %q: %w", s, err)
 		}
-		d = time.Duration(n) * 24 * time.Hour
+		if n == 0 {
+			return api.RetentionPolicy{}, fmt.Errorf("retention %q: the age must be a positive whole number of seconds", s)
+		}
+		return api.RetentionPolicy{AgeSecs: n * 24 * 3600}, nil
 	default:
-		if n, err := strconv.ParseUint(s, 10, 63); err == nil {
-			d = time.Duration(n) * time.Second
-			break
+		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+			if n == 0 {
+				return api.RetentionPolicy{}, fmt.Errorf("retention %q: the age must be a positive whole number of seconds", s)
+			}
+			return api.RetentionPolicy{AgeSecs: n}, nil
 		}
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {

@@ -2,6 +2,7 @@ package clientcmd
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,6 +157,10 @@ func parseExpiresIn(s string) (time.Duration, error) {
 		n, err := strconv.ParseUint(s[:len(s)-1], 10, 16)
 		if err != nil {
 			return 0, fmt.Errorf("--expires-in %q: want a duration like 12h, 30d or 2w", s)
+		}
+		if n > uint64(math.MaxInt64/unit) {
+			// 65,535 weeks would wrap a Duration (to days, or negative).
+			return 0, fmt.Errorf("--expires-in %q: at most %d%s", s, math.MaxInt64/unit, s[len(s)-1:])
 		}
 		d = time.Duration(n) * unit
 	} else {

@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -58,6 +59,21 @@ func parseUintStrict(s string, max uint64) (uint64, bool) {
 // maxSafeInt is 2^53-1, the producer numbers' bound (JavaScript).
 const maxSafeInt = 1<<53 - 1
 
+// MaxStreamTTLSecs is the largest Stream-TTL a PUT takes, 400 past it:
+// the most whole seconds a time.Duration holds (about 292 years). A
+// larger TTL once wrapped negative and the stream expired at the next
+// request, its PUT's body acknowledged (issue 26).
+const MaxStreamTTLSecs = api.MaxDurationSecs
+
+// parseStreamTTL reads the Stream-TTL header's values: one, at most
+// MaxStreamTTLSecs.
+func parseStreamTTL(v []string) (uint64, bool) {
+	if len(v) != 1 {
+		return 0, false
+	}
+	return parseUintStrict(v[0], MaxStreamTTLSecs)
+}
+
 // expired reports whether the row's TTL or expiry has passed; a read or
 // write (touch) restarts a sliding TTL, on this star (see the docs).
 func (h *Handler) expired(name string, row *streamRow, now time.Time) bool {
@@ -75,7 +91,9 @@ func (h *Handler) expired(name string, row *streamRow, now time.Time) bool {
 		if v, ok := h.touched.Load(name + "\x00" + row.Incarnation); ok {
 			last = v.(time.Time)
 		}
-		return now.Sub(last) >= time.Duration(row.TTLSecs)*time.Second
+		// Saturating: a row stored before MaxStreamTTLSecs was checked
+		// may hold up to 2^62.
+		return now.Sub(last) >= api.Seconds(row.TTLSecs)
 	}
 	return false
 }
@@ -159,9 +177,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := r.Context()
 	want := streamRow{ContentType: r.Header.Get("Content-Type")}
 	if v := r.Header.Values(hStreamTTL); len(v) > 0 {
-		n, ok := parseUintStrict(v[0], 1<<62)
-		if !ok || len(v) > 1 {
-			httpError(w, http.StatusBadRequest, "Stream-TTL must be a non-negative integer without sign or leading zeros")
+		n, ok := parseStreamTTL(v)
+		if !ok {
+			httpError(w, http.StatusBadRequest, fmt.Sprintf("Stream-TTL must be a non-negative integer of at most %d (seconds), without sign or leading zeros", MaxStreamTTLSecs))
 			return
 		}
 		want.TTLSecs, want.HasTTL = n, true

@@ -145,8 +145,8 @@ func (h *Handler) askLeader(ctx context.Context, method, name string, q url.Valu
 		return res, e
 	}
 	e := api.ParseError(res.status, res.body)
-	if s, err := strconv.Atoi(res.header.Get("Retry-After")); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
+	if s, err := strconv.ParseUint(res.header.Get("Retry-After"), 10, 64); err == nil && s > 0 {
+		e.RetryAfter = api.Seconds(s) // saturating, never wrapping
 	}
 	return res, e
 }

@@ -72,12 +72,14 @@ var cursorEpoch = time.Date(2024, 10, 9, 0, 0, 0, 0, time.UTC)
 const cursorInterval = 20 * time.Second
 
 // nextCursor is the current interval number, strictly above the client's
-// cursor when the client is already there (1–3600 s of jitter).
+// cursor when the client is already there (1–3600 s of jitter). The sum
+// saturates: a client's cursor near 2^64 must not wrap to a small one
+// (2^64−1 itself is answered with 2^64−1).
 func nextCursor(client string) string {
 	cur := uint64(time.Since(cursorEpoch) / cursorInterval)
 	if c, err := strconv.ParseUint(client, 10, 64); err == nil && c >= cur {
 		jitter := uint64(rand.IntN(3600)+1) * uint64(time.Second) / uint64(cursorInterval)
-		cur = c + max(1, jitter)
+		cur = api.AddSat(c, max(1, jitter))
 	}
 	return strconv.FormatUint(cur, 10)
 }

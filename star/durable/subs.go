@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/starlog/starlog/shared/api"
 )
 
 // Subscriptions (protocol §6–7) are durable cursors over a set of streams
@@ -96,7 +98,9 @@ type subConfig struct {
 	Description *string  `json:"description,omitempty"`
 }
 
-func (c *subConfig) leaseTTL() time.Duration { return time.Duration(c.LeaseTTLms) * time.Millisecond }
+// leaseTTL is the wake lease: the parse bounds it (1 s to 10 min); a
+// stored row is converted saturating all the same.
+func (c *subConfig) leaseTTL() time.Duration { return api.Millis(uint64(max(c.LeaseTTLms, 0))) }
 
 // hash is the SHA-256 of the normalized config (json.Marshal of a struct
 // is canonical: fixed field order, sorted streams).

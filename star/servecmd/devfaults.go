@@ -184,7 +184,8 @@ func checkPatch(what string, p *devfaults.Patch) error {
 	if p == nil || p.LatencyMS == nil {
 		return nil
 	}
-	if ms := *p.LatencyMS; ms < 0 || time.Duration(ms)*time.Millisecond > maxFaultLatency {
+	// Compared in milliseconds: a Duration of a huge ms wraps under the bound.
+	if ms := *p.LatencyMS; ms < 0 || ms > maxFaultLatency.Milliseconds() {
 		return fmt.Errorf("%s: latency_ms %d: want 0 to %d", what, ms, maxFaultLatency.Milliseconds())
 	}
 	return nil

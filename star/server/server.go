@@ -324,9 +324,13 @@ func (s *Server) requestBudget(r *http.Request, rt route) (time.Duration, bool) 
 			return 0, false
 		}
 		if r.Method == http.MethodGet {
-			// A long poll waits up to wait seconds before it answers.
-			wait, _ := strconv.ParseUint(r.URL.Query().Get("wait"), 10, 32)
-			return s.opts.RequestTimeout + min(time.Duration(wait)*time.Second, maxWait), true
+			// A long poll waits up to wait seconds before it answers; a
+			// malformed wait (the read answers 400) adds nothing.
+			wait, err := strconv.ParseUint(r.URL.Query().Get("wait"), 10, 32)
+			if err != nil {
+				wait = 0
+			}
+			return s.opts.RequestTimeout + min(api.Seconds(wait), maxWait), true
 		}
 	}
 	return s.opts.RequestTimeout, true
