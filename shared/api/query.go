@@ -327,6 +327,19 @@ func ParseListQuery(q url.Values) (ListRequest, *Error) {
 	return r, nil
 }
 
+// Within refuses a prefix or start_after longer than max bytes, the
+// longest name the listing holds (MaxBasinNameLen, MaxStreamNameLen, a
+// token id's bound): it could match nothing, and past the metastore's key
+// limit it would fail there instead (400 bad_query).
+func (r ListRequest) Within(max int) *Error {
+	for name, v := range map[string]string{"prefix": r.Prefix, "start_after": r.StartAfter} {
+		if len(v) > max {
+			return BadQuery("%s is %d bytes; the names listed here are at most %d", name, len(v), max)
+		}
+	}
+	return nil
+}
+
 // Query renders the list request as query parameters (for clients).
 func (r ListRequest) Query() url.Values {
 	q := url.Values{}

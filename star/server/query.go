@@ -12,3 +12,17 @@ import (
 func query(r *http.Request) (url.Values, *api.Error) {
 	return api.ParseQuery(r.URL.RawQuery)
 }
+
+// parseList parses r's list query (prefix, start_after, limit), whose
+// names are at most max bytes (see api.ListRequest.Within).
+func parseList(r *http.Request, max int) (api.ListRequest, *api.Error) {
+	q, err := query(r)
+	if err != nil {
+		return api.ListRequest{}, err
+	}
+	req, err := api.ParseListQuery(q)
+	if err == nil {
+		err = req.Within(max)
+	}
+	return req, err
+}

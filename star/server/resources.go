@@ -10,12 +10,7 @@ import (
 )
 
 func (s *Server) listBasins(w http.ResponseWriter, r *http.Request) {
-	q, err := query(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	req, err := api.ParseListQuery(q)
+	req, err := parseList(r, api.MaxBasinNameLen)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -123,12 +118,7 @@ func (s *Server) deleteBasin(w http.ResponseWriter, r *http.Request, name string
 }
 
 func (s *Server) listStreams(w http.ResponseWriter, r *http.Request, basin string) {
-	q, err := query(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	req, err := api.ParseListQuery(q)
+	req, err := parseList(r, api.MaxStreamNameLen)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -253,7 +253,7 @@ func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
 // listTokens serves GET /v1/access-tokens (prefix, start_after, limit),
 // showing only the ids within the caller's access_tokens scope.
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
-	req, aerr := api.ParseListQuery(r.URL.Query())
+	req, aerr := parseList(r, auth.MaxTokenIDBytes)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
