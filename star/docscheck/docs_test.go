@@ -171,6 +171,8 @@ func TestCheckerReportsDrift(t *testing.T) {
 		{"0.25 s<!-- go star/reader.DefaultHedgeAfter -->", ""},
 		{"7 days<!-- go shared/api.DefaultRetentionAgeSecs -->", "the doc says 7 days"}, // seconds, not a Duration
 		{"604,800<!-- go shared/api.DefaultRetentionAgeSecs -->", ""},
+		{"9,223,372,036<!-- go shared/api.MaxDurationSecs -->", ""}, // math.MaxInt64 / int64(time.Second)
+		{"9,223,372,037<!-- go shared/api.MaxDurationSecs -->", "the doc says 9,223,372,037"},
 		{"10<!-- make VERIFY_MINUTES -->", ""},
 		{"3<!-- make NO_SUCH_VARIABLE -->", "no \"NO_SUCH_VARIABLE\""},
 		{"3<!-- go star/node.NoSuchConstant -->", "no package-level constant"},

@@ -14,7 +14,7 @@ import (
 )
 
 // module is the product module's path: a project import is resolved in the
-// repository, every other import but "time" is refused.
+// repository, every other import but "time" and "math" is refused.
 const module = "github.com/starlog/starlog"
 
 // resolver evaluates the value a doc names: a Go package-level constant or
@@ -45,10 +45,17 @@ func newResolver(root string) *resolver {
 	return &resolver{root: root, fset: token.NewFileSet(), pkgs: map[string]*pkgSrc{}}
 }
 
-// timeUnits are the time package's constants a default may be written in.
-var timeUnits = map[string]int64{
-	"Nanosecond": 1, "Microsecond": 1e3, "Millisecond": 1e6,
-	"Second": 1e9, "Minute": 60e9, "Hour": 3600e9,
+// stdConsts are the standard library's constants a default may be written
+// in: the time package's units and the math package's integer limits.
+var stdConsts = map[string]map[string]string{
+	"time": {
+		"Nanosecond": "1", "Microsecond": "1000", "Millisecond": "1000000",
+		"Second": "1000000000", "Minute": "60000000000", "Hour": "3600000000000",
+	},
+	"math": {
+		"MaxInt8": "127", "MaxInt16": "32767", "MaxInt32": "2147483647", "MaxInt64": "9223372036854775807",
+		"MaxUint8": "255", "MaxUint16": "65535", "MaxUint32": "4294967295", "MaxUint64": "18446744073709551615",
+	},
 }
 
 // Value evaluates a reference: "go PKG.Name", "go PKG.Func().Field…" or
@@ -187,8 +194,8 @@ func (r *resolver) callee(p *pkgSrc, f *ast.File, fun ast.Expr) (*pkgSrc, string
 }
 
 // eval computes a constant expression: literals, arithmetic and shifts,
-// conversions, the package's own values, other project packages' values
-// and the time package's units.
+// conversions, the package's own values, other project packages' values,
+// the time package's units and the math package's integer limits.
 func (r *resolver) eval(p *pkgSrc, f *ast.File, e ast.Expr) (constant.Value, error) {
 	switch x := e.(type) {
 	case *ast.BasicLit:
@@ -238,12 +245,12 @@ func (r *resolver) eval(p *pkgSrc, f *ast.File, e ast.Expr) (constant.Value, err
 		if err != nil {
 			return nil, err
 		}
-		if path == "time" {
-			u, ok := timeUnits[x.Sel.Name]
+		if std, ok := stdConsts[path]; ok {
+			lit, ok := std[x.Sel.Name]
 			if !ok {
-				return nil, fmt.Errorf("time.%s is not a unit", x.Sel.Name)
+				return nil, fmt.Errorf("%s.%s is not among the constants followed", path, x.Sel.Name)
 			}
-			return constant.MakeInt64(u), nil
+			return constant.MakeFromLiteral(lit, token.INT, 0), nil
 		}
 		op, err := r.pkg(path)
 		if err != nil {
@@ -271,8 +278,8 @@ func importPath(f *ast.File, name string) (string, error) {
 			local = im.Name.Name
 		}
 		if local == name {
-			if path != "time" && !strings.HasPrefix(path, module+"/") {
-				return "", fmt.Errorf("%s is outside the project (only time and %s/… are followed)", path, module)
+			if _, std := stdConsts[path]; !std && !strings.HasPrefix(path, module+"/") {
+				return "", fmt.Errorf("%s is outside the project (only time, math and %s/… are followed)", path, module)
 			}
 			return path, nil
 		}
