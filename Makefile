@@ -81,6 +81,8 @@ lint:
 	$(GO) vet ./...
 	cd star/e2e && $(GO) vet ./...
 	bash .ci/layers.sh
+	bash .ci/docrefs.sh
+	$(GO) test -count=1 ./star/docscheck
 
 ## fuzz: every fuzz target for FUZZTIME each (default 30s).
 FUZZTIME ?= 30s
