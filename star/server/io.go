@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -16,14 +17,15 @@ import (
 )
 
 // writeError writes err's status and JSON body. An error that is not an
-// *api.Error is a server fault: logged, answered 500 other.
+// *api.Error is a server fault: logged, answered 500 other (see
+// failureLog for what is logged and how often).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *api.Error
 	if !errors.As(err, &e) {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.failures.failed(r, slog.LevelError, "err", err)
 		e = api.Other("internal error")
 	} else if e.Status >= 500 {
-		s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "code", e.Code, "msg", e.Message)
+		s.failures.failed(r, slog.LevelWarn, "status", e.Status, "code", e.Code, "msg", e.Message)
 	}
 	if stored, ok := r.Context().Value(storedStreamKey{}).(string); ok {
 		if msg := auth.FromContext(r.Context()).ClientMessage(e.Message, stored); msg != e.Message {

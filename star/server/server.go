@@ -101,9 +101,10 @@ const (
 
 // Server serves the API of one node.
 type Server struct {
-	n    *node.Node
-	log  *slog.Logger
-	opts Options
+	n        *node.Node
+	log      *slog.Logger
+	failures *failureLog // the "request failed" lines (faillog.go)
+	opts     Options
 
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -154,7 +155,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w (auth.Open() runs without authentication)", err)
 	}
-	s := &Server{n: n, log: opts.Logger, opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
+	s := &Server{n: n, log: opts.Logger, failures: newFailureLog(opts.Logger), opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
 		clients: newClientLimits(opts.ClientRate)}
 	s.usage = newUsage(time.Now)
 	if s.codecs, err = newCodecs(); err != nil {
