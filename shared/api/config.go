@@ -433,7 +433,7 @@ func DecodeStreamConfig(body []byte) (StreamConfig, *Error) {
 	if isEmptyJSON(body) {
 		return c, nil
 	}
-	if err := json.Unmarshal(body, &c); err != nil {
+	if err := UnmarshalText(body, &c); err != nil {
 		return StreamConfig{}, BadJSON("stream config: %s", jsonMessage(err))
 	}
 	if err := c.Validate(); err != nil {
@@ -460,7 +460,7 @@ func DecodeStreamReconfiguration(body []byte) (StreamReconfiguration, *Error) {
 	if isEmptyJSON(body) {
 		return r, nil
 	}
-	if err := json.Unmarshal(body, &r); err != nil {
+	if err := UnmarshalText(body, &r); err != nil {
 		return StreamReconfiguration{}, BadJSON("stream reconfiguration: %s", jsonMessage(err))
 	}
 	if err := r.Validate(); err != nil {
@@ -476,7 +476,7 @@ func DecodeBasinConfig(body []byte) (BasinConfig, *Error) {
 	if isEmptyJSON(body) {
 		return c, nil
 	}
-	if err := json.Unmarshal(body, &c); err != nil {
+	if err := UnmarshalText(body, &c); err != nil {
 		return BasinConfig{}, BadJSON("basin config: %s", jsonMessage(err))
 	}
 	if err := c.Validate(); err != nil {
@@ -492,7 +492,7 @@ func DecodeBasinReconfiguration(body []byte) (BasinReconfiguration, *Error) {
 	if isEmptyJSON(body) {
 		return r, nil
 	}
-	if err := json.Unmarshal(body, &r); err != nil {
+	if err := UnmarshalText(body, &r); err != nil {
 		return BasinReconfiguration{}, BadJSON("basin reconfiguration: %s", jsonMessage(err))
 	}
 	if err := r.Validate(); err != nil {

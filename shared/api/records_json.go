@@ -107,6 +107,19 @@ func checkJSONText(b []byte) error {
 	return nil
 }
 
+// UnmarshalText is json.Unmarshal of a request body whose strings must
+// arrive exactly as sent (names, ids, configs): text that is not UTF-8 or
+// escapes a lone surrogate is an error rather than U+FFFD (checkJSONText).
+func UnmarshalText(body []byte, v any) error {
+	if err := checkJSONText(body); err != nil {
+		return err
+	}
+	return json.Unmarshal(body, v)
+}
+
+// CheckJSONText is checkJSONText for decoders outside this package.
+func CheckJSONText(b []byte) error { return checkJSONText(b) }
+
 // hexEscape parses the \uXXXX escape at b[i:].
 func hexEscape(b []byte, i int) (rune, bool) {
 	if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {

@@ -176,7 +176,7 @@ type CreateStreamRequest struct {
 // DecodeCreateBasinRequest decodes and validates POST /basins.
 func DecodeCreateBasinRequest(body []byte) (CreateBasinRequest, *Error) {
 	var r CreateBasinRequest
-	if err := json.Unmarshal(body, &r); err != nil {
+	if err := UnmarshalText(body, &r); err != nil {
 		return CreateBasinRequest{}, BadJSON("create basin: %s", jsonMessage(err))
 	}
 	if err := ValidateBasinName(r.Basin); err != nil {
@@ -197,7 +197,7 @@ func DecodeEnsureBasinRequest(body []byte) (EnsureBasinRequest, *Error) {
 	if isEmptyJSON(body) {
 		return r, nil
 	}
-	if err := json.Unmarshal(body, &r); err != nil {
+	if err := UnmarshalText(body, &r); err != nil {
 		return EnsureBasinRequest{}, BadJSON("ensure basin: %s", jsonMessage(err))
 	}
 	if r.Config != nil {
@@ -211,7 +211,7 @@ func DecodeEnsureBasinRequest(body []byte) (EnsureBasinRequest, *Error) {
 // DecodeCreateStreamRequest decodes and validates POST /streams.
 func DecodeCreateStreamRequest(body []byte) (CreateStreamRequest, *Error) {
 	var r CreateStreamRequest
-	if err := json.Unmarshal(body, &r); err != nil {
+	if err := UnmarshalText(body, &r); err != nil {
 		return CreateStreamRequest{}, BadJSON("create stream: %s", jsonMessage(err))
 	}
 	if err := ValidateStreamName(r.Stream); err != nil {

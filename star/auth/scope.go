@@ -389,6 +389,9 @@ func ValidateTokenID(id string) *api.Error {
 // strictUnmarshal rejects unknown fields, so a misspelt scope field is an
 // error rather than a silently narrower (or wider) token.
 func strictUnmarshal(b []byte, v any) error {
+	if err := api.CheckJSONText(b); err != nil {
+		return err // U+FFFD would be stored for what was sent
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {

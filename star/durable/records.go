@@ -111,10 +111,15 @@ func batch(payload [][]byte, p *producer, streamSeq string, close bool) []api.Re
 // jsonMessages splits a JSON-mode body into messages: an array is
 // flattened one level, anything else is one message. Each message is
 // compacted, so it holds no newline (SSE data lines) and reads back as
-// the same JSON value.
+// the same JSON value. Text that is not UTF-8, or escapes a lone UTF-16
+// surrogate, is refused: stored, it would read back as U+FFFD (or not as
+// JSON at all), not as what was sent.
 func jsonMessages(body []byte, allowEmpty bool) ([][]byte, error) {
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("body is not valid JSON")
+	}
+	if err := api.CheckJSONText(body); err != nil {
+		return nil, fmt.Errorf("body is not valid JSON text: %v", err)
 	}
 	trimmed := bytes.TrimSpace(body)
 	var raw []json.RawMessage
