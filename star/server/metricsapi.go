@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
 )
 
 // countOp counts a request that succeeded for the account-ops and
@@ -116,15 +117,22 @@ func (s *Server) metricsAPI(w http.ResponseWriter, r *http.Request, rt route) {
 }
 
 // activeBasins lists the live basins that have a stream (S2: every basin
-// that had one during the period; starlog knows the present only).
+// that had one during the period; starlog knows the present only), of
+// those the token's basin set holds: a token scoped to some basins learns
+// no other basin's name.
 func (s *Server) activeBasins(r *http.Request) ([]string, error) {
 	out := []string{}
-	l, err := s.n.ListBasins(r.Context(), api.ListRequest{Limit: maxActiveBasins})
+	set := auth.FromContext(r.Context()).Scope.Basins
+	prefix, ok := set.Narrow("")
+	if !ok {
+		return out, nil
+	}
+	l, err := s.n.ListBasins(r.Context(), api.ListRequest{Prefix: prefix, Limit: maxActiveBasins})
 	if err != nil {
 		return nil, err
 	}
 	for _, b := range l.Basins {
-		if b.DeletedAt != nil {
+		if b.DeletedAt != nil || !set.Contains(b.Name) {
 			continue
 		}
 		st, err := s.n.ListStreams(r.Context(), b.Name, api.ListRequest{Limit: 1})
