@@ -101,6 +101,9 @@ type common struct {
 	idleRelease               time.Duration
 
 	maxConns                         int
+	maxConnsPerAddr                  int
+	connReserve                      int
+	unprovenIdle                     time.Duration
 	bodyReadTimeout, requestTimeout  time.Duration
 	frameTimeout, sessionWriteTimout time.Duration
 
@@ -170,6 +173,9 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.deadAfter, "dead-after", d.DeadAfter, "a star whose registry heartbeat is this old is presumed dead and its streams are taken over (> 2× --registry-heartbeat); a star whose own heartbeat is half this old stops answering check-tails and tail reads from memory, but keeps acknowledging appends (the chain's fence, not the clock, keeps those safe)")
 	fs.DurationVar(&c.idleRelease, "idle-release", d.IdleRelease, "release the lease of a stream no request, session or read used for this long (the next request re-acquires it; 0 turns it off)")
 	fs.IntVar(&c.maxConns, "max-connections", server.DefaultMaxConns, "connections served at once per listener; more wait in the accept backlog")
+	fs.IntVar(&c.maxConnsPerAddr, "max-connections-per-address", server.DefaultMaxConnsPerAddr, "connections one remote address may hold on a listener; past it a new one is closed at once (loopback addresses are not capped)")
+	fs.IntVar(&c.connReserve, "connection-reserve", 0, "connection slots kept for clients that authenticate: past --max-connections minus this, the longest idle connections that carried no authenticated request are closed (0: an eighth of --max-connections)")
+	fs.DurationVar(&c.unprovenIdle, "unauthenticated-idle-timeout", server.DefaultUnprovenIdleTimeout, "an idle connection that has carried no authenticated request (only /health, say) is closed after this; an authenticated client's keep-alive lasts 2 min")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", server.DefaultBodyReadTimeout, "a unary request's body must arrive within this (408 timeout)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "a unary request's whole life, its response written (a read's wait comes on top)")
 	fs.DurationVar(&c.frameTimeout, "frame-timeout", server.DefaultFrameTimeout, "an S2S frame must complete within this of its header (the session ends with 408)")
@@ -292,7 +298,8 @@ func (c *common) serverOptions(ac auth.Config) server.Options {
 	return server.Options{
 		Auth:         ac,
 		HeartbeatMin: c.heartbeatMin, HeartbeatMax: c.heartbeatMx,
-		MaxConns:        c.maxConns,
+		MaxConns: c.maxConns, MaxConnsPerAddr: c.maxConnsPerAddr,
+		ConnReserve: c.connReserve, UnprovenIdleTimeout: c.unprovenIdle,
 		BodyReadTimeout: c.bodyReadTimeout, RequestTimeout: c.requestTimeout,
 		FrameTimeout: c.frameTimeout, SessionWriteTimeout: c.sessionWriteTimout,
 		ClientRate: server.ClientRate{PerSec: c.clientPerSec, Burst: c.clientBurst},

@@ -78,6 +78,7 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r = r.WithContext(auth.WithPrincipal(ctx, p))
+	proveConn(r)
 	// The per-client rate, as on S2's routes: not for a preflight, nor for
 	// a peer's forward (the star that took the request counted it).
 	if s.clients != nil && r.Method != http.MethodOptions && r.Header.Get(HeaderForwardedBy) == "" {

@@ -202,7 +202,7 @@ func TestDurableClientRate(t *testing.T) {
 	e := newEnv(t, func(_ *node.Config, o *server.Options) {
 		o.Auth = auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 		o.Durable = &durable.Config{}
-		o.ClientRate = server.ClientRate{PerSec: 0.5, Burst: 2}
+		o.ClientRate = server.ClientRate{PerSec: 0.5, Burst: 3}
 	})
 	origin := []string{"Origin", "https://app.example"}
 	r := e.call("GET", "/ds/nothing", nil, origin...)
@@ -210,17 +210,19 @@ func TestDurableClientRate(t *testing.T) {
 		t.Fatalf("no token: %s (Access-Control-Allow-Origin %q), want 401 with CORS", r, r.header.Get("Access-Control-Allow-Origin"))
 	}
 	tok := e.issue(map[string]any{"id": "reader", "scope": map[string]any{"basins": map[string]string{"exact": "durable-streams"}, "streams": map[string]string{"prefix": ""}, "ops": []string{"read", "create-stream", "append"}}})
-	for i := range 2 {
+	for i := range 3 {
 		want(t, e.call("PUT", "/ds/r"+string(rune('a'+i)), nil, append(bearer(tok), "Content-Type", "text/plain")...), 201, "")
 	}
 	r = e.call("GET", "/ds/ra?offset=-1", nil, append(bearer(tok), origin...)...)
 	if r.status != 429 || r.header.Get("Retry-After") == "" || r.header.Get("Access-Control-Allow-Origin") != "https://app.example" {
-		t.Fatalf("third request of the burst: %s (Retry-After %q, CORS %q), want 429", r, r.header.Get("Retry-After"), r.header.Get("Access-Control-Allow-Origin"))
+		t.Fatalf("fourth request of the burst: %s (Retry-After %q, CORS %q), want 429", r, r.header.Get("Retry-After"), r.header.Get("Access-Control-Allow-Origin"))
 	}
 	if got := e.metric("starlog_rate_limited_total", "reason", "client"); got < 1 {
 		t.Errorf("rate-limited count %v", got)
 	}
-	// Another client (the admin, by its address) has its own budget.
+	// Another client (the admin, by its address) has its own budget: its
+	// issue, the refused request above (refusals count against their
+	// address) and this one.
 	want(t, e.call("GET", "/ds/ra?offset=-1", nil, bearer(testAdmin)...), 200, "")
 }
 

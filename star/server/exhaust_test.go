@@ -172,13 +172,15 @@ func TestMaxConcurrentStreamsAdvertised(t *testing.T) {
 	}
 }
 
-// Item 7: connections past MaxConns wait until one closes.
+// Item 7: connections past MaxConns wait until one closes (clients' ones:
+// idle connections that never authenticated are closed to make room, see
+// TestConnectionAdmission).
 func TestConnectionLimit(t *testing.T) {
 	e := newEnv(t, withServer(func(o *server.Options) { o.MaxConns = 3 }))
 	addr := strings.TrimPrefix(e.base, "http://")
 	health := func(c net.Conn, wait time.Duration) error {
 		c.SetDeadline(time.Now().Add(wait))
-		if _, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(c, "GET /v1/basins HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 			return err
 		}
 		res, err := http.ReadResponse(bufio.NewReader(c), nil)

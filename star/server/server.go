@@ -23,7 +23,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
@@ -54,8 +53,18 @@ type Options struct {
 	//
 	// MaxConns bounds the connections a listener wrapped by Listener
 	// serves at once (default DefaultMaxConns); more wait in the kernel's
-	// accept backlog.
-	MaxConns int
+	// accept backlog. The rest of the connection admission (conngate.go):
+	// MaxConnsPerAddr per remote address (default
+	// DefaultMaxConnsPerAddr; loopback addresses are not capped unless
+	// CapLoopbackConns), UnprovenIdleTimeout for an idle connection that
+	// has carried no authenticated request (default
+	// DefaultUnprovenIdleTimeout), and ConnReserve slots kept for clients
+	// that authenticate (default MaxConns / DefaultConnReserveDiv).
+	MaxConns            int
+	MaxConnsPerAddr     int
+	UnprovenIdleTimeout time.Duration
+	ConnReserve         int
+	CapLoopbackConns    bool
 	// BodyReadTimeout bounds reading a unary request's body (default 10 s):
 	// a body not in by then is answered 408 timeout and nothing applied.
 	BodyReadTimeout time.Duration
@@ -110,6 +119,8 @@ type Server struct {
 	duration *prometheus.HistogramVec
 	sessions *prometheus.GaugeVec
 
+	connsRefused, connsEvicted prometheus.Counter // conngate.go
+
 	// drain is cancelled by Drain: sessions end (read sessions at once,
 	// append sessions once their submitted inputs are acknowledged).
 	drain     context.Context
@@ -146,6 +157,9 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		opts.Logger = n.Logger()
 	}
 	opts.MaxConns = cmp.Or(max(opts.MaxConns, 0), DefaultMaxConns)
+	opts.MaxConnsPerAddr = cmp.Or(max(opts.MaxConnsPerAddr, 0), DefaultMaxConnsPerAddr)
+	opts.UnprovenIdleTimeout = cmp.Or(max(opts.UnprovenIdleTimeout, 0), DefaultUnprovenIdleTimeout)
+	opts.ConnReserve = min(cmp.Or(max(opts.ConnReserve, 0), opts.MaxConns/DefaultConnReserveDiv), opts.MaxConns-1)
 	opts.BodyReadTimeout = cmp.Or(max(opts.BodyReadTimeout, 0), DefaultBodyReadTimeout)
 	opts.RequestTimeout = cmp.Or(max(opts.RequestTimeout, 0), DefaultRequestTimeout)
 	opts.FrameTimeout = cmp.Or(max(opts.FrameTimeout, 0), DefaultFrameTimeout)
@@ -179,7 +193,15 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		Namespace: "starlog", Subsystem: "auth", Name: "decisions_total",
 		Help: "Authentication and authorization decisions by result (ok, stale, open, internal, missing, malformed, unknown, expired, denied, error).",
 	}, []string{"result"})
-	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions, s.authDecisions} {
+	s.connsRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "http", Name: "connections_refused_total",
+		Help: "Connections closed at accept because their remote address held its --max-connections-per-address.",
+	})
+	s.connsEvicted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "http", Name: "connections_evicted_total",
+		Help: "Idle connections that carried no authenticated request, closed to keep slots for clients that authenticate.",
+	})
+	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions, s.authDecisions, s.connsRefused, s.connsEvicted} {
 		if err := n.Registry().Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
@@ -211,8 +233,10 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		Addr:              addr,
 		Handler:           s,
 		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout:       IdleTimeout,
+		ConnState:         connState,
+		ConnContext:       connContext,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		HTTP2: &http.HTTP2Config{
@@ -226,10 +250,13 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 	}
 }
 
-// Listener bounds the connections ln serves at once to Options.MaxConns:
-// past it, Accept waits for a connection to close.
+// Listener admits ln's connections (conngate.go): at most
+// Options.MaxConns at once (past it, Accept waits for a connection to
+// close), at most MaxConnsPerAddr from one address, idle unproven ones
+// closed early. Serve it with an http.Server from HTTPServer, whose
+// hooks follow each connection's state.
 func (s *Server) Listener(ln net.Listener) net.Listener {
-	return netutil.LimitListener(ln, s.opts.MaxConns)
+	return newConnGate(ln, s.opts, s.connsRefused, s.connsEvicted)
 }
 
 // Drain asks every session to end: read sessions end at once with a
@@ -303,6 +330,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if aerr != nil {
 		s.writeError(rw, r, aerr)
 		return
+	}
+	if rt.kind != routeHealth && rt.kind != routeMetrics {
+		proveConn(r) // an authenticated client's connection (conngate.go)
 	}
 	ctx := auth.WithPrincipal(r.Context(), p)
 	if rt.name != "" {
