@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -11,43 +12,66 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// basin returns the basin's cached entry, reading it on a miss; nil when
-// the basin does not exist. Entries stay until this star writes the row
-// (the append path of an open stream reads no row); a star taking a
-// stream on reads them again (freshRows).
+// basin returns the basin's cached entry, reading it on a miss or once
+// the entry is older than Config.BasinCacheTTL; nil when the basin does
+// not exist. The append path of an open stream reads no row; a star
+// taking a stream on reads them again (freshRows), and a write never
+// trusts the cache to judge what it overwrites (createStream).
 func (n *Node) basin(ctx context.Context, name string) (*basinEntry, error) {
 	n.mu.Lock()
 	e := n.basins[name]
 	n.mu.Unlock()
-	if e != nil {
+	if e == nil {
+		return n.readBasin(ctx, name)
+	}
+	if n.basinFresh(e, n.now()) {
 		return e, nil
 	}
-	return n.readBasin(ctx, name)
+	n.catalog.basinRereads.WithLabelValues("expired").Inc()
+	fresh, err := n.fetchBasin(ctx, name)
+	if err != nil {
+		// Through a metastore outage the star answers as it did before it
+		// (its open streams keep acknowledging by design); what a write
+		// overwrites is never judged on this entry (createStream).
+		return e, nil
+	}
+	return fresh, nil
 }
 
 // readBasin reads the basin's row and caches it; nil when the basin does
 // not exist.
 func (n *Node) readBasin(ctx context.Context, name string) (*basinEntry, error) {
-	k := meta.BasinKey(name)
-	it, err := n.meta.Get(ctx, k.PK, k.SK)
-	if errors.Is(err, meta.ErrNotFound) {
-		return nil, nil
-	}
+	e, err := n.fetchBasin(ctx, name)
 	if err != nil {
 		return nil, n.storageErr("read basin", err)
 	}
+	return e, nil
+}
+
+// fetchBasin is readBasin with the metastore's error as it came.
+func (n *Node) fetchBasin(ctx context.Context, name string) (*basinEntry, error) {
+	k := meta.BasinKey(name)
+	it, err := n.meta.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		n.dropBasin(name)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
 	row, err := decodeBasinRow(it)
 	if err != nil {
-		return nil, n.storageErr("decode basin", err)
+		return nil, fmt.Errorf("decode basin: %w", err)
 	}
-	e := &basinEntry{row: row, ver: it.Ver}
+	e := &basinEntry{row: row, ver: it.Ver, readAt: n.now()}
 	n.cacheBasin(name, e)
 	return e, nil
 }
 
 // A row's version only grows (this package never deletes the row, and a
 // create drops the cache entry before it writes), so a racing reader's
-// older snapshot never replaces a newer one.
+// older snapshot never replaces a newer one; the same version read again
+// renews the entry's age.
 func (n *Node) cacheBasin(name string, e *basinEntry) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -90,7 +114,7 @@ func (n *Node) putBasin(ctx context.Context, name string, row BasinRow, cond met
 	if err != nil {
 		return nil, err
 	}
-	e := &basinEntry{row: row, ver: ver}
+	e := &basinEntry{row: row, ver: ver, readAt: n.now()}
 	n.cacheBasin(name, e)
 	// The config row decided; the directory row follows it. A crash in
 	// between leaves the listing stale until the next write to the basin.

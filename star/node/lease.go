@@ -666,7 +666,7 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if err != nil {
 		return nil
 	}
-	e, err := n.stream(ctx, b, basin, name)
+	_, e, err := n.stream(ctx, b, basin, name)
 	if err != nil || e == nil {
 		return nil
 	}

@@ -78,7 +78,8 @@ type Node struct {
 	streams map[streamKey]*streamEntry
 	led     map[string]*ledSlot // by stream id
 
-	limits *appendLimits
+	limits  *appendLimits
+	catalog *catalogMetrics
 
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
@@ -161,6 +162,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		}
 		n.ownMeta = ms
 	}
+	n.catalog = newCatalogMetrics(n)
 	if n.limits, err = newAppendLimits(cfg.Limits, n.reg); err != nil {
 		return nil, fmt.Errorf("node: rate limit metrics: %w", err)
 	}

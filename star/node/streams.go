@@ -11,8 +11,12 @@ import (
 )
 
 // stream returns the cached or stored row of a stream of basin b; nil when
-// it does not exist in this incarnation of the basin.
-func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*streamEntry, error) {
+// it does not exist in this incarnation of the basin. A row that names
+// another incarnation of the basin than b is judged on the basin row read
+// again after it (b may be a stale cache entry): if that is the row's
+// basin, the row is live in it and the fresh basin comes back with it;
+// otherwise the row is a stream of an earlier basin.
+func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*basinEntry, *streamEntry, error) {
 	key := streamKey{basin, name}
 	n.mu.Lock()
 	e := n.streams[key]
@@ -23,13 +27,31 @@ func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*
 	if e == nil || e.row.DeletedAt != nil || e.row.BasinID != b.row.ID {
 		var err error
 		if e, err = n.readStream(ctx, key); err != nil || e == nil {
-			return nil, err
+			return b, nil, err
 		}
 	}
-	if e.row.BasinID != b.row.ID {
-		return nil, nil // a stream of an earlier basin of this name
+	if e.row.BasinID == b.row.ID {
+		return b, e, nil
 	}
-	return e, nil
+	fresh, err := n.rereadBasin(ctx, basin)
+	if err != nil {
+		return nil, nil, err
+	}
+	if fresh.row.ID != e.row.BasinID {
+		return fresh, nil, nil // a stream of an earlier basin of this name
+	}
+	return fresh, e, nil
+}
+
+// rereadBasin reads a live basin's row again because a row read after the
+// cached one named another incarnation of it (counted as "stale").
+func (n *Node) rereadBasin(ctx context.Context, basin string) (*basinEntry, error) {
+	n.catalog.basinRereads.WithLabelValues("stale").Inc()
+	fresh, err := n.readBasin(ctx, basin)
+	if err != nil {
+		return nil, err
+	}
+	return n.checkBasin(basin, fresh)
 }
 
 // readStream reads the stream's name row and caches it; nil when there is
@@ -136,7 +158,7 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := n.stream(ctx, b, basin, name)
+	b, e, err := n.stream(ctx, b, basin, name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -163,7 +185,7 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 				return nil, nil, err
 			}
 		}
-		e, _, err := n.createStream(ctx, b, basin, name, cfg, "")
+		b, e, _, err := n.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -177,9 +199,18 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 // name whose stream is being deleted is 409 stream_deletion_pending until
 // the deletion is no longer pending, as in S2. The row stores cfg resolved
 // over the basin's default stream config as it is now (storedConfig).
-func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string) (*streamEntry, bool, error) {
+//
+// What a create overwrites is judged on the basin row read after the name
+// row, never on b alone (b may be a cached entry of an incarnation of the
+// basin since deleted): a row of another basin id is a stream of an
+// earlier basin only if that is not the basin now. It returns the basin
+// it judged by: b, or b's row as it is now.
+func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string) (*basinEntry, *streamEntry, bool, error) {
 	key := streamKey{basin, name}
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxCatalogAttempts {
+			return nil, nil, false, api.Unavailable("stream %q: its rows kept changing while this star created it; retry", name)
+		}
 		n.dropStream(key)
 		k := meta.StreamNameKey(basin, name)
 		cond := meta.IfAbsent()
@@ -188,26 +219,40 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		case err == nil:
 			row, err := decodeStreamRow(it)
 			if err != nil {
-				return nil, false, n.storageErr("decode stream", err)
+				return nil, nil, false, n.storageErr("decode stream", err)
 			}
 			if row.BasinID == b.row.ID {
 				switch lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, n.now()) {
 				case alive:
 					e := &streamEntry{key: key, row: row, ver: it.Ver}
 					n.cacheStream(e)
-					return e, false, nil
+					return b, e, false, nil
 				case deleting:
 					if !replacesDeleting(ctx) {
-						return nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
+						return nil, nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
 					}
-					// The deleted id is already registered for
-					// reclamation (DeleteStream): a new id takes the name.
 				}
 			}
 			cond = meta.IfVer(it.Ver)
 		case !errors.Is(err, meta.ErrNotFound):
-			return nil, false, n.storageErr("read stream", err)
+			return nil, nil, false, n.storageErr("read stream", err)
 		}
+		// The basin as it is now, read after the name row: a row of another
+		// basin id is then an earlier basin's (ids are never reused), and
+		// a new row never joins an incarnation of the basin already gone.
+		fresh, err := n.readBasin(ctx, basin)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if fresh, err = n.checkBasin(basin, fresh); err != nil {
+			return nil, nil, false, err
+		}
+		if fresh.row.ID != b.row.ID {
+			n.catalog.basinRereads.WithLabelValues("stale").Inc()
+			b = fresh // judge the name row again against the basin of now
+			continue
+		}
+		b = fresh
 		stored := storedConfig(b, cfg)
 		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
 			RequestToken: token, CreateKey: createKey(token, cfg)}
@@ -221,24 +266,27 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		ik := meta.StreamMetaKey(row.ID)
 		ident := meta.StreamMeta{Basin: basin, Name: name, Class: meta.Class(*stored.StorageClass)}
 		if _, err := n.meta.Put(ctx, ik.PK, ik.SK, meta.Encode(ident), meta.IfAbsent()); err != nil {
-			return nil, false, n.storageErr("write stream identity", err)
+			return nil, nil, false, n.storageErr("write stream identity", err)
 		}
 		ver, err := n.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), cond)
 		if errors.Is(err, meta.ErrConditionFailed) {
 			if err := ctx.Err(); err != nil {
-				return nil, false, contextError(err)
+				return nil, nil, false, contextError(err)
 			}
 			continue
 		}
 		if err != nil {
-			return nil, false, n.storageErr("create stream", err)
+			return nil, nil, false, n.storageErr("create stream", err)
 		}
 		e := &streamEntry{key: key, row: row, ver: ver}
 		n.cacheStream(e)
 		n.log.Info("stream created", "basin", basin, "stream", name, "id", row.ID)
-		return e, true, nil
+		return b, e, true, nil
 	}
 }
+
+// maxCatalogAttempts bounds a catalog write's retries of lost races.
+const maxCatalogAttempts = 16
 
 func streamInfo(e *streamEntry) api.StreamInfo {
 	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt, Cipher: e.row.Cipher}
@@ -299,7 +347,7 @@ func (n *Node) ProvisionStream(ctx context.Context, basin string, req api.Create
 	if err != nil {
 		return api.StreamInfo{}, "", err
 	}
-	e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token)
+	_, e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token)
 	if err != nil {
 		return api.StreamInfo{}, "", err
 	}
@@ -335,7 +383,9 @@ func (n *Node) EnsureStream(ctx context.Context, basin, name string, cfg api.Str
 		return api.StreamInfo{}, "", err
 	}
 	for {
-		e, created, err := n.createStream(ctx, b, basin, name, cfg, "")
+		var e *streamEntry
+		var created bool
+		b, e, created, err = n.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return api.StreamInfo{}, "", err
 		}
@@ -497,7 +547,7 @@ func (n *Node) StreamStorageBytes(ctx context.Context, basin, name string) (uint
 	if err != nil {
 		return 0, err
 	}
-	e, err := n.stream(ctx, b, basin, name)
+	_, e, err := n.stream(ctx, b, basin, name)
 	if err != nil {
 		return 0, err
 	}
