@@ -314,6 +314,10 @@ func (n *Node) DeleteBasin(ctx context.Context, name string) error {
 func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at time.Time) error {
 	pk := meta.StreamNameKey(basin, "").PK
 	q := meta.Query{PK: pk, From: streamNamePrefix, To: "s$", Limit: 500}
+	var (
+		stop []streamKey
+		ids  []string
+	)
 	for {
 		pg, err := n.meta.Query(ctx, q)
 		if err != nil {
@@ -332,13 +336,20 @@ func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at t
 			// basin re-created with its streams would hide these ids.
 			rk := meta.ReclaimStreamKey(row.ID)
 			items = append(items, meta.Item{PK: rk.PK, SK: rk.SK, Val: meta.Encode(meta.ReclaimStream{Basin: basin, Stream: row.ID})})
-			n.unlead(row.ID)
+			stop = append(stop, streamKey{basin, name})
+			ids = append(ids, row.ID)
 		}
 		if len(items) > 0 {
 			if err := n.meta.BatchPut(ctx, items); err != nil {
 				return n.storageErr("write stream tombstones", err)
 			}
 		}
+		// Streams led here stop now; peers leading others stop at their
+		// next row check, and a re-create of a name retires its old lease.
+		for i, id := range ids {
+			n.stopDeleted(ctx, id, stop[i].name)
+		}
+		stop, ids = stop[:0], ids[:0]
 		if pg.Next == "" {
 			return nil
 		}

@@ -23,6 +23,8 @@ type catalogMetrics struct {
 	// entry outlived the TTL) or "stale" (a stream row named another
 	// incarnation of the basin than the cached one).
 	basinRereads *prometheus.CounterVec
+	// stopped counts streams the row check stopped leading.
+	stopped prometheus.Counter
 }
 
 func newCatalogMetrics(n *Node) *catalogMetrics {
@@ -33,6 +35,10 @@ func newCatalogMetrics(n *Node) *catalogMetrics {
 		}, []string{"reason"}),
 	}
 	m.basinRereads = registerShared(n, m.basinRereads, "catalog_basin_rereads_total")
+	m.stopped = registerShared(n, prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "catalog", Name: "deleted_streams_stopped_total",
+		Help: "Streams this star stopped leading because the row check found them deleted or replaced, or their basin deleted, by a request served elsewhere.",
+	}), "catalog_deleted_streams_stopped_total")
 	return m
 }
 

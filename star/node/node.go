@@ -85,6 +85,7 @@ type Node struct {
 	beatDone chan struct{}
 	balance  *balancer
 	idle     *idleReleaser
+	rowLoop  bgLoop
 
 	// draining refuses new leases; drainLoop releases the led streams
 	// under drainCtx, which Close cancels.
@@ -222,6 +223,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	n.opened.Store(true)
 	n.startBalancer()
 	n.startIdleRelease()
+	n.startRowCheck()
 	n.log.Info("star ready")
 	return n, nil
 }
@@ -390,6 +392,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.drainStop()
 	n.drainWG.Wait()
 	n.stopIdleRelease()
+	n.rowLoop.halt()
 	// Release before the loglets stop: the release flush needs the absorb.
 	if released, failed := n.releaseAll(ctx); released+failed > 0 {
 		n.log.Info("close: released stream leases", "released", released, "failed", failed)
@@ -456,6 +459,7 @@ func (n *Node) abort() {
 	n.drainStop()
 	n.stopBalance()
 	n.stopIdleRelease()
+	n.rowLoop.halt()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

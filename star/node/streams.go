@@ -213,7 +213,7 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		}
 		n.dropStream(key)
 		k := meta.StreamNameKey(basin, name)
-		cond := meta.IfAbsent()
+		cond, oldID := meta.IfAbsent(), ""
 		it, err := n.meta.Get(ctx, k.PK, k.SK)
 		switch {
 		case err == nil:
@@ -233,7 +233,7 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 					}
 				}
 			}
-			cond = meta.IfVer(it.Ver)
+			cond, oldID = meta.IfVer(it.Ver), row.ID
 		case !errors.Is(err, meta.ErrNotFound):
 			return nil, nil, false, n.storageErr("read stream", err)
 		}
@@ -253,6 +253,14 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 			continue
 		}
 		b = fresh
+		if oldID != "" {
+			// The name moves to a new id: the old one (deleted, or an
+			// earlier basin's) is first fenced, so no star acknowledges
+			// into it under the name's new stream.
+			if err := n.retireLease(ctx, oldID, name); err != nil {
+				return nil, nil, false, err
+			}
+		}
 		stored := storedConfig(b, cfg)
 		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
 			RequestToken: token, CreateKey: createKey(token, cfg)}
@@ -507,7 +515,7 @@ func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
 		if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 			return n.storageErr("register deleted stream", err)
 		}
-		n.unlead(e.row.ID)
+		n.stopDeleted(ctx, e.row.ID, name)
 		n.log.Info("stream deleted", "basin", basin, "stream", name, "id", e.row.ID)
 		return nil
 	}
