@@ -48,6 +48,18 @@ type Deps struct {
 	// PeerHeader is sent on every request this star makes to a peer (the
 	// settle nudge): the cluster's internal credential (star/auth).
 	PeerHeader http.Header
+	// Hooks let tests and the catalog simulation hold the node at its
+	// decision points (nil: none).
+	Hooks *Hooks
+}
+
+// Hooks are callbacks at the node's decision points, for tests and the
+// catalog simulation to park a request there and interleave others.
+type Hooks struct {
+	// BeforeOpen runs in a request that judged a stream's lease held by
+	// this star and passed the open gate, before it takes the stream's
+	// slot lock to open it.
+	BeforeOpen func(streamID string)
 }
 
 // Node is one running star.
@@ -69,6 +81,7 @@ type Node struct {
 
 	ownMeta meta.Store // closed by Close when Open opened it
 	peerHdr http.Header
+	hooks   Hooks
 	regn    Registration
 	regVer  int64
 	lease   *leadership
@@ -132,6 +145,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		zombied: make(chan struct{}),
 	}
 	n.drainCtx, n.drainStop = context.WithCancel(context.Background())
+	if deps.Hooks != nil {
+		n.hooks = *deps.Hooks
+	}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
