@@ -280,16 +280,34 @@ func (n *Node) ReconfigureBasin(ctx context.Context, name string, r api.BasinRec
 
 // DeleteBasin starts deleting a basin (DELETE /basins/{b}, 202). Its
 // streams go with it: they carry the basin's id, which a new basin of the
-// same name will not have. Reclaiming their records is the janitor's.
+// same name will not have. The basin row's deleted_at is the commit point;
+// tombstoneStreams writes the rest. A delete that stopped after its mark
+// is finished by any retry (which still answers 409
+// basin_deletion_pending), by a create that takes one of its stream names
+// (createStream), or by the janitor's retention pass. Reclaiming their
+// records is the janitor's.
 func (n *Node) DeleteBasin(ctx context.Context, name string) error {
 	if err := api.ValidateBasinName(name); err != nil {
 		return err
 	}
-	for {
+	for range maxCatalogAttempts {
 		n.dropBasin(name)
-		e, err := n.liveBasin(ctx, name)
+		e, err := n.basin(ctx, name)
 		if err != nil {
 			return err
+		}
+		state := gone
+		if e != nil {
+			state = lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now())
+		}
+		switch state {
+		case gone:
+			return api.BasinNotFound("basin %q not found", name)
+		case deleting:
+			if err := n.tombstoneStreams(ctx, name, e.row.ID, *e.row.DeletedAt, true); err != nil {
+				return err
+			}
+			return api.BasinDeletionPending("basin %q is being deleted", name)
 		}
 		row := e.row
 		now := n.now().UTC()
@@ -302,16 +320,21 @@ func (n *Node) DeleteBasin(ctx context.Context, name string) error {
 			return n.storageErr("delete basin", err)
 		}
 		n.log.Info("basin deleted", "basin", name)
-		return n.tombstoneStreams(ctx, name, e.row.ID, now)
+		return n.tombstoneStreams(ctx, name, e.row.ID, now, false)
 	}
+	return api.Unavailable("basin %q kept changing while this star deleted it; retry", name)
 }
 
 // tombstoneStreams writes the tombstone of every stream of a deleted basin
-// (incarnation basinID), so the auditor stops settling them. The basin is
-// already marked deleted, so no stream can be created in it meanwhile. If
-// this fails part way, the rest are still recognisable by their basin id,
-// which no live basin carries.
-func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at time.Time) error {
+// (incarnation basinID) and registers it for reclamation, so the auditor
+// stops settling them and a basin re-created with its streams does not
+// hide their ids. The basin is already marked deleted, so no stream can
+// be created in it meanwhile (createStream reads the basin after the name
+// row). If this fails part way, the rest are still recognisable by their
+// basin id, which no live basin carries. A retry (again) registers each
+// stream as finishDelete does, idempotently, instead of writing the batch
+// over rows the janitor may already be working through.
+func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at time.Time, again bool) error {
 	pk := meta.StreamNameKey(basin, "").PK
 	q := meta.Query{PK: pk, From: streamNamePrefix, To: "s$", Limit: 500}
 	var (
@@ -330,6 +353,12 @@ func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at t
 				continue // not this basin's, or tombstoned when it was deleted
 			}
 			name := strings.TrimPrefix(it.SK, streamNamePrefix)
+			if again {
+				if err := n.finishDelete(ctx, basin, name, row.ID, at); err != nil {
+					return err
+				}
+				continue
+			}
 			tk := StreamTombstoneKey(row.ID)
 			items = append(items, meta.Item{PK: tk.PK, SK: tk.SK, Val: meta.Encode(Tombstone{Basin: basin, Name: name, DeletedAt: at})})
 			// Registered for reclamation at once (see DeleteStream): a

@@ -5,9 +5,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // stream returns the cached or stored row of a stream of basin b; nil when
@@ -213,7 +215,8 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		}
 		n.dropStream(key)
 		k := meta.StreamNameKey(basin, name)
-		cond, oldID := meta.IfAbsent(), ""
+		cond := meta.IfAbsent()
+		var old *StreamRow // the row this create replaces
 		it, err := n.meta.Get(ctx, k.PK, k.SK)
 		switch {
 		case err == nil:
@@ -233,7 +236,7 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 					}
 				}
 			}
-			cond, oldID = meta.IfVer(it.Ver), row.ID
+			cond, old = meta.IfVer(it.Ver), &row
 		case !errors.Is(err, meta.ErrNotFound):
 			return nil, nil, false, n.storageErr("read stream", err)
 		}
@@ -253,11 +256,20 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 			continue
 		}
 		b = fresh
-		if oldID != "" {
+		if old != nil {
 			// The name moves to a new id: the old one (deleted, or an
-			// earlier basin's) is first fenced, so no star acknowledges
-			// into it under the name's new stream.
-			if err := n.retireLease(ctx, oldID, name); err != nil {
+			// earlier basin's) is first registered for reclamation (a
+			// delete that stopped short is finished here, lest the new row
+			// hide the old id for good), and its lease retired, so no star
+			// acknowledges into it under the name's new stream.
+			at := n.now().UTC()
+			if old.DeletedAt != nil {
+				at = *old.DeletedAt
+			}
+			if err := settle.ForgetStream(ctx, &settle.Stores{Meta: n.meta}, basin, name, old.ID, at); err != nil {
+				return nil, nil, false, n.storageErr("register replaced stream", err)
+			}
+			if err := n.retireLease(ctx, old.ID, name); err != nil {
 				return nil, nil, false, err
 			}
 		}
@@ -487,12 +499,36 @@ func (n *Node) ReconfigureStream(ctx context.Context, basin, name string, r api.
 }
 
 // DeleteStream starts deleting a stream (DELETE /streams/{s}, 202): the
-// name row gets deleted_at and the stream id a tombstone for the janitor.
+// name row gets deleted_at (the commit point), then finishDelete writes
+// the rest. A delete that stopped after its mark (a failed write, a lost
+// reply, a crash) is finished by any retry, which still answers 409
+// stream_deletion_pending, by a create that takes the name, or by the
+// janitor's retention pass.
 func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
-	for {
-		b, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+	if err := api.ValidateStreamName(name); err != nil {
+		return err
+	}
+	for range maxCatalogAttempts {
+		b, err := n.liveBasin(ctx, basin)
 		if err != nil {
 			return err
+		}
+		b, e, err := n.stream(ctx, b, basin, name)
+		if err != nil {
+			return err
+		}
+		state := gone
+		if e != nil {
+			state = lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now())
+		}
+		switch state {
+		case gone:
+			return api.StreamNotFound("stream %q not found in basin %q", name, basin)
+		case deleting:
+			if err := n.finishDelete(ctx, basin, name, e.row.ID, *e.row.DeletedAt); err != nil {
+				return err
+			}
+			return api.StreamDeletionPending("stream %q is being deleted", name)
 		}
 		now := n.now().UTC()
 		_, err = n.updateStream(ctx, b, e, func(r *StreamRow) { r.DeletedAt = &now })
@@ -502,23 +538,29 @@ func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
 		if err != nil {
 			return err
 		}
-		tk := StreamTombstoneKey(e.row.ID)
-		ts := Tombstone{Basin: basin, Name: name, DeletedAt: now}
-		if _, err := n.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.Always()); err != nil {
-			return n.storageErr("write stream tombstone", err)
+		if err := n.finishDelete(ctx, basin, name, e.row.ID, now); err != nil {
+			return err
 		}
-		// Register the id for the janitor's reclamation now: found only
-		// from the name row, it would be hidden by a stream re-created
-		// under the name before the janitor's next run (a leak).
-		rk := meta.ReclaimStreamKey(e.row.ID)
-		_, err = n.meta.Put(ctx, rk.PK, rk.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: e.row.ID}), meta.IfAbsent())
-		if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
-			return n.storageErr("register deleted stream", err)
-		}
-		n.stopDeleted(ctx, e.row.ID, name)
 		n.log.Info("stream deleted", "basin", basin, "stream", name, "id", e.row.ID)
 		return nil
 	}
+	return api.Unavailable("stream %q kept changing while this star deleted it; retry", name)
+}
+
+// finishDelete writes what follows a stream's deletion mark: its
+// tombstone (no settle stages its records again) and its reclamation row
+// (settle.ForgetStream: both idempotent, so any retry may run it), then
+// this star stops leading it and retires its lease (stopDeleted). The id
+// is registered at once, not left to the janitor: found only from the
+// name row, it would be hidden by a stream created under the name before
+// the janitor's next run. Callers read the name row deleted, or naming an
+// earlier basin, first: a live id is never registered.
+func (n *Node) finishDelete(ctx context.Context, basin, name, id string, at time.Time) error {
+	if err := settle.ForgetStream(ctx, &settle.Stores{Meta: n.meta}, basin, name, id, at); err != nil {
+		return n.storageErr("register deleted stream", err)
+	}
+	n.stopDeleted(ctx, id, name)
+	return nil
 }
 
 // ListStreams lists a basin's streams by name (GET /streams).
