@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,29 +59,40 @@ func (n *Node) checkLedRows(ctx context.Context) int {
 		}
 		s.mu.Unlock()
 	}
-	stopped := 0
+	var (
+		stopped atomic.Int64
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, rowCheckReads)
+	)
 	for basin, led := range byBasin {
 		b, err := n.fetchBasin(ctx, basin)
 		if err != nil {
 			continue // judged at the next check
 		}
 		for _, l := range led {
-			id := ids[l]
-			e, err := n.readStream(ctx, l.key)
-			if err != nil {
-				continue
-			}
-			if rowsLive(b, e, id, n.cfg.DeletionPending, n.now()) {
-				continue
-			}
-			n.log.Info("row check: stopped leading a stream deleted or replaced elsewhere", "basin", basin, "stream", l.name, "id", id)
-			n.stopDeleted(ctx, id, l.name)
-			n.catalog.stopped.Inc()
-			stopped++
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				id := ids[l]
+				e, err := n.readStream(ctx, l.key)
+				if err != nil || rowsLive(b, e, id, n.cfg.DeletionPending, n.now()) {
+					return
+				}
+				n.log.Info("row check: stopped leading a stream deleted or replaced elsewhere", "basin", basin, "stream", l.name, "id", id)
+				n.stopDeleted(ctx, id, l.name)
+				n.catalog.stopped.Inc()
+				stopped.Add(1)
+			})
 		}
 	}
-	return stopped
+	wg.Wait()
+	return int(stopped.Load())
 }
+
+// rowCheckReads bounds the row check's reads in flight, so a star leading
+// many streams checks them all within a period (10,000 streams at 5 ms a
+// read: about 3 s).
+const rowCheckReads = 16
 
 // rowsLive says whether basin row b and stream row e (nil: none) still
 // make stream id live: the basin alive, the name row naming id in it, not
