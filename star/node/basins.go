@@ -307,6 +307,7 @@ func (n *Node) DeleteBasin(ctx context.Context, name string) error {
 			if err := n.tombstoneStreams(ctx, name, e.row.ID, *e.row.DeletedAt, true); err != nil {
 				return err
 			}
+			n.tellPeers(ctx, name)
 			return api.BasinDeletionPending("basin %q is being deleted", name)
 		}
 		row := e.row
@@ -320,7 +321,11 @@ func (n *Node) DeleteBasin(ctx context.Context, name string) error {
 			return n.storageErr("delete basin", err)
 		}
 		n.log.Info("basin deleted", "basin", name)
-		return n.tombstoneStreams(ctx, name, e.row.ID, now, false)
+		if err := n.tombstoneStreams(ctx, name, e.row.ID, now, false); err != nil {
+			return err
+		}
+		n.tellPeers(ctx, name)
+		return nil
 	}
 	return api.Unavailable("basin %q kept changing while this star deleted it; retry", name)
 }

@@ -2,9 +2,14 @@ package node
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/leader"
 )
 
 // The row check: a star re-reads the basin and stream rows of every
@@ -35,14 +40,15 @@ func (n *Node) startRowCheck() {
 			case <-t.C:
 			}
 			rctx, cancel := context.WithTimeout(ctx, every)
-			n.checkLedRows(rctx)
+			n.checkLedRows(rctx, "")
 			cancel()
 		}
 	})
 }
 
-// checkLedRows runs one row check and returns how many streams it stopped.
-func (n *Node) checkLedRows(ctx context.Context) int {
+// checkLedRows runs one row check, of the streams of basin only ("": of
+// every basin), and returns how many streams it stopped.
+func (n *Node) checkLedRows(ctx context.Context, only string) int {
 	byBasin := map[string][]*ledStream{}
 	ids := map[*ledStream]string{}
 	n.mu.Lock()
@@ -53,7 +59,7 @@ func (n *Node) checkLedRows(ctx context.Context) int {
 	n.mu.Unlock()
 	for id, s := range slots {
 		s.mu.Lock()
-		if l := s.l; l != nil {
+		if l := s.l; l != nil && (only == "" || l.key.basin == only) {
 			byBasin[l.key.basin] = append(byBasin[l.key.basin], l)
 			ids[l] = id
 		}
@@ -100,4 +106,52 @@ const rowCheckReads = 16
 func rowsLive(b *basinEntry, e *streamEntry, id string, pending time.Duration, now time.Time) bool {
 	return b != nil && e != nil && lifecycleOf(b.row.DeletedAt, pending, now) == alive &&
 		e.row.ID == id && e.row.BasinID == b.row.ID && e.row.DeletedAt == nil
+}
+
+// RecheckBasin runs the row check of basin's streams now, at a peer's word
+// that it deleted the basin (tellPeers): the streams of it led here stop
+// before this returns, bounded by one row-check period.
+func (n *Node) RecheckBasin(ctx context.Context, basin string) error {
+	if err := api.ValidateBasinName(basin); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.rowCheckEvery())
+	defer cancel()
+	if stopped := n.checkLedRows(ctx, basin); stopped > 0 {
+		n.log.Info("a peer deleted a basin: stopped leading its streams", "basin", basin, "streams", stopped)
+	}
+	return nil
+}
+
+// tellPeers asks every other live star to run the row check of a basin
+// this star deleted (POST SettlePath {basin}), and waits for their answers
+// (2 s each at most, all at once): a reachable peer stops leading the
+// basin's streams before the delete answers. Best effort: a peer that does
+// not answer stops at its next row check, and a re-create fences it
+// (retireLease).
+func (n *Node) tellPeers(ctx context.Context, basin string) {
+	ids, err := leader.Stars(ctx, n.meta)
+	if err != nil {
+		n.log.Warn("basin delete: list peers to tell", "basin", basin, "err", err)
+		return
+	}
+	body, _ := json.Marshal(SettleRequest{Basin: basin})
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: n.cfg.PeerTLS}}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		if id == n.cfg.StarID {
+			continue
+		}
+		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, id)
+		if err != nil || !ok || reg.Address == "" || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) {
+			continue
+		}
+		wg.Go(func() {
+			if err := nudge(ctx, client, reg.Address, body, n.peerHdr); err != nil {
+				n.log.Warn("basin delete: a peer was not told (it stops at its next row check)", "basin", basin, "peer", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
