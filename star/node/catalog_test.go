@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/auditjob"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -147,6 +149,13 @@ func testDeleteStopsPeerLeader(t *testing.T, what string) {
 // not re-created until that leader is presumed dead and its chain fenced,
 // and from then on it acknowledges nothing into the deleted stream.
 func TestDeleteFencesCutOffLeader(t *testing.T) {
+	t.Run("re-created at once", func(t *testing.T) { testDeleteFencesCutOffLeader(t, false) })
+	// The janitor's reclamation of the deleted id meets the cut-off
+	// leader's lease first: it must not free it for the create.
+	t.Run("janitor first", func(t *testing.T) { testDeleteFencesCutOffLeader(t, true) })
+}
+
+func testDeleteFencesCutOffLeader(t *testing.T, janitor bool) {
 	ctx := context.Background()
 	st := newStores(t)
 	aMeta := mfaults.New(st.meta, 1)
@@ -173,6 +182,13 @@ func TestDeleteFencesCutOffLeader(t *testing.T) {
 	}
 	if _, err := a.Append(ctx, "basin-one", "s1", records("cut-off", 1), nil); err != nil {
 		t.Fatalf("a, cut off, stopped acknowledging before any fence: %v", err)
+	}
+	if janitor {
+		js := &settle.Stores{Meta: st.meta, Objects: st.objects, SettledBucket: "standard", Streams: settle.MetaStreams{Meta: st.meta},
+			Config: settle.Config{ScratchDir: t.TempDir()}, Logger: testLog()}
+		if _, err := auditjob.Janitor(ctx, js); err != nil {
+			t.Logf("janitor: %v", err)
+		}
 	}
 	var created bool
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !created; time.Sleep(10 * time.Millisecond) {

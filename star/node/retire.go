@@ -37,11 +37,20 @@ func (n *Node) retireLease(ctx context.Context, id, name string) error {
 		if err != nil {
 			return n.storageErr("resolve lease", err)
 		}
-		if v.leased && (v.lease.Deleted || v.lease.Emptied) {
-			if v.lease.Deleted && len(v.lease.Pending) > 0 {
-				return n.gate(ctx, id, v.lease, ver) // a retire that stopped short
-			}
+		if v.leased && v.lease.Emptied {
 			return nil
+		}
+		if v.leased && v.lease.Deleted {
+			if len(v.lease.Pending) == 0 {
+				return nil
+			}
+			// Holders left to fence: a retire that stopped short, or a
+			// lease the janitor's reclamation retired in place.
+			done, err := n.fencePending(ctx, id, name, v.lease, ver)
+			if done || err != nil {
+				return err
+			}
+			continue
 		}
 		switch d.act {
 		case claimHeld:
@@ -77,6 +86,57 @@ func (n *Node) retireLease(ctx context.Context, id, name string) error {
 		return n.gate(ctx, id, next, nv)
 	}
 	return api.Unavailable("the lease of deleted stream %q kept changing; retry", name)
+}
+
+// fencePending fences the holders pending on deleted stream id's retired
+// lease l (version ver): this star, if among them, stops and takes itself
+// off by CAS (then done is false: judge the lease again); a live one makes
+// a retryable 503 (it stops within a row check, and takes itself off); the
+// others, judged gone as a takeover judges a holder (a stale one marked
+// dead first, on this star's testimony), are fenced through the open gate.
+func (n *Node) fencePending(ctx context.Context, id, name string, l meta.Lease, ver int64) (done bool, err error) {
+	if slices.Contains(l.Pending, n.lease.me) {
+		n.unlead(id)
+		next := l
+		next.Pending = slices.DeleteFunc(slices.Clone(l.Pending), func(h meta.LeaseHolder) bool { return h == n.lease.me })
+		if _, err := leader.Acquire(ctx, n.meta, id, next, ver); err != nil && !errors.Is(err, leader.ErrLost) {
+			return false, n.storageErr("retire lease", err)
+		}
+		return false, nil
+	}
+	for _, h := range l.Pending {
+		gone, err := n.holderGone(ctx, h)
+		if err != nil {
+			return false, n.storageErr("judge lease holder", err)
+		}
+		if !gone {
+			return false, api.Unavailable("the deleted stream %q may still be led by star %s, which stops within %v; retry", name, h.Star, n.rowCheckEvery())
+		}
+	}
+	return true, n.gate(ctx, id, l, ver)
+}
+
+// holderGone judges lease holder h as decideClaim judges a lease it holds:
+// gone when dead, stopped, superseded or never registered; a stale one is
+// marked dead first, on this star's testimony (leader.PresumeDead).
+func (n *Node) holderGone(ctx context.Context, h meta.LeaseHolder) (bool, error) {
+	v := claimView{me: n.lease.me, lease: meta.Lease{LeaseHolder: h}, leased: true, deadAfter: n.cfg.DeadAfter}
+	var err error
+	if v.reg, _, v.registered, err = leader.ReadRegistration(ctx, n.meta, h.Star); err != nil {
+		return false, err
+	}
+	v.now = time.Now()
+	v.self = n.lease.witness(v.now, n.cfg.DeadAfter)
+	d := decideClaim(v)
+	if d.act == claimMarkDead {
+		r, _, _, err := leader.MarkPresumedDead(ctx, n.meta, h.Star, []leader.Witness{v.self}, v.now, n.cfg.DeadAfter)
+		if err != nil {
+			return false, err
+		}
+		v.reg, v.now = r, time.Now()
+		d = decideClaim(v)
+	}
+	return d.act == claimAcquire, nil
 }
 
 // stopDeleted stops leading deleted stream id here for good and, if this

@@ -9,7 +9,6 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
 )
 
 // stream returns the cached or stored row of a stream of basin b; nil when
@@ -266,8 +265,8 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 			if old.DeletedAt != nil {
 				at = *old.DeletedAt
 			}
-			if err := settle.ForgetStream(ctx, &settle.Stores{Meta: n.meta}, basin, name, old.ID, at); err != nil {
-				return nil, nil, false, n.storageErr("register replaced stream", err)
+			if err := n.registerDeleted(ctx, basin, name, old.ID, at); err != nil {
+				return nil, nil, false, err
 			}
 			if err := n.retireLease(ctx, old.ID, name); err != nil {
 				return nil, nil, false, err
@@ -548,18 +547,38 @@ func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
 }
 
 // finishDelete writes what follows a stream's deletion mark: its
-// tombstone (no settle stages its records again) and its reclamation row
-// (settle.ForgetStream: both idempotent, so any retry may run it), then
-// this star stops leading it and retires its lease (stopDeleted). The id
-// is registered at once, not left to the janitor: found only from the
-// name row, it would be hidden by a stream created under the name before
-// the janitor's next run. Callers read the name row deleted, or naming an
-// earlier basin, first: a live id is never registered.
+// tombstone and its reclamation row (registerDeleted), then this star
+// stops leading it and retires its lease (stopDeleted). Any retry may run
+// it.
 func (n *Node) finishDelete(ctx context.Context, basin, name, id string, at time.Time) error {
-	if err := settle.ForgetStream(ctx, &settle.Stores{Meta: n.meta}, basin, name, id, at); err != nil {
-		return n.storageErr("register deleted stream", err)
+	if err := n.registerDeleted(ctx, basin, name, id, at); err != nil {
+		return err
 	}
 	n.stopDeleted(ctx, id, name)
+	return nil
+}
+
+// registerDeleted writes deleted stream id's tombstone (no settle stages
+// its records again) and its reclamation row, each if absent, so any
+// retry may write them again. The id is registered at once, not left to
+// the janitor: found only from the name row, it would be hidden by a
+// stream created under the name before the janitor's next run. Unlike
+// the janitor's settle.ForgetStream it registers an id whose tombstone
+// already stands: a delete may have stopped between the two, and a
+// reclamation run again finds nothing to do but delete the lease a
+// retire left. Callers read the name row deleted, or naming an earlier
+// basin on a basin row read after it, first: a live id is never
+// registered.
+func (n *Node) registerDeleted(ctx context.Context, basin, name, id string, at time.Time) error {
+	tk := StreamTombstoneKey(id)
+	ts := Tombstone{Basin: basin, Name: name, DeletedAt: at}
+	if _, err := n.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return n.storageErr("write stream tombstone", err)
+	}
+	rk := meta.ReclaimStreamKey(id)
+	if _, err := n.meta.Put(ctx, rk.PK, rk.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: id}), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return n.storageErr("register deleted stream", err)
+	}
 	return nil
 }
 
