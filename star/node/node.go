@@ -90,6 +90,9 @@ type Node struct {
 	basins  map[string]*basinEntry
 	streams map[streamKey]*streamEntry
 	led     map[string]*ledSlot // by stream id
+	// unretired are deleted streams this star stopped leading whose lease
+	// it has yet to retire (id → name; retryRetires).
+	unretired map[string]string
 
 	limits  *appendLimits
 	catalog *catalogMetrics
@@ -141,8 +144,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		basins:  map[string]*basinEntry{},
 		streams: map[streamKey]*streamEntry{},
 
-		led:     map[string]*ledSlot{},
-		zombied: make(chan struct{}),
+		led:       map[string]*ledSlot{},
+		unretired: map[string]string{},
+		zombied:   make(chan struct{}),
 	}
 	n.drainCtx, n.drainStop = context.WithCancel(context.Background())
 	if deps.Hooks != nil {

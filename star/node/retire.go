@@ -148,6 +148,28 @@ func (n *Node) stopDeleted(ctx context.Context, id, name string) {
 		return
 	}
 	if err := n.retireLease(ctx, id, name); err != nil {
-		n.log.Warn("stopped leading a deleted stream, but could not retire its lease (a re-create retires it)", "stream", name, "id", id, "err", err)
+		n.log.Warn("stopped leading a deleted stream, but could not retire its lease yet (the row check retries)", "stream", name, "id", id, "err", err)
+		n.mu.Lock()
+		n.unretired[id] = name
+		n.mu.Unlock()
+	}
+}
+
+// retryRetires retries the lease retires stopDeleted could not finish: a
+// create of the name waits for this star while its lease names it.
+func (n *Node) retryRetires(ctx context.Context) {
+	n.mu.Lock()
+	todo := make(map[string]string, len(n.unretired))
+	for id, name := range n.unretired {
+		todo[id] = name
+	}
+	n.mu.Unlock()
+	for id, name := range todo {
+		if err := n.retireLease(ctx, id, name); err != nil {
+			continue
+		}
+		n.mu.Lock()
+		delete(n.unretired, id)
+		n.mu.Unlock()
 	}
 }

@@ -41,6 +41,7 @@ func (n *Node) startRowCheck() {
 			}
 			rctx, cancel := context.WithTimeout(ctx, every)
 			n.checkLedRows(rctx, "")
+			n.retryRetires(rctx)
 			cancel()
 		}
 	})
