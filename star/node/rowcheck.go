@@ -124,6 +124,9 @@ func (n *Node) RecheckBasin(ctx context.Context, basin string) error {
 	return nil
 }
 
+// tellPeersTimeout bounds a basin delete's wait for one peer's answer.
+const tellPeersTimeout = 2 * time.Second
+
 // tellPeers asks every other live star to run the row check of a basin
 // this star deleted (POST SettlePath {basin}), and waits for their answers
 // (2 s each at most, all at once): a reachable peer stops leading the
@@ -137,7 +140,7 @@ func (n *Node) tellPeers(ctx context.Context, basin string) {
 		return
 	}
 	body, _ := json.Marshal(SettleRequest{Basin: basin})
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: n.cfg.PeerTLS}}
+	client := &http.Client{Timeout: tellPeersTimeout, Transport: &http.Transport{TLSClientConfig: n.cfg.PeerTLS}}
 	defer client.CloseIdleConnections()
 	var wg sync.WaitGroup
 	for _, id := range ids {
