@@ -404,7 +404,14 @@ type Lease struct {
 	// it or appends, so the stream stays as empty as the auditor judged
 	// it while its deletion is written.
 	Emptied bool `json:"emptied,omitempty"`
+	// Deleted says the stream was deleted and its lease retired (Holder
+	// names DeletedBy): no star takes it or appends, so once a name
+	// moves to a new stream id no star acknowledges into the old one.
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 // EmptiedBy is the holder of an Emptied lease: no star's name.
 const EmptiedBy = "~auditor"
+
+// DeletedBy is the holder of a Deleted lease: no star's name.
+const DeletedBy = "~deleted"

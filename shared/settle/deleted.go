@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 )
 
@@ -55,7 +56,8 @@ type StreamsReport struct {
 
 // ReclaimStreams reclaims the deleted streams registered by ForgetStream,
 // rows before objects: each pass deletes the stream's ref rows (span refs
-// and catalog rows) and its lease; the first pass that finds none left
+// and catalog rows) and deletes or retires its lease (retireLease); the
+// first pass that finds none left
 // arms the stream; a pass a read grace later deletes every settled object
 // under the stream's prefix (a listing, which also finds objects a settle
 // racing the delete published and never committed), the stream's reclaim
@@ -106,9 +108,8 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	if err != nil {
 		return err
 	}
-	lk := meta.LeaseKey(id)
-	if err := st.Meta.Delete(ctx, lk.PK, lk.SK, meta.Always()); err != nil {
-		return fmt.Errorf("settle: delete lease of deleted stream %s: %w", id, err)
+	if err := retireLease(ctx, st.Meta, id); err != nil {
+		return err
 	}
 	switch {
 	case n > 0 && rs.Armed != 0:
@@ -137,6 +138,38 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	}
 	if _, err := st.Meta.Put(ctx, it.PK, it.SK, meta.Encode(rs), meta.IfVer(it.Ver)); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 		return fmt.Errorf("settle: arm deleted stream %s: %w", id, err)
+	}
+	return nil
+}
+
+// retireLease is what the reclamation does with a deleted stream's lease.
+// One nobody holds (released, emptied, or retired by the delete with no
+// holder left to fence) is deleted. One a star still holds is retired in
+// place (meta.Lease.Deleted, the holder put on Pending): deleting it would
+// let a create take the stream's name without waiting for that holder to
+// stop, or fencing it, while, cut off from the metastore, it acknowledges
+// into the deleted id (star/node's retireLease, docs/write-path.md,
+// "Catalog invariants"). A retired lease with holders pending stays until
+// such a create has fenced them.
+func retireLease(ctx context.Context, ms meta.Store, id string) error {
+	l, ver, ok, err := leader.ReadLease(ctx, ms, id)
+	if err != nil || !ok {
+		return err
+	}
+	if l.Emptied || l.Released || l.Deleted && len(l.Pending) == 0 {
+		lk := meta.LeaseKey(id)
+		if err := ms.Delete(ctx, lk.PK, lk.SK, meta.IfVer(ver)); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+			return fmt.Errorf("settle: delete lease of deleted stream %s: %w", id, err)
+		}
+		return nil
+	}
+	if l.Deleted {
+		return nil
+	}
+	next := leader.Successor(&l, meta.LeaseHolder{Star: meta.DeletedBy}, time.Now())
+	next.Deleted = true
+	if _, err := leader.Acquire(ctx, ms, id, next, ver); err != nil && !errors.Is(err, leader.ErrLost) {
+		return fmt.Errorf("settle: retire lease of deleted stream %s: %w", id, err)
 	}
 	return nil
 }

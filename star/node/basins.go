@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -11,43 +12,66 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// basin returns the basin's cached entry, reading it on a miss; nil when
-// the basin does not exist. Entries stay until this star writes the row
-// (the append path of an open stream reads no row); a star taking a
-// stream on reads them again (freshRows).
+// basin returns the basin's cached entry, reading it on a miss or once
+// the entry is older than Config.BasinCacheTTL; nil when the basin does
+// not exist. The append path of an open stream reads no row; a star
+// taking a stream on reads them again (freshRows), and a write never
+// trusts the cache to judge what it overwrites (createStream).
 func (n *Node) basin(ctx context.Context, name string) (*basinEntry, error) {
 	n.mu.Lock()
 	e := n.basins[name]
 	n.mu.Unlock()
-	if e != nil {
+	if e == nil {
+		return n.readBasin(ctx, name)
+	}
+	if n.basinFresh(e, n.now()) {
 		return e, nil
 	}
-	return n.readBasin(ctx, name)
+	n.catalog.basinRereads.WithLabelValues("expired").Inc()
+	fresh, err := n.fetchBasin(ctx, name)
+	if err != nil {
+		// Through a metastore outage the star answers as it did before it
+		// (its open streams keep acknowledging by design); what a write
+		// overwrites is never judged on this entry (createStream).
+		return e, nil
+	}
+	return fresh, nil
 }
 
 // readBasin reads the basin's row and caches it; nil when the basin does
 // not exist.
 func (n *Node) readBasin(ctx context.Context, name string) (*basinEntry, error) {
-	k := meta.BasinKey(name)
-	it, err := n.meta.Get(ctx, k.PK, k.SK)
-	if errors.Is(err, meta.ErrNotFound) {
-		return nil, nil
-	}
+	e, err := n.fetchBasin(ctx, name)
 	if err != nil {
 		return nil, n.storageErr("read basin", err)
 	}
+	return e, nil
+}
+
+// fetchBasin is readBasin with the metastore's error as it came.
+func (n *Node) fetchBasin(ctx context.Context, name string) (*basinEntry, error) {
+	k := meta.BasinKey(name)
+	it, err := n.meta.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		n.dropBasin(name)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
 	row, err := decodeBasinRow(it)
 	if err != nil {
-		return nil, n.storageErr("decode basin", err)
+		return nil, fmt.Errorf("decode basin: %w", err)
 	}
-	e := &basinEntry{row: row, ver: it.Ver}
+	e := &basinEntry{row: row, ver: it.Ver, readAt: n.now()}
 	n.cacheBasin(name, e)
 	return e, nil
 }
 
 // A row's version only grows (this package never deletes the row, and a
 // create drops the cache entry before it writes), so a racing reader's
-// older snapshot never replaces a newer one.
+// older snapshot never replaces a newer one; the same version read again
+// renews the entry's age.
 func (n *Node) cacheBasin(name string, e *basinEntry) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -90,7 +114,7 @@ func (n *Node) putBasin(ctx context.Context, name string, row BasinRow, cond met
 	if err != nil {
 		return nil, err
 	}
-	e := &basinEntry{row: row, ver: ver}
+	e := &basinEntry{row: row, ver: ver, readAt: n.now()}
 	n.cacheBasin(name, e)
 	// The config row decided; the directory row follows it. A crash in
 	// between leaves the listing stale until the next write to the basin.
@@ -256,16 +280,35 @@ func (n *Node) ReconfigureBasin(ctx context.Context, name string, r api.BasinRec
 
 // DeleteBasin starts deleting a basin (DELETE /basins/{b}, 202). Its
 // streams go with it: they carry the basin's id, which a new basin of the
-// same name will not have. Reclaiming their records is the janitor's.
+// same name will not have. The basin row's deleted_at is the commit point;
+// tombstoneStreams writes the rest. A delete that stopped after its mark
+// is finished by any retry (which still answers 409
+// basin_deletion_pending), by a create that takes one of its stream names
+// (createStream), or by the janitor's retention pass. Reclaiming their
+// records is the janitor's.
 func (n *Node) DeleteBasin(ctx context.Context, name string) error {
 	if err := api.ValidateBasinName(name); err != nil {
 		return err
 	}
-	for {
+	for range maxCatalogAttempts {
 		n.dropBasin(name)
-		e, err := n.liveBasin(ctx, name)
+		e, err := n.basin(ctx, name)
 		if err != nil {
 			return err
+		}
+		state := gone
+		if e != nil {
+			state = lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now())
+		}
+		switch state {
+		case gone:
+			return api.BasinNotFound("basin %q not found", name)
+		case deleting:
+			if err := n.tombstoneStreams(ctx, name, e.row.ID, *e.row.DeletedAt, true); err != nil {
+				return err
+			}
+			n.tellPeers(ctx, name)
+			return api.BasinDeletionPending("basin %q is being deleted", name)
 		}
 		row := e.row
 		now := n.now().UTC()
@@ -278,18 +321,31 @@ func (n *Node) DeleteBasin(ctx context.Context, name string) error {
 			return n.storageErr("delete basin", err)
 		}
 		n.log.Info("basin deleted", "basin", name)
-		return n.tombstoneStreams(ctx, name, e.row.ID, now)
+		if err := n.tombstoneStreams(ctx, name, e.row.ID, now, false); err != nil {
+			return err
+		}
+		n.tellPeers(ctx, name)
+		return nil
 	}
+	return api.Unavailable("basin %q kept changing while this star deleted it; retry", name)
 }
 
 // tombstoneStreams writes the tombstone of every stream of a deleted basin
-// (incarnation basinID), so the auditor stops settling them. The basin is
-// already marked deleted, so no stream can be created in it meanwhile. If
-// this fails part way, the rest are still recognisable by their basin id,
-// which no live basin carries.
-func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at time.Time) error {
+// (incarnation basinID) and registers it for reclamation, so the auditor
+// stops settling them and a basin re-created with its streams does not
+// hide their ids. The basin is already marked deleted, so no stream can
+// be created in it meanwhile (createStream reads the basin after the name
+// row). If this fails part way, the rest are still recognisable by their
+// basin id, which no live basin carries. A retry (again) registers each
+// stream as finishDelete does, idempotently, instead of writing the batch
+// over rows the janitor may already be working through.
+func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at time.Time, again bool) error {
 	pk := meta.StreamNameKey(basin, "").PK
 	q := meta.Query{PK: pk, From: streamNamePrefix, To: "s$", Limit: 500}
+	var (
+		stop []streamKey
+		ids  []string
+	)
 	for {
 		pg, err := n.meta.Query(ctx, q)
 		if err != nil {
@@ -302,19 +358,32 @@ func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at t
 				continue // not this basin's, or tombstoned when it was deleted
 			}
 			name := strings.TrimPrefix(it.SK, streamNamePrefix)
+			if again {
+				if err := n.finishDelete(ctx, basin, name, row.ID, at); err != nil {
+					return err
+				}
+				continue
+			}
 			tk := StreamTombstoneKey(row.ID)
 			items = append(items, meta.Item{PK: tk.PK, SK: tk.SK, Val: meta.Encode(Tombstone{Basin: basin, Name: name, DeletedAt: at})})
 			// Registered for reclamation at once (see DeleteStream): a
 			// basin re-created with its streams would hide these ids.
 			rk := meta.ReclaimStreamKey(row.ID)
 			items = append(items, meta.Item{PK: rk.PK, SK: rk.SK, Val: meta.Encode(meta.ReclaimStream{Basin: basin, Stream: row.ID})})
-			n.unlead(row.ID)
+			stop = append(stop, streamKey{basin, name})
+			ids = append(ids, row.ID)
 		}
 		if len(items) > 0 {
 			if err := n.meta.BatchPut(ctx, items); err != nil {
 				return n.storageErr("write stream tombstones", err)
 			}
 		}
+		// Streams led here stop now; peers leading others stop at their
+		// next row check, and a re-create of a name retires its old lease.
+		for i, id := range ids {
+			n.stopDeleted(ctx, id, stop[i].name)
+		}
+		stop, ids = stop[:0], ids[:0]
 		if pg.Next == "" {
 			return nil
 		}

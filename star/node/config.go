@@ -62,6 +62,10 @@ type Config struct {
 	// DeletionPending is how long a deleted stream or basin answers 409
 	// *_deletion_pending before it answers 404 (and stops being listed).
 	DeletionPending time.Duration
+	// BasinCacheTTL bounds how long a star answers from a cached basin row
+	// before it reads the row again (DefaultBasinCacheTTL). Writes never
+	// judge by the cache (docs/write-path.md, "Catalog invariants").
+	BasinCacheTTL time.Duration
 	// HeartbeatEvery is the registry heartbeat period.
 	HeartbeatEvery time.Duration
 	// ReadCacheBytes bounds the read path's footer and extent caches.
@@ -194,6 +198,7 @@ func Defaults() Config {
 		AbsorbWriteBudget: DefaultAbsorbWriteBudget,
 		AdmitTimeout:      5 * time.Second,
 		DeletionPending:   30 * time.Second,
+		BasinCacheTTL:     DefaultBasinCacheTTL,
 		HeartbeatEvery:    10 * time.Second,
 		ReadCacheBytes:    64 << 20,
 		ReadBudgetBytes:   reader.DefaultPrefetchBudget,
@@ -228,6 +233,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DeletionPending <= 0 {
 		c.DeletionPending = d.DeletionPending
+	}
+	if c.BasinCacheTTL <= 0 {
+		c.BasinCacheTTL = d.BasinCacheTTL
 	}
 	if c.HeartbeatEvery <= 0 {
 		c.HeartbeatEvery = d.HeartbeatEvery

@@ -168,6 +168,7 @@ func (n *Node) drop(id string, l *ledStream) {
 	if slot.l == l {
 		l.loglet.Absorber().Forget(id)
 		slot.l = nil
+		slot.releases++ // judgments taken before now open nothing (ledSlot)
 	}
 }
 

@@ -88,10 +88,16 @@ func (l *ledStream) gone() error {
 
 // ledSlot opens a stream at most once; deleted stays set so a request that
 // raced the delete cannot open a second facade for the same stream id.
+// releases counts the stream's releases here (drop): a request opens the
+// stream only if none happened since it began to judge the lease, because
+// a judgment taken before a release (the lease read as held by this star)
+// says nothing after it (a successor took the released lease without
+// fencing this star).
 type ledSlot struct {
-	mu      sync.Mutex
-	l       *ledStream
-	deleted bool
+	mu       sync.Mutex
+	l        *ledStream
+	deleted  bool
+	releases uint64
 }
 
 // lead returns the led stream for e, or a *NotLeaderError naming the star
@@ -117,8 +123,9 @@ func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStr
 // the idle release may forget meanwhile: see forget).
 func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *streamEntry) (*ledStream, error) {
 	id := e.row.ID
-	if l, err := n.ledOpen(slot, e.key.name); l != nil || err != nil {
-		return l, err
+	open, releases, err := n.ledOpen(slot, e.key.name)
+	if open != nil || err != nil {
+		return open, err
 	}
 	if err := n.zombie(); err != nil {
 		return nil, err
@@ -135,7 +142,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	if err := n.selfLive(); err != nil {
 		return nil, err
 	}
-	b, e, err := n.freshRows(ctx, e)
+	b, e, err = n.freshRows(ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +152,9 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	}
 	if err := n.gate(ctx, id, lease, ver); err != nil {
 		return nil, err
+	}
+	if h := n.hooks.BeforeOpen; h != nil {
+		h(id)
 	}
 
 	slot.mu.Lock()
@@ -160,10 +170,21 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	if slot.l != nil {
 		return slot.l, nil
 	}
+	if slot.releases != releases {
+		return nil, api.Unavailable("stream %q was released while this star opened it; retry", e.key.name)
+	}
 	// A stream shed by this incarnation is never reopened by it: its pool
 	// and flight index may still hold the stream's seq nums.
 	if err := n.zombie(); err != nil {
 		return nil, err
+	}
+	// A star leaving opens nothing: its drain or close released what it
+	// found open, and would not see a stream opened after.
+	if n.draining.Load() {
+		return nil, &NotLeaderError{StreamID: id}
+	}
+	if n.isClosed() {
+		return nil, api.Unavailable("this star is shutting down; retry")
 	}
 	resolved := e.row.Config.Resolve(b.row.Config.DefaultStreamConfig)
 	class := meta.Class(resolved.StorageClass)
@@ -211,18 +232,19 @@ func (n *Node) slot(id string) *ledSlot {
 }
 
 // ledOpen returns the stream open in slot, shedding it when this star may
-// no longer serve it; (nil, nil) when nothing is open.
-func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, error) {
+// no longer serve it; (nil, releases, nil) when nothing is open, with the
+// slot's release count as the open must find it again (ledSlot).
+func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, uint64, error) {
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	if slot.deleted {
-		return nil, api.StreamDeletionPending("stream %q is being deleted", name)
+		return nil, 0, api.StreamDeletionPending("stream %q is being deleted", name)
 	}
 	if slot.l == nil {
-		return nil, nil
+		return nil, slot.releases, nil
 	}
 	if err := slot.l.movingErr(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := slot.l.gone(); err != nil {
 		// Only a permanent loss sheds (a handoff drops the stream itself):
@@ -233,10 +255,10 @@ func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, error) {
 			slot.l = nil
 			n.lease.shed.Inc()
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	slot.l.touch()
-	return slot.l, nil
+	return slot.l, 0, nil
 }
 
 // ledIfOpen returns the led stream of id if it is open here.

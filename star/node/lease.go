@@ -299,8 +299,8 @@ func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
 //     dead-after bound after the holder's last one (leader.PresumeDead,
 //     this star its witness): after a metastore outage every star looks
 //     stale, and the first one back must not depose the rest;
-//   - a lease the auditor took to delete the stream on empty is never
-//     taken (the stream is being deleted: 404);
+//   - a lease the auditor took to delete the stream on empty, or that a
+//     delete retired (meta.Lease.Deleted), is never taken (404);
 //   - anything else (unled, dead, stopped, superseded, never registered,
 //     an earlier incarnation of this star) is acquired.
 //
@@ -310,7 +310,7 @@ func decideClaim(v claimView) claimDecision {
 		return claimDecision{act: claimAcquire, from: "unled"}
 	}
 	l := v.lease
-	if l.Emptied {
+	if l.Emptied || l.Deleted {
 		return claimDecision{act: claimEmptied}
 	}
 	if l.Released {
@@ -414,6 +414,9 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		case claimNoAddress:
 			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, which advertises no address", name, v.lease.Star)
 		case claimEmptied:
+			if v.lease.Deleted {
+				return meta.Lease{}, 0, api.StreamNotFound("stream %q was deleted", name)
+			}
 			return meta.Lease{}, 0, api.StreamNotFound("stream %q is being deleted: it was empty for its delete_on_empty min age", name)
 		}
 		// claimAcquire. A draining star forwards to live leaders but takes
@@ -444,11 +447,13 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 	}
 }
 
-// gate is the open gate of a lease this star holds: every earlier holder
-// on Pending has its chains settled (both classes: the stream's class may
-// have changed since), then Pending is cleared by CAS. Concurrent opens
-// join one settle run per chain; the wait ends with ctx, the run does not.
+// gate is the open gate of a lease this star holds (or retired: see
+// retireLease): every earlier holder on Pending has its chains settled
+// (both classes: the stream's class may have changed since), then Pending
+// is cleared by CAS. Concurrent opens join one settle run per chain; the
+// wait ends with ctx, the run does not.
 func (n *Node) gate(ctx context.Context, id string, l meta.Lease, ver int64) error {
+	holder := l.LeaseHolder
 	for len(l.Pending) > 0 {
 		for _, h := range l.Pending {
 			for _, class := range []meta.Class{meta.Standard, meta.Express} {
@@ -477,7 +482,7 @@ func (n *Node) gate(ctx context.Context, id string, l meta.Lease, ver int64) err
 		if err != nil {
 			return n.storageErr("read lease", err)
 		}
-		if !ok || l.LeaseHolder != n.lease.me {
+		if !ok || l.LeaseHolder != holder {
 			return api.Unavailable("the stream's lease moved while this star opened it; retry")
 		}
 	}
@@ -666,7 +671,7 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if err != nil {
 		return nil
 	}
-	e, err := n.stream(ctx, b, basin, name)
+	_, e, err := n.stream(ctx, b, basin, name)
 	if err != nil || e == nil {
 		return nil
 	}

@@ -48,6 +48,18 @@ type Deps struct {
 	// PeerHeader is sent on every request this star makes to a peer (the
 	// settle nudge): the cluster's internal credential (star/auth).
 	PeerHeader http.Header
+	// Hooks let tests and the catalog simulation hold the node at its
+	// decision points (nil: none).
+	Hooks *Hooks
+}
+
+// Hooks are callbacks at the node's decision points, for tests and the
+// catalog simulation to park a request there and interleave others.
+type Hooks struct {
+	// BeforeOpen runs in a request that judged a stream's lease held by
+	// this star and passed the open gate, before it takes the stream's
+	// slot lock to open it.
+	BeforeOpen func(streamID string)
 }
 
 // Node is one running star.
@@ -69,6 +81,7 @@ type Node struct {
 
 	ownMeta meta.Store // closed by Close when Open opened it
 	peerHdr http.Header
+	hooks   Hooks
 	regn    Registration
 	regVer  int64
 	lease   *leadership
@@ -77,13 +90,18 @@ type Node struct {
 	basins  map[string]*basinEntry
 	streams map[streamKey]*streamEntry
 	led     map[string]*ledSlot // by stream id
+	// unretired are deleted streams this star stopped leading whose lease
+	// it has yet to retire (id → name; retryRetires).
+	unretired map[string]string
 
-	limits *appendLimits
+	limits  *appendLimits
+	catalog *catalogMetrics
 
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
 	balance  *balancer
 	idle     *idleReleaser
+	rowLoop  bgLoop
 
 	// draining refuses new leases; drainLoop releases the led streams
 	// under drainCtx, which Close cancels.
@@ -126,10 +144,14 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		basins:  map[string]*basinEntry{},
 		streams: map[streamKey]*streamEntry{},
 
-		led:     map[string]*ledSlot{},
-		zombied: make(chan struct{}),
+		led:       map[string]*ledSlot{},
+		unretired: map[string]string{},
+		zombied:   make(chan struct{}),
 	}
 	n.drainCtx, n.drainStop = context.WithCancel(context.Background())
+	if deps.Hooks != nil {
+		n.hooks = *deps.Hooks
+	}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -161,6 +183,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		}
 		n.ownMeta = ms
 	}
+	n.catalog = newCatalogMetrics(n)
 	if n.limits, err = newAppendLimits(cfg.Limits, n.reg); err != nil {
 		return nil, fmt.Errorf("node: rate limit metrics: %w", err)
 	}
@@ -220,6 +243,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	n.opened.Store(true)
 	n.startBalancer()
 	n.startIdleRelease()
+	n.startRowCheck()
 	n.log.Info("star ready")
 	return n, nil
 }
@@ -388,6 +412,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.drainStop()
 	n.drainWG.Wait()
 	n.stopIdleRelease()
+	n.rowLoop.halt()
 	// Release before the loglets stop: the release flush needs the absorb.
 	if released, failed := n.releaseAll(ctx); released+failed > 0 {
 		n.log.Info("close: released stream leases", "released", released, "failed", failed)
@@ -454,6 +479,7 @@ func (n *Node) abort() {
 	n.drainStop()
 	n.stopBalance()
 	n.stopIdleRelease()
+	n.rowLoop.halt()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

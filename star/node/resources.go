@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
@@ -27,6 +28,9 @@ import (
 type basinEntry struct {
 	row BasinRow
 	ver int64
+	// readAt is when the row was read or written (Deps.Now): the entry is
+	// trusted for Config.BasinCacheTTL from then.
+	readAt time.Time
 }
 
 type streamKey struct{ basin, name string }

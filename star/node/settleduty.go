@@ -27,10 +27,12 @@ import (
 const SettlePath = "/v1/starlog/settle"
 
 // SettleRequest asks a star to settle what incarnation Incarnation of Star
-// left on its chains (POST SettlePath).
+// left on its chains (POST SettlePath), or, with Basin, to run the row
+// check of a basin a peer deleted (RecheckBasin).
 type SettleRequest struct {
 	Star        string `json:"star"`
 	Incarnation uint64 `json:"incarnation"`
+	Basin       string `json:"basin,omitempty"`
 }
 
 // SettleFor starts settling both chains of incarnation inc of star (and

@@ -5,14 +5,19 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 )
 
 // stream returns the cached or stored row of a stream of basin b; nil when
-// it does not exist in this incarnation of the basin.
-func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*streamEntry, error) {
+// it does not exist in this incarnation of the basin. A row that names
+// another incarnation of the basin than b is judged on the basin row read
+// again after it (b may be a stale cache entry): if that is the row's
+// basin, the row is live in it and the fresh basin comes back with it;
+// otherwise the row is a stream of an earlier basin.
+func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*basinEntry, *streamEntry, error) {
 	key := streamKey{basin, name}
 	n.mu.Lock()
 	e := n.streams[key]
@@ -23,13 +28,31 @@ func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*
 	if e == nil || e.row.DeletedAt != nil || e.row.BasinID != b.row.ID {
 		var err error
 		if e, err = n.readStream(ctx, key); err != nil || e == nil {
-			return nil, err
+			return b, nil, err
 		}
 	}
-	if e.row.BasinID != b.row.ID {
-		return nil, nil // a stream of an earlier basin of this name
+	if e.row.BasinID == b.row.ID {
+		return b, e, nil
 	}
-	return e, nil
+	fresh, err := n.rereadBasin(ctx, basin)
+	if err != nil {
+		return nil, nil, err
+	}
+	if fresh.row.ID != e.row.BasinID {
+		return fresh, nil, nil // a stream of an earlier basin of this name
+	}
+	return fresh, e, nil
+}
+
+// rereadBasin reads a live basin's row again because a row read after the
+// cached one named another incarnation of it (counted as "stale").
+func (n *Node) rereadBasin(ctx context.Context, basin string) (*basinEntry, error) {
+	n.catalog.basinRereads.WithLabelValues("stale").Inc()
+	fresh, err := n.readBasin(ctx, basin)
+	if err != nil {
+		return nil, err
+	}
+	return n.checkBasin(basin, fresh)
 }
 
 // readStream reads the stream's name row and caches it; nil when there is
@@ -136,7 +159,7 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := n.stream(ctx, b, basin, name)
+	b, e, err := n.stream(ctx, b, basin, name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -163,7 +186,7 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 				return nil, nil, err
 			}
 		}
-		e, _, err := n.createStream(ctx, b, basin, name, cfg, "")
+		b, e, _, err := n.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -177,36 +200,77 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 // name whose stream is being deleted is 409 stream_deletion_pending until
 // the deletion is no longer pending, as in S2. The row stores cfg resolved
 // over the basin's default stream config as it is now (storedConfig).
-func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string) (*streamEntry, bool, error) {
+//
+// What a create overwrites is judged on the basin row read after the name
+// row, never on b alone (b may be a cached entry of an incarnation of the
+// basin since deleted): a row of another basin id is a stream of an
+// earlier basin only if that is not the basin now. It returns the basin
+// it judged by: b, or b's row as it is now.
+func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string) (*basinEntry, *streamEntry, bool, error) {
 	key := streamKey{basin, name}
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxCatalogAttempts {
+			return nil, nil, false, api.Unavailable("stream %q: its rows kept changing while this star created it; retry", name)
+		}
 		n.dropStream(key)
 		k := meta.StreamNameKey(basin, name)
 		cond := meta.IfAbsent()
+		var old *StreamRow // the row this create replaces
 		it, err := n.meta.Get(ctx, k.PK, k.SK)
 		switch {
 		case err == nil:
 			row, err := decodeStreamRow(it)
 			if err != nil {
-				return nil, false, n.storageErr("decode stream", err)
+				return nil, nil, false, n.storageErr("decode stream", err)
 			}
 			if row.BasinID == b.row.ID {
 				switch lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, n.now()) {
 				case alive:
 					e := &streamEntry{key: key, row: row, ver: it.Ver}
 					n.cacheStream(e)
-					return e, false, nil
+					return b, e, false, nil
 				case deleting:
 					if !replacesDeleting(ctx) {
-						return nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
+						return nil, nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
 					}
-					// The deleted id is already registered for
-					// reclamation (DeleteStream): a new id takes the name.
 				}
 			}
-			cond = meta.IfVer(it.Ver)
+			cond, old = meta.IfVer(it.Ver), &row
 		case !errors.Is(err, meta.ErrNotFound):
-			return nil, false, n.storageErr("read stream", err)
+			return nil, nil, false, n.storageErr("read stream", err)
+		}
+		// The basin as it is now, read after the name row: a row of another
+		// basin id is then an earlier basin's (ids are never reused), and
+		// a new row never joins an incarnation of the basin already gone.
+		fresh, err := n.readBasin(ctx, basin)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if fresh, err = n.checkBasin(basin, fresh); err != nil {
+			return nil, nil, false, err
+		}
+		if fresh.row.ID != b.row.ID {
+			n.catalog.basinRereads.WithLabelValues("stale").Inc()
+			b = fresh // judge the name row again against the basin of now
+			continue
+		}
+		b = fresh
+		if old != nil {
+			// The name moves to a new id: the old one (deleted, or an
+			// earlier basin's) is first registered for reclamation (a
+			// delete that stopped short is finished here, lest the new row
+			// hide the old id for good), and its lease retired, so no star
+			// acknowledges into it under the name's new stream.
+			at := n.now().UTC()
+			if old.DeletedAt != nil {
+				at = *old.DeletedAt
+			}
+			if err := n.registerDeleted(ctx, basin, name, old.ID, at); err != nil {
+				return nil, nil, false, err
+			}
+			if err := n.retireLease(ctx, old.ID, name); err != nil {
+				return nil, nil, false, err
+			}
 		}
 		stored := storedConfig(b, cfg)
 		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
@@ -221,24 +285,27 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		ik := meta.StreamMetaKey(row.ID)
 		ident := meta.StreamMeta{Basin: basin, Name: name, Class: meta.Class(*stored.StorageClass)}
 		if _, err := n.meta.Put(ctx, ik.PK, ik.SK, meta.Encode(ident), meta.IfAbsent()); err != nil {
-			return nil, false, n.storageErr("write stream identity", err)
+			return nil, nil, false, n.storageErr("write stream identity", err)
 		}
 		ver, err := n.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), cond)
 		if errors.Is(err, meta.ErrConditionFailed) {
 			if err := ctx.Err(); err != nil {
-				return nil, false, contextError(err)
+				return nil, nil, false, contextError(err)
 			}
 			continue
 		}
 		if err != nil {
-			return nil, false, n.storageErr("create stream", err)
+			return nil, nil, false, n.storageErr("create stream", err)
 		}
 		e := &streamEntry{key: key, row: row, ver: ver}
 		n.cacheStream(e)
 		n.log.Info("stream created", "basin", basin, "stream", name, "id", row.ID)
-		return e, true, nil
+		return b, e, true, nil
 	}
 }
+
+// maxCatalogAttempts bounds a catalog write's retries of lost races.
+const maxCatalogAttempts = 16
 
 func streamInfo(e *streamEntry) api.StreamInfo {
 	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt, Cipher: e.row.Cipher}
@@ -299,7 +366,7 @@ func (n *Node) ProvisionStream(ctx context.Context, basin string, req api.Create
 	if err != nil {
 		return api.StreamInfo{}, "", err
 	}
-	e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token)
+	_, e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token)
 	if err != nil {
 		return api.StreamInfo{}, "", err
 	}
@@ -335,7 +402,9 @@ func (n *Node) EnsureStream(ctx context.Context, basin, name string, cfg api.Str
 		return api.StreamInfo{}, "", err
 	}
 	for {
-		e, created, err := n.createStream(ctx, b, basin, name, cfg, "")
+		var e *streamEntry
+		var created bool
+		b, e, created, err = n.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return api.StreamInfo{}, "", err
 		}
@@ -429,12 +498,36 @@ func (n *Node) ReconfigureStream(ctx context.Context, basin, name string, r api.
 }
 
 // DeleteStream starts deleting a stream (DELETE /streams/{s}, 202): the
-// name row gets deleted_at and the stream id a tombstone for the janitor.
+// name row gets deleted_at (the commit point), then finishDelete writes
+// the rest. A delete that stopped after its mark (a failed write, a lost
+// reply, a crash) is finished by any retry, which still answers 409
+// stream_deletion_pending, by a create that takes the name, or by the
+// janitor's retention pass.
 func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
-	for {
-		b, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+	if err := api.ValidateStreamName(name); err != nil {
+		return err
+	}
+	for range maxCatalogAttempts {
+		b, err := n.liveBasin(ctx, basin)
 		if err != nil {
 			return err
+		}
+		b, e, err := n.stream(ctx, b, basin, name)
+		if err != nil {
+			return err
+		}
+		state := gone
+		if e != nil {
+			state = lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now())
+		}
+		switch state {
+		case gone:
+			return api.StreamNotFound("stream %q not found in basin %q", name, basin)
+		case deleting:
+			if err := n.finishDelete(ctx, basin, name, e.row.ID, *e.row.DeletedAt); err != nil {
+				return err
+			}
+			return api.StreamDeletionPending("stream %q is being deleted", name)
 		}
 		now := n.now().UTC()
 		_, err = n.updateStream(ctx, b, e, func(r *StreamRow) { r.DeletedAt = &now })
@@ -444,23 +537,49 @@ func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
 		if err != nil {
 			return err
 		}
-		tk := StreamTombstoneKey(e.row.ID)
-		ts := Tombstone{Basin: basin, Name: name, DeletedAt: now}
-		if _, err := n.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.Always()); err != nil {
-			return n.storageErr("write stream tombstone", err)
+		if err := n.finishDelete(ctx, basin, name, e.row.ID, now); err != nil {
+			return err
 		}
-		// Register the id for the janitor's reclamation now: found only
-		// from the name row, it would be hidden by a stream re-created
-		// under the name before the janitor's next run (a leak).
-		rk := meta.ReclaimStreamKey(e.row.ID)
-		_, err = n.meta.Put(ctx, rk.PK, rk.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: e.row.ID}), meta.IfAbsent())
-		if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
-			return n.storageErr("register deleted stream", err)
-		}
-		n.unlead(e.row.ID)
 		n.log.Info("stream deleted", "basin", basin, "stream", name, "id", e.row.ID)
 		return nil
 	}
+	return api.Unavailable("stream %q kept changing while this star deleted it; retry", name)
+}
+
+// finishDelete writes what follows a stream's deletion mark: its
+// tombstone and its reclamation row (registerDeleted), then this star
+// stops leading it and retires its lease (stopDeleted). Any retry may run
+// it.
+func (n *Node) finishDelete(ctx context.Context, basin, name, id string, at time.Time) error {
+	if err := n.registerDeleted(ctx, basin, name, id, at); err != nil {
+		return err
+	}
+	n.stopDeleted(ctx, id, name)
+	return nil
+}
+
+// registerDeleted writes deleted stream id's tombstone (no settle stages
+// its records again) and its reclamation row, each if absent, so any
+// retry may write them again. The id is registered at once, not left to
+// the janitor: found only from the name row, it would be hidden by a
+// stream created under the name before the janitor's next run. Unlike
+// the janitor's settle.ForgetStream it registers an id whose tombstone
+// already stands: a delete may have stopped between the two, and a
+// reclamation run again finds nothing to do but delete the lease a
+// retire left. Callers read the name row deleted, or naming an earlier
+// basin on a basin row read after it, first: a live id is never
+// registered.
+func (n *Node) registerDeleted(ctx context.Context, basin, name, id string, at time.Time) error {
+	tk := StreamTombstoneKey(id)
+	ts := Tombstone{Basin: basin, Name: name, DeletedAt: at}
+	if _, err := n.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return n.storageErr("write stream tombstone", err)
+	}
+	rk := meta.ReclaimStreamKey(id)
+	if _, err := n.meta.Put(ctx, rk.PK, rk.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: id}), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return n.storageErr("register deleted stream", err)
+	}
+	return nil
 }
 
 // ListStreams lists a basin's streams by name (GET /streams).
@@ -497,7 +616,7 @@ func (n *Node) StreamStorageBytes(ctx context.Context, basin, name string) (uint
 	if err != nil {
 		return 0, err
 	}
-	e, err := n.stream(ctx, b, basin, name)
+	_, e, err := n.stream(ctx, b, basin, name)
 	if err != nil {
 		return 0, err
 	}

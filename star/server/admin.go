@@ -77,7 +77,9 @@ func (s *Server) handoff(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 // settleFor takes a closing peer's nudge (node.SettleRequest): this star
-// starts settling the peer's chains in the background and answers 202.
+// starts settling the peer's chains in the background and answers 202. A
+// nudge naming a basin is a peer's basin delete: this star stops leading
+// the basin's streams before it answers 200 (node.RecheckBasin).
 func (s *Server) settleFor(w http.ResponseWriter, r *http.Request) {
 	body, aerr := readBody(w, r, 4<<10, s.opts.BodyReadTimeout, api.BadJSON)
 	if aerr != nil {
@@ -87,6 +89,14 @@ func (s *Server) settleFor(w http.ResponseWriter, r *http.Request) {
 	var req node.SettleRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		s.writeError(w, r, api.BadJSON("settle request: %v", err))
+		return
+	}
+	if req.Basin != "" {
+		if err := s.n.RecheckBasin(r.Context(), req.Basin); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, req)
 		return
 	}
 	if err := s.n.SettleFor(req.Star, req.Incarnation); err != nil {
