@@ -92,6 +92,7 @@ type common struct {
 	settleOutputCapMiB        int
 	readGrace                 time.Duration
 	admitTimeout, delPending  time.Duration
+	basinCacheTTL             time.Duration
 	readCacheMiB              int
 	readBudgetMiB             int
 	readWindowMiB             int
@@ -163,7 +164,8 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.IntVar(&c.settleOutputCapMiB, "settle-output-cap-mib", int(sd.OutputCap>>20), "a settled object grows by settles up to this size, then the next one starts")
 	fs.DurationVar(&c.readGrace, "read-grace", sd.ReadGrace, "settled slots stay readable this long before the auditor deletes them")
 	fs.DurationVar(&c.admitTimeout, "admit-timeout", d.AdmitTimeout, "how long a unary append waits for pool budget before a retryable 503")
-	fs.DurationVar(&c.delPending, "deletion-pending", d.DeletionPending, "how long a deleted stream or basin answers 409 before 404")
+	fs.DurationVar(&c.delPending, "deletion-pending", d.DeletionPending, "how long a deleted stream or basin answers 409 before 404; every star re-checks the rows of the streams it leads a third of this apart")
+	fs.DurationVar(&c.basinCacheTTL, "basin-cache-ttl", d.BasinCacheTTL, "how long a star trusts its cached basin row before it reads it again (a stream row naming another basin id is always judged on a fresh read)")
 	fs.IntVar(&c.readCacheMiB, "read-cache-mib", int(d.ReadCacheBytes>>20), "read path cache of footers and extents")
 	fs.IntVar(&c.readBudgetMiB, "read-budget-mib", int(d.ReadBudgetBytes>>20), "bytes all catching-up readers may hold fetched ahead (GETs in flight and data not yet served), shared evenly among them (0 turns read-ahead off)")
 	fs.IntVar(&c.readWindowMiB, "read-window-mib", int(d.ReadWindowBytes>>20), "most one catching-up reader fetches ahead")
@@ -266,7 +268,7 @@ func (c *common) nodeConfig() node.Config {
 		cfg.AbsorbWriteBudget = -1 // off (the config fills 0 with the default)
 	}
 	cfg.Settle = c.settleConfig()
-	cfg.AdmitTimeout, cfg.DeletionPending = c.admitTimeout, c.delPending
+	cfg.AdmitTimeout, cfg.DeletionPending, cfg.BasinCacheTTL = c.admitTimeout, c.delPending, c.basinCacheTTL
 	cfg.ReadCacheBytes = int64(c.readCacheMiB) << 20
 	cfg.ReadBudgetBytes = int64(c.readBudgetMiB) << 20
 	if c.readBudgetMiB <= 0 {
