@@ -12,11 +12,13 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// basin returns the basin's cached entry, reading it on a miss or once
-// the entry is older than Config.BasinCacheTTL; nil when the basin does
-// not exist. The append path of an open stream reads no row; a star
-// taking a stream on reads them again (freshRows), and a write never
-// trusts the cache to judge what it overwrites (createStream).
+// basin returns the basin's cached entry, reading it on a miss, once the
+// entry is older than Config.BasinCacheTTL, or when it is a deleted row
+// (as with streams, only a live row is trusted: a peer may have created
+// the basin again since); nil when the basin does not exist. The append
+// path of an open stream reads no row; a star taking a stream on reads
+// them again (freshRows), and a write never trusts the cache to judge
+// what it overwrites (createStream).
 func (n *Node) basin(ctx context.Context, name string) (*basinEntry, error) {
 	n.mu.Lock()
 	e := n.basins[name]
@@ -24,10 +26,14 @@ func (n *Node) basin(ctx context.Context, name string) (*basinEntry, error) {
 	if e == nil {
 		return n.readBasin(ctx, name)
 	}
-	if n.basinFresh(e, n.now()) {
+	reason := "expired"
+	switch {
+	case e.row.DeletedAt != nil:
+		reason = "deleted"
+	case n.basinFresh(e, n.now()):
 		return e, nil
 	}
-	n.catalog.basinRereads.WithLabelValues("expired").Inc()
+	n.catalog.basinRereads.WithLabelValues(reason).Inc()
 	fresh, err := n.fetchBasin(ctx, name)
 	if err != nil {
 		// Through a metastore outage the star answers as it did before it

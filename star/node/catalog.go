@@ -20,8 +20,9 @@ const DefaultBasinCacheTTL = 5 * time.Second
 // catalogMetrics counts the catalog's cache re-reads.
 type catalogMetrics struct {
 	// basinRereads counts basin rows read again, by why: "expired" (the
-	// entry outlived the TTL) or "stale" (a stream row named another
-	// incarnation of the basin than the cached one).
+	// entry outlived the TTL), "deleted" (a deleted row is never trusted)
+	// or "stale" (a stream row named another incarnation of the basin
+	// than the cached one).
 	basinRereads *prometheus.CounterVec
 	// stopped counts streams the row check stopped leading.
 	stopped prometheus.Counter
@@ -31,7 +32,7 @@ func newCatalogMetrics(n *Node) *catalogMetrics {
 	m := &catalogMetrics{
 		basinRereads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "starlog", Subsystem: "catalog", Name: "basin_rereads_total",
-			Help: "Basin rows read again instead of trusted from the cache, by reason (expired: older than the basin cache TTL; stale: a stream row named another incarnation of the basin).",
+			Help: "Basin rows read again instead of trusted from the cache, by reason (expired: older than the basin cache TTL; deleted: a deleted row, never trusted; stale: a stream row named another incarnation of the basin).",
 		}, []string{"reason"}),
 	}
 	m.basinRereads = registerShared(n, m.basinRereads, "catalog_basin_rereads_total")

@@ -76,6 +76,31 @@ func TestStaleBasinCacheKeepsLiveStream(t *testing.T) {
 	}
 }
 
+// A star that saw a basin deleted must not keep answering "not found"
+// from that cached row once the basin is created again elsewhere: a
+// deleted row is never trusted from the cache (found by star/e2e/verify's
+// Recreate nemesis: a create of a stream in the re-created basin answered
+// 404 basin_not_found through a star that had seen the delete).
+func TestDeletedBasinCacheSeesRecreatedBasin(t *testing.T) {
+	st := newStores(t)
+	a := open(t, st, clusterConfig("a"))
+	b := open(t, st, clusterConfig("b"))
+	ctx := context.Background()
+	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteBasin(ctx, "basin-one"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.BasinConfig(ctx, "basin-one"); err == nil { // b caches the deleted row
+		t.Fatal("b serves a deleted basin")
+	}
+	recreateBasin(t, a, nil)
+	if _, err := b.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: "s"}, ""); err != nil {
+		t.Fatalf("create a stream in the re-created basin through b: %v", err)
+	}
+}
+
 // Issue 26 defect 2: a peer leads basin-one/s1 while another star deletes
 // it (the basin, served where it lands; or the stream, when the leader
 // lookup found nobody) and re-creates it. Nothing the old leader
