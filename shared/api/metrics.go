@@ -124,6 +124,9 @@ func ParseMetricSetRequest(q url.Values, sets ...string) (MetricSetRequest, *Err
 		u := uint32(n)
 		*f.dst = &u
 	}
+	if r.Start != nil && r.End != nil && *r.Start > *r.End {
+		return MetricSetRequest{}, BadQuery("start (%d) must not be after end (%d)", *r.Start, *r.End)
+	}
 	switch r.Interval = q.Get("interval"); r.Interval {
 	case "", IntervalMinute, IntervalHour, IntervalDay:
 	default:

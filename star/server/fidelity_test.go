@@ -313,6 +313,11 @@ func TestMetricsAPI(t *testing.T) {
 	want(t, e.call("GET", "/v1/metrics?set=storage", nil), 400, api.CodeBadQuery)
 	want(t, e.call("GET", "/v1/metrics/mtr-basin?set=append-ops&interval=week", nil), 400, api.CodeBadQuery)
 	want(t, e.call("GET", "/v1/metrics/mtr-basin?set=append-ops&start=x", nil), 400, api.CodeBadQuery)
+	// A range that ends before it starts is refused, as S2 does; one
+	// point is a range.
+	want(t, e.call("GET", "/v1/metrics/mtr-basin?set=append-ops&start=1700000100&end=1700000000", nil), 400, api.CodeBadQuery)
+	want(t, e.call("GET", "/v1/metrics?set=account-ops&start=1700000100&end=1700000000", nil), 400, api.CodeBadQuery)
+	want(t, e.call("GET", "/v1/metrics/mtr-basin?set=append-ops&start=1700000000&end=1700000000", nil), 200, "")
 	want(t, e.call("GET", "/v1/metrics/BAD?set=storage", nil), 400, api.CodeBadPath)
 	want(t, e.call("GET", "/v1/metrics/mtr-basin/nope?set=storage", nil), 404, api.CodeStreamNotFound)
 	want(t, e.call("GET", "/v1/metrics/no-such-basin?set=append-ops", nil), 404, api.CodeBasinNotFound)
