@@ -1,0 +1,142 @@
+package loglet_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/streams"
+)
+
+// Issue 26 defect 9: a class whose buckets refuse every request (a failed
+// CreateSession, a 403: definite refusals, not an outage that hangs).
+// Each halted epoch recovered at once (the own fence gives up on buckets
+// that do not answer, and the mint touches only the metastore), so the
+// recovery deadline never passed and an append waited forever, epoch
+// after epoch. Now the deadline runs from the first halt since the last
+// commit: the waiting append is answered ErrUnavailable (indefinite: its
+// batch stays and commits once the store takes writes) within the flight
+// deadline plus the recovery deadline, new appends are refused at once
+// (definite), the class reports itself degraded, and it heals without a
+// restart when the buckets answer again.
+func TestRefusingBucketsDegradeTheClass(t *testing.T) {
+	const flight, recovery = 200 * time.Millisecond, 400 * time.Millisecond
+	h := refusingHarness(t, flight, recovery)
+	s := h.stream("a")
+	ctx := context.Background()
+	if _, err := s.Append(ctx, batch("a", 0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	refuse := func() {
+		for _, z := range zones {
+			h.store.FailRate(z, 1, faults.Definite)
+		}
+	}
+	refuse()
+	start := time.Now()
+	tk, err := s.Submit(ctx, batch("a", 1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = tk.Wait(wctx)
+	took := time.Since(start)
+	if !errors.Is(err, loglet.ErrUnavailable) {
+		t.Fatalf("append to a class whose buckets refuse everything: %v after %v (want ErrUnavailable)", err, took)
+	}
+	// The bound: the flight deadline to the halt, the recovery deadline
+	// from there (and slack for a loaded machine).
+	if bound := flight + recovery; took > bound+time.Second {
+		t.Fatalf("answered after %v, bound %v", took, bound)
+	}
+	if err := h.loglet.CommitErr(); !errors.Is(err, loglet.ErrUnavailable) {
+		t.Fatalf("CommitErr of the degraded class: %v", err)
+	}
+	if v := metricValue(h.reg, "starlog_storage_class_degraded"); v != 1 {
+		t.Fatalf("starlog_storage_class_degraded = %v, want 1", v)
+	}
+	t0 := time.Now()
+	if _, err := s.Submit(ctx, batch("a", 2, 1)); !errors.Is(err, loglet.ErrUnavailable) {
+		t.Fatalf("new append to the degraded class: %v (want a definite ErrUnavailable)", err)
+	}
+	if d := time.Since(t0); d > 100*time.Millisecond {
+		t.Fatalf("new append refused after %v, want at once", d)
+	}
+	// It stays degraded while the buckets refuse: recoveries come and go
+	// (each mints an epoch) but no commit lands.
+	time.Sleep(3 * (flight + recovery))
+	if err := h.loglet.CommitErr(); !errors.Is(err, loglet.ErrUnavailable) {
+		t.Fatalf("CommitErr while the buckets still refuse: %v", err)
+	}
+
+	for _, z := range zones {
+		h.store.ClearFaults(z)
+	}
+	waitFor(t, 20*time.Second, "the class to heal", func() bool { return h.loglet.CommitErr() == nil })
+	if v := metricValue(h.reg, "starlog_storage_class_degraded"); v != 0 {
+		t.Fatalf("starlog_storage_class_degraded = %v after healing, want 0", v)
+	}
+	ack, err := s.Append(wctx, batch("a", 3, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The answered batch kept its seq nums and committed once the store
+	// took writes: the new append lands after it, and the rows are dense.
+	if ack.Start.SeqNum != 4 {
+		t.Fatalf("append after healing at %d, want 4", ack.Start.SeqNum)
+	}
+	h.checkRows(map[string]uint64{"a": 5})
+}
+
+// A class refusing from its first flight (a star started against buckets
+// that refuse everything) answers the same way.
+func TestRefusingFromTheStart(t *testing.T) {
+	const flight, recovery = 200 * time.Millisecond, 400 * time.Millisecond
+	h := refusingHarness(t, flight, recovery)
+	for _, z := range zones {
+		h.store.FailRate(z, 1, faults.Definite)
+	}
+	s := h.stream("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var tickets []*streams.Ticket
+	for i := range 3 {
+		tk, err := s.Submit(ctx, batch("a", i, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	start := time.Now()
+	for i, tk := range tickets {
+		if _, err := tk.Wait(ctx); !errors.Is(err, loglet.ErrUnavailable) {
+			t.Fatalf("append %d: %v after %v (want ErrUnavailable)", i, err, time.Since(start))
+		}
+	}
+	if took, bound := time.Since(start), flight+recovery; took > bound+time.Second {
+		t.Fatalf("answered after %v, bound %v", took, bound)
+	}
+	for _, z := range zones {
+		h.store.ClearFaults(z)
+	}
+	waitFor(t, 20*time.Second, "the class to heal", func() bool { return h.loglet.CommitErr() == nil })
+	if _, err := s.Append(ctx, batch("a", 3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	h.checkRows(map[string]uint64{"a": 4})
+}
+
+// refusingHarness is a harness whose own fence gives up on a bucket that
+// does not answer well within the recovery deadline, as in production
+// (1 s against 5 s for Express): each recovery then ends before the
+// deadline.
+func refusingHarness(t *testing.T, flight, recovery time.Duration) *harness {
+	return newHarnessWith(t, "mem", func(c *loglet.Config) {
+		c.FlightDeadline = flight
+		c.RecoveryDeadline = recovery
+	}, recovery/8)
+}
