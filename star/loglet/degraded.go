@@ -11,7 +11,10 @@ import (
 // and the mint needs only the metastore, so each halted epoch is replaced
 // within a second or so and the next one halts in turn. The deadline
 // therefore runs from the first halt, across recoveries, and only a
-// commit (a slot at W, or flights the fence found committed) ends it.
+// commit that releases the oldest waiting flight (or flights the fence
+// found committed, with nothing left to republish) ends it. So a batch
+// is answered within the flight deadline (to the first halt) plus the
+// recovery deadline of its flight's cut.
 type failing struct {
 	since   time.Time   // the first halt since the last commit
 	late    *time.Timer // fires RecoveryDeadline after since
@@ -77,8 +80,8 @@ func (l *Loglet) answerWaiting(err error) {
 	l.answerPool(err)
 }
 
-// healed ends a failing spell: a flight committed, so the store takes
-// this class's writes again and new appends are admitted.
+// healed ends a failing spell: the oldest waiting flight committed, so
+// the store takes this class's writes again and new appends are admitted.
 func (l *Loglet) healed() {
 	f := l.failing
 	if f == nil {

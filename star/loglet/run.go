@@ -196,7 +196,11 @@ func (l *Loglet) onResult(ctx context.Context, r uploadResult) {
 	if r.err == nil {
 		f.committed = true
 		l.metrics.commitLatency.Observe(time.Since(f.started).Seconds())
-		l.healed()
+		if r.slot == l.releaseAt {
+			// The oldest waiting flight goes through (a later slot's
+			// commit alone would restart the deadline while it waits).
+			l.healed()
+		}
 		return
 	}
 	l.startRecovery(ctx, r)
