@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
@@ -139,4 +142,72 @@ func refusingHarness(t *testing.T, flight, recovery time.Duration) *harness {
 		c.FlightDeadline = flight
 		c.RecoveryDeadline = recovery
 	}, recovery/8)
+}
+
+// A star restarted against buckets that refuse every request cannot
+// settle the epoch its earlier incarnation left open (the fence waits for
+// a bucket that answers), and Open used to wait for it for good: the star
+// never started, not even for its other class. With OpenWait, Open returns
+// after it with the loglet opening: degraded (appends refused at once,
+// CommitErr, the gauge), and it opens by itself once the buckets answer:
+// the earlier incarnation's acks are settled and the stream goes on after
+// them.
+func TestRestartAgainstRefusingBucketsOpensLater(t *testing.T) {
+	h := refusingHarness(t, 200*time.Millisecond, 400*time.Millisecond)
+	s := h.stream("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		if _, err := s.Append(ctx, batch("a", i, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.loglet.Close() // a crash: its epoch stays open on the head
+	for _, z := range zones {
+		h.store.FailRate(z, 1, faults.Definite)
+	}
+	h.cfg.Incarnation = chain.Incarnation(h.cfg.Star, 2)
+	h.cfg.OpenWait = 300 * time.Millisecond
+	h.reg = prometheus.NewRegistry()
+	start := time.Now()
+	h.open()
+	if took := time.Since(start); took > h.cfg.OpenWait+time.Second {
+		t.Fatalf("Open took %v with OpenWait %v", took, h.cfg.OpenWait)
+	}
+	if err := h.loglet.CommitErr(); !errors.Is(err, loglet.ErrUnavailable) {
+		t.Fatalf("CommitErr of a loglet still opening: %v", err)
+	}
+	if v := metricValue(h.reg, "starlog_storage_class_degraded"); v != 1 {
+		t.Fatalf("starlog_storage_class_degraded = %v while opening, want 1", v)
+	}
+	s = h.stream("a")
+	t0 := time.Now()
+	if _, err := s.Submit(ctx, batch("a", 9, 1)); !errors.Is(err, loglet.ErrUnavailable) {
+		t.Fatalf("append while opening: %v (want a definite ErrUnavailable)", err)
+	}
+	if d := time.Since(t0); d > 100*time.Millisecond {
+		t.Fatalf("append refused after %v, want at once", d)
+	}
+
+	for _, z := range zones {
+		h.store.ClearFaults(z)
+	}
+	waitFor(t, 20*time.Second, "the loglet to open", func() bool { return h.loglet.CommitErr() == nil })
+	if v := metricValue(h.reg, "starlog_storage_class_degraded"); v != 0 {
+		t.Fatalf("starlog_storage_class_degraded = %v once open, want 0", v)
+	}
+	if h.loglet.Epoch() != 2 {
+		t.Fatalf("epoch %d once open, want 2", h.loglet.Epoch())
+	}
+	// The stream opens on the settled rows (the star's open gate would
+	// have waited for the same settle): it goes on after the 4 acks.
+	s = h.stream("a")
+	ack, err := s.Append(ctx, batch("a", 2, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Start.SeqNum != 4 {
+		t.Fatalf("append after opening at %d, want 4", ack.Start.SeqNum)
+	}
+	h.checkRows(map[string]uint64{"a": 5})
 }

@@ -85,6 +85,12 @@ type Config struct {
 	IndexCacheBytes int64
 	// FlightDeadline bounds the time a flight may take to reach W.
 	FlightDeadline time.Duration
+	// OpenWait, when positive, bounds how long Open waits for the chain's
+	// earlier epochs to settle and its first mint: past it (or on an
+	// error) Open returns the loglet still opening, degraded (CommitErr is
+	// ErrUnavailable, appends are refused), and keeps trying beside the
+	// star (opening.go). Zero: Open returns only an open loglet or an error.
+	OpenWait time.Duration
 	// RecoveryDeadline bounds how long appends wait for a halted epoch to
 	// recover before they are answered ErrUnavailable (default the flight
 	// deadline). Recovery itself goes on until it succeeds or is deposed.
@@ -299,14 +305,25 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 		Star: cfg.Star, Class: cfg.Class, Meta: c.Meta, Rip: cfg.Ripening,
 		Concurrency: cfg.MetaConcurrency, UpdateEpoch: c.UpdateEpoch,
 	}
+	if cfg.OpenWait > 0 {
+		if err := l.openWithin(ctx, settle); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
 	if err := l.settleAndMint(ctx, settle); err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	l.stop = stop
-	go l.run(runCtx)
-	go l.absorbLoop(runCtx)
+	l.start(runCtx)
 	return l, nil
+}
+
+// start runs the loops of a loglet whose epoch is minted.
+func (l *Loglet) start(ctx context.Context) {
+	go l.run(ctx)
+	go l.absorbLoop(ctx)
 }
 
 // Absorber is the loglet's absorb consumer (a stream opened on this star

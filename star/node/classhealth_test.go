@@ -244,3 +244,111 @@ func TestHealthNamesDegradedClasses(t *testing.T) {
 		t.Fatalf("/health healed: %d %v", status, body)
 	}
 }
+
+// A star restarted against Express buckets that refuse every request
+// could not settle the epoch its earlier incarnation left on its express
+// chain, and Open waited for it for good: the star never started, and its
+// Standard streams went unserved. Now Open returns within twice the
+// express flight deadline with the class degraded: /health is 200 and
+// names it, Standard appends ack, express appends are refused at once,
+// and once the buckets answer the chain opens and express appends go on
+// after the earlier incarnation's acks.
+func TestRestartAgainstRefusingExpressBuckets(t *testing.T) {
+	ctx := context.Background()
+	inner, err := mem.New("standard", "express-a", "express-b", "express-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := faults.Wrap(inner)
+	ms := testsvc.SQLite(t)
+	const flight = 500 * time.Millisecond
+	cfg := testConfig()
+	cfg.Express.FlightDeadline = flight
+	n1, err := node.Open(ctx, cfg, node.Deps{Meta: ms, Objects: objs, Logger: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	express := api.StorageExpress
+	for _, s := range []struct {
+		name string
+		cfg  *api.StreamConfig
+	}{{"std", nil}, {"exp", &api.StreamConfig{StorageClass: &express}}} {
+		if _, err := n1.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: s.name, Config: s.cfg}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n1.Append(ctx, "basin-one", s.name, records(s.name, 2), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	n1.Close(cctx) // a restart: its express epoch stays open on the head
+	cancel()
+
+	refusing := []string{"express-a", "express-b", "express-c"}
+	for _, b := range refusing {
+		objs.FailRate(b, 1, faults.Definite)
+	}
+	start := time.Now()
+	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	n2, err := node.Open(octx, cfg, node.Deps{Meta: ms, Objects: objs, Logger: testLog()})
+	if err != nil {
+		t.Fatalf("restart against refusing express buckets: %v after %v", err, time.Since(start))
+	}
+	t.Cleanup(func() { n2.Close(context.Background()) })
+	if took := time.Since(start); took > 2*flight+3*time.Second {
+		t.Fatalf("restart took %v, bound %v", took, 2*flight)
+	}
+	t.Logf("restarted in %v with the express chain unsettled", time.Since(start))
+	srv, err := server.New(n2, server.Options{Auth: auth.Open()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	if status, body := getHealth(t, hs.URL); status != 200 || !strings.Contains(body["degraded"], "express") || strings.Contains(body["degraded"], "standard") {
+		t.Fatalf("/health after the restart: %d %v (want 200 naming express)", status, body)
+	}
+	if v := classGauge(t, n2, "starlog_storage_class_degraded", "express"); v != 1 {
+		t.Fatalf("starlog_storage_class_degraded{class=express} = %v, want 1", v)
+	}
+	ack, err := n2.Append(ctx, "basin-one", "std", records("std-after", 1), nil)
+	if err != nil {
+		t.Fatalf("standard append after the restart: %v", err)
+	}
+	if ack.Start.SeqNum != 2 {
+		t.Fatalf("standard append after the restart at %d, want 2", ack.Start.SeqNum)
+	}
+	t0 := time.Now()
+	_, err = n2.Append(ctx, "basin-one", "exp", records("exp-refused", 1), nil)
+	if e := apiErr(t, err, 503, api.CodeUnavailable); !strings.Contains(e.Message, "nothing was sequenced") {
+		t.Fatalf("express append while its chain opens: %q", e.Message)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Fatalf("express append refused after %v, want at once", d)
+	}
+
+	for _, b := range refusing {
+		objs.ClearFaults(b)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ack, err = n2.Append(ctx, "basin-one", "exp", records("exp-after", 1), nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("express appends still fail 30 s after the buckets healed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ack.Start.SeqNum != 2 {
+		t.Fatalf("express append after healing at %d, want 2 (after the earlier incarnation's acks)", ack.Start.SeqNum)
+	}
+	if status, body := getHealth(t, hs.URL); status != 200 || body["degraded"] != "" {
+		t.Fatalf("/health after healing: %d %v", status, body)
+	}
+}

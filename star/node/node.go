@@ -253,6 +253,7 @@ func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*l
 		FlightDeadline:  cc.FlightDeadline,
 		Ripening:        rip,
 		Pacer:           n.pacer,
+		OpenWait:        2 * cc.FlightDeadline, // past the admission bound the chain opens beside the star, its class degraded
 	}
 	l, err := loglet.Open(ctx, lcfg, ch, settleFn, loglet.NewMetrics(n.reg, "class", string(class)), n.log)
 	if err != nil {
