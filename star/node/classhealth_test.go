@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,9 +18,12 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/testsvc/expressfront"
+	svcstores "github.com/starlog/starlog/shared/testsvc/stores"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/node"
@@ -351,4 +355,122 @@ func TestRestartAgainstRefusingExpressBuckets(t *testing.T) {
 	if status, body := getHealth(t, hs.URL); status != 200 || body["degraded"] != "" {
 		t.Fatalf("/health after healing: %d %v", status, body)
 	}
+}
+
+// The same through the S3 Express stand-in and the production s3 adapter:
+// the front's clock is set an hour ahead, so it refuses every request 403
+// (CreateSession included: RequestTimeTooSkewed, and the sessions it
+// issued have expired by its clock) until it is set back. The Standard
+// bucket is a plain versitygw, so only the express class degrades.
+func TestExpressFrontRefusingEveryRequest(t *testing.T) {
+	ctx := context.Background()
+	var skew atomic.Int64 // ns added to the front's clock
+	zones := []string{"use1-az4", "use1-az5", "use1-az6"}
+	var set []string
+	for _, z := range zones {
+		set = append(set, testsvc.DirectoryBucket("starlog-express", z))
+	}
+	e := testsvc.StartExpress(t, testsvc.StartVersity(t, set...), func(c *expressfront.Config) {
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	objs := routed{standard: svcstores.S3(t, "standard"), express: svcstores.S3ExpressClient(t, e, e.AccessKey, e.SecretKey), set: set}
+	const flight = 1500 * time.Millisecond
+	cfg := testConfig()
+	cfg.Express.Buckets = set
+	cfg.Express.FlightDeadline = flight
+	n := openOn(t, testsvc.SQLite(t), objs, cfg)
+	srv, err := server.New(n, server.Options{Auth: auth.Open()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	if _, err := n.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	express := api.StorageExpress
+	for _, s := range []struct {
+		name string
+		cfg  *api.StreamConfig
+	}{{"std", nil}, {"exp", &api.StreamConfig{StorageClass: &express}}} {
+		if _, err := n.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: s.name, Config: s.cfg}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Append(ctx, "basin-one", s.name, records(s.name, 1), nil); err != nil {
+			t.Fatalf("%s before the refusal: %v", s.name, err)
+		}
+	}
+
+	skew.Store(int64(time.Hour))
+	refused := e.Front.Stats().Refused
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = n.Append(actx, "basin-one", "exp", records("held", 1), nil)
+	took := time.Since(start)
+	if actx.Err() != nil {
+		t.Fatalf("express append unanswered after %v", took)
+	}
+	if e := apiErr(t, err, 503, api.CodeUnavailable); !strings.Contains(e.Message, "may or may not become durable") {
+		t.Fatalf("a sequenced append's answer must be indefinite: %q", e.Message)
+	}
+	if bound := 2 * flight; took > bound+3*time.Second {
+		t.Fatalf("express append answered after %v, bound %v", took, bound)
+	}
+	now := e.Front.Stats().Refused
+	var more int
+	for code, k := range now {
+		more += k - refused[code]
+	}
+	if more == 0 {
+		t.Fatalf("the front refused nothing: %v", now)
+	}
+	t.Logf("express append answered 503 after %v (bound %v); the front refused %v", took, 2*flight, now)
+	if _, err := n.Append(ctx, "basin-one", "std", records("std", 1), nil); err != nil {
+		t.Fatalf("standard append while express is degraded: %v", err)
+	}
+	_, err = n.Append(ctx, "basin-one", "exp", records("new", 1), nil)
+	if e := apiErr(t, err, 503, api.CodeUnavailable); !strings.Contains(e.Message, "nothing was sequenced") {
+		t.Fatalf("new express append: %q", e.Message)
+	}
+	if status, body := getHealth(t, hs.URL); status != 200 || !strings.Contains(body["degraded"], "express") {
+		t.Fatalf("/health: %d %v", status, body)
+	}
+	if v := classGauge(t, n, "starlog_storage_class_degraded", "express"); v != 1 {
+		t.Fatalf("starlog_storage_class_degraded{class=express} = %v, want 1", v)
+	}
+
+	skew.Store(0)
+	deadline := time.Now().Add(30 * time.Second)
+	var ack api.AppendAck
+	for {
+		ack, err = n.Append(ctx, "basin-one", "exp", records("after", 1), nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("express appends still fail 30 s after the front took requests again: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ack.Start.SeqNum != 2 {
+		t.Fatalf("express append after healing at %d, want 2", ack.Start.SeqNum)
+	}
+	if v := classGauge(t, n, "starlog_storage_class_degraded", "express"); v != 0 {
+		t.Fatalf("starlog_storage_class_degraded{class=express} = %v after healing, want 0", v)
+	}
+}
+
+// routed sends the express bucket set to one store and every other bucket
+// to another.
+type routed struct {
+	standard, express objstore.Store
+	set               []string
+}
+
+func (r routed) Bucket(name string) objstore.Bucket {
+	if slices.Contains(r.set, name) {
+		return r.express.Bucket(name)
+	}
+	return r.standard.Bucket(name)
 }
