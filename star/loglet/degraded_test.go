@@ -10,6 +10,7 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
 )
@@ -210,4 +211,52 @@ func TestRestartAgainstRefusingBucketsOpensLater(t *testing.T) {
 		t.Fatalf("append after opening at %d, want 4", ack.Start.SeqNum)
 	}
 	h.checkRows(map[string]uint64{"a": 5})
+}
+
+// An append waiting for pool budget when the class degrades is refused
+// then (definite: nothing was sequenced), not when its own wait ends: the
+// pool holds batches that are answered but kept, and is not drained while
+// the store refuses.
+func TestPoolWaiterRefusedWhenTheClassDegrades(t *testing.T) {
+	const flight, recovery = 200 * time.Millisecond, 400 * time.Millisecond
+	h := newHarnessWith(t, "mem", func(c *loglet.Config) {
+		c.FlightDeadline = flight
+		c.RecoveryDeadline = recovery
+		c.Window = 1
+		c.PoolBudget = 2 << 10
+	}, recovery/8)
+	for _, z := range zones {
+		h.store.FailRate(z, 1, faults.Definite)
+	}
+	s := h.stream("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	big := func(i int) facade.Request {
+		return facade.Request{Records: []facade.Input{{Body: make([]byte, 600+i)}}}
+	}
+	var tickets []*streams.Ticket
+	start := time.Now()
+	for i := 0; ; i++ {
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		tk, err := s.Submit(sctx, big(i))
+		scancel()
+		if err != nil {
+			if !errors.Is(err, loglet.ErrUnavailable) {
+				t.Fatalf("append %d waiting for pool budget: %v after %v (want ErrUnavailable when the class degrades)", i, err, time.Since(start))
+			}
+			if len(tickets) < 2 {
+				t.Fatalf("refused after %d appends: the pool never filled", len(tickets))
+			}
+			break
+		}
+		tickets = append(tickets, tk)
+	}
+	if took, bound := time.Since(start), flight+recovery; took > bound+time.Second {
+		t.Fatalf("the waiting append was refused after %v, bound %v", took, bound)
+	}
+	for i, tk := range tickets {
+		if _, err := tk.Wait(ctx); !errors.Is(err, loglet.ErrUnavailable) {
+			t.Fatalf("sequenced append %d: %v (want ErrUnavailable)", i, err)
+		}
+	}
 }
