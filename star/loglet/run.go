@@ -425,6 +425,11 @@ func (l *Loglet) depose(cause error) {
 	l.signalRefusedLocked()
 	l.mu.Unlock()
 	l.deposedErr = err
+	if l.failing != nil { // deposed, not degraded: the star leads nothing more
+		l.failing.late.Stop()
+		l.failing = nil
+		l.metrics.degraded.Set(0)
+	}
 	for _, f := range l.sortedInflight() {
 		l.fail(f, err)
 	}
