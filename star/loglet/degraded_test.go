@@ -260,3 +260,39 @@ func TestPoolWaiterRefusedWhenTheClassDegrades(t *testing.T) {
 		}
 	}
 }
+
+// An opening attempt that fails at once (here the metastore refuses) is
+// retried beside the star, with backoff, until one succeeds.
+func TestOpeningRetriesAFailedAttempt(t *testing.T) {
+	h := newHarness(t, nil)
+	s := h.stream("a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Append(ctx, batch("a", 0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	h.loglet.Close()
+	h.meta.SetUnavailable(true)
+	h.cfg.Incarnation = chain.Incarnation(h.cfg.Star, 2)
+	h.cfg.OpenWait = 2 * time.Second
+	h.reg = prometheus.NewRegistry()
+	start := time.Now()
+	h.open()
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Open took %v although its first attempt failed at once", took)
+	}
+	if err := h.loglet.CommitErr(); !errors.Is(err, loglet.ErrUnavailable) {
+		t.Fatalf("CommitErr of a loglet still opening: %v", err)
+	}
+	h.meta.SetUnavailable(false)
+	waitFor(t, 10*time.Second, "the loglet to open", func() bool { return h.loglet.CommitErr() == nil })
+	s = h.stream("a")
+	ack, err := s.Append(ctx, batch("a", 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Start.SeqNum != 2 {
+		t.Fatalf("append after opening at %d, want 2", ack.Start.SeqNum)
+	}
+	h.checkRows(map[string]uint64{"a": 3})
+}

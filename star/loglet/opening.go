@@ -46,6 +46,11 @@ func (l *Loglet) openWithin(ctx context.Context, settle func(context.Context) er
 			l.start(runCtx)
 			return nil
 		}
+		if errors.Is(err, chain.ErrDeposed) { // a later incarnation runs: no retry helps
+			stop()
+			return err
+		}
+		first = nil // reported: the opener waits before its next attempt
 	case <-wait.C:
 		err = fmt.Errorf("not settled and minted within %v", l.cfg.OpenWait)
 	case <-ctx.Done():
@@ -64,36 +69,39 @@ func (l *Loglet) setOpening(cause error) {
 	l.metrics.degraded.Set(1)
 }
 
-// opener finishes opening beside the star: it waits for the attempt in
-// flight (first, nil once it reported), then retries with backoff until
-// one succeeds or ctx ends (Close). Only then do the loops run, so
-// everything run owns is the opener's until start.
-func (l *Loglet) opener(ctx context.Context, settle func(context.Context) error, first <-chan error) {
+// opener finishes opening beside the star: it takes the outcome of the
+// attempt in flight (pending; nil when it already reported), then retries
+// with backoff until an attempt succeeds or ctx ends (Close). Only then do
+// the loops run, so everything run owns is the opener's until start.
+func (l *Loglet) opener(ctx context.Context, settle func(context.Context) error, pending <-chan error) {
 	l.log.Error("chain not open: the star serves without this class until it opens; appends to it are refused", "class", l.cfg.Class, "wait", l.cfg.OpenWait)
 	backoff := openRetryFirst
 	since := time.Now()
 	for {
 		var err error
-		if first != nil {
-			err, first = <-first, nil
+		if pending != nil {
+			err, pending = <-pending, nil
 		} else {
+			if !sleep(ctx, backoff) {
+				l.closeUnopened()
+				return
+			}
+			backoff = min(2*backoff, openRetryMax)
 			actx, cancel := context.WithTimeout(ctx, openAttempt)
 			err = l.settleAndMint(actx, settle)
 			cancel()
 		}
-		if err == nil {
+		switch {
+		case err == nil:
 			l.setOutage(nil)
 			l.metrics.degraded.Set(0)
 			l.log.Info("chain open: admitting appends", "class", l.cfg.Class, "after", time.Since(since))
 			l.start(ctx)
 			return
-		}
-		if ctx.Err() != nil { // closed while opening
-			close(l.done)
-			close(l.absorbDone)
+		case ctx.Err() != nil: // closed while opening
+			l.closeUnopened()
 			return
-		}
-		if errors.Is(err, chain.ErrDeposed) {
+		case errors.Is(err, chain.ErrDeposed):
 			// A later incarnation of this star owns the chain: this
 			// process is a zombie (the heartbeat finds out too).
 			l.mu.Lock()
@@ -101,17 +109,16 @@ func (l *Loglet) opener(ctx context.Context, settle func(context.Context) error,
 			l.signalRefusedLocked()
 			l.mu.Unlock()
 			l.metrics.degraded.Set(0)
-			close(l.done)
-			close(l.absorbDone)
+			l.closeUnopened()
 			return
 		}
 		l.setOpening(err)
 		l.log.Warn("chain still not open; retrying", "class", l.cfg.Class, "err", err, "in", backoff)
-		if !sleep(ctx, backoff) {
-			close(l.done)
-			close(l.absorbDone)
-			return
-		}
-		backoff = min(2*backoff, openRetryMax)
 	}
+}
+
+// closeUnopened ends a loglet whose loops never ran, for Close.
+func (l *Loglet) closeUnopened() {
+	close(l.done)
+	close(l.absorbDone)
 }
