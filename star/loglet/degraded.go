@@ -16,7 +16,7 @@ import (
 // is answered within the flight deadline (to the first halt) plus the
 // recovery deadline of its flight's cut.
 type failing struct {
-	since   time.Time   // the first halt since the last commit
+	since   time.Time   // the spell's first halt
 	late    *time.Timer // fires RecoveryDeadline after since
 	lastErr error       // the last halt's cause
 	// degraded is set once the deadline passed: every waiting append was
