@@ -42,8 +42,8 @@ const (
 const MetricQuarantined = "starlog_settle_quarantined_streams"
 
 // alarms wires every alarm to one SNS topic: backlog age and stalls (the
-// seeds say to alert on backlog age, never rate), settle lag, quarantined
-// streams, work queue
+// seeds say to alert on backlog age, never rate), a degraded storage
+// class, settle lag, quarantined streams, work queue
 // age, dead-letter depth, star health, star crash loops, and scheduled job
 // failures.
 func (s *Starlog) alarms() {
@@ -86,6 +86,9 @@ func (s *Starlog) alarms() {
 			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 3, awscloudwatch.TreatMissingData_NOT_BREACHING},
 		{"Stalls", "A star's publishing stalled at the backlog budget; the star log names the cause.",
 			starMetric(userdata.MetricStall, "Sum", 5), 0,
+			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 1, awscloudwatch.TreatMissingData_NOT_BREACHING},
+		{"StorageClassDegraded", "A storage class of a star commits nothing (its buckets refuse or do not answer its writes: a failed CreateSession, a 403): appends to it are answered 503 until a flight commits. The star's /health names the class (\"degraded\"), its /metrics has starlog_storage_class_degraded{class}, and its log the last halt's cause.",
+			starMetric(userdata.MetricClassDegraded, "Maximum", 1), 0,
 			awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 1, awscloudwatch.TreatMissingData_NOT_BREACHING},
 		{"SettleLag", "Ripe batch markers are not being settled.",
 			starMetric(userdata.MetricSettleLag, "Maximum", 5), float64(c.SettleLagAlarmSeconds),

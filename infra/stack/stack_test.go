@@ -56,7 +56,7 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::AutoScaling::LaunchConfiguration":     0,
 		"AWS::EC2::LaunchTemplate":                  1,
 		"AWS::SNS::Topic":                           1,
-		"AWS::CloudWatch::Alarm":                    15,
+		"AWS::CloudWatch::Alarm":                    16,
 		"AWS::Logs::MetricFilter":                   1,
 		"Custom::AWS":                               1,
 	} {
@@ -584,7 +584,7 @@ func TestIAMCheckCatchesWildcards(t *testing.T) {
 
 func TestAlarmsAndOutputs(t *testing.T) {
 	x := defaults(t)
-	names := []string{"backlog-age", "stalls", "settle-lag", "settle-quarantine", "star-exits", "star-unhealthy", "no-healthy-star",
+	names := []string{"backlog-age", "stalls", "storage-class-degraded", "settle-lag", "settle-quarantine", "star-exits", "star-unhealthy", "no-healthy-star",
 		"plan-errors", "janitor-errors"}
 	for _, job := range config.QueueJobs {
 		names = append(names, kebab(constructID(job))+"-queue-age", kebab(constructID(job))+"-dead-letters")
@@ -605,6 +605,22 @@ func TestAlarmsAndOutputs(t *testing.T) {
 			"Dimensions", assertions.Match_ArrayEquals(arr(like("Name", userdata.DimensionCluster, "Value", "Starlog"))),
 			"Threshold", 600,
 		))
+	})
+	// Issue 26 defect 9: a storage class whose buckets refuse every
+	// request alarms, on the gauge the star exports and the agent forwards
+	// (TestDegradedClassMetricIsTheStars ties the name to the star's code).
+	check(t, "degraded storage class alarm on the star metric", func() {
+		x.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), like(
+			"AlarmName", "Starlog-storage-class-degraded",
+			"Namespace", MetricsNamespace,
+			"MetricName", userdata.MetricClassDegraded,
+			"Dimensions", assertions.Match_ArrayEquals(arr(like("Name", userdata.DimensionCluster, "Value", "Starlog"))),
+			"Statistic", "Maximum", "Period", 60, "Threshold", 0, "ComparisonOperator", "GreaterThanThreshold",
+			"EvaluationPeriods", 1, "TreatMissingData", "notBreaching",
+		))
+		if !slices.Contains(userdata.ForwardedMetrics, userdata.MetricClassDegraded) {
+			t.Errorf("the agent does not forward %s", userdata.MetricClassDegraded)
+		}
 	})
 	// Issue 12 item 6: a crash loop is visible.
 	check(t, "star exits counted from the star log", func() {

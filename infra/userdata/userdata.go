@@ -45,6 +45,10 @@ const (
 	MetricBacklogAge = "starlog_backlog_age_seconds"
 	MetricStall      = "starlog_backlog_stalls_total"
 	MetricSettleLag  = "starlog_settle_lag_seconds"
+	// MetricClassDegraded is 1 while a storage class of the star commits
+	// nothing (its buckets refuse or do not answer: appends to it are
+	// answered 503), by the label class (star/loglet, MetricClassDegraded).
+	MetricClassDegraded = "starlog_storage_class_degraded"
 	// DimensionCluster is the one dimension of the forwarded metrics; its
 	// value is Params.Cluster, so the alarms aggregate over every star.
 	DimensionCluster = "cluster"
@@ -52,7 +56,7 @@ const (
 
 // ForwardedMetrics are the Prometheus series the agent sends to CloudWatch;
 // everything else stays on /metrics (CloudWatch bills per metric).
-var ForwardedMetrics = []string{MetricBacklogAge, MetricStall, MetricSettleLag}
+var ForwardedMetrics = []string{MetricBacklogAge, MetricStall, MetricSettleLag, MetricClassDegraded}
 
 // ExitMarker starts the line the unit appends to the star's log whenever
 // the star process ends (ExecStopPost): "starlog-unit: star-exited

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -426,5 +427,28 @@ func TestExitLine(t *testing.T) {
 		if n := len(strings.Fields(string(out))); n != 6 {
 			t.Errorf("exit line has %d fields; the filter %s names 6", n, ExitFilterPattern)
 		}
+	}
+}
+
+// The alarmed gauge is the one the star registers: star/loglet names it
+// MetricClassDegraded in the starlog namespace (the modules do not import
+// each other, so the star's source is read). Issue 26 defect 9.
+func TestDegradedClassMetricIsTheStars(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "star", "loglet", "metrics.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`const MetricClassDegraded = "([a-z_]+)"`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("star/loglet/metrics.go declares no MetricClassDegraded")
+	}
+	if got := "starlog_" + string(m[1]); got != MetricClassDegraded {
+		t.Fatalf("the star exports %s, the stack alarms on %s", got, MetricClassDegraded)
+	}
+	if !strings.Contains(string(src), `Namespace: "starlog"`) || !strings.Contains(string(src), "g(MetricClassDegraded,") {
+		t.Fatal("star/loglet/metrics.go no longer registers MetricClassDegraded as a starlog gauge")
+	}
+	if !slices.Contains(ForwardedMetrics, MetricClassDegraded) {
+		t.Fatalf("the agent does not forward %s", MetricClassDegraded)
 	}
 }

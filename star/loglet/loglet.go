@@ -85,6 +85,12 @@ type Config struct {
 	IndexCacheBytes int64
 	// FlightDeadline bounds the time a flight may take to reach W.
 	FlightDeadline time.Duration
+	// OpenWait, when positive, bounds how long Open waits for the chain's
+	// earlier epochs to settle and its first mint: past it (or on an
+	// error) Open returns the loglet still opening, degraded (CommitErr is
+	// ErrUnavailable, appends are refused), and keeps trying beside the
+	// star (opening.go). Zero: Open returns only an open loglet or an error.
+	OpenWait time.Duration
 	// RecoveryDeadline bounds how long appends wait for a halted epoch to
 	// recover before they are answered ErrUnavailable (default the flight
 	// deadline). Recovery itself goes on until it succeeds or is deposed.
@@ -223,6 +229,7 @@ type Loglet struct {
 	releaseAt    uint64
 	inflight     map[uint64]*flight
 	rec          *recovery // a halted epoch being fenced and replaced
+	failing      *failing  // nothing committed since an epoch halted (degraded.go)
 	deposedErr   error
 	stalledSince time.Time
 	blocked      blockedBy // why the last tryCut stopped cutting (for admission stalls)
@@ -240,7 +247,10 @@ type Loglet struct {
 
 	mu     sync.Mutex
 	closed error // set once the loglet stops taking batches
-	outage error // set while a recovery overran its deadline
+	outage error // set while the class is degraded (failing.degraded)
+	// refused is closed when closed or outage is set, so appends waiting
+	// for pool budget are refused at once rather than at their timeout.
+	refused chan struct{}
 }
 
 type flight struct {
@@ -289,19 +299,31 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 		absorbNudge: make(chan struct{}, 1),
 		absorbDone:  make(chan struct{}),
 		done:        make(chan struct{}),
+		refused:     make(chan struct{}),
 	}
 	l.abs = &absorb.Absorber{
 		Star: cfg.Star, Class: cfg.Class, Meta: c.Meta, Rip: cfg.Ripening,
 		Concurrency: cfg.MetaConcurrency, UpdateEpoch: c.UpdateEpoch,
+	}
+	if cfg.OpenWait > 0 {
+		if err := l.openWithin(ctx, settle); err != nil {
+			return nil, err
+		}
+		return l, nil
 	}
 	if err := l.settleAndMint(ctx, settle); err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	l.stop = stop
-	go l.run(runCtx)
-	go l.absorbLoop(runCtx)
+	l.start(runCtx)
 	return l, nil
+}
+
+// start runs the loops of a loglet whose epoch is minted.
+func (l *Loglet) start(ctx context.Context) {
+	go l.run(ctx)
+	go l.absorbLoop(ctx)
 }
 
 // Absorber is the loglet's absorb consumer (a stream opened on this star
@@ -401,16 +423,58 @@ func (l *Loglet) Reserve(ctx context.Context, size int64) (*pool.Reservation[*Ba
 	}
 	start := time.Now()
 	l.admit.begin(start, l.blocked.load())
-	r, err := l.pool.Reserve(ctx, size)
+	// A class that degrades (or a loglet that stops) while we wait
+	// refuses us then, not at the caller's admission timeout.
+	wctx, cancel := context.WithCancel(ctx)
+	stop := l.onRefused(cancel)
+	r, err := l.pool.Reserve(wctx, size)
+	stop()
+	cancel()
 	l.admit.end(time.Now(), l.pool.Stats().Waiters)
 	l.metrics.admitWait.Observe(time.Since(start).Seconds())
-	if err == nil {
-		if aerr := l.admitErr(); aerr != nil { // stopped or out while we waited
+	if aerr := l.admitErr(); aerr != nil { // stopped or out while we waited
+		if err == nil {
 			r.Cancel()
-			return nil, aerr
 		}
+		return nil, aerr
+	}
+	if err != nil && ctx.Err() != nil {
+		err = ctx.Err()
 	}
 	return r, err
+}
+
+// onRefused calls f once the loglet refuses new batches (closed or
+// degraded); the returned stop ends the watch.
+func (l *Loglet) onRefused(f func()) (stop func()) {
+	l.mu.Lock()
+	ch := l.refused
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			f()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// signalRefusedLocked wakes the waiters of onRefused once closed or
+// outage is set, and re-arms the signal once neither is (l.mu held).
+func (l *Loglet) signalRefusedLocked() {
+	refusing := l.closed != nil || l.outage != nil
+	select {
+	case <-l.refused:
+		if !refusing {
+			l.refused = make(chan struct{})
+		}
+	default:
+		if refusing {
+			close(l.refused)
+		}
+	}
 }
 
 // Push hands a sequenced batch to the flusher.
@@ -443,6 +507,7 @@ func (l *Loglet) admitErr() error {
 func (l *Loglet) setOutage(err error) {
 	l.mu.Lock()
 	l.outage = err
+	l.signalRefusedLocked()
 	l.mu.Unlock()
 }
 
@@ -452,6 +517,7 @@ func (l *Loglet) Close() {
 	if l.closed == nil {
 		l.closed = ErrClosed
 	}
+	l.signalRefusedLocked()
 	l.mu.Unlock()
 	l.stop()
 	<-l.done
@@ -459,8 +525,8 @@ func (l *Loglet) Close() {
 }
 
 // CommitErr is nil while the loglet can commit flights: it is closed,
-// deposed, or halted and unable to recover into a new epoch within the
-// recovery deadline (the object store refuses its writes) otherwise.
-// /health reports not ready while it is set, so a load balancer stops
-// sending the star traffic.
+// deposed, or degraded otherwise (ErrUnavailable: no flight committed
+// within the recovery deadline of an epoch's halt, because the object
+// store refuses or does not answer this class's writes). /health names
+// the class.
 func (l *Loglet) CommitErr() error { return l.admitErr() }

@@ -39,6 +39,8 @@ type harness struct {
 	cfg    loglet.Config
 	chain  *chain.Chain
 	loglet *loglet.Loglet
+	// ownFenceWait, when set, is the chain's OwnFenceWait.
+	ownFenceWait time.Duration
 }
 
 func quietLog() *slog.Logger {
@@ -69,6 +71,13 @@ func newHarness(t *testing.T, tweak func(*loglet.Config)) *harness {
 
 func newHarnessOn(t *testing.T, b backend, tweak func(*loglet.Config)) *harness {
 	t.Helper()
+	return newHarnessWith(t, b, tweak, 0)
+}
+
+// newHarnessWith is newHarnessOn with the chain's OwnFenceWait (0: its
+// default).
+func newHarnessWith(t *testing.T, b backend, tweak func(*loglet.Config), ownFenceWait time.Duration) *harness {
+	t.Helper()
 	var inner objstore.Store
 	var ms meta.Store
 	switch b {
@@ -94,7 +103,7 @@ func newHarnessOn(t *testing.T, b backend, tweak func(*loglet.Config)) *harness 
 	default:
 		t.Fatalf("unknown backend %q", b)
 	}
-	h := &harness{t: t, meta: mfaults.New(ms, 1), reg: prometheus.NewRegistry(), store: faults.Wrap(inner, faults.WithSeed(1)), inner: inner}
+	h := &harness{t: t, meta: mfaults.New(ms, 1), reg: prometheus.NewRegistry(), store: faults.Wrap(inner, faults.WithSeed(1)), inner: inner, ownFenceWait: ownFenceWait}
 	h.cfg = loglet.Config{
 		Star: "star1", Incarnation: chain.Incarnation("star1", 1), Class: meta.Express,
 		Buckets: zones, W: 2, Window: 8,
@@ -113,6 +122,7 @@ func (h *harness) open() {
 	h.t.Helper()
 	h.chain = chain.New(h.cfg.Star, h.cfg.Class, h.cfg.Incarnation, h.meta, h.store)
 	h.chain.AttemptTimeout = 200 * time.Millisecond
+	h.chain.OwnFenceWait = h.ownFenceWait
 	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: h.chain.UpdateEpoch}
 	l, err := loglet.Open(context.Background(), h.cfg, h.chain, func(ctx context.Context) error { return settle.Chain(ctx, h.chain, abs) }, loglet.NewMetrics(h.reg), quietLog())
 	if err != nil {

@@ -9,14 +9,16 @@ import (
 // Metrics are one loglet's Prometheus instruments; the class is a constant
 // label so the star's two loglets share one registry.
 type Metrics struct {
-	ackLatency     prometheus.Observer
-	commitLatency  prometheus.Observer
-	poolWait       prometheus.Observer
-	admitWait      prometheus.Observer
-	flightBytes    prometheus.Observer
-	putLatency     *prometheus.HistogramVec
-	putErrors      *prometheus.CounterVec
-	inflight       prometheus.Gauge
+	ackLatency    prometheus.Observer
+	commitLatency prometheus.Observer
+	poolWait      prometheus.Observer
+	admitWait     prometheus.Observer
+	flightBytes   prometheus.Observer
+	putLatency    *prometheus.HistogramVec
+	putErrors     *prometheus.CounterVec
+	inflight      prometheus.Gauge
+	// degraded is 1 while the class is degraded (failing.degraded).
+	degraded       prometheus.Gauge
 	backlogFlights prometheus.Gauge
 	backlogAge     prometheus.Gauge
 	stalls         *prometheus.CounterVec
@@ -37,6 +39,12 @@ type Metrics struct {
 	indexBytes     prometheus.Gauge
 	indexEvictions prometheus.Counter
 }
+
+// MetricClassDegraded is the degraded-class gauge, without the starlog_
+// namespace: starlog_storage_class_degraded{class} on /metrics, which the
+// stack forwards to CloudWatch and alarms on (infra/userdata,
+// infra/stack/alarms.go).
+const MetricClassDegraded = "storage_class_degraded"
 
 // NewMetrics registers a loglet's instruments with reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
@@ -70,6 +78,7 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 		backlogFlights: g("backlog_flights", "Released flights not yet absorbed."),
 		backlogAge:     g("backlog_age_seconds", "Age of the oldest released flight not yet absorbed."),
 		absorbPass:     h("absorb_pass_seconds", "Duration of an absorb pass.", lat),
+		degraded:       g(MetricClassDegraded, "1 while the class commits nothing: no flight reached W within the recovery deadline of an epoch's halt (its buckets refuse or do not answer), so waiting appends were answered 503 and new ones are refused at once until a flight commits; else 0."),
 		indexBytes:     g("flight_index_bundle_bytes", "Rendered bundles of released, unabsorbed flights the flight index holds in memory (at most the index cache bound)."),
 	}
 	m.putLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Name: "put_latency_seconds", Help: "Slot PUT latency per bucket.", ConstLabels: cl, Buckets: lat}, []string{"bucket"})

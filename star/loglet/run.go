@@ -23,18 +23,22 @@ func (l *Loglet) run(ctx context.Context) {
 	timer.Stop()
 	for {
 		var recovered <-chan recovery
-		var late <-chan time.Time
+		late := l.lateC()
 		switch {
 		case l.deposedErr != nil:
 			l.failPool(l.deposedErr)
 		case l.rec != nil:
 			// Nothing is cut or released until the next epoch is minted.
-			recovered, late = l.rec.done, l.rec.late.C
-			if l.rec.answered {
-				l.answerPool(l.rec.err)
+			recovered = l.rec.done
+			if err := l.degradedErr(); err != nil {
+				l.answerPool(err)
 			}
 		default:
 			l.releaseReady()
+			if err := l.degradedErr(); err != nil {
+				// A batch that reserved before the class degraded.
+				l.answerWaiting(err)
+			}
 			if wait := l.tryCut(); wait > 0 {
 				timer.Reset(wait)
 			}
@@ -50,7 +54,7 @@ func (l *Loglet) run(ctx context.Context) {
 		case r := <-recovered:
 			l.finishRecovery(r)
 		case <-late:
-			l.recoveryLate()
+			l.degrade()
 		}
 		timer.Stop()
 	}
@@ -192,6 +196,11 @@ func (l *Loglet) onResult(ctx context.Context, r uploadResult) {
 	if r.err == nil {
 		f.committed = true
 		l.metrics.commitLatency.Observe(time.Since(f.started).Seconds())
+		if r.slot == l.releaseAt {
+			// The oldest waiting flight goes through (a later slot's
+			// commit alone would restart the deadline while it waits).
+			l.healed()
+		}
 		return
 	}
 	l.startRecovery(ctx, r)
@@ -232,15 +241,12 @@ func (l *Loglet) release(f *flight) {
 
 // recovery is a halted epoch being fenced and replaced. Its fence and mint
 // run beside the loop (fenceAndMint), so the loop can answer the waiting
-// appends when recovery overruns its deadline.
+// appends when the class overruns its recovery deadline (failing).
 type recovery struct {
-	epoch    uint64
-	halted   uint64 // the slot that halted
-	started  time.Time
-	late     *time.Timer
-	answered bool  // the deadline passed: pending appends were answered
-	err      error // what they were answered
-	done     chan recovery
+	epoch   uint64
+	halted  uint64 // the slot that halted
+	started time.Time
+	done    chan recovery
 
 	// results, filled by fenceAndMint
 	cut    uint64
@@ -258,6 +264,7 @@ func (l *Loglet) startRecovery(ctx context.Context, r uploadResult) {
 	epoch := l.epoch.Epoch
 	l.log.Warn("epoch halted; recovering", "epoch", epoch, "slot", r.slot, "err", r.err)
 	l.metrics.halts.Inc()
+	l.noteHalt(r.err)
 	l.backlog.setRecovering(true)
 	l.noteBlocked(CauseEpochSettling)
 
@@ -284,7 +291,7 @@ func (l *Loglet) startRecovery(ctx context.Context, r uploadResult) {
 		}
 	}
 	known := chain.Known{Released: l.releaseAt, Committed: func(s uint64) bool { return committed[s] }}
-	rec := &recovery{epoch: epoch, halted: r.slot, started: time.Now(), late: time.NewTimer(l.cfg.RecoveryDeadline), done: make(chan recovery, 1)}
+	rec := &recovery{epoch: epoch, halted: r.slot, started: time.Now(), done: make(chan recovery, 1)}
 	l.rec = rec
 	go l.fenceAndMint(ctx, *rec, known)
 }
@@ -308,25 +315,6 @@ func (l *Loglet) fenceAndMint(ctx context.Context, rec recovery, known chain.Kno
 	})
 }
 
-// recoveryLate answers every waiting append once recovery overran its
-// deadline: ErrUnavailable, indefinite for the batches already sequenced
-// (they stay, and commit once the store returns), and new appends are
-// refused until then; /health says not ready.
-func (l *Loglet) recoveryLate() {
-	rec := l.rec
-	err := fmt.Errorf("%w: epoch %d halted at slot %d %v ago and is not yet recovered", ErrUnavailable, rec.epoch, rec.halted, time.Since(rec.started).Truncate(time.Millisecond))
-	rec.answered, rec.err = true, err
-	l.setOutage(err)
-	l.metrics.recoveries.WithLabelValues("late").Inc()
-	l.log.Error("recovery overran its deadline: answering waiting appends unavailable; new appends refused until the store takes writes", "epoch", rec.epoch, "after", time.Since(rec.started))
-	for _, f := range l.sortedInflight() {
-		for _, b := range f.batches {
-			b.answer(err)
-		}
-	}
-	l.answerPool(err)
-}
-
 // answerPool answers the uncut batches without dropping them.
 func (l *Loglet) answerPool(err error) {
 	for _, b := range l.pool.Uncut() {
@@ -338,10 +326,8 @@ func (l *Loglet) answerPool(err error) {
 // flight below the cut (they are committed), and republish the rest, same
 // seq nums, into the new epoch's first slots.
 func (l *Loglet) finishRecovery(rec recovery) {
-	l.rec.late.Stop()
 	l.rec = nil
 	l.backlog.setRecovering(false)
-	l.setOutage(nil)
 	if rec.fail != nil {
 		l.metrics.recoveries.WithLabelValues("deposed").Inc()
 		l.depose(rec.fail)
@@ -367,6 +353,12 @@ func (l *Loglet) finishRecovery(rec recovery) {
 	l.releaseReady() // ack late: everything below the cut
 	rest := l.sortedInflight()
 	clear(l.inflight)
+	if len(rest) == 0 && late > 0 {
+		// Nothing is left to probe the store with, and the fence found
+		// the flights committed: the class takes writes. (With flights
+		// left, the first of them to commit in the new epoch decides.)
+		l.healed()
+	}
 	l.install(rec.next, rec.writer)
 	l.metrics.recoveries.WithLabelValues("recovered").Inc()
 	l.log.Info("epoch recovered", "halted", rec.epoch, "cut", cut, "acked_late", late, "republished", len(rest), "epoch", l.epoch.Epoch, "took", time.Since(rec.started))
@@ -430,8 +422,14 @@ func (l *Loglet) depose(cause error) {
 	l.log.Error("deposed: shedding every stream of the chain", "err", cause)
 	l.mu.Lock()
 	l.closed = err
+	l.signalRefusedLocked()
 	l.mu.Unlock()
 	l.deposedErr = err
+	if l.failing != nil { // deposed, not degraded: the star leads nothing more
+		l.failing.late.Stop()
+		l.failing = nil
+		l.metrics.degraded.Set(0)
+	}
 	for _, f := range l.sortedInflight() {
 		l.fail(f, err)
 	}
@@ -473,6 +471,7 @@ func (l *Loglet) shutdown() {
 		l.closed = ErrClosed
 	}
 	err := l.closed
+	l.signalRefusedLocked()
 	l.mu.Unlock()
 	if l.epochStop != nil {
 		l.epochStop()

@@ -188,9 +188,9 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 		return api.Unavailable("the star is not taking appends for this stream; retry")
 	case errors.Is(err, loglet.ErrUnavailable):
 		if sequenced {
-			return api.Unavailable("the object store is not taking this star's writes; the append may or may not become durable")
+			return api.Unavailable("the %s storage class's buckets are not taking this star's writes; the append may or may not become durable", class)
 		}
-		return api.Unavailable("the object store is not taking this star's writes; retry")
+		return api.Unavailable("the %s storage class's buckets are not taking this star's writes (the class is degraded); nothing was sequenced; retry", class)
 	case errors.Is(err, streams.ErrRejectionUnconfirmed):
 		n.unconfirmed.Inc()
 		return api.Unavailable("the append's condition failed on earlier appends that are not yet durable; nothing was sequenced; retry")

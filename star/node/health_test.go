@@ -17,7 +17,9 @@ import (
 )
 
 // Readiness (issue 11, defect 10): GET /health answers 503 with the
-// reason while a loglet cannot commit, and 200 again once it can. A
+// reason while a loglet cannot commit for a cause other than its buckets
+// (a degraded class leaves the star ready: TestHealthNamesDegradedClasses),
+// and 200 again once it can. A
 // metastore outage leaves the star ready: it still acknowledges, and a
 // load balancer that drained every star for it would turn the outage
 // into a total one.

@@ -277,6 +277,7 @@ func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*l
 		FlightDeadline:  cc.FlightDeadline,
 		Ripening:        rip,
 		Pacer:           n.pacer,
+		OpenWait:        2 * cc.FlightDeadline, // past the admission bound the chain opens beside the star, its class degraded
 	}
 	l, err := loglet.Open(ctx, lcfg, ch, settleFn, loglet.NewMetrics(n.reg, "class", string(class)), n.log)
 	if err != nil {
@@ -308,8 +309,8 @@ func (n *Node) isClosed() bool {
 }
 
 // Healthy is nil while the star is ready for traffic (GET /health): it is
-// open, no zombie, and every loglet can commit (CommitErr: not closed,
-// deposed, or halted with the object store refusing its writes). Its
+// open, no zombie, no loglet stopped (closed, deposed), and some storage
+// class can commit (Degraded names the classes that cannot). Its
 // heartbeat is not asked: through a metastore outage the star still
 // acknowledges appends from the buckets and forwards on what it knows,
 // so a load balancer that drained every star for it would turn the
@@ -321,12 +322,7 @@ func (n *Node) Healthy() error {
 	if err := n.zombie(); err != nil {
 		return err
 	}
-	for _, c := range n.commits {
-		if err := c.src.CommitErr(); err != nil {
-			return fmt.Errorf("%s loglet cannot commit: %w", c.class, err)
-		}
-	}
-	return nil
+	return n.commitReady() // classhealth.go: one degraded class leaves the star ready
 }
 
 // HeartbeatAge is the time since this star's last registry heartbeat was

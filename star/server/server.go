@@ -589,9 +589,12 @@ func basinHeader(r *http.Request) (string, *api.Error) {
 }
 
 // health is the readiness check (node.Healthy): 503 with the reason while
-// the star cannot commit, is closed or a zombie, or the server drains. A
-// metastore outage leaves it ready (the star still acknowledges and
-// forwards); the answer shows it as the age of the last heartbeat. It
+// the star cannot commit (a loglet stopped, or every storage class is
+// degraded), is closed or a zombie, or the server drains. A metastore
+// outage leaves it ready (the star still acknowledges and forwards); the
+// answer shows it as the age of the last heartbeat. So does one degraded
+// storage class (its buckets refuse this star's writes): the star still
+// serves the other, and the answer names the class under "degraded". It
 // touches neither the metastore nor the buckets.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if s.drain.Err() != nil {
@@ -606,10 +609,14 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, api.Unavailable("not ready: %s", msg))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	body := map[string]any{
 		"status": "ok", "star": s.n.StarID(), "incarnation": s.n.Incarnation(),
 		"heartbeat_age_ms": s.n.HeartbeatAge().Milliseconds(),
-	})
+	}
+	if d := s.n.Degraded(); len(d) > 0 {
+		body["degraded"] = d // class → reason
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // methodLabel bounds the method label to the standard methods: any other
