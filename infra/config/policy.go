@@ -14,7 +14,7 @@ import (
 const AL2023ARM64Parameter = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64"
 
 // Policy is what the stars and the auditor functions must agree on
-// (DESIGN §9, §10): when a batch marker ripens, how big a settled object
+// (docs/design.md §9, §10): when a batch marker ripens, how big a settled object
 // grows, how long a retired slot stays readable, when a silent star is
 // dead. The stack renders it twice from this one value: as `star serve`
 // flags in the stars' unit and, under the same names' environment
@@ -31,7 +31,7 @@ type Policy struct {
 	DeadAfter           string
 }
 
-// DefaultPolicy is DESIGN §10's settlement defaults and the leader's
+// DefaultPolicy is docs/design.md §10's settlement defaults and the leader's
 // dead-after bound, the same values the star's flags default to.
 func DefaultPolicy() Policy {
 	return Policy{

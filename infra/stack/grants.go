@@ -58,7 +58,7 @@ var starGrant = grant{
 	express: expressReadWrite,
 }
 
-// jobGrants is exactly what each auditor job needs (DESIGN §10, §11).
+// jobGrants is exactly what each auditor job needs (docs/design.md §10, §11).
 var jobGrants = map[string]grant{
 	// plan reads chains, markers and cursors and enqueues work.
 	config.JobPlan: {

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// Key prefixes of the Standard bucket (DESIGN §4.2). Policies are scoped to
+// Key prefixes of the Standard bucket (docs/design.md §4.2). Policies are scoped to
 // them.
 const (
 	ChainsPrefix  = "chains/"

@@ -37,7 +37,7 @@ type Slot struct {
 	Extents []format.Extent
 }
 
-// Ripening decides when a pass's batch marker ripens (DESIGN §10).
+// Ripening decides when a pass's batch marker ripens (docs/design.md §10).
 type Ripening struct {
 	Trigger uint64        // un-settled bytes per stream that make a crossing (8 MiB)
 	Linger  time.Duration // a crossing ripens at birth + Linger + jitter

@@ -1,6 +1,6 @@
 // Package api holds the wire types and codecs of starlog's public API, a
 // compatible implementation of the data plane of S2's REST API v1 (see
-// docs/api.md and the design's API.md).
+// docs/api.md and docs/design.md §16).
 //
 // It is pure: no HTTP server, no storage, no clocks. The star's HTTP server
 // and the Go SDK (shared/sdk) both build on it, so that the two sides of the

@@ -32,7 +32,7 @@ func ValidateBasinName(name string) *Error {
 }
 
 // ValidateStreamName checks a stream name: 1–512 bytes of UTF-8 without
-// NUL, and neither "." nor ".." (S2 rejects those). (API.md only bounds
+// NUL, and neither "." nor ".." (S2 rejects those). (docs/design.md §16.1: S2 only bounds
 // the length; names travel in JSON and in metastore keys, so they must be
 // text.) It fails with 422 invalid.
 func ValidateStreamName(name string) *Error {

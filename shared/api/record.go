@@ -170,7 +170,7 @@ func ParseCommand(r *Record) (Command, *Error) {
 }
 
 // ParseCommandHeaders is ParseCommand on a record's headers and body. It is
-// the one decoder of command records (API.md §3): the star's facade, which
+// the one decoder of command records (docs/design.md §16.2): the star's facade, which
 // decides what a stream accepts, calls it too.
 func ParseCommandHeaders[H HeaderLayout](headers []H, body []byte) (Command, *Error) {
 	if !IsCommand(headers) {

@@ -80,7 +80,7 @@ func TestS2PBDescriptorMatchesPublishedSchema(t *testing.T) {
 			}
 		}
 	}
-	// The fields API.md calls optional are proto3 optional (synthetic oneofs).
+	// The fields docs/design.md §16 calls optional are proto3 optional (synthetic oneofs).
 	for _, p := range [][2]string{{"AppendRecord", "timestamp"}, {"AppendInput", "match_seq_num"}, {"AppendInput", "fencing_token"}, {"ReadBatch", "tail"}} {
 		d := msgs.ByName(protoreflect.Name(p[0])).Fields().ByName(protoreflect.Name(p[1]))
 		if d == nil || d.ContainingOneof() == nil || !d.ContainingOneof().IsSynthetic() {

@@ -18,7 +18,7 @@ const auditorID = "auditor"
 
 // ErrHeadEpoch refuses a chain-settle of a chain's current (mint head)
 // epoch whose star may still write it: a live star's head epoch is
-// deferred, never displaced (DESIGN §9). Only the head of a star that is
+// deferred, never displaced (docs/design.md §9). Only the head of a star that is
 // dead, stopped, superseded or closed with a settle marker is settled.
 var ErrHeadEpoch = errors.New("auditjob: epoch is the mint head of a star that may still write it")
 

@@ -39,7 +39,7 @@ type JanitorReport struct {
 	Reclaim settle.ReclaimReport
 }
 
-// Janitor runs the janitor's registry and settle duties (DESIGN §9):
+// Janitor runs the janitor's registry and settle duties (docs/design.md §9):
 //
 //   - A star whose heartbeat is older than Config.DeadAfter is marked dead,
 //     by CAS on the registry row it read (a heartbeat that lands first
@@ -220,7 +220,7 @@ func markStaleDead(ctx context.Context, st *settle.Stores, chains []settle.Chain
 	return nil
 }
 
-// listChains reads the chain directory (DESIGN §5: `chains` / <star>/<class>).
+// listChains reads the chain directory (docs/design.md §5: `chains` / <star>/<class>).
 func listChains(ctx context.Context, ms meta.Store) ([]settle.ChainRef, error) {
 	var out []settle.ChainRef
 	q := meta.Query{PK: meta.ChainDirKey("", meta.Standard).PK}

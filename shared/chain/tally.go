@@ -1,5 +1,5 @@
 // Package chain is the contract every chain writer and successor shares
-// (DESIGN §7): mint an epoch by CAS on the chain head, commit a slot to the
+// (docs/design.md §7): mint an epoch by CAS on the chain head, commit a slot to the
 // bucket set at W of K, classify a slot, fence an epoch to its cut, walk the
 // committed slots, probe for garbage above the cut and trim.
 //

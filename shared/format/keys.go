@@ -3,7 +3,7 @@ package format
 import "fmt"
 
 // SettledKey is the derivable key of a settled object in the standard
-// bucket (DESIGN §4.2): streams/<basin>/<streamID>/<epoch>/<firstSeq>, with
+// bucket (docs/design.md §4.2): streams/<basin>/<streamID>/<epoch>/<firstSeq>, with
 // "~<revision>" appended for rewrites (revision > 0). Numbers are zero-padded
 // to 20 digits like every other key, so a listing sorts numerically. The
 // settle job that writes the object and every reader derive it here, so

@@ -1,4 +1,4 @@
-// Package leader holds the rules of multi-star leadership (DESIGN §9) that
+// Package leader holds the rules of multi-star leadership (docs/design.md §9) that
 // the star and the janitor share: when a registered star incarnation is
 // live, how a stale one is marked dead, and how a stream's lease passes
 // from one holder to the next.

@@ -1,4 +1,4 @@
-// Package meta is the metastore contract (DESIGN §5): one table of items
+// Package meta is the metastore contract (docs/design.md §5): one table of items
 // keyed by (pk, sk), each with a version for compare-and-swap and an opaque
 // value. Every operation touches one item; there are no multi-item
 // transactions, so DynamoDB, DynamoDB Local, dynalite and SQLite behave alike.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// The row schema (DESIGN §5). Every number inside a key is zero-padded to
+// The row schema (docs/design.md §5). Every number inside a key is zero-padded to
 // 20 digits so that string order is numeric order. Values are JSON: rows are
 // written off the ack path, rarely, and legibility beats a few bytes.
 
@@ -334,7 +334,7 @@ func (s *Span) From(seq uint64) (*Span, bool) {
 	return nil, false
 }
 
-// Registry states of a star (DESIGN §5). A star that shuts down cleanly
+// Registry states of a star (docs/design.md §5). A star that shuts down cleanly
 // writes stopped, so peers need not wait for its heartbeat to age.
 const (
 	StarLive     = "live"

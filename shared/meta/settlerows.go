@@ -1,6 +1,6 @@
 package meta
 
-// Rows of chain settlement beside a chain's head (DESIGN §9): the claim
+// Rows of chain settlement beside a chain's head (docs/design.md §9): the claim
 // concurrent settlers serialise on, and the durable settle marker a
 // closing star leaves for its unsettled chain.
 

@@ -1,5 +1,5 @@
 // Package objstore is the object store contract the star and the auditor
-// need from a bucket (DESIGN §4.1), with mem, fs and s3 backends, a
+// need from a bucket (docs/design.md §4.1), with mem, fs and s3 backends, a
 // fault-injecting wrapper and request counters.
 package objstore
 

@@ -17,7 +17,7 @@ type CollectReport struct {
 }
 
 // collect reclaims a chain's garbage once its star is decommissioned
-// (DESIGN §11; the seed keeps poison "until the star is decommissioned").
+// (docs/design.md §11; the seed keeps poison "until the star is decommissioned").
 // It is the last step of the chain's trim-check (the trim job owns slots
 // and cursors), planned for a chain all of whose epoch records are spent.
 // When the star's registry row says it stopped after a decommission

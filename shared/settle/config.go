@@ -13,7 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 )
 
-// Config is the settlement policy (DESIGN §10) and the auditor's local
+// Config is the settlement policy (docs/design.md §10) and the auditor's local
 // resources. The star derives its absorb ripening from it (Ripening) and
 // the auditor functions plan, settle and trim with it, so the two read one
 // set of flags. Zero fields take the defaults of DefaultConfig.
@@ -83,7 +83,7 @@ type ClassTimers struct {
 	Gather time.Duration
 }
 
-// DefaultConfig returns DESIGN §10's defaults.
+// DefaultConfig returns the defaults of docs/design.md §13.
 func DefaultConfig() Config {
 	return Config{
 		Trigger:         8 << 20,

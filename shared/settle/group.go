@@ -69,7 +69,7 @@ type streamWork struct {
 	splits           int
 }
 
-// Settle runs one group-settle job (DESIGN §10, seeds/settlement.md): it
+// Settle runs one group-settle job (docs/design.md §10): it
 // judges the era's ripe markers (a marker whose streams are all deleted
 // resolves with nothing staged), warms exactly the bundles the qualifying
 // streams' windows need into a scratch fetch cache (each bundle read once,

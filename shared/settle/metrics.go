@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the auditor's Prometheus instruments (DESIGN §14). Gauges
+// Metrics are the auditor's Prometheus instruments (docs/design.md §14). Gauges
 // are set by Plan, which sees every chain; counters by the jobs.
 type Metrics struct {
 	// settleLag is how long the oldest ripe, unresolved marker has been

@@ -19,7 +19,7 @@ type TrimReport struct {
 	Collected CollectReport
 }
 
-// TrimCheck retires a chain's slots (DESIGN §7, §10). Per epoch, as pure
+// TrimCheck retires a chain's slots (docs/design.md §7, §10). Per epoch, as pure
 // cursor arithmetic, never probing a slot: it advances the rewritten cursor
 // to the first live marker (or the checkpoint when none is left below it)
 // and records when it saw that; then it deletes [trimmed, r) from every

@@ -5,7 +5,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 )
 
-// Command records are decoded by shared/api (API.md §3), the one
+// Command records are decoded by shared/api (docs/design.md §16.2), the one
 // implementation the wire layer and the facade share; the facade turns its
 // 422 into an InvalidError.
 

@@ -2,7 +2,7 @@
 //
 // For each append batch it validates the records, checks the fencing token
 // and match_seq_num, assigns dense sequence numbers and stamps final
-// timestamps, following the S2 append semantics (API.md §3). It is pure: no
+// timestamps, following the S2 append semantics (docs/design.md §16.2). It is pure: no
 // goroutines, no I/O, and the clock is passed in, so the same inputs always
 // give the same outputs.
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 )
 
-// Batch limits (API.md §3); exceeding either is an InvalidError.
+// Batch limits (docs/design.md §16.2); exceeding either is an InvalidError.
 const (
 	MaxBatchRecords      = 1000
 	MaxBatchMeteredBytes = 1 << 20

@@ -3,7 +3,7 @@
 // inline, the parallel uploads below the claim, release strictly in slot
 // order, the flight index of released flights, the absorb that turns them
 // into span refs, the backlog budget, and self-recovery when an epoch halts
-// (DESIGN §6, seeds/write-path.md).
+// (docs/design.md §6).
 //
 // One goroutine (run) owns ordering: it cuts, claims, releases and decides
 // recovery. Uploads, the absorb and recovery's fence and mint run beside it

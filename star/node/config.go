@@ -75,14 +75,14 @@ type Config struct {
 	// read-ahead off), ReadWindowBytes one reader's window.
 	ReadBudgetBytes int64
 	ReadWindowBytes int64
-	// Settle is the settlement policy (DESIGN §10). The loglets stamp
+	// Settle is the settlement policy (docs/design.md §10). The loglets stamp
 	// their batch markers with Settle.Ripening(class), so the star and the
 	// auditor that settles by the same flags agree on when a marker is
 	// ripe. Zero fields take settle.DefaultConfig's values.
 	Settle settle.Config
 
 	// DeadAfter is how old a star's heartbeat may get before peers presume
-	// it dead and take its streams over (DESIGN §9). Once half of it has
+	// it dead and take its streams over (docs/design.md §9). Once half of it has
 	// passed without a successful heartbeat, a star stops answering from
 	// its memory (check-tail, the tail window of reads) and takes no new
 	// lease, so it yields before peers take over; appends to the streams
@@ -111,7 +111,7 @@ type Config struct {
 }
 
 // DefaultAbsorbWriteBudget is the default of Config.AbsorbWriteBudget:
-// the seed's tens of metastore operations per second per star.
+// the tens of metastore operations a second per star of docs/design.md §5.
 const DefaultAbsorbWriteBudget = 50
 
 // ClassConfig fixes one storage class's chain and loglet.
@@ -170,7 +170,7 @@ type ObjectsConfig struct {
 	APIOptions []func(*middleware.Stack) error
 }
 
-// Defaults returns the built-in defaults (DESIGN §4.2, §6, §10 and the
+// Defaults returns the built-in defaults (docs/design.md §4.2, §6, §10 and the
 // seed's flag defaults). Standard: K=1 W=1; Express: K=3 W=2.
 func Defaults() Config {
 	return Config{

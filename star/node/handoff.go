@@ -27,7 +27,7 @@ type HandoffResult struct {
 // and the flight index (neither signals the one stream it waits for).
 const handoffPoll = 2 * time.Millisecond
 
-// Handoff gives a stream this star leads to the live star to (DESIGN §9,
+// Handoff gives a stream this star leads to the live star to (docs/design.md §9,
 // no fence: the epoch stays open). It stops admitting the stream's appends
 // (they get a retryable 503 naming the target as leader), waits for its
 // pending batches to release, runs the release flush (waits until the

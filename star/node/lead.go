@@ -18,7 +18,7 @@ import (
 // of its storage class. The class is pinned while the stream stays open
 // here: a reconfigured storage class applies the next time a star opens
 // the stream, because moving a live stream between chains would need its
-// unabsorbed tail window covered first (a handoff, DESIGN §9).
+// unabsorbed tail window covered first (a handoff, docs/design.md §9).
 type ledStream struct {
 	s      *streams.Stream
 	key    streamKey
@@ -101,7 +101,7 @@ type ledSlot struct {
 }
 
 // lead returns the led stream for e, or a *NotLeaderError naming the star
-// to forward to. This is the one leadership check (DESIGN §9):
+// to forward to. This is the one leadership check (docs/design.md §9):
 //
 //   - a stream open here is served until this star loses it for good (its
 //     loglet deposed, or it is a zombie), then shed (dropped, so the next

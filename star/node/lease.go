@@ -286,7 +286,7 @@ func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
 	return l.Star
 }
 
-// decideClaim judges a stream's lease (DESIGN §9), doing no I/O:
+// decideClaim judges a stream's lease (docs/design.md §9), doing no I/O:
 //
 //   - this incarnation's unreleased lease is held;
 //   - a lease released to another star is forwarded there while that

@@ -76,7 +76,7 @@ func openObjects(ctx context.Context, c ObjectsConfig, buckets []string) (objsto
 }
 
 // metaMetrics counts metastore operations by kind and result and times
-// them (DESIGN §14: metastore ops by kind). The cost rule says these grow
+// them (docs/design.md §14: metastore ops by kind). The cost rule says these grow
 // with streams and passes, never with bytes: this is where to check.
 //
 // TODO(lead): this belongs in a shared/meta/metrics wrapper beside the

@@ -391,7 +391,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 	}
 }
 
-// Close stops the star (its graceful close, DESIGN §9): every lease is
+// Close stops the star (its graceful close, docs/design.md §9): every lease is
 // released, the absorb runs to the head, the loglets stop (appends not yet
 // released fail indefinitely, which is why the server drains first), a
 // durable settle marker is left for each chain still unsettled, the

@@ -73,7 +73,7 @@ func (n *Node) Read(ctx context.Context, basin, name string, req api.ReadRequest
 
 // OpenRead resolves the stream (auto-creating it when the basin creates
 // streams on read, unless the read would fail 416 on the new stream), leads
-// it, and places the read's start by S2's rules (API.md §1): past the tail
+// it, and places the read's start by S2's rules (docs/design.md §16.1): past the tail
 // is 416 unless clamped (then at the tail); at the tail is 416 unless the
 // read can follow; a tail offset saturates at 0. Close the cursor when
 // done: a stream with an open cursor is not released as idle.

@@ -10,7 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// Registry states (DESIGN §5: live, draining, dead). A star that shuts
+// Registry states (docs/design.md §5: live, draining, dead). A star that shuts
 // down cleanly writes stopped, so peers need not wait for its heartbeat to
 // age.
 const (

@@ -13,7 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// Basins and streams live in the metastore (DESIGN §5): basin#<b>/cfg and
+// Basins and streams live in the metastore (docs/design.md §5): basin#<b>/cfg and
 // basin#<b>/s#<name>, plus the basin directory and stream tombstones of
 // rows.go. This star caches what it read or wrote; with one star that is
 // coherent. (Multi-star leases will make the stream row's version part of

@@ -9,7 +9,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// Rows this package adds to DESIGN §5's schema. The basin config row and
+// Rows this package adds to docs/design.md §5's schema. The basin config row and
 // the stream name row use meta.BasinKey and meta.StreamNameKey; their
 // values are defined here.
 //

@@ -18,7 +18,7 @@ import (
 	"github.com/starlog/starlog/shared/settle"
 )
 
-// The settle duties of a star leaving (DESIGN §9): a graceful close
+// The settle duties of a star leaving (docs/design.md §9): a graceful close
 // leaves durable settle markers for its unsettled chains and nudges its
 // peers to settle them; a decommission settles them itself while it
 // stands.

@@ -9,7 +9,7 @@ import (
 	"github.com/starlog/starlog/star/reader"
 )
 
-// ResolveStart follows S2's rules (API.md §1) exactly.
+// ResolveStart follows S2's rules (docs/design.md §16.1) exactly.
 func TestResolveStart(t *testing.T) {
 	tail := api.StreamPosition{SeqNum: 10, Timestamp: 500}
 	empty := api.StreamPosition{}

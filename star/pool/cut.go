@@ -10,7 +10,7 @@ import "time"
 // PUT). Under load, batches accumulate while earlier flights upload and go
 // out together one Interval after the previous cut (group commit), so a
 // chain cuts at most one flight per Interval below Target bytes, the rate the
-// seed's cost model assumes (seeds/write-path.md). Target bytes are cut at
+// seed's cost model assumes (docs/design.md §6). Target bytes are cut at
 // once whatever the clock: full flights are priced per byte already.
 type CutPolicy struct {
 	Interval time.Duration

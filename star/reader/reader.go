@@ -1,4 +1,4 @@
-// Package reader is the star's read path (DESIGN §8): it serves a stream's
+// Package reader is the star's read path (docs/design.md §8): it serves a stream's
 // records from the metastore's rows (span refs into transit bundles, catalog
 // rows into settled objects) and then from the leader's in-memory tail
 // window, contiguously from the start seq, within count, bytes and time

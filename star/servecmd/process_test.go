@@ -242,7 +242,7 @@ func readAll(t *testing.T, p *proc, stream string) (map[uint64]string, uint64) {
 	return got, tail.SeqNum
 }
 
-// The crash test of DESIGN §15 with a real process: appends run on a
+// The crash test of docs/design.md §15 with a real process: appends run on a
 // Standard and an Express stream, the star is kill -9'd mid-flight,
 // restarted on the same data, and every acknowledged record reads back at
 // its seq num; then a clean SIGTERM stop and a third start do the same.

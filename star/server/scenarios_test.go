@@ -11,7 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 )
 
-// The ten conformance scenarios of API.md §5, at the HTTP level (the
+// The ten conformance scenarios of docs/design.md §16.3, at the HTTP level (the
 // TypeScript SDK runs them too, in the interop test).
 
 // 1. Provisioning.

@@ -1,5 +1,5 @@
 // Package server is the star's HTTP front: S2's REST API v1 data plane
-// (docs/api.md, the design's API.md) on one listener that speaks HTTP/1.1
+// (docs/api.md, docs/design.md §16) on one listener that speaks HTTP/1.1
 // and cleartext HTTP/2 (h2c, for S2S sessions), plus /health and /metrics.
 //
 // It is a thin adapter: it routes on the escaped path, bounds and decodes

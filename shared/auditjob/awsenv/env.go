@@ -51,7 +51,7 @@ const (
 )
 
 // The settle policy: the environment fallbacks of the star's --settle-*
-// --read-grace and --dead-after flags. Unset means the default (DESIGN §10).
+// --read-grace and --dead-after flags. Unset means the default (docs/design.md §10).
 const (
 	EnvSettleTriggerMiB    = "STARLOG_SETTLE_TRIGGER_MIB"
 	EnvSettleLinger        = "STARLOG_SETTLE_LINGER"

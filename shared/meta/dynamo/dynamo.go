@@ -1,4 +1,4 @@
-// Package dynamo is the DynamoDB metastore backend (DESIGN §5) on
+// Package dynamo is the DynamoDB metastore backend (docs/design.md §5) on
 // aws-sdk-go-v2. It works against DynamoDB, DynamoDB Local and dynalite: it
 // uses single-item operations and BatchWriteItem only, never transactions.
 //

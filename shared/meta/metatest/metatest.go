@@ -1,5 +1,5 @@
 // Package metatest is the conformance suite every meta.Store backend passes
-// (DESIGN §15): the same assertions against SQLite and DynamoDB Local, so
+// (docs/design.md §15): the same assertions against SQLite and DynamoDB Local, so
 // the two cannot drift apart.
 package metatest
 

@@ -1,4 +1,4 @@
-// Package sqlite is the embedded metastore backend (DESIGN §5): one SQLite
+// Package sqlite is the embedded metastore backend (docs/design.md §5): one SQLite
 // file in WAL mode on modernc.org/sqlite (pure Go), safe for several
 // processes on one host sharing the file (WAL needs shared memory, so never
 // put the file on a network filesystem).

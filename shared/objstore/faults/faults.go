@@ -2,7 +2,7 @@
 // changeable while it runs, latency drawn from a distribution, slowness,
 // outages and errors (definite, or indefinite with or without the write
 // having happened), and counts requests and bytes by kind. The same wrapper
-// drives fault tests, benchmarks and the cost model (DESIGN §4.1, §15).
+// drives fault tests, benchmarks and the cost model (docs/design.md §4.1, §15).
 //
 // Given a seed, every random draw is deterministic per bucket: a bucket's
 // latencies and probabilistic faults depend only on the seed, the bucket's

@@ -1,6 +1,6 @@
 // Package metrics wraps an objstore.Store to export, per bucket and
 // request kind, request counts by result, latency histograms and payload
-// bytes through a prometheus.Registerer (DESIGN §14: PUT latency per
+// bytes through a prometheus.Registerer (docs/design.md §14: PUT latency per
 // bucket). It injects nothing; see package faults for that.
 package metrics
 

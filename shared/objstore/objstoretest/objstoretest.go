@@ -1,6 +1,6 @@
 // Package objstoretest is the conformance suite every objstore backend
 // passes, so code written against one backend behaves the same on the
-// others (DESIGN §4.1, §15).
+// others (docs/design.md §4.1, §15).
 package objstoretest
 
 import (

@@ -2,7 +2,7 @@
 // and of its users: basins, streams, unary appends and reads (JSON and
 // protobuf), check-tail, and S2S append and read sessions over h2c, with
 // hooks that inject failures. It keeps everything in memory and follows
-// the semantics of the design's API.md (s2-lite's), not a star's storage.
+// the semantics of docs/design.md §16 (s2-lite's), not a star's storage.
 // It is not a production server.
 package sdktest
 

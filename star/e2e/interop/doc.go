@@ -2,7 +2,7 @@
 // (@s2-dev/streamstore, pinned in .ci/tools). Its test builds the star
 // binary, runs `star dev` on a free loopback port and runs
 // testdata/conformance.mjs under Node: the conformance scenarios of the API
-// design (API.md §5) and of the S2 fidelity work (issue 16: access tokens,
+// design (docs/design.md §16.3) and of the S2 fidelity work (issue 16: access tokens,
 // the basin default copy, deletion-pending, idempotent create, names,
 // locations, metrics, encryption, paging, session compression), each
 // session scenario over both SDK transports (fetch: HTTP/1.1 with SSE; the

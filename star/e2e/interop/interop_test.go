@@ -21,7 +21,7 @@ import (
 )
 
 // wantScenarios is what conformance.mjs reports: the ten scenarios of
-// API.md §5, with the three session scenarios (3, 8, 9) run once per SDK
+// docs/design.md §16.3, with the three session scenarios (3, 8, 9) run once per SDK
 // transport, the access-token scenario (11), S2 fidelity (12), stream
 // encryption (13, once per transport) and resources, paging and session
 // compression (14). A script that silently drops a scenario fails the test.

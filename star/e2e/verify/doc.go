@@ -94,7 +94,7 @@
 //
 //   - A 412 reports the sequencer's view (next assignable seq, token after
 //     pending fences), which counts pipelined batches not yet durable
-//     (API.md §3), so it may run ahead of every acknowledged append, even
+//     (docs/design.md §16.2), so it may run ahead of every acknowledged append, even
 //     to batches a crash then loses. The model accepts a report at or past
 //     the tail; History.CheckReports bounds it by the appends called
 //     before the 412 returned.

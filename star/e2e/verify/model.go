@@ -239,7 +239,7 @@ func step(st, inv, outv any) (bool, any) {
 		case OutTokenMismatch:
 			// A 412 is definite: nothing changes. What it reports is the
 			// sequencer's view, which counts pipelined batches not yet
-			// durable (API.md §3: conditions are checked against the next
+			// durable (docs/design.md §16.2: conditions are checked against the next
 			// assignable seq and the token after pending fences). So it
 			// may run ahead of every acknowledged append, and only its
 			// self-consistency is checked here; CheckReports checks the

@@ -14,7 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// checker holds the invariants of DESIGN §7 against the sim's own bytes
+// checker holds the invariants of docs/design.md §7 against the sim's own bytes
 // and rows, never against what the chain code believes. It runs on the
 // scheduler goroutine after every step, on what the step changed.
 type checker struct {

@@ -37,7 +37,7 @@ func classify(data []byte, epoch, slot uint64, nonce format.Nonce) occ {
 
 // decide is the fate a fence that never guesses reaches at a slot whose
 // buckets hold occs, reaching only the live ones: false when it cannot
-// decide until a bucket comes back. It is the fixed semantics (DESIGN §7
+// decide until a bucket comes back. It is the fixed semantics (docs/design.md §7
 // with the lead's rework): an unreadable occupant counts neither way; a
 // verified flight copy in a live bucket rolls forward into the live empty
 // buckets until W stand; only a slot with no flight copy anywhere
