@@ -67,6 +67,11 @@ type Config struct {
 	// leads to that star and reports whether it did (star/server's
 	// forwarder). onAppend says the request writes.
 	Forward func(w http.ResponseWriter, r *http.Request, basin, name string, onAppend bool) bool
+	// Session, when set, is the context of a live read (long-poll, SSE):
+	// r's, cancelled by the server when the request's credential is
+	// revoked or expires, with the *api.Error a new request would get as
+	// its cause (star/server's credential watch). Nil: r's context.
+	Session func(r *http.Request) (context.Context, context.CancelFunc)
 	// AllowLoopbackWebhooks lets subscriptions name webhooks on loopback
 	// (http://127.0.0.1/…, http://localhost/…): a development star's, or a
 	// test's local receiver. Off, only https to public hosts is allowed.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -148,10 +149,14 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 	w.Header().Set("Content-Type", row.ContentType)
 	switch live {
 	case "sse":
-		h.sse(w, r, name, &row, s, from, q.Get("cursor"))
+		ctx, end := h.session(r)
+		defer end()
+		h.sse(w, r.WithContext(ctx), name, &row, s, from, q.Get("cursor"))
 		return
 	case "long-poll":
-		h.longPoll(w, r, name, &row, s, from, q.Get("cursor"))
+		ctx, end := h.session(r)
+		defer end()
+		h.longPoll(w, r.WithContext(ctx), name, &row, s, from, q.Get("cursor"))
 		return
 	}
 	if off == "now" {
@@ -174,6 +179,27 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 		}
 	}
 	h.writeChunk(w, r, &row, s, from, c, "")
+}
+
+// session is the context of a live read: it ends when the server ends
+// the request (Config.Session: its credential was revoked or expired).
+func (h *Handler) session(r *http.Request) (context.Context, context.CancelFunc) {
+	if h.cfg.Session != nil {
+		return h.cfg.Session(r)
+	}
+	return context.WithCancel(r.Context())
+}
+
+// endedBy is the error that answers a live read which failed with err:
+// the server's own error when it ended the read (Config.Session), else
+// err.
+func endedBy(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		if e, ok := errors.AsType[*api.Error](context.Cause(ctx)); ok {
+			return e
+		}
+	}
+	return err
 }
 
 // writeChunk answers a catch-up or long-poll read that found c.
@@ -228,7 +254,7 @@ func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, 
 	}
 	c, err := h.readFrom(r.Context(), name, from, h.cfg.LongPoll)
 	if err != nil {
-		h.writeErr(w, err)
+		h.writeErr(w, endedBy(r.Context(), err))
 		return
 	}
 	if len(c.payload) == 0 {
@@ -318,7 +344,11 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, row *
 		}
 		c, err := h.readFrom(ctx, name, from, wait)
 		if err != nil {
-			return // the client sees the end; it resumes from the last control
+			// The client sees the end and resumes from the last control;
+			// when the server ended the read for its credential, the
+			// reconnect is refused as any new request is (the protocol's
+			// SSE has no error event).
+			return
 		}
 		if c.next > tail {
 			tail = c.next

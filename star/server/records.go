@@ -124,7 +124,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 		s.writeError(w, r, err)
 		return
 	}
-	// A long poll must not hold up shutdown: draining ends it.
+	// A long poll must not hold up shutdown, nor outlive its token:
+	// draining ends it, and so does its token's revocation or expiry.
 	ctx, cancel := s.sessionContext(r)
 	defer cancel()
 	sp, serr := s.streamSpec(r, basin, name)
@@ -136,6 +137,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 	if rerr != nil {
 		if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
 			rerr = errServerDraining() // see sessionErr
+		} else if e := credentialErr(ctx); e != nil {
+			rerr = e
 		}
 		s.writeError(w, r, rerr)
 		return

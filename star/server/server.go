@@ -211,7 +211,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	}
 	if opts.Durable != nil {
 		cfg := *opts.Durable
-		cfg.Node, cfg.Forward, cfg.Logger = n, s.forwardIfLed, opts.Logger
+		cfg.Node, cfg.Forward, cfg.Session, cfg.Logger = n, s.forwardIfLed, s.credentialContext, opts.Logger
 		cfg.Private = !keys.IsOpen()
 		if s.ds, err = durable.New(cfg); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
@@ -268,13 +268,6 @@ func (s *Server) Drain() {
 	if s.ds != nil {
 		s.ds.Close() // subscription sweeps and webhook deliveries
 	}
-}
-
-// sessionContext is r's context, cancelled with errDraining on Drain.
-func (s *Server) sessionContext(r *http.Request) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(r.Context())
-	stop := context.AfterFunc(s.drain, func() { cancel(errDraining) })
-	return ctx, func() { stop(); cancel(context.Canceled) }
 }
 
 // ServeHTTP routes a request.

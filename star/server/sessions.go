@@ -15,7 +15,9 @@ import (
 // sessionErr turns the error that ended a session into what the client is
 // told: the session's own *api.Error, 503 server_draining when the server
 // is draining (S2's code: the SDKs resume at once and know nothing was
-// lost), or nil when the client went away (nobody to tell).
+// lost), the token's error when its credential watch ended the session
+// (credwatch.go: 401 authn for a revoked or expired token), or nil when
+// the client went away (nobody to tell).
 //
 // Draining is judged on the server's own drain, not only the session's
 // context: on shutdown the star releases its leases right after Drain, so
@@ -24,6 +26,9 @@ import (
 func (s *Server) sessionErr(ctx context.Context, err error) *api.Error {
 	if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
 		return errServerDraining()
+	}
+	if e := credentialErr(ctx); e != nil {
+		return e
 	}
 	if ctx.Err() != nil {
 		return nil
@@ -317,7 +322,14 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			s.flush(rc)
 		}
 	}
-	drain := s.drain.Done()
+	// The session ends on Drain, or when its token is revoked or expires
+	// (sessionContext). Either way it stops taking inputs and what the
+	// reader already submitted still gets its ack, then the terminal frame
+	// says why: nothing is applied after it.
+	sctx, endSession := s.sessionContext(r)
+	defer endSession()
+	ending := sctx.Done()
+	var endErr, credErr *api.Error // why it stops taking inputs; credErr: its token
 	closed := g.closed
 	final := false // the gate is closed: the queued items are the last
 	for {
@@ -327,19 +339,29 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			select {
 			case it, ok = <-g.items:
 			default:
-				terminal(errServerDraining())
+				terminal(endErr)
 				return
 			}
 		} else {
 			select {
 			case it, ok = <-g.items:
-			case <-drain:
-				// Stop taking inputs; what the reader already submitted
-				// still gets its ack, flagged reconnect-advised (S2S), so
-				// the SDK half-closes once it has every ack and resubmits
-				// the rest on a new session.
-				drain = nil
-				fw.SetReconnectAdvised(true)
+			case <-ending:
+				ending = nil
+				switch credErr = credentialErr(sctx); {
+				case credErr != nil && s.drain.Err() == nil:
+					endErr = credErr
+				case s.drain.Err() != nil || errors.Is(context.Cause(sctx), errDraining):
+					// The acks are flagged reconnect-advised (S2S), so the
+					// SDK half-closes once it has every ack and resubmits
+					// the rest on a new session.
+					credErr, endErr = nil, errServerDraining()
+					fw.SetReconnectAdvised(true)
+				default:
+					// The request's own end (the client went away, or on
+					// HTTP/1.1 a frame's deadline): the reader and the
+					// waits see it, and say it.
+					continue
+				}
 				cancelSubmit()
 				go g.close()
 				continue
@@ -352,6 +374,9 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			return // the client half-closed and every ack went out
 		}
 		if it.err != nil {
+			if credErr != nil {
+				it.err = credErr // an input cut off by the end was not applied
+			}
 			terminal(it.err)
 			return
 		}

@@ -73,10 +73,23 @@ type tokenStore struct {
 
 	mu    sync.Mutex
 	cache map[string]cacheEntry // by keyed hash
+	// reads are the metastore reads in flight, by keyed hash: checks of
+	// one token at once (the sessions of a token re-check together, when
+	// the entry they share goes stale) share one read.
+	reads map[string]*tokenRead
+}
+
+// tokenRead is one metastore read of a token, shared by the checks that
+// wait for it.
+type tokenRead struct {
+	done chan struct{}
+	info *auth.Info
+	err  *api.Error
 }
 
 func newTokenStore(keys auth.Keys, ms meta.Store) *tokenStore {
 	return &tokenStore{keys: keys, meta: ms, now: time.Now, cache: make(map[string]cacheEntry),
+		reads:   make(map[string]*tokenRead),
 		lookups: ratelimit.NewKeyed(TokenLookupsPerSec, TokenLookupBurst, 0)}
 }
 
@@ -101,45 +114,86 @@ const (
 // metric result. client names who presented the token (its address; ""
 // for a peer's forward, which the star that took it counted).
 func (t *tokenStore) authenticate(ctx context.Context, token, client string) (auth.Principal, string, *api.Error) {
+	p, result, _, err := t.verify(ctx, token, client)
+	return p, result, err
+}
+
+// verify is authenticate, and also says when what it relied on was read
+// from the metastore: the cache serves it until that time plus
+// TokenCacheTTL, so a session's credential watch (credwatch.go) checks
+// again then, not a whole period after its own check.
+func (t *tokenStore) verify(ctx context.Context, token, client string) (auth.Principal, string, time.Time, *api.Error) {
 	if token == "" {
-		return auth.Principal{}, authMissing, auth.Unauthenticated("missing access token: send Authorization: Bearer <token>")
+		return auth.Principal{}, authMissing, time.Time{}, auth.Unauthenticated("missing access token: send Authorization: Bearer <token>")
 	}
 	if t.keys.IsAdmin(token) {
-		return auth.AdminPrincipal(), authOK, nil
+		return auth.AdminPrincipal(), authOK, t.now(), nil
 	}
 	id, err := auth.ParseToken(token)
 	if err != nil {
-		return auth.Principal{}, authMalformed, auth.Unauthenticated("invalid access token")
+		return auth.Principal{}, authMalformed, time.Time{}, auth.Unauthenticated("invalid access token")
 	}
 	h := t.keys.Hash(token)
 	result := authOK
 	e, ok := t.cached(h)
-	info := e.info
+	info, at := e.info, e.at
 	if !ok || t.now().Sub(e.at) >= TokenCacheTTL {
 		if (!ok || info == nil) && client != "" {
 			if wait, ok := t.lookups.Take(client, 1, t.now()); !ok {
-				return auth.Principal{}, authThrottled, api.RateLimitedAfter(wait,
+				return auth.Principal{}, authThrottled, time.Time{}, api.RateLimitedAfter(wait,
 					"too many checks of unknown access tokens from this client; retry after %v", wait.Round(time.Millisecond))
 			}
 		}
-		loaded, aerr := t.load(ctx, id, h)
+		loaded, aerr := t.loadShared(ctx, id, h)
 		switch {
 		case aerr == nil:
-			info = loaded
+			info, at = loaded, t.now()
 			t.remember(h, info)
 		case ok && info != nil && t.now().Sub(e.at) < TokenStaleIfError:
 			result = authStale // verified lately; the metastore cannot answer now
 		default:
-			return auth.Principal{}, authError, aerr
+			return auth.Principal{}, authError, time.Time{}, aerr
 		}
 	}
 	if info == nil {
-		return auth.Principal{}, authUnknown, auth.Unauthenticated("invalid access token")
+		return auth.Principal{}, authUnknown, time.Time{}, auth.Unauthenticated("invalid access token")
 	}
 	if info.Expired(t.now()) {
-		return auth.Principal{}, authExpired, auth.Unauthenticated("access token %q has expired", truncate(info.ID, 96))
+		return auth.Principal{}, authExpired, time.Time{}, expiredErr(info.ID)
 	}
-	return auth.Principal{Info: *info}, result, nil
+	return auth.Principal{Info: *info}, result, at, nil
+}
+
+// expiredErr is the 401 of a token past its expires_at.
+func expiredErr(id string) *api.Error {
+	return auth.Unauthenticated("access token %q has expired", truncate(id, 96))
+}
+
+// loadShared is load, shared with the checks of the same token that
+// wait for a read already in flight. The read runs without the first
+// caller's cancellation (its own bound is tokenReadTimeout), so one
+// client hanging up fails no other; a waiter whose ctx ends stops waiting.
+func (t *tokenStore) loadShared(ctx context.Context, id string, h []byte) (*auth.Info, *api.Error) {
+	t.mu.Lock()
+	rd, waiting := t.reads[string(h)]
+	if !waiting {
+		rd = &tokenRead{done: make(chan struct{})}
+		t.reads[string(h)] = rd
+	}
+	t.mu.Unlock()
+	if !waiting {
+		rd.info, rd.err = t.load(context.WithoutCancel(ctx), id, h)
+		t.mu.Lock()
+		delete(t.reads, string(h))
+		t.mu.Unlock()
+		close(rd.done)
+	}
+	select {
+	case <-rd.done:
+		return rd.info, rd.err
+	case <-ctx.Done():
+		return nil, api.Unavailable("cannot verify the access token now: %v", ctx.Err())
+	}
 }
 
 // load reads id's row: the info when its hash is h, nil when there is no
