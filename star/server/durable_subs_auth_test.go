@@ -195,7 +195,8 @@ func TestAuthMatrixDurableSubscriptions(t *testing.T) {
 // TestDurableSubscriptionActsAsItsCreator: a pull-wake subscription's wake
 // events are appended as the token that created it. Once that token is
 // revoked its subscription appends nothing more, while a like
-// subscription of a live token keeps waking.
+// subscription of a live token keeps waking; its webhook subscription
+// posts nothing either.
 func TestDurableSubscriptionActsAsItsCreator(t *testing.T) {
 	e := subscribingStar(t, "solo", testsvc.SQLite(t), memObjects(t), auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, 200*time.Millisecond)
 	jsonCT := []string{"Content-Type", "application/json"}
@@ -209,32 +210,41 @@ func TestDurableSubscriptionActsAsItsCreator(t *testing.T) {
 	}
 	want(t, e.call("PUT", "/ds/__ds/subscriptions/live", pull("room/wake-live"), append(bearer(live), jsonCT...)...), 201, "")
 	want(t, e.call("PUT", "/ds/__ds/subscriptions/gone", pull("room/wake-gone"), append(bearer(gone), jsonCT...)...), 201, "")
+	hook := durabletest.NewWebhook(t)
+	hooked := jsonBody(map[string]any{"type": "webhook", "streams": []string{"room/a"}, "webhook": map[string]string{"url": hook.URL}})
+	want(t, e.call("PUT", "/ds/__ds/subscriptions/gone-hook", hooked, append(bearer(gone), jsonCT...)...), 201, "")
 	want(t, e.call("DELETE", "/v1/access-tokens/gone", nil, bearer(testAdmin)...), 204, "")
 
 	refused := func() float64 {
 		return e.metric("starlog_durable_subscription_deliveries_total", "type", "pull-wake", "result", "refused")
 	}
+	hookRefused := func() float64 {
+		return e.metric("starlog_durable_subscription_deliveries_total", "type", "webhook", "result", "refused")
+	}
 	want(t, e.dsAdmin("POST", "room/a", `{"n":1}`, jsonCT...), 204, "")
 	deadline := time.Now().Add(10 * time.Second)
-	for len(e.dsMessages("room/wake-live")) == 0 || refused() < 1 {
+	for len(e.dsMessages("room/wake-live")) == 0 || refused() < 1 || hookRefused() < 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: live wake events %d, refused deliveries %v", len(e.dsMessages("room/wake-live")), refused())
+			t.Fatalf("after 10 s: live wake events %d, refused deliveries %v (webhook %v)", len(e.dsMessages("room/wake-live")), refused(), hookRefused())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if got := e.dsMessages("room/wake-gone"); len(got) != 0 {
 		t.Fatalf("the revoked creator's subscription appended %d wake events: %s", len(got), got)
 	}
-	// It tries again after its backoff, and is refused again.
-	for refused() < 2 {
+	// It tries again after its backoff, and is refused again, even once
+	// another token is issued under the revoked one's id.
+	e.dsScoped("gone", map[string]string{"prefix": "room/"}, false)
+	for n := refused(); refused() < n+1; {
 		if time.Now().After(deadline.Add(5 * time.Second)) {
-			t.Fatalf("no second refusal: %v", refused())
+			t.Fatalf("no refusal after the id was issued again: %v", refused())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if got := e.dsMessages("room/wake-gone"); len(got) != 0 {
 		t.Fatalf("the revoked creator's subscription appended %d wake events: %s", len(got), got)
 	}
+	hook.Quiet(t, 100*time.Millisecond)
 	if slices.ContainsFunc(e.dsMessages("room/wake-live"), func(m json.RawMessage) bool { return !strings.Contains(string(m), `"subscription_id":"live"`) }) {
 		t.Fatalf("the live wake stream holds another subscription's events")
 	}
