@@ -76,6 +76,11 @@ type Config struct {
 	// (http://127.0.0.1/…, http://localhost/…): a development star's, or a
 	// test's local receiver. Off, only https to public hosts is allowed.
 	AllowLoopbackWebhooks bool
+	// TokenStands reports whether the access token id whose credential
+	// (WithCredential) created a subscription still exists and has not
+	// expired: the subscription wakes only while it does (star/server's
+	// token store; nil: every token stands, as on an open star).
+	TokenStands func(ctx context.Context, id, credential string) (bool, error)
 	// SubscriptionAudit is how often each star re-reads every subscription
 	// row and audits the ones it owns (DefaultSubscriptionAudit;
 	// subs_schedule.go).

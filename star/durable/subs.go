@@ -248,16 +248,20 @@ func globSegs(pat, segs []string) bool {
 	return m[len(segs)]
 }
 
-// globPrefix is the literal part of a pattern before its first wildcard
-// segment: the names a backfill lists.
+// globPrefix starts every name the pattern matches: the range a backfill
+// lists (globMatch then filters it). It is the literal segments before the
+// first wildcard, with the separator after them when that wildcard is "*"
+// (one whole segment follows), without it for "**" ("a/**" matches "a"),
+// and "" when the pattern starts with a wildcard.
 func globPrefix(pattern string) string {
 	segs := strings.Split(pattern, "/")
-	var lit []string
-	for _, s := range segs {
-		if s == "*" || s == "**" {
-			return strings.Join(lit, "/") + "/"
+	for i, s := range segs {
+		switch {
+		case s == "*" && i > 0:
+			return strings.Join(segs[:i], "/") + "/"
+		case s == "*" || s == "**":
+			return strings.Join(segs[:i], "/")
 		}
-		lit = append(lit, s)
 	}
 	return pattern // no wildcard: the one name
 }

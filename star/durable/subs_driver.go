@@ -135,7 +135,7 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 	}, []string{"type"})
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "subscription_deliveries_total",
-		Help: "Webhook POSTs and wake-event appends, by type (webhook, pull-wake) and result (ok, done, failed).",
+		Help: "Webhook POSTs and wake-event appends, by type (webhook, pull-wake) and result (ok, done, failed; refused: the creator's access token no longer stands).",
 	}, []string{"type", "result"})
 	m.control = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "subscription_requests_total",
@@ -203,12 +203,19 @@ func (m *subManager) close() {
 // extra; it returns whether the row changed (unchanged rows are not
 // written) or a *subError (nothing written).
 func (m *subManager) mutate(ctx context.Context, root, id string, extra []string, change func(*subRow, tails) (bool, error)) (subRow, error) {
-	return m.mutateWith(ctx, root, id, extra, nil, change)
+	return m.mutateWith(ctx, root, id, extra, nil, nil, change)
+}
+
+// mutateAs is mutate for a client's request: authz checks each version of
+// the row before its tails are read (a refused request costs no HEAD).
+func (m *subManager) mutateAs(ctx context.Context, root, id string, extra []string, authz func(*subRow) error, change func(*subRow, tails) (bool, error)) (subRow, error) {
+	return m.mutateWith(ctx, root, id, extra, nil, authz, change)
 }
 
 // mutateWith is mutate reusing known, tails read a moment ago, for the
-// paths it has (a pass read them for its decision on the cached row).
-func (m *subManager) mutateWith(ctx context.Context, root, id string, extra []string, known *tails, change func(*subRow, tails) (bool, error)) (subRow, error) {
+// paths it has (a pass read them for its decision on the cached row), and
+// checking authz (if set) first.
+func (m *subManager) mutateWith(ctx context.Context, root, id string, extra []string, known *tails, authz func(*subRow) error, change func(*subRow, tails) (bool, error)) (subRow, error) {
 	k := subKey(m.h.basin, root, id)
 	for range subAttempts {
 		it, err := m.h.meta.Get(ctx, k.PK, k.SK)
@@ -222,6 +229,11 @@ func (m *subManager) mutateWith(ctx context.Context, root, id string, extra []st
 		var s subRow
 		if err := json.Unmarshal(it.Val, &s); err != nil {
 			return subRow{}, fmt.Errorf("durable: decode subscription %s: %w", id, err)
+		}
+		if authz != nil {
+			if err := authz(&s); err != nil {
+				return subRow{}, err
+			}
 		}
 		paths := make([]string, 0, len(s.Links)+len(extra))
 		for i := range s.Links {
@@ -327,6 +339,9 @@ func (m *subManager) dispatch(s subRow, wk wake) {
 	go func() {
 		defer m.wg.Done()
 		defer func() { <-m.slots }()
+		if !m.mayWake(s, wk) {
+			return
+		}
 		if wk.Type == subWebhook {
 			m.deliver(s, wk)
 		} else {
@@ -432,9 +447,39 @@ func (m *subManager) deliver(s subRow, wk wake) {
 	}
 }
 
+// mayWake checks, before a delivery, that the subscription's creator
+// still stands (creatorStands): a wake of a subscription whose creator's
+// token was revoked, expired or never allowed the append is withdrawn
+// (result refused) and backs off as a failed delivery does, so it is
+// checked again at most every retryCap while work is pending.
+func (m *subManager) mayWake(s subRow, wk wake) bool {
+	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
+	ok, err := m.creatorStands(ctx, &s)
+	cancel()
+	switch {
+	case err != nil:
+		m.log.Info("subscription: checking its creator's token failed", "subscription", s.ID, "err", err)
+		m.failed(s, wk)
+		return false
+	case !ok:
+		m.deliveries.WithLabelValues(wk.Type, "refused").Inc()
+		m.log.Warn("subscription: its creator's access token was revoked, has expired or does not allow the wake; not waking",
+			"subscription", s.ID, "root", s.Root, "token", s.Creator.TokenID)
+		m.withdraw(s, wk)
+		return false
+	}
+	return true
+}
+
 // failed withdraws the wake if it is still current and backs off.
 func (m *subManager) failed(s subRow, wk wake) {
 	m.deliveries.WithLabelValues(wk.Type, "failed").Inc()
+	m.withdraw(s, wk)
+}
+
+// withdraw ends the wake if it is still current (and not claimed) and
+// backs the next one off.
+func (m *subManager) withdraw(s subRow, wk wake) {
 	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
 	defer cancel()
 	_, err := m.mutate(ctx, s.Root, s.ID, nil, func(cur *subRow, _ tails) (bool, error) {
@@ -480,7 +525,8 @@ type internalResult struct {
 }
 
 // internal serves a request through the handler as the admin (a
-// subscription acts with the authority its creator was checked for):
+// subscription acts with the authority its creator was checked for, at
+// creation and before each wake: mayWake):
 // forwarding, the per-stream append lock and the protocol's rules apply
 // as for any client.
 func (h *Handler) internal(ctx context.Context, method, name, ct string, body []byte) internalResult {

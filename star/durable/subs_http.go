@@ -183,8 +183,8 @@ func methodNotAllowed(w http.ResponseWriter, allow string) error {
 }
 
 // authorizeManage: managing subscriptions needs reconfigure-basin on the
-// Durable Streams basin (a subscription reads the tails of every stream
-// its pattern matches, and acts on them as the server).
+// Durable Streams basin, and then the streams the subscription names or
+// links (subs_scope.go).
 func (h *Handler) authorizeManage(r *http.Request) error {
 	if aerr := auth.FromContext(r.Context()).Authorize(auth.Request{Op: auth.ReconfigureBasin, Basin: h.basin}); aerr != nil {
 		return &subError{Status: aerr.Status, Code: "PERMISSION_DENIED", Message: aerr.Message}
@@ -228,6 +228,10 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 			return invalidReq("stream %q: %s", p, err.Message)
 		}
 	}
+	p := auth.FromContext(r.Context())
+	if err := h.authorizeConfig(p, c.root, &cfg); err != nil {
+		return err
+	}
 	keys, err := h.subs.keys.get(r.Context())
 	if err != nil {
 		return err
@@ -242,6 +246,9 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 			}
 			if cur.Hash != hash {
 				return &subError{Status: http.StatusConflict, Code: codeExists, Message: "a subscription with this id exists with another configuration"}
+			}
+			if err := h.authorizeSub(p, &cur); err != nil {
+				return err // its links reach past the scope
 			}
 			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys.signer(h.subs.keys.now()).kid))
 		} else if !errors.Is(err, meta.ErrNotFound) {
@@ -271,7 +278,7 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 // history, protocol §6.2).
 func (h *Handler) newSub(ctx context.Context, c controlRoute, id string, cfg subConfig, hash string) (subRow, error) {
 	s := subRow{ID: id, Root: c.root, Incarnation: newIncarnation(), Base: c.base, Config: cfg, Hash: hash,
-		Created: time.Now().UTC()}
+		Created: time.Now().UTC(), Creator: creatorOf(ctx)}
 	paths := slices.Clone(cfg.Streams)
 	if cfg.Pattern != "" {
 		found, err := h.matching(ctx, c.root, &s)
@@ -337,6 +344,9 @@ func (h *Handler) subGet(w http.ResponseWriter, r *http.Request, c controlRoute,
 	if err := json.Unmarshal(it.Val, &s); err != nil {
 		return err
 	}
+	if err := h.authorizeSub(auth.FromContext(r.Context()), &s); err != nil {
+		return err
+	}
 	keys, err := h.subs.keys.get(r.Context())
 	if err != nil {
 		return err
@@ -346,14 +356,37 @@ func (h *Handler) subGet(w http.ResponseWriter, r *http.Request, c controlRoute,
 
 // subDelete removes the row: a callback, ack or release of it then finds
 // nothing (404) and moves no cursor, and a subscription created again
-// under the id has a new incarnation, which no old token names.
+// under the id has a new incarnation, which no old token names. The row
+// deleted is the version authorized (a missing one is 204: idempotent).
 func (h *Handler) subDelete(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
 	if err := h.authorizeManage(r); err != nil {
 		return err
 	}
+	p := auth.FromContext(r.Context())
 	k := subKey(h.basin, c.root, id)
-	if err := h.meta.Delete(r.Context(), k.PK, k.SK, meta.Always()); err != nil {
-		return &metaError{err}
+	for range subAttempts {
+		it, err := h.meta.Get(r.Context(), k.PK, k.SK)
+		if errors.Is(err, meta.ErrNotFound) {
+			break
+		} else if err != nil {
+			return &metaError{err}
+		}
+		var s subRow
+		if err := json.Unmarshal(it.Val, &s); err != nil {
+			return err
+		}
+		if err := h.authorizeSub(p, &s); err != nil {
+			return err
+		}
+		err = h.meta.Delete(r.Context(), k.PK, k.SK, meta.IfVer(it.Ver))
+		if errors.Is(err, meta.ErrConditionFailed) {
+			continue // changed meanwhile: authorize what it is now
+		} else if err != nil {
+			return &metaError{err}
+		}
+		h.subs.uncache(k)
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 	h.subs.uncache(k)
 	w.WriteHeader(http.StatusNoContent)
@@ -368,6 +401,7 @@ func (h *Handler) subAddStreams(w http.ResponseWriter, r *http.Request, c contro
 	if err != nil {
 		return err
 	}
+	pr := auth.FromContext(r.Context())
 	var in struct {
 		Streams []any `json:"streams"`
 	}
@@ -389,7 +423,18 @@ func (h *Handler) subAddStreams(w http.ResponseWriter, r *http.Request, c contro
 		}
 		paths = append(paths, p)
 	}
-	_, err = h.subs.mutate(r.Context(), c.root, id, paths, func(s *subRow, t tails) (bool, error) {
+	authz := func(s *subRow) error {
+		if err := h.authorizeSub(pr, s); err != nil {
+			return err
+		}
+		for _, p := range paths {
+			if err := h.authorizeLink(pr, s, s.Root+p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	_, err = h.subs.mutateAs(r.Context(), c.root, id, paths, authz, func(s *subRow, t tails) (bool, error) {
 		for _, p := range paths {
 			acked := t.of(p)
 			if l := s.link(p); l != nil {
@@ -412,7 +457,9 @@ func (h *Handler) subRemoveStream(w http.ResponseWriter, r *http.Request, c cont
 	if err := h.authorizeManage(r); err != nil {
 		return err
 	}
-	_, err := h.subs.mutate(r.Context(), c.root, id, nil, func(s *subRow, _ tails) (bool, error) {
+	p := auth.FromContext(r.Context())
+	authz := func(s *subRow) error { return nilIfOK(h.authorizeSub(p, s)) }
+	_, err := h.subs.mutateAs(r.Context(), c.root, id, nil, authz, func(s *subRow, _ tails) (bool, error) {
 		if l := s.link(path); l == nil || !l.Explicit {
 			return false, nil // absent: idempotent
 		}
@@ -428,7 +475,9 @@ func (h *Handler) subRemoveStream(w http.ResponseWriter, r *http.Request, c cont
 
 // subClaim gives a pull-wake subscription's wake to a worker. The worker
 // authenticates with an access token that may read the wake stream (it
-// consumes that stream anyway).
+// consumes that stream anyway) and every link (the answer shows their
+// tails, and the wake token acks their cursors: only those its token may
+// read, HolderStreams).
 func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
 	body, err := readSubBody(r)
 	if err != nil {
@@ -448,15 +497,13 @@ func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRout
 	}
 	p := auth.FromContext(r.Context())
 	now := time.Now()
-	s, err := h.subs.mutate(r.Context(), c.root, id, nil, func(s *subRow, t tails) (bool, error) {
-		if s.Config.Type == subPullWake {
-			if aerr := p.Authorize(auth.Request{Op: auth.Read, Basin: h.basin, Stream: s.Root + s.Config.WakeStream}); aerr != nil {
-				return false, &subError{Status: aerr.Status, Code: "PERMISSION_DENIED", Message: aerr.Message}
-			}
-		}
+	authz := func(s *subRow) error { return nilIfOK(h.authorizeClaim(p, s)) }
+	s, err := h.subs.mutateAs(r.Context(), c.root, id, nil, authz, func(s *subRow, t tails) (bool, error) {
 		if err := s.claim(now, worker, newWakeID(), t); err != nil {
 			return false, err
 		}
+		streams := p.Scope.Streams
+		s.HolderStreams = &streams
 		return true, nil
 	})
 	if err != nil {
@@ -524,6 +571,9 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 		if op == "release" {
 			next = s.done(now, newWakeID(), t)
 			return true, nil
+		}
+		if err := s.authorizeAcks(in.Acks); err != nil {
+			return false, err
 		}
 		if err := s.applyAcks(in.Acks, t); err != nil {
 			return false, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/auth"
 )
 
 // When the driver passes over a subscription. A pass reads the tails of
@@ -411,8 +412,11 @@ func (s *subRow) relative(name string) (string, bool) {
 
 // globs reports whether the pattern links rel. A pull-wake subscription
 // never links its own wake stream: each wake event would wake it again.
+// Only streams the creator may read are linked (a pattern's reach is
+// checked at creation, but "a/**" matches "a" too).
 func (s *subRow) globs(rel string) bool {
-	return s.Config.Pattern != "" && rel != s.Config.WakeStream && globMatch(s.Config.Pattern, rel) && checkRelPath(rel) == nil
+	return s.Config.Pattern != "" && rel != s.Config.WakeStream && globMatch(s.Config.Pattern, rel) && checkRelPath(rel) == nil &&
+		s.Creator.allows(auth.Read, s.Root+rel)
 }
 
 // pass reads the tails of the cached row's links (and of the appended
@@ -434,7 +438,7 @@ func (m *subManager) pass(cached subRow, appended []string, trigger string) {
 	}
 	var wk *wake
 	wrote := false
-	row, err := m.mutateWith(ctx, cached.Root, cached.ID, appended, &t, func(s *subRow, t tails) (bool, error) {
+	row, err := m.mutateWith(ctx, cached.Root, cached.ID, appended, &t, nil, func(s *subRow, t tails) (bool, error) {
 		var changed bool
 		wk, changed = s.advance(time.Now(), newWakeID(), appended, t)
 		wrote = changed

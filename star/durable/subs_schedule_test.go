@@ -198,3 +198,47 @@ func TestBusySubscriptionWakesWhenTheWakeEndsElsewhere(t *testing.T) {
 		t.Fatalf("busy passes written: %v, want 1", got)
 	}
 }
+
+// TestPatternBackfill: a subscription links the existing streams its
+// pattern matches when it is created, a pattern that starts with a
+// wildcard and a "**" that matches its literal prefix itself included.
+func TestPatternBackfill(t *testing.T) {
+	n := openTestNode(t, testsvc.SQLite(t))
+	h, err := New(Config{Node: n, AllowLoopbackWebhooks: true, SubscriptionAudit: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), auth.AdminPrincipal())))
+	}))
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	star := &keysStar{h: h, url: srv.URL + DefaultPrefix}
+	for _, s := range []string{"events", "events/a", "eventsx", "x/log", "log", "other"} {
+		if code, b := star.call(t, "PUT", "/"+s, "", "text/plain", ""); code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", s, code, b)
+		}
+	}
+	for pat, want := range map[string][]string{
+		"**/log":    {"log", "x/log"},
+		"events/**": {"events", "events/a"},
+		"*":         {"events", "eventsx", "log", "other"},
+	} {
+		id := fmt.Sprintf("s%d", len(pat))
+		code, b := star.call(t, "PUT", "/__ds/subscriptions/"+id, "", "application/json",
+			`{"type":"webhook","pattern":"`+pat+`","webhook":{"url":"http://127.0.0.1:9/"}}`)
+		if code != http.StatusCreated {
+			t.Fatalf("subscribe %q: %d %s", pat, code, b)
+		}
+		var v struct{ Streams []struct{ Path string } }
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range v.Streams {
+			got = append(got, s.Path)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pattern %q linked %v at creation, want %v", pat, got, want)
+		}
+	}
+}

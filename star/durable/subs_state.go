@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/starlog/starlog/star/auth"
 )
 
 // subRow is a subscription as stored: one metastore item (subKey), the
@@ -28,6 +30,9 @@ type subRow struct {
 	Hash    string    `json:"hash"`
 	Created time.Time `json:"created"`
 	Links   []subLink `json:"links,omitempty"` // sorted by path
+	// Creator is the token the subscription acts as (subs_scope.go); nil
+	// in a row written before subscriptions kept it.
+	Creator *subCreator `json:"creator,omitempty"`
 
 	// The wake in flight, if WakeID is set: Snapshot is each link's tail
 	// when it was issued (what `done` acks).
@@ -39,6 +44,10 @@ type subRow struct {
 	Failed     bool              `json:"failed,omitempty"`      // a webhook retry is scheduled
 	Retries    int               `json:"retries,omitempty"`     // failed deliveries in a row
 	NotBefore  time.Time         `json:"next_attempt,omitzero"` // no wake before this (retry backoff)
+
+	// HolderStreams is the stream set of the holder's token: its acks
+	// name only these (authorizeAcks).
+	HolderStreams *auth.ResourceSet `json:"holder_streams,omitempty"`
 }
 
 // subLink is one linked stream: its cursor and why it is linked.
@@ -180,7 +189,7 @@ func (s *subRow) leaseExpired(now time.Time) bool {
 
 // finishWake ends the wake in flight: no holder, no lease, no token.
 func (s *subRow) finishWake() {
-	s.WakeID, s.Holder, s.Snapshot, s.LeaseUntil = "", "", nil, time.Time{}
+	s.WakeID, s.Holder, s.HolderStreams, s.Snapshot, s.LeaseUntil = "", "", nil, nil, time.Time{}
 }
 
 // wake is what a transition asks the driver to do once its row is

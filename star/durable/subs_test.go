@@ -186,8 +186,20 @@ func TestGlobMatch(t *testing.T) {
 			t.Errorf("globMatch(%q, %q) = %v", tc.pat, tc.path, got)
 		}
 	}
-	if p := globPrefix("events/*/x"); p != "events/" {
-		t.Errorf("globPrefix = %q", p)
+	// globPrefix starts every name the pattern matches: the range a
+	// backfill lists.
+	for pat, want := range map[string]string{
+		"events/*/x": "events/",
+		"events/**":  "events", // matches "events" itself
+		"a/b/**/c":   "a/b",
+		"**":         "",
+		"**/log":     "",
+		"*/json":     "",
+		"exact/name": "exact/name",
+	} {
+		if p := globPrefix(pat); p != want {
+			t.Errorf("globPrefix(%q) = %q, want %q", pat, p, want)
+		}
 	}
 }
 

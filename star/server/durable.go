@@ -1,11 +1,19 @@
 package server
 
 import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
 )
@@ -66,7 +74,8 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 	default:
 		var result string
 		var err *api.Error
-		p, result, err = s.tokens.authenticate(r.Context(), auth.Bearer(r.Header.Get("Authorization")), s.authClient(r, internal))
+		token := auth.Bearer(r.Header.Get("Authorization"))
+		p, result, err = s.tokens.authenticate(r.Context(), token, s.authClient(r, internal))
 		s.authDecisions.WithLabelValues(result).Inc()
 		if err != nil {
 			err = s.countFailedAuth(r, err)
@@ -75,6 +84,11 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 			}
 			s.ds.Refuse(w, r, err.Status, err.Message)
 			return
+		}
+		if !p.Admin {
+			// A subscription this request creates acts as this token
+			// while it stands (tokenStands).
+			ctx = durable.WithCredential(ctx, tokenCredential(s.keys.Hash(token)))
 		}
 	}
 	r = r.WithContext(auth.WithPrincipal(ctx, p))
@@ -100,4 +114,41 @@ func (s *Server) appended(basin, name string, bytes uint64) {
 	if s.ds != nil {
 		s.ds.Appended(basin, name)
 	}
+}
+
+// tokenCredential names one issued token among those ever issued under
+// its id, for the subscriptions it creates: a digest of its keyed hash
+// (the token row's), so a subscription row holds neither the token nor
+// what verifies it.
+func tokenCredential(keyedHash []byte) string {
+	sum := sha256.Sum256(keyedHash)
+	return hex.EncodeToString(sum[:16])
+}
+
+// tokenStands reports whether the token id with credential (tokenCredential)
+// still exists and has not expired: a Durable Streams subscription it
+// created wakes only while it does (durable.Config.TokenStands). It reads
+// the token's row, at most once per wake; a revoked token, or another
+// issued under the id since, does not stand.
+func (s *Server) tokenStands(ctx context.Context, id, credential string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, tokenReadTimeout)
+	defer cancel()
+	k := meta.TokenKey(id)
+	it, err := s.tokens.meta.Get(ctx, k.PK, k.SK)
+	if errors.Is(err, meta.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading access token %q: %w", id, err)
+	}
+	var row tokenRow
+	if err := json.Unmarshal(it.Val, &row); err != nil {
+		return false, fmt.Errorf("access token row %q: %w", id, err)
+	}
+	h, err := hex.DecodeString(row.Hash)
+	if err != nil {
+		return false, nil
+	}
+	got := tokenCredential(h)
+	return subtle.ConstantTimeCompare([]byte(got), []byte(credential)) == 1 && !row.Expired(s.tokens.now()), nil
 }

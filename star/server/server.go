@@ -212,6 +212,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	if opts.Durable != nil {
 		cfg := *opts.Durable
 		cfg.Node, cfg.Forward, cfg.Session, cfg.Logger = n, s.forwardIfLed, s.credentialContext, opts.Logger
+		cfg.TokenStands = s.tokenStands
 		cfg.Private = !keys.IsOpen()
 		if s.ds, err = durable.New(cfg); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
