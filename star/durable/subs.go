@@ -85,6 +85,9 @@ var (
 	errSubNotFound = &subError{Status: http.StatusNotFound, Code: codeNotFound, Message: "subscription not found"}
 	errFenced      = &subError{Status: http.StatusConflict, Code: codeFenced, Message: "the wake is stale: its generation or wake id is not the current one"}
 	errTokenBad    = &subError{Status: http.StatusUnauthorized, Code: codeTokenInvalid, Message: "missing or invalid wake token"}
+	// errHolderGone: the access token that claimed the wake was revoked
+	// or has expired; the wake is withdrawn (pending work wakes again).
+	errHolderGone = &subError{Status: http.StatusUnauthorized, Code: codeTokenInvalid, Message: "the access token that claimed this wake was revoked or has expired; the wake is withdrawn"}
 )
 
 // subConfig is what a PUT defines; its hash decides 201, 200 or 409.

@@ -504,6 +504,9 @@ func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRout
 		}
 		streams := p.Scope.Streams
 		s.HolderStreams = &streams
+		if cred := credentialFrom(r.Context()); !p.Admin && cred != "" {
+			s.HolderToken, s.HolderCredential = p.ID, cred
+		}
 		return true, nil
 	})
 	if err != nil {
@@ -557,8 +560,9 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 	}
 	now := time.Now()
 	var next *wake
+	holderGone := false
 	s, err := h.subs.mutate(r.Context(), tok.Root, tok.ID, nil, func(s *subRow, t tails) (bool, error) {
-		next = nil
+		next, holderGone = nil, false
 		switch {
 		case op == "callback" && s.Config.Type != subWebhook:
 			return false, invalidReq("the subscription is not a webhook subscription")
@@ -570,6 +574,13 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 		}
 		if op == "release" {
 			next = s.done(now, newWakeID(), t)
+			return true, nil
+		}
+		if ok, err := h.subs.holderStands(r.Context(), s); err != nil {
+			return false, err
+		} else if !ok {
+			s.finishWake() // withdrawn: its acks are not applied, the work wakes again
+			holderGone = true
 			return true, nil
 		}
 		if err := s.authorizeAcks(in.Acks); err != nil {
@@ -587,6 +598,11 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 	})
 	if err != nil {
 		return err
+	}
+	if holderGone {
+		// Pending work wakes again, for a worker whose token stands.
+		go h.subs.pass(s, nil, trigBusy)
+		return errHolderGone
 	}
 	if next != nil {
 		h.subs.dispatch(s, *next)

@@ -219,3 +219,14 @@ func (m *subManager) creatorStands(ctx context.Context, s *subRow) (bool, error)
 	}
 	return m.h.cfg.TokenStands(ctx, c.TokenID, c.Credential)
 }
+
+// holderStands reports whether the access token that claimed s's wake
+// still stands (not revoked, not expired): checked on every ack, so a
+// revoked worker's lease ends at its next ack instead of lasting on. A
+// claim by the admin or on an open star has no token to check.
+func (m *subManager) holderStands(ctx context.Context, s *subRow) (bool, error) {
+	if s.HolderCredential == "" || m.h.cfg.TokenStands == nil {
+		return true, nil
+	}
+	return m.h.cfg.TokenStands(ctx, s.HolderToken, s.HolderCredential)
+}

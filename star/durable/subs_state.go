@@ -48,6 +48,12 @@ type subRow struct {
 	// HolderStreams is the stream set of the holder's token: its acks
 	// name only these (authorizeAcks).
 	HolderStreams *auth.ResourceSet `json:"holder_streams,omitempty"`
+	// HolderToken and HolderCredential name the access token that claimed
+	// the wake (none for the admin's or an open star's claim): every ack
+	// checks it still stands (holderStands), so a revoked or expired
+	// token's worker can neither move a cursor nor extend its lease.
+	HolderToken      string `json:"holder_token,omitempty"`
+	HolderCredential string `json:"holder_credential,omitempty"`
 }
 
 // subLink is one linked stream: its cursor and why it is linked.
@@ -190,6 +196,7 @@ func (s *subRow) leaseExpired(now time.Time) bool {
 // finishWake ends the wake in flight: no holder, no lease, no token.
 func (s *subRow) finishWake() {
 	s.WakeID, s.Holder, s.HolderStreams, s.Snapshot, s.LeaseUntil = "", "", nil, nil, time.Time{}
+	s.HolderToken, s.HolderCredential = "", ""
 }
 
 // wake is what a transition asks the driver to do once its row is

@@ -294,3 +294,48 @@ func TestDurableSubscriptionAcksWithinTheClaimersScope(t *testing.T) {
 		t.Errorf("the victim's cursor moved: %s", r)
 	}
 }
+
+// A pull-wake worker whose access token is revoked after its claim can no
+// longer ack: the ack is 401 and moves no cursor, and the wake is
+// withdrawn (the pending work wakes again for another claim) instead of
+// living on as long as the revoked worker keeps acking.
+func TestDurableRevokedClaimerCannotAck(t *testing.T) {
+	e := subscribingStar(t, "solo", testsvc.SQLite(t), memObjects(t), auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
+	jsonCT := []string{"Content-Type", "application/json"}
+	for _, s := range []string{"room/a", "room/wake"} {
+		want(t, e.dsAdmin("PUT", s, "", jsonCT...), 201, "")
+	}
+	worker := e.dsScoped("worker", map[string]string{"prefix": "room/"}, false)
+	sub := jsonBody(map[string]any{"type": "pull-wake", "streams": []string{"room/a"}, "wake_stream": "room/wake"})
+	want(t, e.dsAdmin("PUT", "__ds/subscriptions/s", string(sub), jsonCT...), 201, "")
+	want(t, e.dsAdmin("POST", "room/a", `{"n":1}`, jsonCT...), 204, "")
+	r := e.call("POST", "/ds/__ds/subscriptions/s/claim", []byte(`{"worker":"w"}`), append(bearer(worker), jsonCT...)...)
+	want(t, r, 200, "")
+	var wk struct {
+		WakeID     string `json:"wake_id"`
+		Generation uint64 `json:"generation"`
+		Token      string `json:"token"`
+	}
+	if err := json.Unmarshal(r.body, &wk); err != nil || wk.Token == "" {
+		t.Fatalf("claim: %s", r)
+	}
+	h := e.dsAdmin("HEAD", "room/a", "")
+	tail := h.header.Get("Stream-Next-Offset")
+	ack := func() resp {
+		body := jsonBody(map[string]any{"wake_id": wk.WakeID, "generation": wk.Generation,
+			"acks": []map[string]string{{"stream": "room/a", "offset": tail}}})
+		return e.call("POST", "/ds/__ds/subscriptions/s/ack", body, append(bearer(wk.Token), jsonCT...)...)
+	}
+	want(t, e.call("DELETE", "access-tokens/worker", nil, bearer(testAdmin)...), 204, "")
+	if r := ack(); r.status != 401 {
+		t.Fatalf("ack by the worker whose token was revoked: %s, want 401", r)
+	}
+	r = e.dsAdmin("GET", "__ds/subscriptions/s", "")
+	want(t, r, 200, "")
+	if strings.Contains(string(r.body), `"acked_offset":"`+tail+`"`) {
+		t.Errorf("the revoked worker's ack moved the cursor: %s", r)
+	}
+	if r := ack(); r.status != 401 && r.status != 409 {
+		t.Errorf("a second ack of the withdrawn wake: %s, want it refused", r)
+	}
+}
