@@ -24,7 +24,7 @@ func TestS2TypeScriptSDKDrain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node not found on PATH: %v", err)
 	}
-	script := filepath.Join(root, "star", "interop", "testdata", "drain.mjs")
+	script := filepath.Join(root, "star", "e2e", "interop", "testdata", "drain.mjs")
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "10s")

@@ -52,7 +52,7 @@ func TestS2TypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node not found on PATH: the S2 SDK conformance needs Node 20 (install it, then run `make tools`): %v", err)
 	}
-	script := filepath.Join(root, "star", "interop", "testdata", "conformance.mjs")
+	script := filepath.Join(root, "star", "e2e", "interop", "testdata", "conformance.mjs")
 	testsvc.RequireFile(t, script, "the conformance script")
 
 	bin := buildStar(t, root)

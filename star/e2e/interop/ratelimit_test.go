@@ -23,7 +23,7 @@ func TestS2TypeScriptSDKRateLimits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node not found on PATH: %v", err)
 	}
-	script := filepath.Join(root, "star", "interop", "testdata", "ratelimits.mjs")
+	script := filepath.Join(root, "star", "e2e", "interop", "testdata", "ratelimits.mjs")
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s",

@@ -44,7 +44,7 @@ func runSDKScript(t *testing.T, name string, want int, starArgs ...string) {
 	if err != nil {
 		t.Fatalf("node not found on PATH: %v", err)
 	}
-	script := filepath.Join(root, "star", "interop", "testdata", name)
+	script := filepath.Join(root, "star", "e2e", "interop", "testdata", name)
 	testsvc.RequireFile(t, script, name)
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))

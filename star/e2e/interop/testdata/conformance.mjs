@@ -33,7 +33,7 @@ const IDLE_SESSION_MS = 30_000;
 function nodeToolsDir() {
   if (process.env.STARLOG_NODE_TOOLS) return process.env.STARLOG_NODE_TOOLS;
   const here = path.dirname(fileURLToPath(import.meta.url));
-  return path.resolve(here, "..", "..", "..", ".ci", "tools", "node_modules");
+  return path.resolve(here, "..", "..", "..", "..", ".ci", "tools", "node_modules");
 }
 
 // The script lives outside .ci/tools, so a bare import would not find the

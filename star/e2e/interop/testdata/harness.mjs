@@ -13,7 +13,7 @@ const SDK_VERSION = "0.27.0";
 function nodeToolsDir() {
   if (process.env.STARLOG_NODE_TOOLS) return process.env.STARLOG_NODE_TOOLS;
   const here = path.dirname(fileURLToPath(import.meta.url));
-  return path.resolve(here, "..", "..", "..", ".ci", "tools", "node_modules");
+  return path.resolve(here, "..", "..", "..", "..", ".ci", "tools", "node_modules");
 }
 
 // loadSDK imports the pinned SDK, or reports a failed setup and exits.
