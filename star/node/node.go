@@ -48,6 +48,10 @@ type Deps struct {
 	// PeerHeader is sent on every request this star makes to a peer (the
 	// settle nudge): the cluster's internal credential (star/auth).
 	PeerHeader http.Header
+	// NewID draws the ids of new basins and streams (nil: 128 random
+	// bits from crypto/rand). The catalog simulation makes them a
+	// function of its seed.
+	NewID func() string
 }
 
 // Node is one running star.
@@ -63,6 +67,7 @@ type Node struct {
 	meta        meta.Store
 	objects     objstore.Store
 	now         func() time.Time
+	ids         func() string // Deps.NewID
 	reader      *reader.Reader
 	loglets     map[meta.Class]*loglet.Loglet
 	commits     []commitSource // the loglets, Standard first
@@ -121,6 +126,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		log:     deps.Logger,
 		reg:     deps.Registry,
 		now:     deps.Now,
+		ids:     deps.NewID,
 		peerHdr: deps.PeerHeader,
 		loglets: map[meta.Class]*loglet.Loglet{},
 		basins:  map[string]*basinEntry{},
@@ -136,6 +142,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	n.log = n.log.With("star", cfg.StarID)
 	if n.now == nil {
 		n.now = time.Now
+	}
+	if n.ids == nil {
+		n.ids = newID
 	}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
