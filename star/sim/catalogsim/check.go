@@ -30,9 +30,9 @@ type checker struct {
 	checks int
 	stats  map[string]int
 	ids    map[string]*streamState
-	order  []string        // ids in the order they appeared
+	order  []string          // ids in the order they appeared
 	bodies map[string]seqRef // an acknowledged record's body → where
-	delops []*op           // delete operations, in start order
+	delops []*op             // delete operations, in start order
 }
 
 // streamState is what the checker knows of one stream id.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing/synctest"
 )
 
@@ -62,6 +63,7 @@ func (s *Sim) bubbleState() bubbleState {
 		m := runtime.Stack(s.dump, true)
 		if m < len(s.dump) {
 			buf = s.dump[:m]
+			s.dumpLen = m
 			break
 		}
 	}
@@ -104,4 +106,16 @@ func bubbleOf(header []byte) string {
 		return ""
 	}
 	return string(rest[:j])
+}
+
+// bubbleDump is the goroutine dump of this run's bubble (a stall's report).
+func (s *Sim) bubbleDump() string {
+	s.bubbleState() // fills s.dump
+	var out []string
+	for _, g := range strings.Split(string(s.dump[:s.dumpLen]), "\n\n") {
+		if nl := strings.IndexByte(g, '\n'); nl > 0 && bubbleOf([]byte(g[:nl])) == s.bubble {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }

@@ -15,6 +15,9 @@ import (
 type Option func(*options)
 
 type options struct {
+	// goOn are invariants whose breach is recorded (Result.Known) without
+	// ending the run: known defects, so one run can show several.
+	goOn      map[string]bool
 	keepTrace bool
 	verbose   bool // the stars log to stderr
 }
@@ -22,13 +25,31 @@ type options struct {
 // WithFullTrace keeps every trace line (default: the last traceTail).
 func WithFullTrace() Option { return func(o *options) { o.keepTrace = true } }
 
+// WithGoOn records breaches of the named invariants in Result.Known and
+// runs on (the first breach of each is kept).
+func WithGoOn(invariants ...string) Option {
+	return func(o *options) {
+		if o.goOn == nil {
+			o.goOn = map[string]bool{}
+		}
+		for _, inv := range invariants {
+			o.goOn[inv] = true
+		}
+	}
+}
+
 // WithLogs lets the stars log to stderr.
 func WithLogs() Option { return func(o *options) { o.verbose = true } }
 
 // Result is what one run did and found.
 type Result struct {
 	Swarm   Swarm
-	Failure *Failure       // nil when every invariant held
+	Failure *Failure // nil when every invariant held
+	// Known are the first breaches of the invariants WithGoOn named.
+	Known map[string]*Failure
+	// Stalled says why the run ended early without a verdict on the rest
+	// ("" when it did not): see Sim.idle.
+	Stalled string
 	Steps   int            // calls served and environment events injected
 	Checks  int            // invariant predicates evaluated
 	Faults  map[string]int // injected, by kind
@@ -97,6 +118,7 @@ type Sim struct {
 	events   []event
 	incs     []*incarnation // every incarnation ever started, in order
 	tasks    map[string]bool
+	taskSeq  map[string]int
 	closed   bool
 	wake     chan struct{}
 	ids      int // basin and stream ids drawn
@@ -111,11 +133,14 @@ type Sim struct {
 	restartAt   map[string]time.Time
 	clients     []*client
 	failure     *Failure
+	known       map[string]*Failure
+	stalled     string
 	lastEnv     time.Time
 	over        bool // shutting down: the trace is closed
 
 	bubble, self string // this run's bubble id, the scheduler's dump header
 	dump         []byte // the goroutine dump's buffer
+	dumpLen      int    // … and how much of it the last dump filled
 }
 
 func newSim(sw Swarm, ch chainsim.Chooser, o options) *Sim {
@@ -126,7 +151,7 @@ func newSim(sw Swarm, ch chainsim.Chooser, o options) *Sim {
 	s := &Sim{
 		sw: sw, ch: ch, opt: o, meta: newTable(), objs: objs,
 		trace: newTrace(o.keepTrace), wake: make(chan struct{}, 1),
-		faultCounts: map[string]int{}, tasks: map[string]bool{},
+		faultCounts: map[string]int{}, tasks: map[string]bool{}, taskSeq: map[string]int{},
 		cur: map[string]*incarnation{}, gen: map[string]int{}, restartAt: map[string]time.Time{},
 		start: time.Now(),
 	}

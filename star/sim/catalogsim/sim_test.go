@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,18 +17,36 @@ import (
 )
 
 var (
-	flagSeed   = flag.Uint64("catalogsim.seed", 0, "replay this one seed in TestCatalogSeeds (0: run many)")
-	flagFirst  = flag.Uint64("catalogsim.first", 1, "first seed TestCatalogSeeds runs")
-	flagBudget = flag.Duration("catalogsim.budget", 40*time.Second, "wall-clock time TestCatalogSeeds spends on seeds")
-	flagSeeds  = flag.Int("catalogsim.seeds", 0, "run exactly this many seeds instead of a time budget")
-	flagTrace  = flag.Bool("catalogsim.trace", false, "keep and print the full trace")
-	flagLogs   = flag.Bool("catalogsim.logs", false, "let the stars log to stderr")
-	flagShrink = flag.Bool("catalogsim.shrink", false, "with -catalogsim.seed: shrink a failing run and print its minimal trace")
-	flagSave   = flag.String("catalogsim.save", "", "with -catalogsim.shrink: write the shrunk tape and trace as testdata/NAME.{tape,trace}")
-	flagList   = flag.Bool("catalogsim.list", false, "list every failing seed with its failure")
+	flagSeed         = flag.Uint64("catalogsim.seed", 0, "replay this one seed in TestCatalogSeeds (0: run many)")
+	flagFirst        = flag.Uint64("catalogsim.first", 1, "first seed TestCatalogSeeds runs")
+	flagBudget       = flag.Duration("catalogsim.budget", 40*time.Second, "wall-clock time TestCatalogSeeds spends on seeds")
+	flagSeeds        = flag.Int("catalogsim.seeds", 0, "run exactly this many seeds instead of a time budget")
+	flagTrace        = flag.Bool("catalogsim.trace", false, "keep and print the full trace")
+	flagLogs         = flag.Bool("catalogsim.logs", false, "let the stars log to stderr")
+	flagShrink       = flag.Bool("catalogsim.shrink", false, "with -catalogsim.seed: shrink a failing run and print its minimal trace")
+	flagSave         = flag.String("catalogsim.save", "", "with -catalogsim.shrink: write the shrunk tape and trace as testdata/NAME.{tape,trace}")
+	flagGoOn         = flag.String("catalogsim.goon", "", "comma-separated invariants whose breach is recorded and the run goes on")
+	flagShrinkBudget = flag.Int("catalogsim.shrinkbudget", 300, "runs a shrink may make")
+	flagList         = flag.Bool("catalogsim.list", false, "list every failing seed with its failure")
 )
 
+// runOpts are the randomized run's options: while the known defects are
+// not fixed, their invariants' breaches are recorded and the run goes on
+// (-catalogsim.goon names others; "none" stops at every breach).
 func runOpts() []Option {
+	o := traceOpts()
+	switch {
+	case *flagGoOn == "none":
+	case *flagGoOn != "":
+		o = append(o, WithGoOn(strings.Split(*flagGoOn, ",")...))
+	case !fixedDefects:
+		o = append(o, WithGoOn(knownInvariants...))
+	}
+	return o
+}
+
+// traceOpts are the trace and log flags' options.
+func traceOpts() []Option {
 	var o []Option
 	if *flagTrace {
 		o = append(o, WithFullTrace())
@@ -57,6 +77,8 @@ type figures struct {
 	runs, steps, checks int
 	faults, stats       map[string]int
 	failed              []Result
+	stalled             []uint64
+	known               map[string][]uint64
 }
 
 func (f *figures) add(r Result) {
@@ -77,6 +99,15 @@ func (f *figures) add(r Result) {
 	if r.Failure != nil {
 		f.failed = append(f.failed, r)
 	}
+	if r.Stalled != "" {
+		f.stalled = append(f.stalled, r.Swarm.Seed)
+	}
+	for inv := range r.Known {
+		if f.known == nil {
+			f.known = map[string][]uint64{}
+		}
+		f.known[inv] = append(f.known[inv], r.Swarm.Seed)
+	}
 }
 
 // TestCatalogSeeds runs the randomized catalog simulation for a time
@@ -84,13 +115,19 @@ func (f *figures) add(r Result) {
 // seed (-catalogsim.seed=N).
 func TestCatalogSeeds(t *testing.T) {
 	if *flagSeed != 0 {
-		sw := Draw(*flagSeed)
+		sw := draw(*flagSeed)
 		r := Run(t, sw, chainsim.NewRandom(sw.Seed), runOpts()...)
 		t.Logf("swarm: %v", sw)
 		t.Logf("steps=%d checks=%d faults[%s] happened[%s] fake-time=%v trace-hash=%016x",
 			r.Steps, r.Checks, counts(r.Faults), counts(r.Stats), r.Took, r.Trace.Hash())
 		if *flagTrace {
 			t.Logf("trace:\n%s", r.Trace)
+		}
+		for _, inv := range slices.Sorted(maps.Keys(r.Known)) {
+			t.Logf("broken, run went on: %v", r.Known[inv])
+		}
+		if r.Stalled != "" {
+			t.Logf("the run stalled: %s", r.Stalled)
 		}
 		if r.Failure != nil {
 			report(t, r)
@@ -119,7 +156,7 @@ func TestCatalogSeeds(t *testing.T) {
 			t.Run(fmt.Sprint(w), func(t *testing.T) {
 				t.Parallel()
 				for seed, ok := take(); ok; seed, ok = take() {
-					sw := Draw(seed)
+					sw := draw(seed)
 					f.add(Run(t, sw, chainsim.NewRandom(sw.Seed), runOpts()...))
 				}
 			})
@@ -136,6 +173,15 @@ func TestCatalogSeeds(t *testing.T) {
 		seeds := byInv[inv]
 		t.Logf("invariant %s broken by %d seeds: %v", inv, len(seeds), seeds[:min(len(seeds), 20)])
 	}
+	if len(f.stalled) > 0 {
+		slices.Sort(f.stalled)
+		t.Logf("%d runs stalled (ended early; see Sim.idle): %v", len(f.stalled), f.stalled)
+	}
+	for _, inv := range slices.Sorted(maps.Keys(f.known)) {
+		seeds := f.known[inv]
+		slices.Sort(seeds)
+		t.Logf("invariant %s broken (run went on) by %d seeds: %v", inv, len(seeds), seeds[:min(len(seeds), 30)])
+	}
 	if *flagList {
 		for _, r := range f.failed {
 			t.Logf("seed %d: %v", r.Swarm.Seed, r.Failure)
@@ -151,7 +197,32 @@ func TestCatalogSeeds(t *testing.T) {
 }
 
 // shrinkAndSave shrinks a failing seed's tape, prints the minimal trace
-// and keeps it under testdata when asked.
+// and keeps it under testdata when asked. It stops at the first breach
+// (no invariant goes on).
 func shrinkAndSave(t *testing.T, sw Swarm, invariant string) {
-	t.Logf("shrinking is not wired yet")
+	rec := chainsim.Record(chainsim.NewRandom(sw.Seed))
+	if r := Run(t, sw, rec, traceOpts()...); r.Failure == nil || r.Failure.Invariant != invariant {
+		t.Logf("the recorded run does not break %s (got %v): nothing to shrink", invariant, r.Failure)
+		return
+	}
+	vals := Shrink(t, sw, rec.Vals, invariant, *flagShrinkBudget)
+	r := Run(t, sw, chainsim.Replay(vals), WithFullTrace())
+	nz := 0
+	for _, v := range vals {
+		if v != 0 {
+			nz++
+		}
+	}
+	t.Logf("shrunk %d choices to %d (%d non-default): %v\ntrace:\n%s", len(rec.Vals), len(vals), nz, r.Failure, r.Trace)
+	if *flagSave == "" || r.Failure == nil {
+		return
+	}
+	tape := fmt.Sprintf("# seed %d: %v\n# swarm: %v\n%s\n", sw.Seed, r.Failure, sw, (&chainsim.Tape{Vals: vals}).String())
+	if err := os.WriteFile(filepath.Join("testdata", *flagSave+".tape"), []byte(tape), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trace := fmt.Sprintf("# seed %d, shrunk tape testdata/%s.tape\n# swarm: %v\n# %v\n%s", sw.Seed, *flagSave, sw, r.Failure, r.Trace)
+	if err := os.WriteFile(filepath.Join("testdata", *flagSave+".trace"), []byte(trace), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -64,6 +64,9 @@ func (s *Sim) config(star string) node.Config {
 	c.Express.FlushInterval = 5 * time.Millisecond
 	c.DeletionPending = s.sw.DeletionPending
 	c.IdleRelease = s.sw.IdleRelease
+	if c.IdleRelease == 0 {
+		c.IdleRelease = -1 // off
+	}
 	c.BalanceEvery = 0
 	c.HeartbeatEvery = heartbeat
 	c.DeadAfter = deadAfter

@@ -42,7 +42,8 @@ type Swarm struct {
 	Clients int // 2 to 4
 	// Think bounds a client's pause between operations.
 	Think time.Duration
-	// DeletionPending, IdleRelease: the stars' config (fake time).
+	// DeletionPending, IdleRelease: the stars' config (fake time; an
+	// IdleRelease of 0 turns the idle release off).
 	DeletionPending time.Duration
 	IdleRelease     time.Duration
 
@@ -69,6 +70,9 @@ func Draw(seed uint64) Swarm {
 	s.Think = time.Duration(50+rng.IntN(2000)) * time.Millisecond
 	s.DeletionPending = time.Duration(1+rng.IntN(5)) * time.Second
 	s.IdleRelease = time.Duration(2+rng.IntN(20)) * time.Second
+	if rng.IntN(3) == 0 {
+		s.IdleRelease = 0 // off
+	}
 	s.FaultSteps = 1500 + rng.IntN(3000)
 	s.FaultTime = time.Duration(60+rng.IntN(240)) * time.Second
 	s.PEnv = 0.002 + 0.02*rng.Float64()
