@@ -33,6 +33,22 @@ type checker struct {
 	order  []string          // ids in the order they appeared
 	bodies map[string]seqRef // an acknowledged record's body → where
 	delops []*op             // delete operations, in start order
+	// lastAck is the incarnation that acknowledged the last append to a
+	// name (basin, stream).
+	lastAck map[[2]string]string
+}
+
+// ledBy lists the names whose last acknowledged append inc served, in
+// name order: the streams it most likely leads.
+func (c *checker) ledBy(inc string) [][2]string {
+	var out [][2]string
+	for k, v := range c.lastAck {
+		if v == inc {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b [2]string) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	return out
 }
 
 // streamState is what the checker knows of one stream id.
@@ -57,7 +73,7 @@ type seqRef struct {
 }
 
 func newChecker(s *Sim) *checker {
-	return &checker{s: s, stats: map[string]int{}, ids: map[string]*streamState{}, bodies: map[string]seqRef{}}
+	return &checker{s: s, stats: map[string]int{}, ids: map[string]*streamState{}, bodies: map[string]seqRef{}, lastAck: map[[2]string]string{}}
 }
 
 func (c *checker) fail(inv, detail string) {
@@ -269,6 +285,11 @@ func (c *checker) ack(o *op) {
 	st := c.ids[o.streamID]
 	o.ackAt = c.s.step
 	c.stats["acks"]++
+	via := o.via
+	if i := strings.LastIndexByte(via, '>'); i >= 0 {
+		via = via[i+1:]
+	}
+	c.lastAck[[2]string{o.basin, o.stream}] = via
 	c.checks++
 	if o.intoDeleted != "" {
 		c.fail("ack-into-deleted", fmt.Sprintf("%s acknowledged %d records into stream %s/%s id %s: %s", o.id, len(o.bodies), o.basin, o.stream, abbrev(o.streamID), o.intoDeleted))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
@@ -60,7 +61,7 @@ func (s *Sim) runClient(c *client) {
 		case <-t.C:
 		}
 		c.ops++
-		o := &op{id: fmt.Sprintf("%s.%d", c.name, c.ops), basin: basinNames[c.rng.IntN(len(basinNames))], stream: streamNames[c.rng.IntN(len(streamNames))], end: -1}
+		o := &op{id: fmt.Sprintf("%s.%d", c.name, c.ops), basin: basinNames[c.rng.IntN(s.sw.Basins)], stream: streamNames[c.rng.IntN(s.sw.Streams)], end: -1}
 		star := starNames[c.rng.IntN(s.sw.Stars)]
 		switch r := c.rng.IntN(100); {
 		case r < 10:
@@ -77,6 +78,12 @@ func (s *Sim) runClient(c *client) {
 			o.kind = "read"
 		default:
 			o.kind = "check-tail"
+		}
+		if s.sw.NoDeletes && strings.HasPrefix(o.kind, "delete-") {
+			o.kind = "append"
+			if o.stream == "" {
+				o.stream = streamNames[c.rng.IntN(s.sw.Streams)]
+			}
 		}
 		inc := s.serving(star)
 		if inc == nil {

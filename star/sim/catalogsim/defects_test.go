@@ -33,11 +33,13 @@ const (
 )
 
 // narrowRelease narrows a seed to the world of defect 8: two stars, four
-// busy clients, handoffs, leaves and held replies.
+// busy clients on one stream that nobody deletes, handoffs, leaves and
+// held replies.
 func narrowRelease(sw *Swarm) {
-	sw.Stars, sw.Clients, sw.Think = 2, 4, 300*time.Millisecond
-	sw.Env = [numEnvKinds]bool{EnvHandoff: true, EnvLeave: true, EnvRelease: true, EnvCrash: true}
-	sw.PEnv, sw.PHold, sw.PMetaDown, sw.PMetaLost = 0.03, 0.1, 0, 0
+	sw.Stars, sw.Clients, sw.Think, sw.Basins, sw.Streams = 2, 4, 200*time.Millisecond, 1, 1
+	sw.NoDeletes = true
+	sw.Env = [numEnvKinds]bool{EnvHandoff: true, EnvLeave: true, EnvRelease: true}
+	sw.PEnv, sw.PHold, sw.PMetaDown, sw.PMetaLost = 0.03, 0.15, 0, 0
 }
 
 var narrowings = map[string]func(*Swarm){"release": narrowRelease}

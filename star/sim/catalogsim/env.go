@@ -62,7 +62,13 @@ func (s *Sim) envEvent(now time.Time) bool {
 		if inc == nil {
 			return false
 		}
-		basin, stream := basinNames[s.ch.Pick(len(basinNames))], streamNames[s.ch.Pick(len(streamNames))]
+		// A stream this incarnation acknowledged appends of last, if any
+		// (a handoff of a stream it does not lead is refused).
+		basin, stream := basinNames[s.ch.Pick(s.sw.Basins)], streamNames[s.ch.Pick(s.sw.Streams)]
+		if led := s.chk.ledBy(inc.name); len(led) > 0 {
+			k := led[s.ch.Pick(len(led))]
+			basin, stream = k[0], k[1]
+		}
 		to := ""
 		var peers []string
 		for _, st := range starNames[:s.sw.Stars] {

@@ -40,6 +40,11 @@ type Swarm struct {
 
 	Stars   int // 2 or 3
 	Clients int // 2 to 4
+	// Basins and Streams: how many of the names the clients use (at most
+	// len(basinNames), len(streamNames)).
+	Basins, Streams int
+	// NoDeletes: the clients delete nothing (their deletes become appends).
+	NoDeletes bool
 	// Think bounds a client's pause between operations.
 	Think time.Duration
 	// DeletionPending, IdleRelease: the stars' config (fake time; an
@@ -67,6 +72,7 @@ func Draw(seed uint64) Swarm {
 	s := Swarm{Seed: seed}
 	s.Stars = 2 + rng.IntN(2)
 	s.Clients = 2 + rng.IntN(3)
+	s.Basins, s.Streams = len(basinNames), len(streamNames)
 	s.Think = time.Duration(50+rng.IntN(2000)) * time.Millisecond
 	s.DeletionPending = time.Duration(1+rng.IntN(5)) * time.Second
 	s.IdleRelease = time.Duration(2+rng.IntN(20)) * time.Second
@@ -101,6 +107,6 @@ func (s Swarm) String() string {
 			env = append(env, k.String())
 		}
 	}
-	return fmt.Sprintf("seed=%d stars=%d clients=%d think≤%v deletion-pending=%v idle-release=%v fault-steps=%d fault-time=%v p-env=%.4f env=[%s] p-meta-down=%.3f p-meta-lost=%.3f p-hold=%.3f",
-		s.Seed, s.Stars, s.Clients, s.Think, s.DeletionPending, s.IdleRelease, s.FaultSteps, s.FaultTime, s.PEnv, strings.Join(env, ","), s.PMetaDown, s.PMetaLost, s.PHold)
+	return fmt.Sprintf("seed=%d stars=%d clients=%d names=%dx%d think≤%v deletion-pending=%v idle-release=%v fault-steps=%d fault-time=%v p-env=%.4f env=[%s] p-meta-down=%.3f p-meta-lost=%.3f p-hold=%.3f",
+		s.Seed, s.Stars, s.Clients, s.Basins, s.Streams, s.Think, s.DeletionPending, s.IdleRelease, s.FaultSteps, s.FaultTime, s.PEnv, strings.Join(env, ","), s.PMetaDown, s.PMetaLost, s.PHold)
 }
