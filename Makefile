@@ -199,6 +199,20 @@ sim:
 	  -args -chainsim.seeds=$(SIM_SEEDS) -chainsim.deep 2>&1 | tee build/sim.log \
 	  | grep -E '^(ok |FAIL|--- |panic:)|^    --- |(sim|exhaustive)_test.go:[0-9]+: [^ ]'
 
+## sim-catalog: the catalog simulation (issue 26, star/sim/catalogsim): real
+## stars over a scheduled metastore, clients deleting and re-creating the same
+## names, crashes, partitions, handoffs, leaves, drains and held replies, for
+## CATSIM_BUDGET of wall time, then the found-defect cases. `make test` runs
+## it for its default budget (40 s). A failing seed prints its trace and the
+## command that replays it. Log: build/sim-catalog.log.
+CATSIM_BUDGET ?= 10m
+.PHONY: sim-catalog
+sim-catalog:
+	@mkdir -p build
+	@set -o pipefail; $(GO) test -count=1 -timeout 4h -v -run 'TestCatalogSeeds$$|TestCatalogDefects$$' ./star/sim/catalogsim \
+	  -args -catalogsim.budget=$(CATSIM_BUDGET) 2>&1 | tee build/sim-catalog.log \
+	  | grep -E '^(ok |FAIL|--- |panic:)|^    --- |(sim|defects)_test.go:[0-9]+: [^ ]'
+
 ## failover-bench: failover time (issue 6): kill -9 of a stream's leader, then
 ## the first ack through the other star, FAILOVER_KILLS kills at leader backlogs
 ## of 0, 100 and 1000 flights; prints the table (figures in docs/bench.md).

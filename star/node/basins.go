@@ -154,7 +154,7 @@ func (n *Node) createBasin(ctx context.Context, name string, cfg api.BasinConfig
 			}
 			cond = meta.IfVer(cur.ver)
 		}
-		row := BasinRow{ID: newID(), Config: cfg, CreatedAt: n.now().UTC(), RequestToken: token, CreateKey: createKey(token, cfg)}
+		row := BasinRow{ID: n.ids(), Config: cfg, CreatedAt: n.now().UTC(), RequestToken: token, CreateKey: createKey(token, cfg)}
 		e, err := n.putBasin(ctx, name, row, cond)
 		if errors.Is(err, meta.ErrConditionFailed) {
 			if err := ctx.Err(); err != nil {

@@ -51,6 +51,10 @@ type Deps struct {
 	// Hooks let tests and the catalog simulation hold the node at its
 	// decision points (nil: none).
 	Hooks *Hooks
+	// NewID draws the ids of new basins and streams (nil: 128 random
+	// bits from crypto/rand). The catalog simulation makes them a
+	// function of its seed.
+	NewID func() string
 }
 
 // Hooks are callbacks at the node's decision points, for tests and the
@@ -75,6 +79,7 @@ type Node struct {
 	meta        meta.Store
 	objects     objstore.Store
 	now         func() time.Time
+	ids         func() string // Deps.NewID
 	reader      *reader.Reader
 	loglets     map[meta.Class]*loglet.Loglet
 	commits     []commitSource // the loglets, Standard first
@@ -139,6 +144,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		log:     deps.Logger,
 		reg:     deps.Registry,
 		now:     deps.Now,
+		ids:     deps.NewID,
 		peerHdr: deps.PeerHeader,
 		loglets: map[meta.Class]*loglet.Loglet{},
 		basins:  map[string]*basinEntry{},
@@ -158,6 +164,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	n.log = n.log.With("star", cfg.StarID)
 	if n.now == nil {
 		n.now = time.Now
+	}
+	if n.ids == nil {
+		n.ids = newID
 	}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()

@@ -273,7 +273,7 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 			}
 		}
 		stored := storedConfig(b, cfg)
-		row := StreamRow{ID: newID(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
+		row := StreamRow{ID: n.ids(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
 			RequestToken: token, CreateKey: createKey(token, cfg)}
 		if c := b.row.Config.StreamCipher; c != nil {
 			row.Cipher = *c

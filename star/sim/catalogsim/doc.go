@@ -1,0 +1,119 @@
+// Package catalogsim is a deterministic (as far as star/node allows, see
+// below), seedable simulation of the resource catalog (issue 26): the
+// rows that say which stream id a basin and stream name mean, the caches
+// stars keep of them, leases, deletes and re-creates under the same
+// names, and the releases (handoff, leave, drain, close) that move
+// streams between stars. It drives the real star/node code: two or three
+// stars (node.Open, with the shared in-memory object store of
+// shared/objstore/mem behind a per-process gate, and a simulated
+// meta.Store) and API clients that create, append to, read and delete
+// basins basin-b0, basin-b1 and streams s0, s1 through any star. No
+// product package may import it (.ci/layers.sh).
+//
+// One run:
+//
+//   - A seed draws the swarm (Draw): stars, clients and their sub-seeds,
+//     the deletion-pending window, the idle release, fault rates and the
+//     environment events on the menu.
+//   - Inside a testing/synctest bubble every metastore call of every star
+//     becomes a pending call (labelled with the client whose request made
+//     it, u1@a2, or the incarnation itself, a2) that blocks until the
+//     scheduler serves it. Clients draw their operations from their own
+//     seeds; a *NotLeaderError is forwarded one hop to the named leader
+//     with node.Forwarded, stream deletes go to node.LeaderOf's leader, as
+//     star/server does.
+//   - The scheduler loops: wait until every goroutine is parked (settle:
+//     synctest.Wait, or the goroutine dump when a goroutine waits for a
+//     lock whose holder waits for a call: star/node opens a stream under
+//     its slot lock); take the goroutines' reports in source order; check
+//     the invariants on what the step changed; maybe inject one
+//     environment event (crash an incarnation, cut a star off from the
+//     metastore, a handoff, a leave, a drain, a restart while the old
+//     incarnation is cut off, the delivery of a held reply); otherwise
+//     serve one pending call, picked by the Chooser, with its fault
+//     (refused, reply lost after the write landed, reply held back and
+//     delivered later); with nothing pending, let fake time pass. A
+//     supervisor restarts a crashed or closed star after 3 s.
+//   - After FaultSteps steps or FaultTime of fake time the faults end,
+//     held replies are delivered, partitions heal and the clients stop;
+//     the run ends when everything is quiet.
+//
+// The invariants (check.go), after every step, from the sim's own record
+// of the clients' operations and the metastore's bytes:
+//
+//   - ack-named: an acknowledged record's stream id stays under its name
+//     until a delete of the name or its basin ran since the id took it
+//     (finds defect 1, a stale basin cache overwriting a live stream);
+//   - seq-unique: no two acknowledgements cover one seq num of a stream
+//     id with different records (defect 8's shape: two stars sequencing
+//     the same seq nums);
+//   - ack-into-deleted: no append that started after a delete of its name
+//     or basin answered is acknowledged into an id that delete tombstoned
+//     (finds defect 2, a basin delete that never reaches the leaders);
+//   - read-matches-ack: a read returns each acknowledged record of the id
+//     it read at its seq num, and one that reached the tail holds every
+//     record acknowledged before it started;
+//   - refs-disjoint: a stream's catalog rows (refs) never overlap;
+//   - no-panic: no goroutine of the run panics.
+//
+// Not found yet: defect 8 (a request that judged the lease before a
+// release reopens the stream after it). Its window is a request whose
+// lease read was answered before the release's CAS and which reaches the
+// slot lock after the drop: the reply must stay held across the whole
+// release, or the request's gate settle must be starved as long. A held
+// reply is delivered as soon as nothing else is ready, rather than after
+// fake time passes, because a goroutine the passing time wakes (the
+// heartbeat counting led streams) may wait for the slot lock the held
+// caller holds, and then no time passes at all (see settle); only lease
+// reads, which star/node never makes under a slot lock, stay held while
+// time passes (up to 5 s). Even so, a narrowed world
+// (-catalogsim.narrow=release: one stream nobody deletes, four clients,
+// handoffs, leaves, 15% held replies) ran 320 seeds over four variants of
+// it without a breach of seq-unique.
+//
+// Not yet: the janitor and settle passes (shared/auditjob, shared/settle
+// as star/auditor runs them), so "every deleted id is eventually
+// reclaimed" and retention are not checked.
+//
+// Flags (go test ./star/sim/catalogsim -args …):
+//
+//	-catalogsim.budget=40s   wall time TestCatalogSeeds spends on seeds
+//	-catalogsim.seeds=N      run exactly N seeds instead
+//	-catalogsim.first=N      the first seed
+//	-catalogsim.seed=N       replay one seed (prints its swarm and figures)
+//	-catalogsim.trace        keep and print the whole trace
+//	-catalogsim.logs         the stars log to stderr
+//	-catalogsim.list         list every failing seed
+//	-catalogsim.goon=a,b     record breaches of these invariants and run on
+//	                         ("none": stop at every breach)
+//	-catalogsim.narrow=release   narrow every swarm to defect 8's world
+//	-catalogsim.noidle       turn the idle release off (see below)
+//	-catalogsim.shrink [-catalogsim.save=NAME]   with -catalogsim.seed or
+//	                         TestCatalogDefects: shrink the failing run's
+//	                         tape (Shrink) and keep it in testdata/NAME.tape
+//	-catalogsim.defects      run TestCatalogDefects while fixedDefects is
+//	                         false: each case must break its invariant
+//
+// A failure prints the seed, the swarm, the trace and the command that
+// replays it. The choices are chainsim's Chooser, Tape and ParseTape, so
+// a run records and replays as a tape and Shrink zeroes what the failure
+// does not need.
+//
+// Known defects: while fixedDefects (defects_test.go) is false, the
+// randomized run records breaches of the invariants defects 1, 2 and 8
+// break (knownInvariants) and goes on, and TestCatalogDefects skips its
+// cases with a message naming the defect; flip it once the fixes merge.
+//
+// Determinism: star/node draws basin and stream ids through node.Deps.NewID
+// (a counter here) and its clock is the bubble's; the balancer is off (its
+// rounds draw jitter from the global generator). What still varies between
+// two runs of one seed: the order of goroutines woken at the same fake
+// instant (timers of one star started by the same served call fire
+// together, and when they race for a lock the winner is the runtime's);
+// the idle release ranging over a map of led streams (star/node/hygiene.go
+// releaseIdle, off in TestDeterminism); the chain's nonces (crypto/rand,
+// values only). A run can also stall: a goroutine waiting for a lock whose
+// holder waits for fake time to pass (synctest counts a lock wait as
+// running, so no time passes); the run then ends early, reported as
+// stalled, without a verdict on the rest.
+package catalogsim

@@ -1,0 +1,138 @@
+package catalogsim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/starlog/starlog/star/node"
+)
+
+// envEvent maybe injects one environment event; it reports whether one
+// happened.
+func (s *Sim) envEvent(now time.Time) bool {
+	if !s.ch.Chance(s.sw.PEnv) {
+		return false
+	}
+	var kinds []EnvKind
+	for k := range numEnvKinds {
+		if s.sw.Env[k] {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) == 0 {
+		return false
+	}
+	k := kinds[s.ch.Pick(len(kinds))]
+	var up []*incarnation // serving incarnations, in start order
+	for _, inc := range s.incs {
+		if inc.serving() && !inc.dead {
+			up = append(up, inc)
+		}
+	}
+	pickUp := func() *incarnation {
+		if len(up) == 0 {
+			return nil
+		}
+		return up[s.ch.Pick(len(up))]
+	}
+	s.faultCounts[k.String()]++
+	switch k {
+	case EnvCrash:
+		var live []*incarnation
+		for _, inc := range s.incs {
+			if !inc.dead && inc.state != incDown {
+				live = append(live, inc)
+			}
+		}
+		if len(live) == 0 {
+			return false
+		}
+		s.crash(live[s.ch.Pick(len(live))])
+	case EnvPartition:
+		inc := pickUp()
+		if inc == nil {
+			return false
+		}
+		d := time.Duration(2+s.ch.Pick(19)) * time.Second
+		inc.cutUntil = now.Add(d)
+		s.trace.add(s, fmt.Sprintf("partition %s from the metastore for %v", inc.name, d))
+	case EnvHandoff:
+		inc := pickUp()
+		if inc == nil {
+			return false
+		}
+		// A stream this incarnation acknowledged appends of last, if any
+		// (a handoff of a stream it does not lead is refused).
+		basin, stream := basinNames[s.ch.Pick(s.sw.Basins)], streamNames[s.ch.Pick(s.sw.Streams)]
+		if led := s.chk.ledBy(inc.name); len(led) > 0 {
+			k := led[s.ch.Pick(len(led))]
+			basin, stream = k[0], k[1]
+		}
+		to := ""
+		var peers []string
+		for _, st := range starNames[:s.sw.Stars] {
+			if st != inc.star {
+				peers = append(peers, st)
+			}
+		}
+		if i := s.ch.Pick(len(peers) + 1); i > 0 {
+			to = peers[i-1]
+		}
+		s.trace.add(s, fmt.Sprintf("handoff %s/%s by %s to %q", basin, stream, inc.name, to))
+		n := inc.n
+		s.task("handoff-"+inc.name, func() string {
+			ctx, cancel := context.WithTimeout(withWho(inc.ctx, "h"), taskTimeout)
+			defer cancel()
+			res, err := n.Handoff(ctx, basin, stream, to)
+			if err != nil {
+				return "handoff: " + errString(err)
+			}
+			return fmt.Sprintf("handoff: %s released at %d to %q", abbrev(res.StreamID), res.Frontier, res.To)
+		})
+	case EnvLeave:
+		inc := pickUp()
+		if inc == nil {
+			return false
+		}
+		s.closeGracefully(inc, "leave", func(ctx context.Context, n *node.Node) string {
+			released, failed := n.Leave(ctx)
+			return fmt.Sprintf("left: %d released, %d failed", released, failed)
+		})
+	case EnvDrain:
+		inc := pickUp()
+		if inc == nil {
+			return false
+		}
+		s.closeGracefully(inc, "drain", func(ctx context.Context, n *node.Node) string {
+			n.Drain()
+			for ctx.Err() == nil {
+				if st := n.DrainStatus(); st.TerminateGate {
+					return "drained"
+				}
+				t := time.NewTimer(500 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+			}
+			return "drain cut short"
+		})
+	case EnvZombie:
+		inc := pickUp()
+		if inc == nil || s.cur[inc.star] != inc {
+			return false
+		}
+		d := time.Duration(10+s.ch.Pick(30)) * time.Second
+		inc.cutUntil = now.Add(d)
+		s.trace.add(s, fmt.Sprintf("zombie: %s cut off for %v while its star restarts", inc.name, d))
+		s.startStar(inc.star)
+	case EnvRelease:
+		if len(s.held) == 0 {
+			return false
+		}
+		s.release(s.ch.Pick(len(s.held)))
+	}
+	return true
+}
