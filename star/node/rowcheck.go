@@ -3,7 +3,10 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,7 +74,11 @@ func (n *Node) checkLedRows(ctx context.Context, only string) int {
 		wg      sync.WaitGroup
 		sem     = make(chan struct{}, rowCheckReads)
 	)
-	for basin, led := range byBasin {
+	// In a fixed order (basins by name, their streams by id), so a
+	// simulation that schedules the reads replays the same check.
+	for _, basin := range slices.Sorted(maps.Keys(byBasin)) {
+		led := byBasin[basin]
+		slices.SortFunc(led, func(a, b *ledStream) int { return strings.Compare(ids[a], ids[b]) })
 		b, err := n.fetchBasin(ctx, basin)
 		if err != nil {
 			continue // judged at the next check

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/node"
@@ -21,7 +22,11 @@ import (
 //   - seq-unique: no two acknowledgements cover one seq num of a stream id
 //     with different records (two stars, or one, sequencing it twice);
 //   - ack-into-deleted: no append that started after a delete of its name
-//     or basin answered is acknowledged into an id that delete tombstoned;
+//     or basin answered is acknowledged into an id that delete tombstoned
+//     once the name holds another id, nor more than the deletion-pending
+//     window after the delete by a star connected to the metastore since
+//     (docs/write-path.md, "Catalog invariants", items 3 and 4: within
+//     the window a leader not yet told acknowledges into the deleted id);
 //   - read-matches-ack: a read returns every acknowledged record of the id
 //     it read at its acknowledged seq num, up to the tail it saw;
 //   - refs-disjoint: the catalog rows (refs) of a stream never overlap.
@@ -57,8 +62,9 @@ type streamState struct {
 	named                    bool
 	namedSince               int
 	// tombAnswered is the step at which a delete that tombstoned this id
-	// answered its client (-1: none yet).
+	// answered its client (-1: none yet), tombAt its fake time.
 	tombAnswered int
+	tombAt       time.Time
 	acks         map[uint64]ackRec
 }
 
@@ -171,6 +177,38 @@ func (c *checker) judgeName(st *streamState) {
 	}
 }
 
+// nameHoldsAnother says whether st's name, in a live basin, now names
+// a live stream of another id.
+func (c *checker) nameHoldsAnother(st *streamState) bool {
+	t := c.s.meta
+	bk := meta.BasinKey(st.basin)
+	it, ok := t.lookup(bk.PK, bk.SK)
+	if !ok {
+		return false
+	}
+	var b node.BasinRow
+	if meta.Decode(it.Val, &b) != nil || b.DeletedAt != nil {
+		return false
+	}
+	sk := meta.StreamNameKey(st.basin, st.name)
+	if it, ok = t.lookup(sk.PK, sk.SK); !ok {
+		return false
+	}
+	var r node.StreamRow
+	return meta.Decode(it.Val, &r) == nil && r.ID != st.id && r.BasinID == b.ID && r.DeletedAt == nil
+}
+
+// cutOffSince says whether incarnation name was cut off from the
+// metastore at some time after since (its row checks could not run).
+func (c *checker) cutOffSince(name string, since time.Time) bool {
+	for _, inc := range c.s.incs {
+		if inc.name == name {
+			return inc.cutUntil.After(since)
+		}
+	}
+	return false
+}
+
 // excuse is a delete of st's name or basin that ran at some point since
 // st's id took the name (nil: none).
 func (c *checker) excuse(st *streamState) *op {
@@ -231,7 +269,7 @@ func (c *checker) checkRefs(id string) {
 }
 
 func (c *checker) opStart(o *op) {
-	o.start = c.s.step
+	o.start, o.startAt = c.s.step, time.Now()
 	c.stats["op-"+o.kind]++
 	if strings.HasPrefix(o.kind, "delete-") {
 		c.delops = append(c.delops, o)
@@ -248,8 +286,29 @@ func (c *checker) sequenced(o, info *op) {
 	st := c.stream(info.streamID, o.basin, o.stream, "")
 	c.checks++
 	if st.tombAnswered >= 0 && o.start > st.tombAnswered {
-		o.intoDeleted = fmt.Sprintf("the append started at step %d, after a delete tombstoning id %s answered at step %d; sequenced at step %d by %s (the name now: %s)",
-			o.start, abbrev(st.id), st.tombAnswered, c.s.step, info.via, c.describe(st.basin, st.name))
+		// What docs/write-path.md ("Catalog invariants", items 3 and 4)
+		// promises: nothing is acknowledged into an id once its name
+		// holds another, and a star connected to the metastore stops
+		// leading a deleted stream within the deletion-pending window
+		// (before then its acks go into the deleted id, as documented).
+		via := info.via
+		if i := strings.LastIndexByte(via, '>'); i >= 0 {
+			via = via[i+1:]
+		}
+		window := c.s.sw.DeletionPending
+		why := ""
+		switch {
+		case c.nameHoldsAnother(st):
+			why = "the name already holds another id"
+		case o.startAt.Sub(st.tombAt) > window && !c.cutOffSince(via, st.tombAt):
+			why = fmt.Sprintf("more than the deletion-pending window (%v) after it, by a star connected to the metastore since", window)
+		default:
+			c.stats["acked-into-deleted-within-window"]++
+		}
+		if why != "" {
+			o.intoDeleted = fmt.Sprintf("the append started at step %d, after a delete tombstoning id %s answered at step %d, %s; sequenced at step %d by %s (the name now: %s)",
+				o.start, abbrev(st.id), st.tombAnswered, why, c.s.step, info.via, c.describe(st.basin, st.name))
+		}
 	}
 	if !st.named {
 		c.stats["sequenced-into-unnamed"]++
@@ -272,7 +331,7 @@ func (c *checker) opEnd(o *op, note string, acked bool, read []readRecord, readD
 		for _, id := range c.order {
 			st := c.ids[id]
 			if st.basin == o.basin && (o.stream == "" || st.name == o.stream) && !st.named && st.tombAnswered < 0 {
-				st.tombAnswered = c.s.step
+				st.tombAnswered, st.tombAt = c.s.step, time.Now()
 			}
 		}
 	}

@@ -32,8 +32,9 @@ type op struct {
 	kind         string // ensure-basin delete-basin create-stream delete-stream append read check-tail
 	basin        string
 	stream       string
-	via          string // the incarnation that served it (after a forward)
-	start, end   int    // steps (end -1 while running)
+	via          string    // the incarnation that served it (after a forward)
+	start, end   int       // steps (end -1 while running)
+	startAt      time.Time // fake time at start
 	err          error
 	intoDeleted  string // why its sequencing was into a deleted id ("" when not)
 	streamID     string // append: the id it was sequenced into
