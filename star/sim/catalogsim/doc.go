@@ -49,7 +49,10 @@
 //     the same seq nums);
 //   - ack-into-deleted: no append that started after a delete of its name
 //     or basin answered is acknowledged into an id that delete tombstoned
-//     (finds defect 2, a basin delete that never reaches the leaders);
+//     once the name holds another id, nor past the deletion-pending window
+//     by a star connected to the metastore since (docs/write-path.md,
+//     "Catalog invariants", items 3 and 4; found defect 2, a basin delete
+//     that never reached the leaders);
 //   - read-matches-ack: a read returns each acknowledged record of the id
 //     it read at its seq num, and one that reached the tail holds every
 //     record acknowledged before it started;
