@@ -137,7 +137,9 @@ bench-settle-density:
 settle-era:
 	STARLOG_ERA_TEST=1 $(GO) test -count=1 -timeout 45m -run '^TestSettleEraOf10000StreamsFitsTheLambda$$' -v ./functions
 
-## verify: the long linearizability run (issue 6): clients append, read and
+## verify: the chain simulation (sim) and the catalog simulation
+## (sim-catalog, CATSIM_BUDGET) first, then the long linearizability run
+## (issue 6): clients append, read and
 ## check-tail through three `star serve` processes (one SQLite metastore, one
 ## object folder) while the nemesis kills stars with kill -9 and restarts them,
 ## hands streams off under load, and slows or downs buckets and the metastore;
@@ -152,7 +154,7 @@ settle-era:
 ## outage). Log:
 ## build/verify.log.
 VERIFY_MINUTES ?= 10
-verify: sim
+verify: sim sim-catalog
 	@mkdir -p build
 	@set -o pipefail; m=$(VERIFY_MINUTES); cd star/e2e && $(GO) test -count=1 -timeout $$((m*6+30))m -v -run TestLinearizable ./verify -args \
 	  -verify.duration=$${m}m -verify.round=20s -verify.stars=3 \
