@@ -102,11 +102,11 @@ func (c *checker) stream(id, basin, name, basinID string) *streamState {
 // afterStep checks what the last step changed in the metastore.
 func (c *checker) afterStep() {
 	t := c.s.meta
-	keys := make([]meta.Key, 0, len(t.dirty))
-	for k := range t.dirty {
+	keys := make([]meta.Key, 0, len(t.Dirty))
+	for k := range t.Dirty {
 		keys = append(keys, k)
 	}
-	clear(t.dirty)
+	clear(t.Dirty)
 	slices.SortFunc(keys, func(a, b meta.Key) int { return cmp.Or(cmp.Compare(a.PK, b.PK), cmp.Compare(a.SK, b.SK)) })
 	catalog := false
 	var refs []string
@@ -115,7 +115,7 @@ func (c *checker) afterStep() {
 		case strings.HasPrefix(k.PK, "basin#"):
 			catalog = true
 			if name, ok := strings.CutPrefix(k.SK, "s#"); ok {
-				if it, ok := t.lookup(k.PK, k.SK); ok {
+				if it, ok := t.Lookup(k.PK, k.SK); ok {
 					var row node.StreamRow
 					if meta.Decode(it.Val, &row) == nil && row.ID != "" {
 						c.stream(row.ID, strings.TrimPrefix(k.PK, "basin#"), name, row.BasinID)
@@ -142,7 +142,7 @@ func (c *checker) afterStep() {
 func (c *checker) namedNow(st *streamState) bool {
 	t := c.s.meta
 	bk := meta.BasinKey(st.basin)
-	it, ok := t.lookup(bk.PK, bk.SK)
+	it, ok := t.Lookup(bk.PK, bk.SK)
 	if !ok {
 		return false
 	}
@@ -151,7 +151,7 @@ func (c *checker) namedNow(st *streamState) bool {
 		return false
 	}
 	sk := meta.StreamNameKey(st.basin, st.name)
-	if it, ok = t.lookup(sk.PK, sk.SK); !ok {
+	if it, ok = t.Lookup(sk.PK, sk.SK); !ok {
 		return false
 	}
 	var r node.StreamRow
@@ -182,7 +182,7 @@ func (c *checker) judgeName(st *streamState) {
 func (c *checker) nameHoldsAnother(st *streamState) bool {
 	t := c.s.meta
 	bk := meta.BasinKey(st.basin)
-	it, ok := t.lookup(bk.PK, bk.SK)
+	it, ok := t.Lookup(bk.PK, bk.SK)
 	if !ok {
 		return false
 	}
@@ -191,7 +191,7 @@ func (c *checker) nameHoldsAnother(st *streamState) bool {
 		return false
 	}
 	sk := meta.StreamNameKey(st.basin, st.name)
-	if it, ok = t.lookup(sk.PK, sk.SK); !ok {
+	if it, ok = t.Lookup(sk.PK, sk.SK); !ok {
 		return false
 	}
 	var r node.StreamRow
@@ -225,7 +225,7 @@ func (c *checker) describe(basin, name string) string {
 	t := c.s.meta
 	out := "basin row "
 	bk := meta.BasinKey(basin)
-	if it, ok := t.lookup(bk.PK, bk.SK); ok {
+	if it, ok := t.Lookup(bk.PK, bk.SK); ok {
 		var b node.BasinRow
 		_ = meta.Decode(it.Val, &b)
 		out += fmt.Sprintf("id %s deleted=%v", abbrev(b.ID), b.DeletedAt != nil)
@@ -233,7 +233,7 @@ func (c *checker) describe(basin, name string) string {
 		out += "missing"
 	}
 	sk := meta.StreamNameKey(basin, name)
-	if it, ok := t.lookup(sk.PK, sk.SK); ok {
+	if it, ok := t.Lookup(sk.PK, sk.SK); ok {
 		var r node.StreamRow
 		_ = meta.Decode(it.Val, &r)
 		out += fmt.Sprintf("; stream row id %s basin id %s deleted=%v", abbrev(r.ID), abbrev(r.BasinID), r.DeletedAt != nil)
@@ -245,7 +245,7 @@ func (c *checker) describe(basin, name string) string {
 
 func (c *checker) checkRefs(id string) {
 	c.checks++
-	items := c.s.meta.items["stream#"+id]
+	items := c.s.meta.Items["stream#"+id]
 	var sks []string
 	for sk := range items {
 		if strings.HasPrefix(sk, meta.RefPrefix) {

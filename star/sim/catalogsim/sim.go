@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/star/sim/chainsim"
+	"github.com/starlog/starlog/star/sim/simmeta"
 )
 
 // Option adjusts a run.
@@ -106,7 +107,7 @@ type Sim struct {
 	sw    Swarm
 	ch    chainsim.Chooser
 	opt   options
-	meta  *table
+	meta  *simmeta.Table
 	objs  *mem.Store
 	trace *Trace
 	chk   *checker
@@ -149,7 +150,7 @@ func newSim(sw Swarm, ch chainsim.Chooser, o options) *Sim {
 		panic(err)
 	}
 	s := &Sim{
-		sw: sw, ch: ch, opt: o, meta: newTable(), objs: objs,
+		sw: sw, ch: ch, opt: o, meta: simmeta.NewTable(), objs: objs,
 		trace: newTrace(o.keepTrace), wake: make(chan struct{}, 1),
 		faultCounts: map[string]int{}, tasks: map[string]bool{}, taskSeq: map[string]int{},
 		cur: map[string]*incarnation{}, gen: map[string]int{}, restartAt: map[string]time.Time{},

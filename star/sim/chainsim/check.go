@@ -98,10 +98,10 @@ func recordDigest(r format.Record) uint64 {
 // afterStep checks what the last step changed: rows first (a cut or a
 // settlement changes what the bytes must show), then slots.
 func (c *checker) afterStep() {
-	rows := slices.SortedFunc(maps.Keys(c.s.meta.dirty), func(a, b meta.Key) int {
+	rows := slices.SortedFunc(maps.Keys(c.s.meta.Dirty), func(a, b meta.Key) int {
 		return cmp.Or(strings.Compare(a.PK, b.PK), strings.Compare(a.SK, b.SK))
 	})
-	clear(c.s.meta.dirty)
+	clear(c.s.meta.Dirty)
 	streams := map[string]bool{}
 	for _, k := range rows {
 		switch {
@@ -135,7 +135,7 @@ func (c *checker) afterStep() {
 
 // onHead: mint order (I8), the cut on the head (I3), who is deposed.
 func (c *checker) onHead() {
-	it, ok := c.s.meta.lookup(meta.HeadKey(chainStar, chainClass).PK, "head")
+	it, ok := c.s.meta.Lookup(meta.HeadKey(chainStar, chainClass).PK, "head")
 	if !ok {
 		if c.head != nil {
 			c.fail("head-permanent", "the chain head was deleted")
@@ -231,7 +231,7 @@ func (c *checker) learn(ev *epochView, owner string, p meta.EpochParams) {
 // onEpoch: the record's cut (I3), its cursors only move forward, and a
 // settlement triggers the no-ack-disowned check (I9).
 func (c *checker) onEpoch(k meta.Key) {
-	it, ok := c.s.meta.lookup(k.PK, k.SK)
+	it, ok := c.s.meta.Lookup(k.PK, k.SK)
 	if !ok {
 		c.fail("epoch-permanent", "epoch record %s was deleted", k.SK)
 		return
@@ -544,7 +544,7 @@ func (c *checker) readBack(ev *epochView, acks []ackRecord) {
 func (c *checker) floor(stream string, seq uint64) (meta.Ref, bool) {
 	k := meta.RefKey(stream, seq)
 	best := ""
-	for sk := range c.s.meta.items[k.PK] {
+	for sk := range c.s.meta.Items[k.PK] {
 		if strings.HasPrefix(sk, meta.RefPrefix) && sk <= k.SK && sk > best {
 			best = sk
 		}
@@ -553,7 +553,7 @@ func (c *checker) floor(stream string, seq uint64) (meta.Ref, bool) {
 		return meta.Ref{}, false
 	}
 	var r meta.Ref
-	if err := meta.Decode(c.s.meta.items[k.PK][best].Val, &r); err != nil {
+	if err := meta.Decode(c.s.meta.Items[k.PK][best].Val, &r); err != nil {
 		c.fail("rows-decode", "%s %s: %v", k.PK, best, err)
 		return r, false
 	}
@@ -589,13 +589,13 @@ func (c *checker) readRecord(ev *epochView, sr meta.SlotRef, stream string, seq 
 
 // checkRefs: every span ref into a settled epoch points below its cut.
 func (c *checker) checkRefs(ev *epochView) {
-	for _, pk := range slices.Sorted(maps.Keys(c.s.meta.items)) {
+	for _, pk := range slices.Sorted(maps.Keys(c.s.meta.Items)) {
 		if !strings.HasPrefix(pk, "stream#") {
 			continue
 		}
-		for _, sk := range slices.Sorted(maps.Keys(c.s.meta.items[pk])) {
+		for _, sk := range slices.Sorted(maps.Keys(c.s.meta.Items[pk])) {
 			var r meta.Ref
-			if !strings.HasPrefix(sk, meta.RefPrefix) || meta.Decode(c.s.meta.items[pk][sk].Val, &r) != nil || r.Span == nil || r.Span.Epoch != ev.epoch {
+			if !strings.HasPrefix(sk, meta.RefPrefix) || meta.Decode(c.s.meta.Items[pk][sk].Val, &r) != nil || r.Span == nil || r.Span.Epoch != ev.epoch {
 				continue
 			}
 			for _, sl := range r.Span.Slots {
@@ -612,7 +612,7 @@ func (c *checker) checkRefs(ev *epochView) {
 // checkDense: a stream's rows tile [0, end) with no gap and no overlap,
 // so no read returns two records for one seq (I10).
 func (c *checker) checkDense(stream string) {
-	p := c.s.meta.items["stream#"+stream]
+	p := c.s.meta.Items["stream#"+stream]
 	next := uint64(0)
 	for _, sk := range slices.Sorted(maps.Keys(p)) {
 		if !strings.HasPrefix(sk, meta.RefPrefix) {

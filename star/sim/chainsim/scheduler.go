@@ -57,7 +57,7 @@ func (s *Sim) run() Result {
 		s.drainEvents()
 		s.chk.afterStep()
 		if s.opt.onState != nil {
-			s.opt.onState(s.objs.print ^ s.meta.print)
+			s.opt.onState(s.objs.print ^ s.meta.Print)
 		}
 		if s.failure != nil {
 			break

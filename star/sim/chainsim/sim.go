@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/sim/simmeta"
 )
 
 // The chain under test: one star's express chain.
@@ -84,7 +85,7 @@ type Sim struct {
 	ch    Chooser
 	opt   options
 	objs  *objects
-	meta  *table
+	meta  *simmeta.Table
 	trace *Trace
 	chk   *checker
 	start time.Time
@@ -119,7 +120,7 @@ type Sim struct {
 func newSim(sw Swarm, ch Chooser, o options) *Sim {
 	s := &Sim{
 		sw: sw, ch: ch, opt: o,
-		objs: newObjects(sw.K), meta: newTable(),
+		objs: newObjects(sw.K), meta: simmeta.NewTable(),
 		trace: newTrace(o.keepTrace), wake: make(chan struct{}, 1),
 		health: make([]bucketHealth, sw.K), faultCounts: map[string]int{},
 		start: time.Now(),
