@@ -88,7 +88,7 @@ func (n *Node) checkLedRows(ctx context.Context, only string) int {
 			wg.Go(func() {
 				defer func() { <-sem }()
 				id := ids[l]
-				e, err := n.readStream(ctx, l.key)
+				e, err := n.fetchStream(ctx, l.key)
 				if err != nil || rowsLive(b, e, id, n.cfg.DeletionPending, n.now()) {
 					return
 				}

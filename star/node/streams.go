@@ -58,6 +58,17 @@ func (n *Node) rereadBasin(ctx context.Context, basin string) (*basinEntry, erro
 // readStream reads the stream's name row and caches it; nil when there is
 // none.
 func (n *Node) readStream(ctx context.Context, key streamKey) (*streamEntry, error) {
+	e, err := n.fetchStream(ctx, key)
+	if e != nil {
+		n.cacheStream(e)
+	}
+	return e, err
+}
+
+// fetchStream is readStream without caching what it read: the row check
+// reads the row of every stream it leads, and a stream the idle release
+// forgets meanwhile must not come back into the cache through it.
+func (n *Node) fetchStream(ctx context.Context, key streamKey) (*streamEntry, error) {
 	k := meta.StreamNameKey(key.basin, key.name)
 	it, err := n.meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
@@ -70,9 +81,7 @@ func (n *Node) readStream(ctx context.Context, key streamKey) (*streamEntry, err
 	if err != nil {
 		return nil, n.storageErr("decode stream", err)
 	}
-	e := &streamEntry{key: key, row: row, ver: it.Ver}
-	n.cacheStream(e)
-	return e, nil
+	return &streamEntry{key: key, row: row, ver: it.Ver}, nil
 }
 
 // freshRows reads e's basin and stream rows again, for a star about to
