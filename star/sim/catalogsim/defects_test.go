@@ -57,7 +57,7 @@ func draw(seed uint64) Swarm {
 	return sw
 }
 
-var flagNoIdle = flag.Bool("catalogsim.noidle", false, "turn the idle release off in every seed (as TestDeterminism does)")
+var flagNoIdle = flag.Bool("catalogsim.noidle", false, "turn the idle release off in every seed (as TestCatalogDeterminism does)")
 
 var flagNarrow = flag.String("catalogsim.narrow", "", "narrow every seed's swarm: release (defect 8's world)")
 

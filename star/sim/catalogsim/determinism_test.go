@@ -6,11 +6,11 @@ import (
 	"github.com/starlog/starlog/star/sim/chainsim"
 )
 
-// TestDeterminism runs seeds twice and expects the same trace, step for
+// TestCatalogDeterminism runs seeds twice and expects the same trace, step for
 // step: a seed that replays differently means a hazard (a random source
 // or clock outside the seed, map order, two goroutines woken at one
 // instant racing for a lock).
-func TestDeterminism(t *testing.T) {
+func TestCatalogDeterminism(t *testing.T) {
 	n := 3
 	if *flagSeeds > 0 {
 		n = *flagSeeds

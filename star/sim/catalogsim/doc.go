@@ -114,8 +114,12 @@
 // instant (timers of one star started by the same served call fire
 // together, and when they race for a lock the winner is the runtime's);
 // the idle release ranging over a map of led streams (star/node/hygiene.go
-// releaseIdle, off in TestDeterminism); the chain's nonces (crypto/rand,
-// values only). A run can also stall: a goroutine waiting for a lock whose
+// releaseIdle, off in TestCatalogDeterminism); the chain's nonces (crypto/rand,
+// values only); a crash racing a graceful close (whether the close saw the
+// process gone). TestCatalogDeterminism therefore runs in make sim-catalog
+// (and so make verify), not in make test: it passed its three seeds in
+// most runs and failed one clean-clone run, seed 2 differing in what a
+// close cut short by a crash answered. A run can also stall: a goroutine waiting for a lock whose
 // holder waits for fake time to pass (synctest counts a lock wait as
 // running, so no time passes); the run then ends early, reported as
 // stalled, without a verdict on the rest.
