@@ -2,23 +2,23 @@ package catalogsim
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
-	"slices"
-	"strings"
 
-	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/sim/simmeta"
 )
 
 // metaView is one star incarnation's meta.Store over the simulated
 // table: every request becomes a call the scheduler serves, labelled with
 // the client whose request made it (ctx) or the incarnation itself.
-type metaView struct {
-	s   *Sim
-	inc *incarnation
+func metaView(s *Sim, inc *incarnation) simmeta.View {
+	return simmeta.View{T: s.meta, Call: func(ctx context.Context, op, key string, val []byte, write bool, apply func() (any, error)) (any, error) {
+		who := inc.name
+		if w, ok := ctx.Value(whoKey{}).(string); ok {
+			who = w + "@" + inc.name
+		}
+		return s.do(ctx, &call{inc: inc, who: who, op: op, key: key, digest: digest(val), write: write, apply: apply})
+	}}
 }
-
-var _ meta.Store = metaView{}
 
 type whoKey struct{}
 
@@ -27,64 +27,8 @@ func withWho(ctx context.Context, who string) context.Context {
 	return context.WithValue(ctx, whoKey{}, who)
 }
 
-func (v metaView) call(ctx context.Context, op, key string, val []byte, write bool, apply func() (any, error)) (any, error) {
-	who := v.inc.name
-	if w, ok := ctx.Value(whoKey{}).(string); ok {
-		who = w + "@" + v.inc.name
-	}
-	return v.s.do(ctx, &call{inc: v.inc, who: who, op: op, key: key, digest: digest(val), write: write, apply: apply})
-}
-
 func digest(b []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(b)
 	return h.Sum64()
 }
-
-func (v metaView) Get(ctx context.Context, pk, sk string) (meta.Item, error) {
-	r, err := v.call(ctx, "m.get", pk+" "+sk, nil, false, func() (any, error) { return v.s.meta.Get(pk, sk) })
-	it, _ := r.(meta.Item)
-	return it, err
-}
-
-func (v metaView) Put(ctx context.Context, pk, sk string, val []byte, cond meta.Cond) (int64, error) {
-	val = slices.Clone(val)
-	r, err := v.call(ctx, "m.put", pk+" "+sk, val, true, func() (any, error) { return v.s.meta.Put(pk, sk, val, cond) })
-	ver, _ := r.(int64)
-	return ver, err
-}
-
-func (v metaView) Delete(ctx context.Context, pk, sk string, cond meta.Cond) error {
-	_, err := v.call(ctx, "m.del", pk+" "+sk, nil, true, func() (any, error) { return nil, v.s.meta.Delete(pk, sk, cond) })
-	return err
-}
-
-func (v metaView) Query(ctx context.Context, q meta.Query) (meta.Page, error) {
-	key := fmt.Sprintf("%s %s..%s back=%v lim=%d after=%s", q.PK, q.From, q.To, q.Backward, q.Limit, q.PageToken)
-	r, err := v.call(ctx, "m.query", key, nil, false, func() (any, error) { return v.s.meta.Query(q) })
-	pg, _ := r.(meta.Page)
-	return pg, err
-}
-
-func (v metaView) BatchPut(ctx context.Context, items []meta.Item) error {
-	items = slices.Clone(items)
-	var keys []string
-	for i := range items {
-		items[i].Val = slices.Clone(items[i].Val)
-		keys = append(keys, items[i].PK+" "+items[i].SK)
-	}
-	_, err := v.call(ctx, "m.batchput", strings.Join(keys, ","), nil, true, func() (any, error) { return nil, v.s.meta.BatchPut(items) })
-	return err
-}
-
-func (v metaView) BatchDelete(ctx context.Context, keys []meta.Key) error {
-	keys = slices.Clone(keys)
-	var ks []string
-	for _, k := range keys {
-		ks = append(ks, k.PK+" "+k.SK)
-	}
-	_, err := v.call(ctx, "m.batchdel", strings.Join(ks, ","), nil, true, func() (any, error) { return nil, v.s.meta.BatchDelete(keys) })
-	return err
-}
-
-func (v metaView) Close() error { return nil }

@@ -114,7 +114,7 @@ func (s *Sim) crash(a *actor) {
 
 // chainFor is actor a's view of the chain, seeded from its sub-seed.
 func (s *Sim) chainFor(a *actor) *chain.Chain {
-	c := chain.New(chainStar, chainClass, a.id, metaView{s, a}, storeView{s, a}).Seed(a.seed)
+	c := chain.New(chainStar, chainClass, a.id, metaView(s, a), storeView{s, a}).Seed(a.seed)
 	c.AttemptTimeout = s.sw.Attempt
 	return c
 }
@@ -134,7 +134,7 @@ func (s *Sim) params() meta.EpochParams {
 // absorber returns an absorber on a's metastore view, seeded with the
 // tails of every stream but the swarm's unseeded one (see Swarm.Unseeded).
 func (s *Sim) absorber(ctx context.Context, a *actor, c *chain.Chain) (*absorb.Absorber, error) {
-	ms := metaView{s, a}
+	ms := metaView(s, a)
 	abs := &absorb.Absorber{Star: chainStar, Class: chainClass, Meta: ms, UpdateEpoch: c.UpdateEpoch, Concurrency: 4,
 		Rip: absorb.Ripening{Trigger: 1 << 20, Linger: time.Second, AgeCap: time.Minute}}
 	for i, st := range s.streams() {
@@ -165,7 +165,7 @@ func (s *Sim) startWriter() *actor {
 		c := s.chainFor(a)
 		env := WriterEnv{
 			Star: chainStar, Incarnation: id, Class: chainClass, Params: s.params(),
-			Chain: c, Meta: metaView{s, a}, Deadline: s.sw.Deadline,
+			Chain: c, Meta: metaView(s, a), Deadline: s.sw.Deadline,
 			Streams: s.streams(), Flights: s.sw.Flights, MaxRecords: max(1, s.sw.MaxRecords),
 			Rand: rand.New(rand.NewPCG(seed, 1)),
 			Settle: func(ctx context.Context) error {
@@ -176,7 +176,7 @@ func (s *Sim) startWriter() *actor {
 				return settle.Chain(ctx, c, abs)
 			},
 			NewAbsorber: func() *absorb.Absorber {
-				return &absorb.Absorber{Star: chainStar, Class: chainClass, Meta: metaView{s, a}, UpdateEpoch: c.UpdateEpoch, Concurrency: 4,
+				return &absorb.Absorber{Star: chainStar, Class: chainClass, Meta: metaView(s, a), UpdateEpoch: c.UpdateEpoch, Concurrency: 4,
 					Rip: absorb.Ripening{Trigger: 1 << 20, Linger: time.Second, AgeCap: time.Minute}}
 			},
 			Ack:  func(ack Ack) { s.emit(a, event{ack: &ack}) },
@@ -236,7 +236,7 @@ func (s *Sim) startTrimmer() *actor {
 	s.trims++
 	return s.spawn(fmt.Sprintf("t%d", s.trims), roleTrimmer, "auditor", s.actorSeed(200+s.trims), func(ctx context.Context, a *actor) error {
 		c := s.chainFor(a)
-		epochs, err := listEpochs(ctx, metaView{s, a})
+		epochs, err := listEpochs(ctx, metaView(s, a))
 		if err != nil {
 			return err
 		}

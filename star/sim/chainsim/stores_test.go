@@ -17,7 +17,7 @@ import (
 func TestSimMetastoreConformance(t *testing.T) {
 	metatest.Run(t, func(t *testing.T) meta.Store {
 		s := newDirect(1)
-		return metaView{s, &actor{name: "t"}}
+		return metaView(s, &actor{name: "t"})
 	})
 }
 
