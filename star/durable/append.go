@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/durable/offsets"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -74,7 +75,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 		// Precedence (protocol §5.2): closed, content type, sequence.
 		if s.closed {
 			w.Header().Set(hStreamClosed, "true")
-			w.Header().Set(hStreamNext, formatOffset(s.end()))
+			w.Header().Set(hStreamNext, offsets.Format(s.end()))
 			if prod != nil && s.closedBy != nil && *s.closedBy == *prod {
 				producerHeaders(w, prod.epoch, prod.seq)
 				w.WriteHeader(http.StatusNoContent)
@@ -137,7 +138,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			}
 			if dup {
 				producerHeaders(w, prod.epoch, ps.seq)
-				w.Header().Set(hStreamNext, formatOffset(s.end()))
+				w.Header().Set(hStreamNext, offsets.Format(s.end()))
 				w.WriteHeader(http.StatusNoContent)
 				return
 			}
@@ -176,7 +177,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			h.writeErr(w, err)
 			return
 		}
-		w.Header().Set(hStreamNext, formatOffset(ack.End.SeqNum))
+		w.Header().Set(hStreamNext, offsets.Format(ack.End.SeqNum))
 		if closing {
 			w.Header().Set(hStreamClosed, "true")
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -42,7 +43,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 	var pt forkPoint
 	offIn := r.Header.Get(hForkOffset)
 	if offIn != "" {
-		seq, ok := parseOffset(offIn)
+		seq, ok := offsets.Parse(offIn)
 		if !ok {
 			httpError(w, http.StatusBadRequest, "malformed Stream-Fork-Offset")
 			return
@@ -200,7 +201,7 @@ func (h *Handler) existingFork(w http.ResponseWriter, r *http.Request, name stri
 		return
 	}
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(s.end()))
+	w.Header().Set(hStreamNext, offsets.Format(s.end()))
 	setTTLHeaders(w, &row)
 	if s.closed {
 		w.Header().Set(hStreamClosed, "true")

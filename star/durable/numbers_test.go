@@ -12,6 +12,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/durable/offsets"
 )
 
 // ttlCall sends one request with the given headers and returns the status
@@ -150,7 +151,7 @@ func FuzzStreamExpiresAt(f *testing.F) {
 }
 
 // Offsets, producer numbers and cursors: an offset is 16 digits (at most
-// maxSeq, so the read's +1 never wraps) and string order is seq order;
+// offsets.MaxSeq, so the read's +1 never wraps) and string order is seq order;
 // a producer epoch or seq is at most 2^53−1 (so seq+1 never wraps); the
 // next cursor is never below the client's, strictly above it unless the
 // client's is 2^64−1 (it saturates there instead of wrapping to 0).
@@ -163,12 +164,12 @@ func FuzzDurableNumbers(f *testing.F) {
 	f.Add(uint64(0), uint64(0), "9999999999999999_9999999999999999")
 	f.Add(uint64(0), uint64(0), "-1")
 	f.Fuzz(func(t *testing.T, a, b uint64, off string) {
-		if seq, ok := parseOffset(off); ok {
-			if seq > maxSeq+1 {
+		if seq, ok := offsets.Parse(off); ok {
+			if seq > offsets.MaxSeq+1 {
 				t.Fatalf("offset %q read as %d", off, seq)
 			}
-			if other := formatOffset(min(a, maxSeq)); other < off {
-				if s2, _ := parseOffset(other); s2 > seq {
+			if other := offsets.Format(min(a, offsets.MaxSeq)); other < off {
+				if s2, _ := offsets.Parse(other); s2 > seq {
 					t.Fatalf("offset %q < %q but %d > %d", other, off, s2, seq)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/durable/offsets"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -128,7 +129,7 @@ func (h *Handler) created(w http.ResponseWriter, r *http.Request, name string, r
 	h.touch(name, row)
 	w.Header().Set("Location", absoluteURL(r))
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(next))
+	w.Header().Set(hStreamNext, offsets.Format(next))
 	setTTLHeaders(w, row)
 	if closed {
 		w.Header().Set(hStreamClosed, "true")
@@ -314,7 +315,7 @@ func (h *Handler) existing(w http.ResponseWriter, r *http.Request, name string, 
 		return
 	}
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(s.end()))
+	w.Header().Set(hStreamNext, offsets.Format(s.end()))
 	setTTLHeaders(w, &row)
 	if s.closed {
 		w.Header().Set(hStreamClosed, "true")
@@ -343,7 +344,7 @@ func (h *Handler) head(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(s.end()))
+	w.Header().Set(hStreamNext, offsets.Format(s.end()))
 	w.Header().Set("Cache-Control", "no-store")
 	setTTLHeaders(w, &row)
 	if s.closed {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/durable/offsets"
 )
 
 // chunk is what one read found from an offset: payloads of data records,
@@ -122,7 +123,7 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 	switch off {
 	case "-1", "now":
 	default:
-		v, ok := parseOffset(off)
+		v, ok := offsets.Parse(off)
 		if !ok {
 			httpError(w, http.StatusBadRequest, "malformed offset")
 			return
@@ -160,7 +161,7 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	if off == "now" {
-		w.Header().Set(hStreamNext, formatOffset(from))
+		w.Header().Set(hStreamNext, offsets.Format(from))
 		w.Header().Set(hStreamUpToDate, "true")
 		w.Header().Set("Cache-Control", "no-store")
 		if s.closed {
@@ -205,7 +206,7 @@ func endedBy(ctx context.Context, err error) error {
 // writeChunk answers a catch-up or long-poll read that found c.
 func (h *Handler) writeChunk(w http.ResponseWriter, r *http.Request, row *streamRow, s *streamState, from uint64, c chunk, cursor string) {
 	hd := w.Header()
-	hd.Set(hStreamNext, formatOffset(c.next))
+	hd.Set(hStreamNext, offsets.Format(c.next))
 	upToDate := c.closed || c.next >= s.next
 	if upToDate {
 		hd.Set(hStreamUpToDate, "true")
@@ -216,7 +217,7 @@ func (h *Handler) writeChunk(w http.ResponseWriter, r *http.Request, row *stream
 	if cursor != "" && !c.closed {
 		hd.Set(hStreamCursor, cursor)
 	}
-	etag := fmt.Sprintf(`"%s:%s:%s`, row.Incarnation, formatOffset(from), formatOffset(c.next))
+	etag := fmt.Sprintf(`"%s:%s:%s`, row.Incarnation, offsets.Format(from), offsets.Format(c.next))
 	if c.closed {
 		etag += ":c"
 	}
@@ -273,7 +274,7 @@ func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, 
 
 func (h *Handler) noContent(w http.ResponseWriter, next uint64, closed bool, cursor string) {
 	hd := w.Header()
-	hd.Set(hStreamNext, formatOffset(next))
+	hd.Set(hStreamNext, offsets.Format(next))
 	hd.Set(hStreamUpToDate, "true")
 	hd.Set("Cache-Control", "no-store")
 	if closed {
@@ -310,7 +311,7 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, row *
 	cursor := nextCursor(clientCursor)
 	var buf bytes.Buffer
 	control := func(next uint64, upToDate, closed bool) error {
-		ev := controlEvent{StreamNextOffset: formatOffset(next), UpToDate: upToDate || closed, StreamClosed: closed}
+		ev := controlEvent{StreamNextOffset: offsets.Format(next), UpToDate: upToDate || closed, StreamClosed: closed}
 		if !closed {
 			ev.StreamCursor = cursor
 		}

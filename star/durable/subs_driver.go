@@ -24,6 +24,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
 )
 
 // Bounds of the subscription driver (the schedule of its passes is in
@@ -309,7 +310,7 @@ func (m *subManager) tails(ctx context.Context, root string, paths []string) (ta
 		res := m.h.internal(ctx, http.MethodHead, root+p, "", nil)
 		switch {
 		case res.status == http.StatusOK:
-			at, ok := parseOffset(res.header.Get(hStreamNext))
+			at, ok := offsets.Parse(res.header.Get(hStreamNext))
 			if !ok {
 				return tails{}, api.Unavailable("the tail of %s is unreadable (%q)", root+p, res.header.Get(hStreamNext))
 			}
@@ -364,8 +365,8 @@ func (s *subRow) infos(tailOf func(string) uint64) []streamInfo {
 	for i := range s.Links {
 		l := &s.Links[i]
 		tail := tailOf(l.Path)
-		out = append(out, streamInfo{Path: l.Path, LinkType: l.linkType(), Acked: formatOffset(l.Acked),
-			Tail: formatOffset(tail), HasPending: tail > l.Acked})
+		out = append(out, streamInfo{Path: l.Path, LinkType: l.linkType(), Acked: offsets.Format(l.Acked),
+			Tail: offsets.Format(tail), HasPending: tail > l.Acked})
 	}
 	return out
 }

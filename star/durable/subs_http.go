@@ -15,6 +15,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
 )
 
 // controlRoute is a request under a __ds segment: root is the stored
@@ -619,7 +620,7 @@ func subView(s *subRow, base, kid string) map[string]any {
 	streams := make([]map[string]string, 0, len(s.Links))
 	for i := range s.Links {
 		l := &s.Links[i]
-		streams = append(streams, map[string]string{"path": l.Path, "link_type": l.linkType(), "acked_offset": formatOffset(l.Acked)})
+		streams = append(streams, map[string]string{"path": l.Path, "link_type": l.linkType(), "acked_offset": offsets.Format(l.Acked)})
 	}
 	v := map[string]any{
 		"id": s.ID, "subscription_id": s.ID, "type": s.Config.Type, "streams": streams,

@@ -17,6 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable/durabletest"
+	"github.com/starlog/starlog/star/durable/offsets"
 )
 
 // TestOwnerOf: every subscription has exactly one owner among the live
@@ -191,7 +192,7 @@ func TestBusySubscriptionWakesWhenTheWakeEndsElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2 := receive(t, hook)
-	if w2.Wake.Generation != w1.Wake.Generation+1 || len(w2.Wake.Streams) != 1 || w2.Wake.Streams[0].TailOffset != formatOffset(2) {
+	if w2.Wake.Generation != w1.Wake.Generation+1 || len(w2.Wake.Streams) != 1 || w2.Wake.Streams[0].TailOffset != offsets.Format(2) {
 		t.Fatalf("the wake for the second append: %+v after %+v", w2.Wake, w1.Wake)
 	}
 	if got := testutil.ToFloat64(h.subs.passes.WithLabelValues(trigBusy, passWritten)); got != 1 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
 )
 
 // subRow is a subscription as stored: one metastore item (subKey), the
@@ -282,7 +283,7 @@ func (s *subRow) applyAcks(acks []ackReq, t tails) *subError {
 		if l == nil {
 			return &subError{Status: http.StatusConflict, Code: codeInvalidOffset, Message: "an ack names a stream the subscription does not link: " + p}
 		}
-		at, ok := parseOffset(a.Offset)
+		at, ok := offsets.Parse(a.Offset)
 		if !ok {
 			return &subError{Status: http.StatusConflict, Code: codeInvalidOffset, Message: "an ack offset must be an offset this server minted"}
 		}

@@ -3,6 +3,7 @@ package durable
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"github.com/starlog/starlog/star/durable/offsets"
 	"net/netip"
 	"strings"
 	"testing"
@@ -280,10 +281,10 @@ func TestSubFencing(t *testing.T) {
 	}
 	// Acks: past the tail, behind the cursor, unknown streams, -1: none applies.
 	for _, bad := range [][]ackReq{
-		{{Stream: "events/a", Offset: formatOffset(4)}},
-		{{Stream: "events/b", Offset: formatOffset(1)}},
+		{{Stream: "events/a", Offset: offsets.Format(4)}},
+		{{Stream: "events/b", Offset: offsets.Format(1)}},
 		{{Stream: "events/a", Offset: "-1"}},
-		{{Stream: "events/a", Offset: formatOffset(2)}, {Stream: "events/a", Offset: formatOffset(9)}},
+		{{Stream: "events/a", Offset: offsets.Format(2)}, {Stream: "events/a", Offset: offsets.Format(9)}},
 	} {
 		if err := s.applyAcks(bad, tl); err == nil || err.Code != codeInvalidOffset {
 			t.Errorf("acks %+v: %v", bad, err)
@@ -292,7 +293,7 @@ func TestSubFencing(t *testing.T) {
 			t.Fatalf("a refused ack moved the cursor")
 		}
 	}
-	if err := s.applyAcks([]ackReq{{Stream: "events/a", Offset: formatOffset(3)}}, tl); err != nil {
+	if err := s.applyAcks([]ackReq{{Stream: "events/a", Offset: offsets.Format(3)}}, tl); err != nil {
 		t.Fatal(err)
 	}
 	if next := s.done(now, "w_2", tl); next != nil {
