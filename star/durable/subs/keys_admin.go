@@ -1,4 +1,4 @@
-package durable
+package subs
 
 import (
 	"context"
@@ -11,15 +11,12 @@ import (
 // The operators' view of the subscription keys (star/server serves it on
 // its internal routes). Errors are *api.Error.
 
-// Basin is the basin that holds the protocol's streams and keys.
-func (h *Handler) Basin() string { return h.basin }
-
-// SubscriptionKeys lists the keys the row holds now (read, not this
+// Keys lists the keys the row holds now (read, not this
 // star's cache), without their secrets; none before a star first needed
 // them.
-func (h *Handler) SubscriptionKeys(ctx context.Context) ([]KeyInfo, error) {
-	k := keysKey(h.basin)
-	it, err := h.meta.Get(ctx, k.PK, k.SK)
+func (m *Manager) Keys(ctx context.Context) ([]KeyInfo, error) {
+	k := keysKey(m.basin)
+	it, err := m.meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
 		return []KeyInfo{}, nil
 	}
@@ -30,22 +27,22 @@ func (h *Handler) SubscriptionKeys(ctx context.Context) ([]KeyInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.info(h.subs.keys.now()), nil
+	return s.info(m.keys.now()), nil
 }
 
-// RotateSubscriptionKeys adds a key now and returns the keys. Without
+// RotateKeys adds a key now and returns the keys. Without
 // emergency it is a scheduled rotation brought forward: the key is
 // published at once and signs after the publish lead. An emergency (a
 // leaked key) makes the new key sign at once and drops every other: wake
 // tokens in flight are refused (their wakes are woken again once their
 // leases run out) and receivers must fetch the JWK Set again. Other stars
 // follow at their next reread (KeyReload).
-func (h *Handler) RotateSubscriptionKeys(ctx context.Context, emergency bool) ([]KeyInfo, error) {
-	s, err := h.subs.keys.rotate(ctx, emergency)
+func (m *Manager) RotateKeys(ctx context.Context, emergency bool) ([]KeyInfo, error) {
+	s, err := m.keys.rotate(ctx, emergency)
 	if err != nil {
 		return nil, keysAPIError(err)
 	}
-	return s.info(h.subs.keys.now()), nil
+	return s.info(m.keys.now()), nil
 }
 
 func keysAPIError(err error) error {

@@ -1,4 +1,4 @@
-package durable
+package subs
 
 import (
 	"crypto/sha256"
@@ -363,3 +363,9 @@ func numericLabel(l string) bool {
 	}
 	return l != "" && strings.Trim(l, digits) == ""
 }
+
+// metaError is a metastore failure: 503 to clients, who retry.
+type metaError struct{ err error }
+
+func (e *metaError) Error() string { return "durable: subscriptions: metastore: " + e.err.Error() }
+func (e *metaError) Unwrap() error { return e.err }

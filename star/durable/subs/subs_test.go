@@ -1,13 +1,16 @@
-package durable
+package subs
 
 import (
 	"crypto/ed25519"
 	"encoding/base64"
-	"github.com/starlog/starlog/star/durable/offsets"
+	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/starlog/starlog/star/durable/offsets"
 )
 
 func testKeys(t *testing.T) *signingKey {
@@ -402,5 +405,24 @@ func TestSubLinks(t *testing.T) {
 	p := subRow{Config: subConfig{Type: subPullWake, Pattern: "**", WakeStream: "wake/pool"}}
 	if p.globs("wake/pool") || !p.globs("events/a") {
 		t.Fatal("globs and the wake stream")
+	}
+}
+
+// lease_ttl_ms takes 1,000 to 600,000 and nothing else (INVALID_REQUEST,
+// 400): −1, 2^31, 2^53, 2^63−1, 2^64−1, fractions and exponents.
+func TestLeaseTTLNumbers(t *testing.T) {
+	for _, v := range []string{"-1", "0", "999", "600001", "2147483648", "9007199254740993", "9223372036854775807",
+		"18446744073709551615", "1e3", "1000.5"} {
+		body := `{"type":"pull-wake","streams":["a"],"wake_stream":"w","lease_ttl_ms":` + v + `}`
+		if c, err := parseSubConfig([]byte(body)); err == nil || err.Status != http.StatusBadRequest {
+			t.Errorf("lease_ttl_ms %s: %+v %v, want 400", v, c, err)
+		}
+	}
+	for _, v := range []int64{1000, 30000, 600000} {
+		body := fmt.Sprintf(`{"type":"pull-wake","streams":["a"],"wake_stream":"w","lease_ttl_ms":%d}`, v)
+		c, err := parseSubConfig([]byte(body))
+		if err != nil || c.leaseTTL() != time.Duration(v)*time.Millisecond {
+			t.Errorf("lease_ttl_ms %d: %v %v", v, c.leaseTTL(), err)
+		}
 	}
 }
