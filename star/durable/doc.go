@@ -25,10 +25,11 @@
 // stream it may not lead (and its deletes of one) go to that star as
 // peer operations (peer.go), which only the stars' own requests reach.
 //
-// Subscriptions (protocol §6–7, subs*.go) are metastore rows too: each
-// one's config and cursors in one row changed only by conditional puts,
-// the signing keys (a set that rotates, subs_keyset.go) in another; every
-// star drives them from the rows.
+// Subscriptions (protocol §6–7) are star/durable/subs, which this
+// package imports and which never imports it back: the handler routes the
+// __ds control requests to it and tells it of every write, and it sees
+// the streams only through subs.Streams (subscriptions.go), served as a
+// client's requests are. Offsets are star/durable/offsets, which both use.
 // docs/durable-streams.md says what the protocol
 // leaves to servers and what this one chose.
 package durable

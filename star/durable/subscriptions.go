@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/durable/offsets"
 	"github.com/starlog/starlog/star/durable/subs"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
 
 // The handler's subscriptions (protocol §6–7) are star/durable/subs: this
@@ -20,18 +21,18 @@ import (
 // stay here.
 
 // Subscription defaults and the keys' timing (subs.DefaultSubscriptionAudit
-// and the rest say what each is).
+// and signing's constants say what each is).
 const (
 	DefaultSubscriptionAudit = subs.DefaultSubscriptionAudit
-	DefaultKeyRotation       = subs.DefaultKeyRotation
-	MinKeyRotation           = subs.MinKeyRotation
-	KeyReload                = subs.KeyReload
-	KeyPublishLead           = subs.KeyPublishLead
-	KeyRetain                = subs.KeyRetain
+	DefaultKeyRotation       = signing.DefaultKeyRotation
+	MinKeyRotation           = signing.MinKeyRotation
+	KeyReload                = signing.KeyReload
+	KeyPublishLead           = signing.KeyPublishLead
+	KeyRetain                = signing.KeyRetain
 )
 
 // KeyInfo describes one subscription key to an operator (no secrets).
-type KeyInfo = subs.KeyInfo
+type KeyInfo = signing.KeyInfo
 
 // WithCredential returns ctx carrying the credential of the token the
 // request authenticated with (star/server's fingerprint of it): a

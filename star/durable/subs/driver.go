@@ -24,10 +24,11 @@ import (
 	"encoding/hex"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
 
 // Bounds of the subscription driver (the schedule of its passes is in
-// subs_schedule.go).
+// schedule.go).
 const (
 	// webhookTimeout bounds one webhook POST, connect to response.
 	webhookTimeout = 10 * time.Second
@@ -119,7 +120,7 @@ type Manager struct {
 	prefix      string
 	tokenStands func(ctx context.Context, id, credential string) (bool, error)
 	log         *slog.Logger
-	keys        *keyLoader
+	keys        *signing.Loader
 	policy      webhookPolicy
 	client      *http.Client
 
@@ -166,9 +167,9 @@ type cachedSub struct {
 
 // New starts the driver (its loop and the keys' rereads) until Close.
 func New(cfg Config) (*Manager, error) {
-	cfg.KeyRotation = cmp.Or(cfg.KeyRotation, DefaultKeyRotation)
-	if cfg.KeyRotation > 0 && cfg.KeyRotation < MinKeyRotation {
-		return nil, fmt.Errorf("durable: key rotation %v: want at least %v (or never)", cfg.KeyRotation, MinKeyRotation)
+	cfg.KeyRotation = cmp.Or(cfg.KeyRotation, signing.DefaultKeyRotation)
+	if cfg.KeyRotation > 0 && cfg.KeyRotation < signing.MinKeyRotation {
+		return nil, fmt.Errorf("durable: key rotation %v: want at least %v (or never)", cfg.KeyRotation, signing.MinKeyRotation)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -190,8 +191,8 @@ func New(cfg Config) (*Manager, error) {
 		auditEvery: cmp.Or(max(cfg.Audit, 0), DefaultSubscriptionAudit),
 	}
 	m.client = webhookClient(m.policy)
-	km := newKeyMetrics()
-	m.keys = newKeyLoader(cfg.Meta, keysKey(cfg.Basin), cfg.Clock, cfg.KeyRotation, m.log, km)
+	km := signing.NewMetrics()
+	m.keys = signing.NewLoader(cfg.Meta, signing.RowKey(cfg.Basin), cfg.Clock, cfg.KeyRotation, m.log, km)
 	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "subscription_wakes_total",
 		Help: "Durable Streams subscription wakes issued, by type (webhook, pull-wake).",
@@ -212,7 +213,7 @@ func New(cfg Config) (*Manager, error) {
 		Namespace: "starlog", Subsystem: "durable", Name: "subscriptions_owned",
 		Help: "Subscriptions this star owns (audits and drives the timers of) at its last audit.",
 	})
-	for _, c := range append([]prometheus.Collector{m.wakes, m.deliveries, m.control, m.passes, m.owned}, km.collectors()...) {
+	for _, c := range append([]prometheus.Collector{m.wakes, m.deliveries, m.control, m.passes, m.owned}, km.Collectors()...) {
 		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("durable: register metrics: %w", err)
 		}
@@ -222,7 +223,7 @@ func New(cfg Config) (*Manager, error) {
 	go m.run()
 	go func() {
 		defer m.wg.Done()
-		m.keys.run(m.ctx)
+		m.keys.Run(m.ctx)
 	}()
 	return m, nil
 }
@@ -428,21 +429,21 @@ func (s *subRow) infos(tailOf func(string) uint64) []streamInfo {
 // {"done": true} acks the snapshot and finishes the wake (and wakes again
 // if more is pending); a failure withdraws the wake and backs off.
 func (m *Manager) deliver(s subRow, wk wake) {
-	keys, err := m.keys.get(m.ctx)
+	keys, err := m.keys.Get(m.ctx)
 	if err != nil {
 		m.log.Warn("webhook: no signing key", "subscription", s.ID, "err", err)
 		m.failed(s, wk)
 		return
 	}
 	// One key signs the wake and its token: the one signing now.
-	key := keys.signer(m.keys.now())
+	key := keys.Signer(m.keys.Now())
 	body, _ := json.Marshal(map[string]any{
 		"subscription_id": s.ID,
 		"wake_id":         wk.WakeID,
 		"generation":      wk.Generation,
 		"streams":         s.infos(func(p string) uint64 { return s.Snapshot[p] }),
 		"callback_url":    s.Base + reservedSegment + "/subscriptions/" + url.PathEscape(s.ID) + "/callback",
-		"callback_token":  key.mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: wk.Generation, WakeID: wk.WakeID}),
+		"callback_token":  key.MintToken(signing.WakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: wk.Generation, WakeID: wk.WakeID}),
 	})
 	ctx, cancel := context.WithTimeout(m.ctx, webhookTimeout)
 	defer cancel()
@@ -452,7 +453,7 @@ func (m *Manager) deliver(s subRow, wk wake) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Webhook-Signature", key.signature(body, time.Now().Unix()))
+	req.Header.Set("Webhook-Signature", key.Signature(body, time.Now().Unix()))
 	resp, err := m.client.Do(req)
 	if err != nil {
 		m.log.Info("webhook delivery failed", "subscription", s.ID, "generation", wk.Generation, "err", err)

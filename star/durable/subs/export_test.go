@@ -3,7 +3,6 @@ package subs
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -15,41 +14,18 @@ import (
 // (package subs_test: star/durable imports this package, so only an
 // external test can import it back) see of the driver.
 
-// FakeClock is the keys' clock in tests: it moves only when told.
-type FakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func NewFakeClock() *FakeClock { return &FakeClock{t: time.Now().UTC()} }
-
-func (c *FakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *FakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // Error codes of the control API.
 const (
 	CodeFenced       = codeFenced
 	CodeTokenInvalid = codeTokenInvalid
 )
 
-// VerifySignature checks a Webhook-Signature header as a receiver would.
-var VerifySignature = verifySignature
-
 // PassKeys makes the keys' periodic pass now (a reread, and a rotation or
 // a drop when one is due).
-func (m *Manager) PassKeys(ctx context.Context) error { return m.keys.pass(ctx) }
+func (m *Manager) PassKeys(ctx context.Context) error { return m.keys.Pass(ctx) }
 
 // KeyPeriod is the rotation period the keys run with.
-func (m *Manager) KeyPeriod() time.Duration { return m.keys.period }
+func (m *Manager) KeyPeriod() time.Duration { return m.keys.Period() }
 
 // Busy reports whether an append found the subscription's wake in flight.
 func (m *Manager) Busy(basin, root, id string) bool {
@@ -80,17 +56,3 @@ func EndWake(val []byte) (wakeID string, ended []byte, err error) {
 	ended, err = json.Marshal(&row)
 	return wakeID, ended, err
 }
-
-// Loader is one star's key loader, as another star in a test.
-type Loader struct{ l *keyLoader }
-
-func NewLoader(ms meta.Store, c *FakeClock) Loader {
-	return Loader{testLoader(ms, c)}
-}
-
-func (l Loader) Verify(ctx context.Context, tok string) (bool, error) {
-	_, ok, err := l.l.verify(ctx, tok)
-	return ok, err
-}
-
-func (l Loader) Pass(ctx context.Context) error { return l.l.pass(ctx) }

@@ -16,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
 
 // controlRoute is a request under a __ds segment: root is the stored
@@ -116,7 +117,7 @@ func (m *Manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // subInternal maps a driver error to a response: 503 for the metastore
 // and timeouts (retryable), else 500 logged.
 func (m *Manager) subInternal(err error) *subError {
-	if _, ok := errors.AsType[*metaError](err); ok || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if _, ok := errors.AsType[*metaError](err); ok || isKeysMetaError(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return &subError{Status: http.StatusServiceUnavailable, Code: "UNAVAILABLE", Message: "the metastore or a stream is unavailable; retry"}
 	}
 	if e, ok := errors.AsType[*api.Error](err); ok && e.Status == http.StatusServiceUnavailable {
@@ -132,14 +133,14 @@ func (m *Manager) route(w http.ResponseWriter, r *http.Request, c controlRoute) 
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return "jwks", methodNotAllowed(w, "GET, HEAD")
 		}
-		keys, err := m.keys.get(r.Context())
+		keys, err := m.keys.Get(r.Context())
 		if err != nil {
 			return "jwks", err
 		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
-		w.Header().Set("Cache-Control", "public, max-age="+strconv.Itoa(int(jwksMaxAge/time.Second)))
+		w.Header().Set("Cache-Control", "public, max-age="+strconv.Itoa(int(signing.JWKSMaxAge/time.Second)))
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(keys.jwks(m.keys.now()))
+		_, _ = w.Write(keys.JWKS(m.keys.Now()))
 		return "jwks", nil
 	}
 	if len(rest) < 2 || rest[0] != "subscriptions" {
@@ -197,7 +198,7 @@ func methodNotAllowed(w http.ResponseWriter, allow string) error {
 
 // authorizeManage: managing subscriptions needs reconfigure-basin on the
 // Durable Streams basin, and then the streams the subscription names or
-// links (subs_scope.go).
+// links (scope.go).
 func (m *Manager) authorizeManage(r *http.Request) error {
 	if aerr := auth.FromContext(r.Context()).Authorize(auth.Request{Op: auth.ReconfigureBasin, Basin: m.basin}); aerr != nil {
 		return &subError{Status: aerr.Status, Code: "PERMISSION_DENIED", Message: aerr.Message}
@@ -245,7 +246,7 @@ func (m *Manager) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 	if err := m.authorizeConfig(p, c.root, &cfg); err != nil {
 		return err
 	}
-	keys, err := m.keys.get(r.Context())
+	keys, err := m.keys.Get(r.Context())
 	if err != nil {
 		return err
 	}
@@ -263,7 +264,7 @@ func (m *Manager) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 			if err := m.authorizeSub(p, &cur); err != nil {
 				return err // its links reach past the scope
 			}
-			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys.signer(m.keys.now()).kid))
+			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys.Signer(m.keys.Now()).Kid()))
 		} else if !errors.Is(err, meta.ErrNotFound) {
 			return &metaError{err}
 		}
@@ -281,7 +282,7 @@ func (m *Manager) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 			return &metaError{err}
 		}
 		m.recache(k, s)
-		return writeSubJSON(w, http.StatusCreated, subView(&s, c.base, keys.signer(m.keys.now()).kid))
+		return writeSubJSON(w, http.StatusCreated, subView(&s, c.base, keys.Signer(m.keys.Now()).Kid()))
 	}
 	return errors.New("durable: subscription row kept changing")
 }
@@ -358,11 +359,11 @@ func (m *Manager) subGet(w http.ResponseWriter, r *http.Request, c controlRoute,
 	if err := m.authorizeSub(auth.FromContext(r.Context()), &s); err != nil {
 		return err
 	}
-	keys, err := m.keys.get(r.Context())
+	keys, err := m.keys.Get(r.Context())
 	if err != nil {
 		return err
 	}
-	return writeSubJSON(w, http.StatusOK, subView(&s, c.base, keys.signer(m.keys.now()).kid))
+	return writeSubJSON(w, http.StatusOK, subView(&s, c.base, keys.Signer(m.keys.Now()).Kid()))
 }
 
 // subDelete removes the row: a callback, ack or release of it then finds
@@ -502,7 +503,7 @@ func (m *Manager) subClaim(w http.ResponseWriter, r *http.Request, c controlRout
 	if !ok || worker == "" || len(worker) > maxSubIDBytes {
 		return invalidReq("worker must be a non-empty string of at most %d bytes", maxSubIDBytes)
 	}
-	keys, err := m.keys.get(r.Context())
+	keys, err := m.keys.Get(r.Context())
 	if err != nil {
 		return err
 	}
@@ -530,7 +531,7 @@ func (m *Manager) subClaim(w http.ResponseWriter, r *http.Request, c controlRout
 	return writeSubJSON(w, http.StatusOK, map[string]any{
 		"wake_id":      s.WakeID,
 		"generation":   s.Generation,
-		"token":        keys.signer(m.keys.now()).mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: s.Generation, WakeID: s.WakeID}),
+		"token":        keys.Signer(m.keys.Now()).MintToken(signing.WakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: s.Generation, WakeID: s.WakeID}),
 		"streams":      s.infos(t.of),
 		"lease_ttl_ms": s.Config.LeaseTTLms,
 	})
@@ -549,7 +550,7 @@ func linkPaths(s *subRow) []string {
 // done extend the lease (the heartbeat); with done, or a release, the wake
 // ends and the next one is issued at once if work is pending.
 func (m *Manager) subWakeOp(w http.ResponseWriter, r *http.Request, id, op string) error {
-	tok, ok, err := m.keys.verify(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
+	tok, ok, err := m.keys.Verify(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
 	if err != nil {
 		return err
 	}
@@ -678,4 +679,10 @@ func writeSubError(w http.ResponseWriter, e *subError) {
 		w.Header().Set("Retry-After", "1")
 	}
 	_ = writeSubJSON(w, e.Status, map[string]any{"error": body})
+}
+
+// isKeysMetaError reports a metastore failure reading the keys row.
+func isKeysMetaError(err error) bool {
+	_, ok := errors.AsType[*signing.MetaError](err)
+	return ok
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/durable/durabletest"
 	"github.com/starlog/starlog/star/durable/subs"
+	"github.com/starlog/starlog/star/durable/subs/signing"
+	"log/slog"
 )
 
 // keysStar is a real node on SQLite and in-memory buckets behind the
@@ -41,7 +43,7 @@ func serve(t *testing.T, h *durable.Handler) *keysStar {
 	return &keysStar{h: h, url: srv.URL + durable.DefaultPrefix}
 }
 
-func startKeysStar(t *testing.T, ms meta.Store, c *subs.FakeClock) *keysStar {
+func startKeysStar(t *testing.T, ms meta.Store, c *durabletest.Clock) *keysStar {
 	t.Helper()
 	h, err := durable.New(durable.Config{Node: durabletest.OpenNode(t, ms), AllowLoopbackWebhooks: true, Clock: c.Now})
 	if err != nil {
@@ -50,13 +52,13 @@ func startKeysStar(t *testing.T, ms meta.Store, c *subs.FakeClock) *keysStar {
 	return serve(t, h)
 }
 
-// A period under MinKeyRotation is refused; 0 is the default; negative
+// A period under signing.MinKeyRotation is refused; 0 is the default; negative
 // is never.
 func TestKeyRotationConfig(t *testing.T) {
-	if _, err := durable.New(durable.Config{Node: durabletest.OpenNode(t, testsvc.SQLite(t)), KeyRotation: subs.MinKeyRotation - time.Second}); err == nil || !strings.Contains(err.Error(), "at least 1h") {
+	if _, err := durable.New(durable.Config{Node: durabletest.OpenNode(t, testsvc.SQLite(t)), KeyRotation: signing.MinKeyRotation - time.Second}); err == nil || !strings.Contains(err.Error(), "at least 1h") {
 		t.Fatalf("a period under the minimum: %v", err)
 	}
-	for in, want := range map[time.Duration]time.Duration{0: subs.DefaultKeyRotation, -1: -1, subs.MinKeyRotation: subs.MinKeyRotation} {
+	for in, want := range map[time.Duration]time.Duration{0: signing.DefaultKeyRotation, -1: -1, signing.MinKeyRotation: signing.MinKeyRotation} {
 		h, err := durable.New(durable.Config{Node: durabletest.OpenNode(t, testsvc.SQLite(t)), KeyRotation: in})
 		if err != nil {
 			t.Fatal(err)
@@ -129,7 +131,7 @@ func receive(t *testing.T, hook *durabletest.Webhook) webhookWake {
 // after, and each signature verifies against the JWK Set the star serves
 // then; callback tokens of the old key verify until its retain is over.
 func TestRotatedKeySignsAfterLead(t *testing.T) {
-	c := subs.NewFakeClock()
+	c := durabletest.NewClock()
 	star := startKeysStar(t, testsvc.SQLite(t), c)
 	hook := durabletest.NewWebhook(t)
 
@@ -145,7 +147,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	}
 
 	// The period is up: the next pass adds a key, published at once.
-	c.Add(subs.DefaultKeyRotation)
+	c.Add(signing.DefaultKeyRotation)
 	if err := star.h.Subscriptions().PassKeys(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +160,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 		t.Fatalf("create stream: %d %s", code, b)
 	}
 	w1 := receive(t, hook)
-	if w1.kid != kid1 || !subs.VerifySignature(set[kid1], kid1, w1.sig, w1.body, time.Now(), time.Minute) {
+	if w1.kid != kid1 || !signing.VerifySignature(set[kid1], kid1, w1.sig, w1.body, time.Now(), time.Minute) {
 		t.Fatalf("within the lead: signature %q, want kid %s", w1.sig, kid1)
 	}
 	ack := func(w webhookWake, done bool) string {
@@ -172,13 +174,13 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	}
 
 	// After the lead the new key signs; the receiver finds it in the JWK Set.
-	c.Add(subs.KeyPublishLead)
+	c.Add(signing.KeyPublishLead)
 	if code, b := star.call(t, http.MethodPost, "/events/a", "", "application/json", `{"n":2}`); code != http.StatusNoContent && code != http.StatusOK {
 		t.Fatalf("append: %d %s", code, b)
 	}
 	w2 := receive(t, hook)
 	set = star.jwks(t)
-	if w2.kid == kid1 || set[w2.kid] == nil || !subs.VerifySignature(set[w2.kid], w2.kid, w2.sig, w2.body, time.Now(), time.Minute) {
+	if w2.kid == kid1 || set[w2.kid] == nil || !signing.VerifySignature(set[w2.kid], w2.kid, w2.sig, w2.body, time.Now(), time.Minute) {
 		t.Fatalf("after the lead: signature %q does not verify against the served JWK Set %v", w2.sig, set)
 	}
 	code, b = star.call(t, http.MethodGet, "/__ds/subscriptions/rot", "", "", "")
@@ -194,7 +196,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	}
 	// Past the retain the old key is gone: its token is invalid, its kid
 	// leaves the JWK Set, and the next pass removes it from the row.
-	c.Add(subs.KeyRetain)
+	c.Add(signing.KeyRetain)
 	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusUnauthorized || !strings.Contains(string(b), subs.CodeTokenInvalid) {
 		t.Fatalf("the old key's token after retain: %d %s (want 401 TOKEN_INVALID)", code, b)
 	}
@@ -214,7 +216,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 // at its reread, and the wake is claimed again with a new token after its
 // lease.
 func TestEmergencyKeyRotation(t *testing.T) {
-	c := subs.NewFakeClock()
+	c := durabletest.NewClock()
 	ms := testsvc.SQLite(t)
 	star := startKeysStar(t, ms, c)
 	for _, p := range []string{"/wake/pool", "/events/a"} {
@@ -260,8 +262,8 @@ func TestEmergencyKeyRotation(t *testing.T) {
 		t.Fatalf("heartbeat ack: %d %s", code, b)
 	}
 	// Another star that read the keys before the rotation.
-	other := subs.NewLoader(ms, c)
-	if ok, err := other.Verify(context.Background(), tok); !ok || err != nil {
+	other := signing.NewLoader(ms, signing.RowKey(durable.DefaultBasin), c.Now, signing.DefaultKeyRotation, slog.New(slog.DiscardHandler), signing.NewMetrics())
+	if _, ok, err := other.Verify(context.Background(), tok); !ok || err != nil {
 		t.Fatalf("the token on another star: %v %v", ok, err)
 	}
 	oldKids := star.jwks(t)
@@ -278,11 +280,11 @@ func TestEmergencyKeyRotation(t *testing.T) {
 		t.Fatalf("old token after the emergency: %d %s (want 401 TOKEN_INVALID)", code, b)
 	}
 	// The other star refuses it from its next reread on.
-	c.Add(subs.KeyReload)
+	c.Add(signing.KeyReload)
 	if err := other.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := other.Verify(context.Background(), tok); ok {
+	if _, ok, _ := other.Verify(context.Background(), tok); ok {
 		t.Fatal("another star accepts the old token after its reread")
 	}
 	// The wake is claimed again once its lease ran out, under the new key.

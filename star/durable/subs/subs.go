@@ -20,8 +20,8 @@ import (
 // that wake a worker, by a signed webhook or by an event in a wake
 // stream, when a linked stream has records past its acked offset. This
 // file holds the pure parts: the subscription's config, its stored row and
-// the rules on paths and webhook URLs. subs_state.go is the state machine,
-// subs_driver.go the I/O, subs_http.go the routes.
+// the rules on paths and webhook URLs. state.go is the state machine,
+// driver.go the I/O, http.go the routes.
 
 // Bounds of a subscription (docs/durable-streams.md, "Subscriptions").
 const (
