@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,8 +22,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	crand "crypto/rand"
-	"encoding/hex"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/durable/offsets"
 	"github.com/starlog/starlog/star/durable/subs/signing"

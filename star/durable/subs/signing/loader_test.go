@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/durable/durabletest"
-	"sync"
 )
 
 func counterValue(c prometheus.Counter) float64 {
