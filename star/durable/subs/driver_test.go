@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/durable/durabletest"
@@ -48,13 +49,9 @@ func TestBusySubscriptionWakesWhenTheWakeEndsElsewhere(t *testing.T) {
 		t.Fatalf("append: %d %s", code, b)
 	}
 	k := subs.SubKey(h.Basin(), "", "busy")
-	deadline := time.Now().Add(5 * time.Second)
-	for !m.Busy(h.Basin(), "", "busy") {
-		if time.Now().After(deadline) {
-			t.Fatal("the append during the wake did not mark the subscription busy")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "the append during the wake marks the subscription busy", func() bool {
+		return m.Busy(h.Basin(), "", "busy")
+	})
 	hook.Quiet(t, 300*time.Millisecond)
 
 	// Another star's callback ends the wake, acking what it saw: the row

@@ -5,7 +5,9 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,13 +15,13 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/durable/durabletest"
 	"github.com/starlog/starlog/star/durable/subs"
 	"github.com/starlog/starlog/star/durable/subs/signing"
-	"log/slog"
 )
 
 // keysStar is a real node on SQLite and in-memory buckets behind the
@@ -236,13 +238,14 @@ func TestEmergencyKeyRotation(t *testing.T) {
 		t.Helper()
 		var code int
 		var b []byte
-		for range 50 { // the lease of the last claim may still run
+		// The lease of the last claim may still run (409 until it ends).
+		_ = poll.Wait(5*time.Second, func() error {
 			code, b = star.call(t, http.MethodPost, "/__ds/subscriptions/pw/claim", "", "application/json", `{"worker":"`+worker+`"}`)
-			if code != http.StatusConflict {
-				break
+			if code == http.StatusConflict {
+				return fmt.Errorf("claim: %d %s", code, b)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 		var r struct {
 			WakeID     string `json:"wake_id"`
 			Generation uint64 `json:"generation"`
