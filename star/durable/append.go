@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/records"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -15,7 +17,7 @@ import (
 func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := r.Context()
 	closing := closedHeader(r)
-	var prod *producer
+	var prod *records.Producer
 	ids, eps, sqs := r.Header.Values(hProducerID), r.Header.Values(hProducerEpoch), r.Header.Values(hProducerSeq)
 	if len(ids)+len(eps)+len(sqs) > 0 {
 		if len(ids) != 1 || len(eps) != 1 || len(sqs) != 1 || ids[0] == "" {
@@ -28,7 +30,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			httpError(w, http.StatusBadRequest, "Producer-Epoch and Producer-Seq must be integers from 0 to 2^53-1")
 			return
 		}
-		prod = &producer{id: ids[0], epoch: e, seq: s}
+		prod = &records.Producer{ID: ids[0], Epoch: e, Seq: s}
 	}
 	streamSeq := r.Header.Get(hStreamSeq)
 	body, ok := readBody(w, r)
@@ -62,7 +64,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			h.writeErr(w, err)
 			return
 		}
-		at := s.next
+		at := s.Next
 		if match != nil && *match > at {
 			// S2 appends in flight (sequenced, not yet durable, so not
 			// folded) are ahead: append after them. Every Durable Streams
@@ -72,11 +74,11 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 		}
 		match = nil
 		// Precedence (protocol §5.2): closed, content type, sequence.
-		if s.closed {
+		if s.Closed {
 			w.Header().Set(hStreamClosed, "true")
-			w.Header().Set(hStreamNext, formatOffset(s.end()))
-			if prod != nil && s.closedBy != nil && *s.closedBy == *prod {
-				producerHeaders(w, prod.epoch, prod.seq)
+			w.Header().Set(hStreamNext, offsets.Format(s.End()))
+			if prod != nil && s.ClosedBy != nil && *s.ClosedBy == *prod {
+				producerHeaders(w, prod.Epoch, prod.Seq)
 				w.WriteHeader(http.StatusNoContent)
 				return
 			}
@@ -93,7 +95,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 				return
 			}
 			if isJSON(row.ContentType) {
-				msgs, err := jsonMessages(body, false)
+				msgs, err := records.JSONMessages(body, false)
 				if err != nil {
 					httpError(w, http.StatusBadRequest, err.Error())
 					return
@@ -109,40 +111,40 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 		}
 		dup := false
 		if prod != nil {
-			ps, seen := s.producers[prod.id]
+			ps, seen := s.Producers[prod.ID]
 			switch {
-			case seen && prod.epoch < ps.epoch:
-				producerHeaders(w, ps.epoch, ps.seq)
+			case seen && prod.Epoch < ps.Epoch:
+				producerHeaders(w, ps.Epoch, ps.Seq)
 				w.Header().Del(hProducerSeq)
 				httpError(w, http.StatusForbidden, "stale producer epoch")
 				return
-			case !seen || prod.epoch > ps.epoch:
-				if prod.seq != 0 {
+			case !seen || prod.Epoch > ps.Epoch:
+				if prod.Seq != 0 {
 					if !seen {
 						w.Header().Set(hExpectedSeq, "0")
-						w.Header().Set(hReceivedSeq, strconv.FormatUint(prod.seq, 10))
+						w.Header().Set(hReceivedSeq, strconv.FormatUint(prod.Seq, 10))
 						httpError(w, http.StatusConflict, "a new producer starts at seq 0")
 						return
 					}
 					httpError(w, http.StatusBadRequest, "a new epoch starts at seq 0")
 					return
 				}
-			case prod.seq <= ps.seq:
+			case prod.Seq <= ps.Seq:
 				dup = true
-			case prod.seq > ps.seq+1:
-				w.Header().Set(hExpectedSeq, strconv.FormatUint(ps.seq+1, 10))
-				w.Header().Set(hReceivedSeq, strconv.FormatUint(prod.seq, 10))
+			case prod.Seq > ps.Seq+1:
+				w.Header().Set(hExpectedSeq, strconv.FormatUint(ps.Seq+1, 10))
+				w.Header().Set(hReceivedSeq, strconv.FormatUint(prod.Seq, 10))
 				httpError(w, http.StatusConflict, "producer sequence gap")
 				return
 			}
 			if dup {
-				producerHeaders(w, prod.epoch, ps.seq)
-				w.Header().Set(hStreamNext, formatOffset(s.end()))
+				producerHeaders(w, prod.Epoch, ps.Seq)
+				w.Header().Set(hStreamNext, offsets.Format(s.End()))
 				w.WriteHeader(http.StatusNoContent)
 				return
 			}
 		}
-		if streamSeq != "" && streamSeq <= s.streamSeq {
+		if streamSeq != "" && streamSeq <= s.StreamSeq {
 			httpError(w, http.StatusConflict, "Stream-Seq must increase")
 			return
 		}
@@ -151,7 +153,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			return
 		}
 		ack, err := h.n.Append(ctx, h.basin, name, &api.AppendInput{
-			Records: batch(payload, prod, streamSeq, closing), MatchSeqNum: api.Uint64(at),
+			Records: records.Batch(payload, prod, streamSeq, closing), MatchSeqNum: api.Uint64(at),
 		}, nil)
 		if e, ok := errors.AsType[*api.Error](err); ok && e.Status == http.StatusPreconditionFailed {
 			if e.Code == api.CodeSeqNumMismatch {
@@ -176,12 +178,12 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 			h.writeErr(w, err)
 			return
 		}
-		w.Header().Set(hStreamNext, formatOffset(ack.End.SeqNum))
+		w.Header().Set(hStreamNext, offsets.Format(ack.End.SeqNum))
 		if closing {
 			w.Header().Set(hStreamClosed, "true")
 		}
 		if prod != nil {
-			producerHeaders(w, prod.epoch, prod.seq)
+			producerHeaders(w, prod.Epoch, prod.Seq)
 			if len(payload) > 0 {
 				w.WriteHeader(http.StatusOK)
 				return
@@ -207,7 +209,7 @@ const pendingWait = 10 * time.Second
 // error) its batch may still become durable, at the seq it matched, so
 // the fold first reaches past that seq. Only then may a decision jump past
 // S2 batches in flight (the 412's expected seq): none of them is ours.
-func (h *Handler) settledState(ctx context.Context, name string, row *streamRow) (*streamState, error) {
+func (h *Handler) settledState(ctx context.Context, name string, row *streamRow) (*records.State, error) {
 	s, err := h.state(ctx, name, row)
 	if err != nil {
 		return nil, err
@@ -217,14 +219,14 @@ func (h *Handler) settledState(ctx context.Context, name string, row *streamRow)
 		return s, nil
 	}
 	deadline := time.Now().Add(pendingWait)
-	for s.next <= at {
+	for s.Next <= at {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return nil, api.Unavailable("an earlier append of this stream is still in doubt; retry")
 		}
 		// A read from the fold's end waits for that seq to be durable.
 		if _, err := h.n.Read(ctx, h.basin, name, api.ReadRequest{
-			From: api.FromSeqNum, Value: s.next, Count: api.Uint64(1), Wait: &left,
+			From: api.FromSeqNum, Value: s.Next, Count: api.Uint64(1), Wait: &left,
 		}, nil); err != nil && !isStatus(err, http.StatusRequestedRangeNotSatisfiable) {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/durable/records"
 )
 
 // A fold checkpoint bounds what a star that has not seen a stream (after
@@ -43,69 +44,10 @@ const (
 // ckptKey is the checkpoint row of the stream name, beside its row (s#).
 func ckptKey(basin, name string) meta.Key { return meta.Key{PK: "ds#" + basin, SK: "f#" + name} }
 
-// foldCheckpoint is the stored form of a streamState.
-type foldCheckpoint struct {
-	Incarnation string                   `json:"incarnation"`
-	Stream      string                   `json:"stream"` // the starlog stream's id
-	Next        uint64                   `json:"next"`
-	Closed      bool                     `json:"closed,omitempty"`
-	CloseSeq    uint64                   `json:"close_seq,omitempty"`
-	ClosedBy    *checkpointProducer      `json:"closed_by,omitempty"`
-	StreamSeq   string                   `json:"stream_seq,omitempty"`
-	Producers   map[string]producerEntry `json:"producers,omitempty"`
-	// The append the fold is inside (streamState.batchBy, batchLeft).
-	BatchBy   *checkpointProducer `json:"batch_by,omitempty"`
-	BatchLeft int                 `json:"batch_left,omitempty"`
-}
-
-type producerEntry struct {
-	Epoch uint64 `json:"e"`
-	Seq   uint64 `json:"s"`
-}
-
-type checkpointProducer struct {
-	ID string `json:"id"`
-	producerEntry
-}
-
-func checkpointOf(s *streamState, stream string) foldCheckpoint {
-	c := foldCheckpoint{Incarnation: s.incarnation, Stream: stream, Next: s.next, Closed: s.closed,
-		CloseSeq: s.closeSeq, StreamSeq: s.streamSeq, Producers: make(map[string]producerEntry, len(s.producers))}
-	for id, p := range s.producers {
-		c.Producers[id] = producerEntry{Epoch: p.epoch, Seq: p.seq}
-	}
-	c.ClosedBy, c.BatchBy, c.BatchLeft = storedProducer(s.closedBy), storedProducer(s.batchBy), s.batchLeft
-	return c
-}
-
-func storedProducer(p *producer) *checkpointProducer {
-	if p == nil {
-		return nil
-	}
-	return &checkpointProducer{ID: p.id, producerEntry: producerEntry{Epoch: p.epoch, Seq: p.seq}}
-}
-
-func (c *checkpointProducer) producer() *producer {
-	if c == nil {
-		return nil
-	}
-	return &producer{id: c.ID, epoch: c.Epoch, seq: c.Seq}
-}
-
-func (c *foldCheckpoint) state() *streamState {
-	s := &streamState{incarnation: c.Incarnation, next: c.Next, closed: c.Closed, closeSeq: c.CloseSeq,
-		streamSeq: c.StreamSeq, producers: make(map[string]producerState, len(c.Producers)), checkpointed: c.Next}
-	for id, p := range c.Producers {
-		s.producers[id] = producerState{epoch: p.Epoch, seq: p.Seq}
-	}
-	s.closedBy, s.batchBy, s.batchLeft = c.ClosedBy.producer(), c.BatchBy.producer(), c.BatchLeft
-	return s
-}
-
 // loadCheckpoint returns the fold the stream's checkpoint holds, or nil
 // when there is none that fits (another incarnation or stream, past the
 // tail, unreadable): then the fold starts from the first record.
-func (h *Handler) loadCheckpoint(ctx context.Context, name, incarnation string, tail uint64) *streamState {
+func (h *Handler) loadCheckpoint(ctx context.Context, name, incarnation string, tail uint64) *records.State {
 	if tail < minCheckpointed {
 		return nil
 	}
@@ -121,19 +63,19 @@ func (h *Handler) loadCheckpoint(ctx context.Context, name, incarnation string, 
 		}
 		return nil
 	}
-	var c foldCheckpoint
+	var c records.Checkpoint
 	if err := json.Unmarshal(it.Val, &c); err != nil || c.Incarnation != incarnation || c.Stream != stream || c.Next > tail {
 		h.checkpoints.WithLabelValues("load_unfit").Inc()
 		return nil
 	}
 	h.checkpoints.WithLabelValues("loaded").Inc()
-	return c.state()
+	return c.State()
 }
 
 // maybeCheckpoint writes s's checkpoint, off the caller's path, when it
 // has gone checkpointEvery records past the last one (s remembers it).
-func (h *Handler) maybeCheckpoint(name string, s *streamState) {
-	if s.next < s.checkpointed+checkpointEvery {
+func (h *Handler) maybeCheckpoint(name string, s *records.State) {
+	if s.Next < s.Checkpointed+checkpointEvery {
 		return
 	}
 	select {
@@ -142,8 +84,8 @@ func (h *Handler) maybeCheckpoint(name string, s *streamState) {
 		h.checkpoints.WithLabelValues("skipped").Inc()
 		return // busy: a later fold writes it
 	}
-	snap := s.clone()
-	s.checkpointed = s.next
+	snap := s.Clone()
+	s.Checkpointed = s.Next
 	go func() {
 		defer func() { <-h.ckptSlots }()
 		ctx, cancel := context.WithTimeout(context.Background(), checkpointTimeout)
@@ -161,12 +103,12 @@ func (h *Handler) maybeCheckpoint(name string, s *streamState) {
 // its put).
 const checkpointTimeout = 10 * time.Second
 
-func (h *Handler) writeCheckpoint(ctx context.Context, name string, s *streamState) error {
+func (h *Handler) writeCheckpoint(ctx context.Context, name string, s *records.State) error {
 	stream, err := h.n.StreamID(ctx, h.basin, name)
 	if err != nil {
 		return err
 	}
-	val, err := json.Marshal(checkpointOf(s, stream))
+	val, err := json.Marshal(records.CheckpointOf(s, stream))
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 )
 
@@ -212,29 +212,22 @@ func (s *devStar) output() string {
 func waitHealthy(t *testing.T, s *devStar, timeout time.Duration) {
 	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
+	poll.UntilErr(t, timeout, "star dev healthy at "+s.url, func() error {
 		select {
 		case <-s.done:
 			t.Fatalf("star dev exited before it was healthy:\n%s", s.output())
 		default:
 		}
 		resp, err := client.Get(s.url + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
+		if err != nil {
+			return err
 		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	if last == nil {
-		last = errors.New("no attempt made")
-	}
-	t.Fatalf("star dev not healthy at %s after %v: %v", s.url, timeout, last)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
 }
 
 // buildStar compiles the star binary from this module into a temp folder.

@@ -10,6 +10,8 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/records"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -42,7 +44,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 	var pt forkPoint
 	offIn := r.Header.Get(hForkOffset)
 	if offIn != "" {
-		seq, ok := parseOffset(offIn)
+		seq, ok := offsets.Parse(offIn)
 		if !ok {
 			httpError(w, http.StatusBadRequest, "malformed Stream-Fork-Offset")
 			return
@@ -95,9 +97,9 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 		return
 	}
 	if offIn == "" {
-		pt.seq = s.end()
+		pt.seq = s.End()
 	}
-	if pt.seq > s.end() {
+	if pt.seq > s.End() {
 		httpError(w, http.StatusBadRequest, "Stream-Fork-Offset is past the source's tail")
 		return
 	}
@@ -126,7 +128,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 	if len(body) > 0 {
 		payload = [][]byte{body}
 		if isJSON(want.ContentType) {
-			if payload, err = jsonMessages(body, true); err != nil {
+			if payload, err = records.JSONMessages(body, true); err != nil {
 				httpError(w, http.StatusBadRequest, err.Error())
 				return
 			}
@@ -195,14 +197,14 @@ func (h *Handler) existingFork(w http.ResponseWriter, r *http.Request, name stri
 	}
 	if row.ForkedFrom != want.ForkedFrom || row.ForkOffset != want.ForkOffset || row.ForkSub != want.ForkSub ||
 		mediaType(row.ContentType) != mediaType(want.ContentType) || row.HasTTL != want.HasTTL ||
-		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || s.closed != closed {
+		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || s.Closed != closed {
 		httpError(w, http.StatusConflict, "stream exists with a different configuration")
 		return
 	}
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(s.end()))
+	w.Header().Set(hStreamNext, offsets.Format(s.End()))
 	setTTLHeaders(w, &row)
-	if s.closed {
+	if s.Closed {
 		w.Header().Set(hStreamClosed, "true")
 	}
 	w.WriteHeader(http.StatusOK)
@@ -225,27 +227,27 @@ func (h *Handler) subRecords(ctx context.Context, src string, srow *streamRow, p
 	var out []api.Record
 	for i := range b.Records {
 		rec := &b.Records[i]
-		if kindOf(rec) != kindData {
-			if kindOf(rec) == kindClose {
+		if records.KindOf(rec) != records.KindData {
+			if records.KindOf(rec) == records.KindClose {
 				return nil, false, nil
 			}
-			out = append(out, forkCopy(rec))
+			out = append(out, records.ForkCopy(rec))
 			continue
 		}
 		if isJSON(srow.ContentType) {
-			n := uint64(batchLen(rec))
+			n := uint64(records.BatchLen(rec))
 			if pt.sub > n || uint64(len(b.Records)-i) < pt.sub {
 				return nil, false, nil
 			}
 			for j := range int(pt.sub) {
-				out = append(out, forkCopy(&b.Records[i+j]))
+				out = append(out, records.ForkCopy(&b.Records[i+j]))
 			}
 			return out, true, nil
 		}
 		if pt.sub > uint64(len(rec.Body)) {
 			return nil, false, nil
 		}
-		c := forkCopy(rec)
+		c := records.ForkCopy(rec)
 		c.Body = rec.Body[:pt.sub]
 		return append(out, c), true, nil
 	}
@@ -300,9 +302,9 @@ func (h *Handler) copyFork(ctx context.Context, src, name string, row *streamRow
 				break
 			}
 			for next+uint64(len(recs)) < rec.SeqNum { // trimmed on the source
-				recs = append(recs, forkCopy(&api.Record{Headers: []api.Header{{Name: []byte(hdrPad)}}}))
+				recs = append(recs, records.ForkCopy(&api.Record{Headers: []api.Header{{Name: []byte(records.HdrPad)}}}))
 			}
-			recs = append(recs, forkCopy(rec))
+			recs = append(recs, records.ForkCopy(rec))
 		}
 		if len(recs) == 0 {
 			break
@@ -315,7 +317,7 @@ func (h *Handler) copyFork(ctx context.Context, src, name string, row *streamRow
 		return 0, err
 	}
 	if len(payload) > 0 || closed {
-		if err := appendRecs(batch(payload, nil, "", closed)); err != nil {
+		if err := appendRecs(records.Batch(payload, nil, "", closed)); err != nil {
 			return 0, err
 		}
 	}

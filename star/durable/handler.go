@@ -21,6 +21,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/subs"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -83,17 +84,16 @@ type Config struct {
 	TokenStands func(ctx context.Context, id, credential string) (bool, error)
 	// SubscriptionAudit is how often each star re-reads every subscription
 	// row and audits the ones it owns (DefaultSubscriptionAudit;
-	// subs_schedule.go).
+	// subs/schedule.go).
 	SubscriptionAudit time.Duration
 	// KeyRotation is how often a new subscription key (webhook signing,
 	// wake tokens) is added: DefaultKeyRotation when 0, never when
 	// negative, else at least MinKeyRotation.
 	KeyRotation time.Duration
 	Logger      *slog.Logger
-
-	// clock is the subscription keys' time (time.Now when nil): tests
+	// Clock is the subscription keys' time (time.Now when nil): tests
 	// move it days ahead without sleeping.
-	clock func() time.Time
+	Clock func() time.Time
 }
 
 // Handler serves the protocol. Requests reach it authenticated: the
@@ -119,7 +119,7 @@ type Handler struct {
 	folded      prometheus.Counter     // records read into folds
 	checkpoints *prometheus.CounterVec // fold checkpoints by result
 	ckptSlots   chan struct{}          // checkpoint writes in flight
-	subs        *subManager            // subscriptions (subs*.go)
+	subs        *subs.Manager          // subscriptions (star/durable/subs)
 }
 
 // New returns the handler and registers its metrics with the node's registry.
@@ -141,9 +141,6 @@ func New(cfg Config) (*Handler, error) {
 	cfg.KeyRotation = cmp.Or(cfg.KeyRotation, DefaultKeyRotation)
 	if cfg.KeyRotation > 0 && cfg.KeyRotation < MinKeyRotation {
 		return nil, fmt.Errorf("durable: key rotation %v: want at least %v (or never)", cfg.KeyRotation, MinKeyRotation)
-	}
-	if cfg.clock == nil {
-		cfg.clock = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Node.Logger()
@@ -168,17 +165,22 @@ func New(cfg Config) (*Handler, error) {
 			return nil, fmt.Errorf("durable: register metrics: %w", err)
 		}
 	}
-	subs, err := newSubManager(h, cfg.AllowLoopbackWebhooks)
+	sm, err := subs.New(subs.Config{
+		Streams: subStreams{h}, Cluster: cfg.Node, Meta: h.meta, Basin: cfg.Basin, Prefix: cfg.Prefix,
+		Registry: cfg.Node.Registry(), Logger: h.log,
+		AllowLoopbackWebhooks: cfg.AllowLoopbackWebhooks, TokenStands: cfg.TokenStands,
+		Audit: cfg.SubscriptionAudit, KeyRotation: cfg.KeyRotation, Clock: cfg.Clock,
+	})
 	if err != nil {
 		return nil, err
 	}
-	h.subs = subs
+	h.subs = sm
 	return h, nil
 }
 
 // Close stops the subscription driver (its sweeps and deliveries in
 // flight); requests already being served finish on their own.
-func (h *Handler) Close() { h.subs.close() }
+func (h *Handler) Close() { h.subs.Close() }
 
 // MaxWait is the longest a read waits before it answers or ends (the
 // long-poll timeout or the SSE life), for the server's write deadline.
@@ -244,14 +246,14 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	browserHeaders(w.Header(), r)
 	// The reserved __ds segment routes before streams (protocol §6): no
 	// stream path holds it.
-	if c, ok := h.splitControl(r); ok {
+	if h.subs.Controls(r) {
 		op = "subscription"
 		if r.Method == http.MethodOptions {
 			w.Header().Set("Allow", allowMethods)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		h.serveControl(w, r, c)
+		h.subs.ServeHTTP(w, r)
 		return
 	}
 	name, ok := h.streamName(r.URL.EscapedPath())
@@ -339,7 +341,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // the face's basin may be linked by a subscription.
 func (h *Handler) Appended(basin, name string) {
 	if basin == h.basin {
-		h.subs.notify(name)
+		h.subs.Notify(name)
 	}
 }
 
@@ -347,7 +349,7 @@ func (h *Handler) Appended(basin, name string) {
 // served (a stream it leads: other stars forward theirs here).
 func (h *Handler) notifySubs(w *statusWriter, name string) {
 	if w.status >= 200 && w.status <= 299 {
-		h.subs.notify(name)
+		h.subs.Notify(name)
 	}
 }
 

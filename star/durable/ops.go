@@ -12,6 +12,8 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/records"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -128,7 +130,7 @@ func (h *Handler) created(w http.ResponseWriter, r *http.Request, name string, r
 	h.touch(name, row)
 	w.Header().Set("Location", absoluteURL(r))
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(next))
+	w.Header().Set(hStreamNext, offsets.Format(next))
 	setTTLHeaders(w, row)
 	if closed {
 		w.Header().Set(hStreamClosed, "true")
@@ -214,7 +216,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, name string) {
 	var payload [][]byte
 	if isJSON(want.ContentType) {
 		if len(body) > 0 {
-			msgs, err := jsonMessages(body, true)
+			msgs, err := records.JSONMessages(body, true)
 			if err != nil {
 				httpError(w, http.StatusBadRequest, err.Error())
 				return
@@ -275,7 +277,7 @@ func (h *Handler) initStream(ctx context.Context, name string, row *streamRow, p
 		return 0, err
 	}
 	ack, err := h.n.Append(ctx, h.basin, name, &api.AppendInput{
-		Records: batch(payload, nil, "", closed), MatchSeqNum: api.Uint64(s.next),
+		Records: records.Batch(payload, nil, "", closed), MatchSeqNum: api.Uint64(s.Next),
 	}, nil)
 	if err != nil {
 		return 0, err
@@ -309,14 +311,14 @@ func (h *Handler) existing(w http.ResponseWriter, r *http.Request, name string, 
 		return
 	}
 	if mediaType(row.ContentType) != mediaType(want.ContentType) || row.HasTTL != want.HasTTL ||
-		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || s.closed != closed || row.ForkedFrom != "" {
+		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || s.Closed != closed || row.ForkedFrom != "" {
 		httpError(w, http.StatusConflict, "stream exists with a different configuration")
 		return
 	}
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(s.end()))
+	w.Header().Set(hStreamNext, offsets.Format(s.End()))
 	setTTLHeaders(w, &row)
-	if s.closed {
+	if s.Closed {
 		w.Header().Set(hStreamClosed, "true")
 	}
 	w.WriteHeader(http.StatusOK)
@@ -343,10 +345,10 @@ func (h *Handler) head(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	w.Header().Set("Content-Type", row.ContentType)
-	w.Header().Set(hStreamNext, formatOffset(s.end()))
+	w.Header().Set(hStreamNext, offsets.Format(s.End()))
 	w.Header().Set("Cache-Control", "no-store")
 	setTTLHeaders(w, &row)
-	if s.closed {
+	if s.Closed {
 		w.Header().Set(hStreamClosed, "true")
 	}
 	w.WriteHeader(http.StatusOK)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/records"
 )
 
 // chunk is what one read found from an offset: payloads of data records,
@@ -40,10 +42,10 @@ func (h *Handler) readFrom(ctx context.Context, name string, seq uint64, wait ti
 	for i := range b.Records {
 		rec := &b.Records[i]
 		c.next = rec.SeqNum + 1
-		switch kindOf(rec) {
-		case kindData:
+		switch records.KindOf(rec) {
+		case records.KindData:
 			c.payload = append(c.payload, rec.Body)
-		case kindClose:
+		case records.KindClose:
 			c.closed = true
 			return c, nil
 		}
@@ -122,7 +124,7 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 	switch off {
 	case "-1", "now":
 	default:
-		v, ok := parseOffset(off)
+		v, ok := offsets.Parse(off)
 		if !ok {
 			httpError(w, http.StatusBadRequest, "malformed offset")
 			return
@@ -140,9 +142,9 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	if off == "now" {
-		from = s.end()
+		from = s.End()
 	}
-	if from > s.end() {
+	if from > s.End() {
 		httpError(w, http.StatusBadRequest, "offset is past the stream's tail")
 		return
 	}
@@ -160,19 +162,19 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	if off == "now" {
-		w.Header().Set(hStreamNext, formatOffset(from))
+		w.Header().Set(hStreamNext, offsets.Format(from))
 		w.Header().Set(hStreamUpToDate, "true")
 		w.Header().Set("Cache-Control", "no-store")
-		if s.closed {
+		if s.Closed {
 			w.Header().Set(hStreamClosed, "true")
 		}
 		_, _ = w.Write(encodeBody(row.ContentType, nil))
 		return
 	}
-	c := chunk{next: from, closed: s.closed && from >= s.end()}
+	c := chunk{next: from, closed: s.Closed && from >= s.End()}
 	if c.closed {
-		c.next = s.end()
-	} else if from < s.next {
+		c.next = s.End()
+	} else if from < s.Next {
 		if c, err = h.readFrom(ctx, name, from, 0); err != nil {
 			h.writeErr(w, err)
 			return
@@ -203,10 +205,10 @@ func endedBy(ctx context.Context, err error) error {
 }
 
 // writeChunk answers a catch-up or long-poll read that found c.
-func (h *Handler) writeChunk(w http.ResponseWriter, r *http.Request, row *streamRow, s *streamState, from uint64, c chunk, cursor string) {
+func (h *Handler) writeChunk(w http.ResponseWriter, r *http.Request, row *streamRow, s *records.State, from uint64, c chunk, cursor string) {
 	hd := w.Header()
-	hd.Set(hStreamNext, formatOffset(c.next))
-	upToDate := c.closed || c.next >= s.next
+	hd.Set(hStreamNext, offsets.Format(c.next))
+	upToDate := c.closed || c.next >= s.Next
 	if upToDate {
 		hd.Set(hStreamUpToDate, "true")
 	}
@@ -216,7 +218,7 @@ func (h *Handler) writeChunk(w http.ResponseWriter, r *http.Request, row *stream
 	if cursor != "" && !c.closed {
 		hd.Set(hStreamCursor, cursor)
 	}
-	etag := fmt.Sprintf(`"%s:%s:%s`, row.Incarnation, formatOffset(from), formatOffset(c.next))
+	etag := fmt.Sprintf(`"%s:%s:%s`, row.Incarnation, offsets.Format(from), offsets.Format(c.next))
 	if c.closed {
 		etag += ":c"
 	}
@@ -246,10 +248,10 @@ func etagMatch(header, etag string) bool {
 
 // longPoll serves live=long-poll: data at once if there is some past from,
 // else wait up to LongPoll for it; 204 on timeout or at a closed end.
-func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, row *streamRow, s *streamState, from uint64, clientCursor string) {
+func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, row *streamRow, s *records.State, from uint64, clientCursor string) {
 	cursor := nextCursor(clientCursor)
-	if s.closed && from >= s.end() {
-		h.noContent(w, s.end(), true, "")
+	if s.Closed && from >= s.End() {
+		h.noContent(w, s.End(), true, "")
 		return
 	}
 	c, err := h.readFrom(r.Context(), name, from, h.cfg.LongPoll)
@@ -260,20 +262,20 @@ func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, name string, 
 	if len(c.payload) == 0 {
 		// A timeout, or only control records (a close) arrived.
 		if c.next > from && !c.closed {
-			s.next = max(s.next, c.next)
+			s.Next = max(s.Next, c.next)
 		}
 		h.noContent(w, c.next, c.closed, cursor)
 		return
 	}
-	if c.next > s.next {
-		s.next = c.next
+	if c.next > s.Next {
+		s.Next = c.next
 	}
 	h.writeChunk(w, r, row, s, from, c, cursor)
 }
 
 func (h *Handler) noContent(w http.ResponseWriter, next uint64, closed bool, cursor string) {
 	hd := w.Header()
-	hd.Set(hStreamNext, formatOffset(next))
+	hd.Set(hStreamNext, offsets.Format(next))
 	hd.Set(hStreamUpToDate, "true")
 	hd.Set("Cache-Control", "no-store")
 	if closed {
@@ -295,7 +297,7 @@ type controlEvent struct {
 
 // sse serves live=sse: a data event per batch found and a control event
 // after each; it ends at the closing marker or after SSELife.
-func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, row *streamRow, s *streamState, from uint64, clientCursor string) {
+func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, row *streamRow, s *records.State, from uint64, clientCursor string) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.SSELife)
 	defer cancel()
 	rc := http.NewResponseController(w)
@@ -310,7 +312,7 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, row *
 	cursor := nextCursor(clientCursor)
 	var buf bytes.Buffer
 	control := func(next uint64, upToDate, closed bool) error {
-		ev := controlEvent{StreamNextOffset: formatOffset(next), UpToDate: upToDate || closed, StreamClosed: closed}
+		ev := controlEvent{StreamNextOffset: offsets.Format(next), UpToDate: upToDate || closed, StreamClosed: closed}
 		if !closed {
 			ev.StreamCursor = cursor
 		}
@@ -325,11 +327,11 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, name string, row *
 		}
 		return err
 	}
-	if s.closed && from >= s.end() {
-		_ = control(s.end(), true, true)
+	if s.Closed && from >= s.End() {
+		_ = control(s.End(), true, true)
 		return
 	}
-	tail := s.next
+	tail := s.Next
 	caughtUp := false
 	for ctx.Err() == nil {
 		var wait time.Duration

@@ -1,6 +1,7 @@
-// Package durabletest holds what tests of Durable Streams subscriptions
-// share: a webhook receiver on loopback and a check of the signatures it
-// receives, written the way a worker's receiver would be.
+// Package durabletest holds what tests of Durable Streams and its
+// subscriptions share: a webhook receiver on loopback and a check of the
+// signatures it receives, written the way a worker's receiver would be,
+// and a real node to serve the handler from (node.go).
 package durabletest
 
 import (

@@ -1,4 +1,4 @@
-package durable
+package signing
 
 import (
 	"crypto/ed25519"
@@ -13,7 +13,7 @@ import (
 // The subscription keys rotate (docs/durable-streams.md, "Where it
 // lives"). This file is the pure part: the key set the row holds, which
 // key signs at a time, and what a rotation or a drop makes of the set.
-// Every rule takes the time as an argument; subs_keys.go does the I/O.
+// Every rule takes the time as an argument; loader.go does the I/O.
 
 // Timing of the subscription keys.
 const (
@@ -23,21 +23,21 @@ const (
 	// MinKeyRotation is the shortest rotation period: with KeyPublishLead
 	// and KeyRetain below it the row holds at most three keys.
 	MinKeyRotation = time.Hour
-	// jwksMaxAge is the JWK Set's Cache-Control max-age.
-	jwksMaxAge = 5 * time.Minute
+	// JWKSMaxAge is the JWK Set's Cache-Control max-age.
+	JWKSMaxAge = 5 * time.Minute
 	// KeyReload is how often a star rereads the keys row (and adds or
 	// drops a key when one is due).
 	KeyReload = time.Minute
 	// KeyPublishLead is how long a new key is in the JWK Set before it
 	// signs: longer than the last star takes to learn of it (KeyReload)
-	// plus a receiver's cache of the JWK Set (jwksMaxAge), so a receiver
+	// plus a receiver's cache of the JWK Set (JWKSMaxAge), so a receiver
 	// knows the kid before a signature uses it.
 	KeyPublishLead = 10 * time.Minute
 	// KeyRetain is how long a key stays in the row after it stopped
-	// signing: its webhooks in flight (webhookTimeout) and those of stars
+	// signing: its webhooks in flight (subs' webhookTimeout) and those of stars
 	// that have not reread the row (KeyReload) still verify, and so do
 	// its wake tokens, used between callbacks at most a lease apart
-	// (maxLeaseTTL).
+	// (subs' maxLeaseTTL).
 	KeyRetain = time.Hour
 	// keyMissReload spaces the rereads a token that verifies under none
 	// of the cached keys triggers (a key another star just added).
@@ -46,13 +46,13 @@ const (
 	maxKeys = 8
 )
 
-// errTooManyKeys refuses a rotation that would hold more than maxKeys.
-var errTooManyKeys = fmt.Errorf("durable: the subscription keys row holds %d keys; wait until retired ones are dropped", maxKeys)
+// ErrTooManyKeys refuses a rotation that would hold more than maxKeys.
+var ErrTooManyKeys = fmt.Errorf("durable: the subscription keys row holds %d keys; wait until retired ones are dropped", maxKeys)
 
-// signingKey is one subscription key: the Ed25519 key that signs webhooks
+// Key is one subscription key: the Ed25519 key that signs webhooks
 // and the HMAC key of wake tokens, when it was added and when it starts
 // signing.
-type signingKey struct {
+type Key struct {
 	priv      ed25519.PrivateKey
 	pub       ed25519.PublicKey
 	kid       string
@@ -67,13 +67,13 @@ type keyMaterial struct {
 	seed, tokenKey []byte
 }
 
-func newSigningKey(m keyMaterial, created, signsFrom time.Time) (*signingKey, error) {
+func newSigningKey(m keyMaterial, created, signsFrom time.Time) (*Key, error) {
 	if len(m.seed) != ed25519.SeedSize || len(m.tokenKey) < 32 {
 		return nil, errors.New("durable: malformed subscription key")
 	}
 	priv := ed25519.NewKeyFromSeed(m.seed)
 	pub := priv.Public().(ed25519.PublicKey)
-	return &signingKey{priv: priv, pub: pub, kid: keyID(pub), tokenKey: m.tokenKey, created: created.UTC(), signsFrom: signsFrom.UTC()}, nil
+	return &Key{priv: priv, pub: pub, kid: keyID(pub), tokenKey: m.tokenKey, created: created.UTC(), signsFrom: signsFrom.UTC()}, nil
 }
 
 // keyID derives the kid from the key (protocol §6.5 asks for one stable
@@ -85,15 +85,15 @@ func keyID(pub ed25519.PublicKey) string {
 	return "ds_" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// keySet is the keys of the row, in the order they were added; their
+// Set is the keys of the row, in the order they were added; their
 // starts never decrease. A key signs from its start until the next key's
 // (it is then retired) and is dropped KeyRetain after that. Until dropped
 // it is in the JWK Set and verifies wake tokens.
-type keySet struct{ keys []*signingKey }
+type Set struct{ keys []*Key }
 
 // retiredAt is when key i stopped signing: the next key's start (zero for
 // the newest).
-func (s *keySet) retiredAt(i int) time.Time {
+func (s *Set) retiredAt(i int) time.Time {
 	if i+1 < len(s.keys) {
 		return s.keys[i+1].signsFrom
 	}
@@ -101,22 +101,22 @@ func (s *keySet) retiredAt(i int) time.Time {
 }
 
 // dropAt is when key i leaves the set (zero for the newest).
-func (s *keySet) dropAt(i int) time.Time {
+func (s *Set) dropAt(i int) time.Time {
 	if r := s.retiredAt(i); !r.IsZero() {
 		return r.Add(KeyRetain)
 	}
 	return time.Time{}
 }
 
-func (s *keySet) dropped(i int, now time.Time) bool {
+func (s *Set) dropped(i int, now time.Time) bool {
 	d := s.dropAt(i)
 	return !d.IsZero() && !now.Before(d)
 }
 
-// signer is the key that signs at now: the newest that has started. A
+// Signer is the key that signs at now: the newest that has started. A
 // clock behind the writer's may find none started; the oldest key, which
 // signed before the others were added, signs then.
-func (s *keySet) signer(now time.Time) *signingKey {
+func (s *Set) Signer(now time.Time) *Key {
 	k := s.keys[0]
 	for _, c := range s.keys[1:] {
 		if !now.Before(c.signsFrom) {
@@ -129,8 +129,8 @@ func (s *keySet) signer(now time.Time) *signingKey {
 // live are the keys not dropped at now: the JWK Set, and the keys a wake
 // token may verify under (the set as the row last held it: a key past its
 // drop is refused even before a star removes it from the row).
-func (s *keySet) live(now time.Time) []*signingKey {
-	out := make([]*signingKey, 0, len(s.keys))
+func (s *Set) live(now time.Time) []*Key {
+	out := make([]*Key, 0, len(s.keys))
 	for i, k := range s.keys {
 		if !s.dropped(i, now) {
 			out = append(out, k)
@@ -140,7 +140,7 @@ func (s *keySet) live(now time.Time) []*signingKey {
 }
 
 // pruned is the set without the keys dropped at now, and their kids.
-func (s *keySet) pruned(now time.Time) (*keySet, []string) {
+func (s *Set) pruned(now time.Time) (*Set, []string) {
 	var gone []string
 	for i, k := range s.keys {
 		if s.dropped(i, now) {
@@ -150,12 +150,12 @@ func (s *keySet) pruned(now time.Time) (*keySet, []string) {
 	if gone == nil {
 		return s, nil
 	}
-	return &keySet{keys: s.live(now)}, gone
+	return &Set{keys: s.live(now)}, gone
 }
 
 // due reports whether a scheduled rotation is due at now: the newest key
 // is a period old. Never when period ≤ 0.
-func (s *keySet) due(now time.Time, period time.Duration) bool {
+func (s *Set) due(now time.Time, period time.Duration) bool {
 	return period > 0 && !now.Before(s.keys[len(s.keys)-1].created.Add(period))
 }
 
@@ -164,17 +164,17 @@ func (s *keySet) due(now time.Time, period time.Duration) bool {
 // KeyPublishLead later (no earlier than the newest key's start), while
 // the current signer goes on until then. An emergency rotation replaces
 // every key with the new one, signing at once.
-func (s *keySet) rotated(now time.Time, m keyMaterial, emergency bool) (*keySet, error) {
+func (s *Set) rotated(now time.Time, m keyMaterial, emergency bool) (*Set, error) {
 	if emergency {
 		k, err := newSigningKey(m, now, now)
 		if err != nil {
 			return nil, err
 		}
-		return &keySet{keys: []*signingKey{k}}, nil
+		return &Set{keys: []*Key{k}}, nil
 	}
 	p, _ := s.pruned(now)
 	if len(p.keys) >= maxKeys {
-		return nil, errTooManyKeys
+		return nil, ErrTooManyKeys
 	}
 	from := now.Add(KeyPublishLead)
 	if last := p.keys[len(p.keys)-1].signsFrom; from.Before(last) {
@@ -184,21 +184,21 @@ func (s *keySet) rotated(now time.Time, m keyMaterial, emergency bool) (*keySet,
 	if err != nil {
 		return nil, err
 	}
-	return &keySet{keys: append(p.keys[:len(p.keys):len(p.keys)], k)}, nil
+	return &Set{keys: append(p.keys[:len(p.keys):len(p.keys)], k)}, nil
 }
 
 // firstKeys is the set of a row created at now: one key, signing at once
 // (no receiver has seen a JWK Set yet).
-func firstKeys(now time.Time, m keyMaterial) (*keySet, error) {
+func firstKeys(now time.Time, m keyMaterial) (*Set, error) {
 	k, err := newSigningKey(m, now, now)
 	if err != nil {
 		return nil, err
 	}
-	return &keySet{keys: []*signingKey{k}}, nil
+	return &Set{keys: []*Key{k}}, nil
 }
 
 // kids lists the set's kids in order.
-func (s *keySet) kids() []string {
+func (s *Set) kids() []string {
 	out := make([]string, len(s.keys))
 	for i, k := range s.keys {
 		out[i] = k.kid
@@ -226,8 +226,8 @@ type keyEntry struct {
 	SignsFrom time.Time `json:"signs_from"`
 }
 
-// decodeKeys reads a keys row, either shape.
-func decodeKeys(val []byte) (*keySet, error) {
+// Decode reads a keys row, either shape.
+func Decode(val []byte) (*Set, error) {
 	var r keysRow
 	if err := json.Unmarshal(val, &r); err != nil {
 		return nil, fmt.Errorf("durable: decode subscription keys: %w", err)
@@ -237,7 +237,7 @@ func decodeKeys(val []byte) (*keySet, error) {
 		// The single-key row: the key signs from its creation on.
 		entries = []keyEntry{{Seed: r.Seed, TokenKey: r.TokenKey, Created: r.Created, SignsFrom: r.Created}}
 	}
-	s := &keySet{keys: make([]*signingKey, 0, len(entries))}
+	s := &Set{keys: make([]*Key, 0, len(entries))}
 	for _, e := range entries {
 		k, err := newSigningKey(keyMaterial{seed: e.Seed, tokenKey: e.TokenKey}, e.Created, e.SignsFrom)
 		if err != nil {
@@ -249,12 +249,12 @@ func decodeKeys(val []byte) (*keySet, error) {
 }
 
 // encode is the row of the set, written at now.
-func (s *keySet) encode(now time.Time) []byte {
+func (s *Set) encode(now time.Time) []byte {
 	r := keysRow{Keys: make([]keyEntry, len(s.keys))}
 	for i, k := range s.keys {
 		r.Keys[i] = keyEntry{Seed: k.priv.Seed(), TokenKey: k.tokenKey, Created: k.created, SignsFrom: k.signsFrom}
 	}
-	sig := s.signer(now)
+	sig := s.Signer(now)
 	r.Seed, r.TokenKey, r.Created = sig.priv.Seed(), sig.tokenKey, sig.created
 	b, _ := json.Marshal(r)
 	return b
@@ -272,9 +272,9 @@ type KeyInfo struct {
 	DropAt     time.Time `json:"drop_at,omitzero"`
 }
 
-// info describes the live keys at now.
-func (s *keySet) info(now time.Time) []KeyInfo {
-	sig := s.signer(now)
+// Info describes the live keys at now.
+func (s *Set) Info(now time.Time) []KeyInfo {
+	sig := s.Signer(now)
 	var out []KeyInfo
 	for i, k := range s.keys {
 		if s.dropped(i, now) {

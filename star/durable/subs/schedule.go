@@ -1,4 +1,4 @@
-package durable
+package subs
 
 import (
 	"context"
@@ -78,10 +78,10 @@ const (
 	passError     = "error"
 )
 
-// notify tells the driver a stream was appended to (or created, or
+// Notify tells the driver a stream was appended to (or created, or
 // deleted) through this star. It never blocks; past maxRecent names
 // waiting, the audit finds the work.
-func (m *subManager) notify(name string) {
+func (m *Manager) Notify(name string) {
 	m.mu.Lock()
 	if len(m.appended) < maxRecent {
 		m.appended[name] = struct{}{}
@@ -93,7 +93,7 @@ func (m *subManager) notify(name string) {
 	}
 }
 
-func (m *subManager) run() {
+func (m *Manager) run() {
 	defer m.wg.Done()
 	t := time.NewTicker(subTick)
 	defer t.Stop()
@@ -142,13 +142,13 @@ type passJob struct {
 
 // passAll makes the passes, at most maxPasses at once, and returns when
 // they are done.
-func (m *subManager) passAll(jobs []passJob) {
+func (m *Manager) passAll(jobs []passJob) {
 	m.each(len(jobs), func(i int) { m.pass(jobs[i].row, jobs[i].appended, jobs[i].trigger) })
 }
 
 // each runs f(0), …, f(n-1), at most maxPasses at once, and returns when
 // they are done (or, once the driver stops, after the ones started).
-func (m *subManager) each(n int, f func(int)) {
+func (m *Manager) each(n int, f func(int)) {
 	sem := make(chan struct{}, maxPasses)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -170,7 +170,7 @@ func (m *subManager) each(n int, f func(int)) {
 // since the last call fall under. The driver's lock is held only to take
 // the names and the candidate rows: an append's notify waits on it, so
 // the pattern matching runs after it is released.
-func (m *subManager) onAppended() {
+func (m *Manager) onAppended() {
 	now := time.Now()
 	type candidate struct {
 		k   meta.Key
@@ -225,7 +225,7 @@ func (m *subManager) onAppended() {
 
 // tick passes over the busy subscriptions whose wake ended and the owned
 // ones the clock made due, deciding from the cache.
-func (m *subManager) tick(now time.Time) {
+func (m *Manager) tick(now time.Time) {
 	var stale []meta.Key
 	var jobs []passJob
 	m.mu.Lock()
@@ -272,13 +272,13 @@ func (m *subManager) tick(now time.Time) {
 // audit reads every subscription row and the live stars, and passes over
 // the subscriptions this star owns, and over any other with names
 // appended here lately that it would link.
-func (m *subManager) audit() {
+func (m *Manager) audit() {
 	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
 	rows, err := m.list(ctx)
 	var stars []string
 	var serr error
 	if err == nil {
-		stars, serr = m.h.n.LiveStars(ctx)
+		stars, serr = m.cluster.LiveStars(ctx)
 	}
 	cancel()
 	if err != nil {
@@ -298,7 +298,7 @@ func (m *subManager) audit() {
 	m.cache = make(map[meta.Key]cachedSub, len(rows))
 	m.byRoot = map[string]map[meta.Key]struct{}{}
 	for _, s := range rows {
-		k := subKey(m.h.basin, s.Root, s.ID)
+		k := subKey(m.basin, s.Root, s.ID)
 		m.cacheLocked(k, cachedSub{row: s, at: now, owned: m.ownsLocked(k)})
 	}
 	var jobs []passJob
@@ -318,11 +318,11 @@ func (m *subManager) audit() {
 }
 
 // ownsLocked reports whether this star owns the subscription (m.mu held).
-func (m *subManager) ownsLocked(k meta.Key) bool {
+func (m *Manager) ownsLocked(k meta.Key) bool {
 	if len(m.stars) == 0 {
 		return true
 	}
-	return ownerOf(m.stars, k) == m.h.n.StarID()
+	return ownerOf(m.stars, k) == m.cluster.StarID()
 }
 
 // ownerOf is the star that owns a subscription: the highest rendezvous
@@ -343,7 +343,7 @@ func ownerOf(stars []string, k meta.Key) string {
 	return best
 }
 
-func (m *subManager) pruneRecent(now time.Time) {
+func (m *Manager) pruneRecent(now time.Time) {
 	for k, t := range m.recent {
 		if now.Sub(t) > 2*m.auditEvery {
 			delete(m.recent, k)
@@ -353,7 +353,7 @@ func (m *subManager) pruneRecent(now time.Time) {
 
 // recentForLocked is the names appended lately, after s was created,
 // that its pattern matches and it does not link yet (m.mu held).
-func (m *subManager) recentForLocked(s *subRow) []string {
+func (m *Manager) recentForLocked(s *subRow) []string {
 	var out []string
 	for name, t := range m.recent {
 		if rel, ok := s.relative(name); ok && t.After(s.Created) && s.link(rel) == nil && s.globs(rel) {
@@ -364,11 +364,11 @@ func (m *subManager) recentForLocked(s *subRow) []string {
 	return out
 }
 
-func (m *subManager) list(ctx context.Context) ([]subRow, error) {
-	q := meta.Query{PK: "ds#" + m.h.basin, From: subSKPrefix, To: subSKPrefix + keyEnd, Limit: 256}
+func (m *Manager) list(ctx context.Context) ([]subRow, error) {
+	q := meta.Query{PK: "ds#" + m.basin, From: subSKPrefix, To: subSKPrefix + keyEnd, Limit: 256}
 	var out []subRow
 	for len(out) < maxSubsPerSweep {
-		pg, err := m.h.meta.Query(ctx, q)
+		pg, err := m.meta.Query(ctx, q)
 		if err != nil {
 			return nil, err
 		}
@@ -389,8 +389,8 @@ func (m *subManager) list(ctx context.Context) ([]subRow, error) {
 }
 
 // read is the subscription's row as stored now.
-func (m *subManager) read(ctx context.Context, k meta.Key) (subRow, error) {
-	it, err := m.h.meta.Get(ctx, k.PK, k.SK)
+func (m *Manager) read(ctx context.Context, k meta.Key) (subRow, error) {
+	it, err := m.meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
 		return subRow{}, errSubNotFound
 	}
@@ -422,7 +422,7 @@ func (s *subRow) globs(rel string) bool {
 // pass reads the tails of the cached row's links (and of the appended
 // names) and decides on the cached row; only a change is decided again on
 // the fresh row and written.
-func (m *subManager) pass(cached subRow, appended []string, trigger string) {
+func (m *Manager) pass(cached subRow, appended []string, trigger string) {
 	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
 	defer cancel()
 	paths := append(linkPaths(&cached), appended...)
@@ -452,7 +452,7 @@ func (m *subManager) pass(cached subRow, appended []string, trigger string) {
 		m.passed(trigger, passError, cached.ID, err)
 		return
 	case !wrote:
-		m.recache(subKey(m.h.basin, row.Root, row.ID), row) // the cache was behind
+		m.recache(subKey(m.basin, row.Root, row.ID), row) // the cache was behind
 		m.passed(trigger, passFenced, cached.ID, nil)
 		return
 	}
@@ -462,7 +462,7 @@ func (m *subManager) pass(cached subRow, appended []string, trigger string) {
 	}
 }
 
-func (m *subManager) passed(trigger, result, id string, err error) {
+func (m *Manager) passed(trigger, result, id string, err error) {
 	m.passes.WithLabelValues(trigger, result).Inc()
 	if err != nil && m.ctx.Err() == nil {
 		m.log.Warn("subscription pass failed", "subscription", id, "trigger", trigger, "err", err)

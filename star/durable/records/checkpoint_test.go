@@ -1,4 +1,4 @@
-package durable
+package records
 
 import (
 	"encoding/json"
@@ -18,10 +18,10 @@ func TestFoldFromCheckpoint(t *testing.T) {
 		var recs []api.Record
 		closed := false
 		for i := range rapid.IntRange(0, 40).Draw(t, "batches") {
-			var p *producer
+			var p *Producer
 			if rapid.Bool().Draw(t, "producer") {
-				p = &producer{id: rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "id"),
-					epoch: rapid.Uint64Range(0, 3).Draw(t, "epoch"), seq: rapid.Uint64Range(0, 9).Draw(t, "seq")}
+				p = &Producer{ID: rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "id"),
+					Epoch: rapid.Uint64Range(0, 3).Draw(t, "epoch"), Seq: rapid.Uint64Range(0, 9).Draw(t, "seq")}
 			}
 			seq := ""
 			if rapid.Bool().Draw(t, "stream-seq") {
@@ -37,7 +37,7 @@ func TestFoldFromCheckpoint(t *testing.T) {
 				continue
 			}
 			closed = closed || closing
-			recs = append(recs, batch(payload, p, seq, closing)...)
+			recs = append(recs, Batch(payload, p, seq, closing)...)
 			if rapid.IntRange(0, 9).Draw(t, "command") == 0 { // an S2 command record
 				recs = append(recs, api.Record{Headers: []api.Header{{Value: []byte("fence")}}})
 			}
@@ -45,26 +45,26 @@ func TestFoldFromCheckpoint(t *testing.T) {
 		for i := range recs {
 			recs[i].SeqNum = uint64(i)
 		}
-		whole := newState("inc")
-		whole.apply(recs)
+		whole := NewState("inc")
+		whole.Apply(recs)
 
 		at := rapid.IntRange(0, len(recs)).Draw(t, "checkpoint at")
-		prefix := newState("inc")
-		prefix.apply(recs[:at])
-		raw, err := json.Marshal(checkpointOf(prefix, "stream-id"))
+		prefix := NewState("inc")
+		prefix.Apply(recs[:at])
+		raw, err := json.Marshal(CheckpointOf(prefix, "stream-id"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var c foldCheckpoint
+		var c Checkpoint
 		if err := json.Unmarshal(raw, &c); err != nil {
 			t.Fatal(err)
 		}
-		resumed := c.state()
-		if resumed.checkpointed != uint64(at) || c.Stream != "stream-id" {
+		resumed := c.State()
+		if resumed.Checkpointed != uint64(at) || c.Stream != "stream-id" {
 			t.Fatalf("checkpoint %+v of a fold to %d", c, at)
 		}
-		resumed.apply(recs[at:])
-		resumed.checkpointed = 0
+		resumed.Apply(recs[at:])
+		resumed.Checkpointed = 0
 		if !reflect.DeepEqual(whole, resumed) {
 			t.Fatalf("fold from the checkpoint at %d:\n%+v\nwant\n%+v", at, resumed, whole)
 		}
@@ -75,38 +75,38 @@ func TestFoldFromCheckpoint(t *testing.T) {
 // stream is known however the fold's reads split the append's records
 // (a JSON append of several messages, its marker last).
 func TestClosedByAcrossReads(t *testing.T) {
-	p := &producer{id: "w", epoch: 2, seq: 7}
-	recs := append(batch([][]byte{[]byte("1")}, &producer{id: "v"}, "", false),
-		batch([][]byte{[]byte("1"), []byte("2"), []byte("3")}, p, "", true)...)
+	p := &Producer{ID: "w", Epoch: 2, Seq: 7}
+	recs := append(Batch([][]byte{[]byte("1")}, &Producer{ID: "v"}, "", false),
+		Batch([][]byte{[]byte("1"), []byte("2"), []byte("3")}, p, "", true)...)
 	for i := range recs {
 		recs[i].SeqNum = uint64(i)
 	}
 	for chunk := 1; chunk <= len(recs); chunk++ {
-		s := newState("i")
+		s := NewState("i")
 		for i := 0; i < len(recs); i += chunk {
-			s.apply(recs[i:min(i+chunk, len(recs))])
+			s.Apply(recs[i:min(i+chunk, len(recs))])
 		}
-		if !s.closed || s.closedBy == nil || *s.closedBy != *p {
-			t.Fatalf("reads of %d records: closed %v by %v, want by %v", chunk, s.closed, s.closedBy, p)
+		if !s.Closed || s.ClosedBy == nil || *s.ClosedBy != *p {
+			t.Fatalf("reads of %d records: closed %v by %v, want by %v", chunk, s.Closed, s.ClosedBy, p)
 		}
 	}
 	// A close of its own by another producer after data without one.
-	recs = append(batch([][]byte{[]byte("a"), []byte("b")}, nil, "", false), batch(nil, p, "", true)...)
+	recs = append(Batch([][]byte{[]byte("a"), []byte("b")}, nil, "", false), Batch(nil, p, "", true)...)
 	for i := range recs {
 		recs[i].SeqNum = uint64(i)
 	}
-	s := newState("i")
-	s.apply(recs)
-	if s.closedBy == nil || *s.closedBy != *p {
-		t.Fatalf("close-only append: closed by %v, want %v", s.closedBy, p)
+	s := NewState("i")
+	s.Apply(recs)
+	if s.ClosedBy == nil || *s.ClosedBy != *p {
+		t.Fatalf("close-only append: closed by %v, want %v", s.ClosedBy, p)
 	}
-	recs = batch([][]byte{[]byte("a"), []byte("b")}, nil, "", true)
+	recs = Batch([][]byte{[]byte("a"), []byte("b")}, nil, "", true)
 	for i := range recs {
 		recs[i].SeqNum = uint64(i)
 	}
-	s = newState("i")
-	s.apply(recs)
-	if !s.closed || s.closedBy != nil {
-		t.Fatalf("closed without a producer: by %v", s.closedBy)
+	s = NewState("i")
+	s.Apply(recs)
+	if !s.Closed || s.ClosedBy != nil {
+		t.Fatalf("closed without a producer: by %v", s.ClosedBy)
 	}
 }

@@ -1,4 +1,4 @@
-package durable
+package records
 
 import "testing"
 
@@ -7,12 +7,12 @@ import "testing"
 // back with U+FFFD), while paired surrogates and plain text pass.
 func TestJSONMessagesRefuseInexactText(t *testing.T) {
 	for _, body := range []string{"{\"a\":\"\xff\"}", "[\"ok\",\"\xc3\"]", `{"a":"\ud800"}`, `["\udc00"]`} {
-		if _, err := jsonMessages([]byte(body), false); err == nil {
+		if _, err := JSONMessages([]byte(body), false); err == nil {
 			t.Errorf("%q accepted", body)
 		}
 	}
 	for _, body := range []string{`{"a":"\ud83d\ude00"}`, `["é", 1]`, `"x"`} {
-		if _, err := jsonMessages([]byte(body), false); err != nil {
+		if _, err := JSONMessages([]byte(body), false); err != nil {
 			t.Errorf("%q refused: %v", body, err)
 		}
 	}

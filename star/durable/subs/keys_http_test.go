@@ -1,10 +1,11 @@
-package durable
+package subs_test
 
 import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,49 +15,26 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/durable/durabletest"
-	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/durable/subs"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
 
 // keysStar is a real node on SQLite and in-memory buckets behind the
 // handler, with the keys' clock in the test's hands. Every request is the
 // admin's (the handler's own authorization is not what these test).
 type keysStar struct {
-	h   *Handler
+	h   *durable.Handler
 	url string
 }
 
-func openTestNode(t *testing.T, ms meta.Store) *node.Node {
+// serve starts an HTTP server for h, every request as the admin's.
+func serve(t *testing.T, h *durable.Handler) *keysStar {
 	t.Helper()
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := node.Defaults()
-	cfg.StarID = "keys-star"
-	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = time.Millisecond, time.Millisecond
-	n, err := node.Open(context.Background(), cfg, node.Deps{Meta: ms, Objects: objs, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
-	return n
-}
-
-func startKeysStar(t *testing.T, ms meta.Store, c *fakeClock) *keysStar {
-	t.Helper()
-	n := openTestNode(t, ms)
-	h, err := New(Config{Node: n, AllowLoopbackWebhooks: true, clock: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), auth.AdminPrincipal())))
 	}))
@@ -64,22 +42,31 @@ func startKeysStar(t *testing.T, ms meta.Store, c *fakeClock) *keysStar {
 		srv.Close()
 		h.Close()
 	})
-	return &keysStar{h: h, url: srv.URL + DefaultPrefix}
+	return &keysStar{h: h, url: srv.URL + durable.DefaultPrefix}
 }
 
-// A period under MinKeyRotation is refused; 0 is the default; negative
+func startKeysStar(t *testing.T, ms meta.Store, c *durabletest.Clock) *keysStar {
+	t.Helper()
+	h, err := durable.New(durable.Config{Node: durabletest.OpenNode(t, ms), AllowLoopbackWebhooks: true, Clock: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serve(t, h)
+}
+
+// A period under signing.MinKeyRotation is refused; 0 is the default; negative
 // is never.
 func TestKeyRotationConfig(t *testing.T) {
-	if _, err := New(Config{Node: openTestNode(t, testsvc.SQLite(t)), KeyRotation: MinKeyRotation - time.Second}); err == nil || !strings.Contains(err.Error(), "at least 1h") {
+	if _, err := durable.New(durable.Config{Node: durabletest.OpenNode(t, testsvc.SQLite(t)), KeyRotation: signing.MinKeyRotation - time.Second}); err == nil || !strings.Contains(err.Error(), "at least 1h") {
 		t.Fatalf("a period under the minimum: %v", err)
 	}
-	for in, want := range map[time.Duration]time.Duration{0: DefaultKeyRotation, -1: -1, MinKeyRotation: MinKeyRotation} {
-		h, err := New(Config{Node: openTestNode(t, testsvc.SQLite(t)), KeyRotation: in})
+	for in, want := range map[time.Duration]time.Duration{0: signing.DefaultKeyRotation, -1: -1, signing.MinKeyRotation: signing.MinKeyRotation} {
+		h, err := durable.New(durable.Config{Node: durabletest.OpenNode(t, testsvc.SQLite(t)), KeyRotation: in})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.subs.keys.period != want {
-			t.Errorf("KeyRotation %v: period %v, want %v", in, h.subs.keys.period, want)
+		if got := h.Subscriptions().KeyPeriod(); got != want {
+			t.Errorf("KeyRotation %v: period %v, want %v", in, got, want)
 		}
 		h.Close()
 	}
@@ -146,7 +133,7 @@ func receive(t *testing.T, hook *durabletest.Webhook) webhookWake {
 // after, and each signature verifies against the JWK Set the star serves
 // then; callback tokens of the old key verify until its retain is over.
 func TestRotatedKeySignsAfterLead(t *testing.T) {
-	c := newFakeClock()
+	c := durabletest.NewClock()
 	star := startKeysStar(t, testsvc.SQLite(t), c)
 	hook := durabletest.NewWebhook(t)
 
@@ -162,8 +149,8 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	}
 
 	// The period is up: the next pass adds a key, published at once.
-	c.add(DefaultKeyRotation)
-	if err := star.h.subs.keys.pass(context.Background()); err != nil {
+	c.Add(signing.DefaultKeyRotation)
+	if err := star.h.Subscriptions().PassKeys(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	set := star.jwks(t)
@@ -175,7 +162,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 		t.Fatalf("create stream: %d %s", code, b)
 	}
 	w1 := receive(t, hook)
-	if w1.kid != kid1 || !verifySignature(set[kid1], kid1, w1.sig, w1.body, time.Now(), time.Minute) {
+	if w1.kid != kid1 || !signing.VerifySignature(set[kid1], kid1, w1.sig, w1.body, time.Now(), time.Minute) {
 		t.Fatalf("within the lead: signature %q, want kid %s", w1.sig, kid1)
 	}
 	ack := func(w webhookWake, done bool) string {
@@ -189,13 +176,13 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 	}
 
 	// After the lead the new key signs; the receiver finds it in the JWK Set.
-	c.add(KeyPublishLead)
+	c.Add(signing.KeyPublishLead)
 	if code, b := star.call(t, http.MethodPost, "/events/a", "", "application/json", `{"n":2}`); code != http.StatusNoContent && code != http.StatusOK {
 		t.Fatalf("append: %d %s", code, b)
 	}
 	w2 := receive(t, hook)
 	set = star.jwks(t)
-	if w2.kid == kid1 || set[w2.kid] == nil || !verifySignature(set[w2.kid], w2.kid, w2.sig, w2.body, time.Now(), time.Minute) {
+	if w2.kid == kid1 || set[w2.kid] == nil || !signing.VerifySignature(set[w2.kid], w2.kid, w2.sig, w2.body, time.Now(), time.Minute) {
 		t.Fatalf("after the lead: signature %q does not verify against the served JWK Set %v", w2.sig, set)
 	}
 	code, b = star.call(t, http.MethodGet, "/__ds/subscriptions/rot", "", "", "")
@@ -206,19 +193,19 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 		t.Fatalf("callback with the new key's token: %d %s", code, b)
 	}
 	// The old key's token still verifies (the wake it names is over: fenced).
-	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusConflict || !strings.Contains(string(b), codeFenced) {
+	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusConflict || !strings.Contains(string(b), subs.CodeFenced) {
 		t.Fatalf("the old key's token within retain: %d %s (want 409 FENCED)", code, b)
 	}
 	// Past the retain the old key is gone: its token is invalid, its kid
 	// leaves the JWK Set, and the next pass removes it from the row.
-	c.add(KeyRetain)
-	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusUnauthorized || !strings.Contains(string(b), codeTokenInvalid) {
+	c.Add(signing.KeyRetain)
+	if code, b := star.call(t, http.MethodPost, callback, w1.Wake.Token, "application/json", ack(w1, true)); code != http.StatusUnauthorized || !strings.Contains(string(b), subs.CodeTokenInvalid) {
 		t.Fatalf("the old key's token after retain: %d %s (want 401 TOKEN_INVALID)", code, b)
 	}
 	if set := star.jwks(t); len(set) != 1 || set[kid1] != nil {
 		t.Fatalf("jwks after retain: %v", set)
 	}
-	if err := star.h.subs.keys.pass(context.Background()); err != nil {
+	if err := star.h.Subscriptions().PassKeys(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if keys, err := star.h.SubscriptionKeys(context.Background()); err != nil || len(keys) != 1 || keys[0].Kid != w2.kid || keys[0].State != "signing" {
@@ -231,7 +218,7 @@ func TestRotatedKeySignsAfterLead(t *testing.T) {
 // at its reread, and the wake is claimed again with a new token after its
 // lease.
 func TestEmergencyKeyRotation(t *testing.T) {
-	c := newFakeClock()
+	c := durabletest.NewClock()
 	ms := testsvc.SQLite(t)
 	star := startKeysStar(t, ms, c)
 	for _, p := range []string{"/wake/pool", "/events/a"} {
@@ -251,13 +238,14 @@ func TestEmergencyKeyRotation(t *testing.T) {
 		t.Helper()
 		var code int
 		var b []byte
-		for range 50 { // the lease of the last claim may still run
+		// The lease of the last claim may still run (409 until it ends).
+		_ = poll.Wait(5*time.Second, func() error {
 			code, b = star.call(t, http.MethodPost, "/__ds/subscriptions/pw/claim", "", "application/json", `{"worker":"`+worker+`"}`)
-			if code != http.StatusConflict {
-				break
+			if code == http.StatusConflict {
+				return fmt.Errorf("claim: %d %s", code, b)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 		var r struct {
 			WakeID     string `json:"wake_id"`
 			Generation uint64 `json:"generation"`
@@ -277,8 +265,8 @@ func TestEmergencyKeyRotation(t *testing.T) {
 		t.Fatalf("heartbeat ack: %d %s", code, b)
 	}
 	// Another star that read the keys before the rotation.
-	other := testLoader(ms, c)
-	if _, ok, err := other.verify(context.Background(), tok); !ok || err != nil {
+	other := signing.NewLoader(ms, signing.RowKey(durable.DefaultBasin), c.Now, signing.DefaultKeyRotation, slog.New(slog.DiscardHandler), signing.NewMetrics())
+	if _, ok, err := other.Verify(context.Background(), tok); !ok || err != nil {
 		t.Fatalf("the token on another star: %v %v", ok, err)
 	}
 	oldKids := star.jwks(t)
@@ -291,15 +279,15 @@ func TestEmergencyKeyRotation(t *testing.T) {
 	if len(set) != 1 || set[keys[0].Kid] == nil {
 		t.Fatalf("jwks after the emergency: %v (old %v)", set, oldKids)
 	}
-	if code, b := ack(tok, gen, wake, false); code != http.StatusUnauthorized || !strings.Contains(string(b), codeTokenInvalid) {
+	if code, b := ack(tok, gen, wake, false); code != http.StatusUnauthorized || !strings.Contains(string(b), subs.CodeTokenInvalid) {
 		t.Fatalf("old token after the emergency: %d %s (want 401 TOKEN_INVALID)", code, b)
 	}
 	// The other star refuses it from its next reread on.
-	c.add(KeyReload)
-	if err := other.pass(context.Background()); err != nil {
+	c.Add(signing.KeyReload)
+	if err := other.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := other.verify(context.Background(), tok); ok {
+	if _, ok, _ := other.Verify(context.Background(), tok); ok {
 		t.Fatal("another star accepts the old token after its reread")
 	}
 	// The wake is claimed again once its lease ran out, under the new key.

@@ -1,4 +1,4 @@
-package durable
+package subs
 
 import (
 	"maps"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
 
 // subRow is a subscription as stored: one metastore item (subKey), the
@@ -30,7 +32,7 @@ type subRow struct {
 	Hash    string    `json:"hash"`
 	Created time.Time `json:"created"`
 	Links   []subLink `json:"links,omitempty"` // sorted by path
-	// Creator is the token the subscription acts as (subs_scope.go); nil
+	// Creator is the token the subscription acts as (scope.go); nil
 	// in a row written before subscriptions kept it.
 	Creator *subCreator `json:"creator,omitempty"`
 
@@ -247,7 +249,7 @@ func (s *subRow) step(now time.Time, wakeID string, t tails) (w *wake, changed b
 // checkWake is the fence (protocol §7.3): a callback, ack or release
 // counts only for the current generation and wake, with a token minted
 // for them.
-func (s *subRow) checkWake(tok wakeToken, generation uint64, wakeID string) *subError {
+func (s *subRow) checkWake(tok signing.WakeToken, generation uint64, wakeID string) *subError {
 	if tok.Incarnation != s.Incarnation {
 		return errTokenBad
 	}
@@ -282,7 +284,7 @@ func (s *subRow) applyAcks(acks []ackReq, t tails) *subError {
 		if l == nil {
 			return &subError{Status: http.StatusConflict, Code: codeInvalidOffset, Message: "an ack names a stream the subscription does not link: " + p}
 		}
-		at, ok := parseOffset(a.Offset)
+		at, ok := offsets.Parse(a.Offset)
 		if !ok {
 			return &subError{Status: http.StatusConflict, Code: codeInvalidOffset, Message: "an ack offset must be an offset this server minted"}
 		}

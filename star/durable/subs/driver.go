@@ -1,9 +1,11 @@
-package durable
+package subs
 
 import (
 	"bytes"
 	"cmp"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,20 +16,19 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
 
 // Bounds of the subscription driver (the schedule of its passes is in
-// subs_schedule.go).
+// schedule.go).
 const (
 	// webhookTimeout bounds one webhook POST, connect to response.
 	webhookTimeout = 10 * time.Second
@@ -58,16 +59,70 @@ const subSKPrefix = "u#"
 // point), for range queries.
 const keyEnd = "\U0010FFFF"
 
-// subManager drives the subscriptions of one handler: it keeps no state a
+// Streams is what the subscriptions need of the Durable Streams protocol
+// (star/durable's handler implements it): the tail of a stream, an
+// append of a wake event, and the names of the streams that exist. Each
+// is served as a client's request would be (forwarded to the stream's
+// leader, with the protocol's rules on closure, expiry and deletion), so
+// the subscriptions never read a stream's rows or records themselves.
+type Streams interface {
+	// Tail is the stream's next offset (a seq num); ok is false when
+	// there is no such stream (deleted, expired, or not a valid name). An
+	// error is a stream that did not answer: retry later.
+	Tail(ctx context.Context, name string) (next uint64, ok bool, err error)
+	// Append appends body (a JSON message) to the stream as the server.
+	Append(ctx context.Context, name, contentType string, body []byte) error
+	// Names calls f with the name of each existing stream that starts
+	// with prefix, in order, until f returns false. An error is the
+	// metastore's.
+	Names(ctx context.Context, prefix string, f func(name string) bool) error
+}
+
+// Cluster is what the driver needs of the star it runs on (a *node.Node):
+// its id and the live stars, among which each subscription has one owner.
+type Cluster interface {
+	StarID() string
+	LiveStars(ctx context.Context) ([]string, error)
+}
+
+// Config configures a Manager. star/durable fills it from its own Config.
+type Config struct {
+	Streams Streams
+	Cluster Cluster
+	// Meta holds the subscription rows and the keys row, in the Durable
+	// Streams basin's partition beside the stream rows.
+	Meta  meta.Store
+	Basin string
+	// Prefix is the path the protocol is served under (no trailing slash).
+	Prefix   string
+	Registry prometheus.Registerer
+	Logger   *slog.Logger
+	// AllowLoopbackWebhooks, TokenStands, Audit and KeyRotation are
+	// star/durable's Config.AllowLoopbackWebhooks, TokenStands,
+	// SubscriptionAudit and KeyRotation (documented there).
+	AllowLoopbackWebhooks bool
+	TokenStands           func(ctx context.Context, id, credential string) (bool, error)
+	Audit                 time.Duration
+	KeyRotation           time.Duration
+	// Clock is the keys' time (time.Now when nil).
+	Clock func() time.Time
+}
+
+// Manager drives the subscriptions of one handler: it keeps no state a
 // client can observe (that is the rows), only a cache of the rows for
 // matching appends, the names it saw appended lately and the work in
 // flight.
-type subManager struct {
-	h      *Handler
-	log    *slog.Logger
-	keys   *keyLoader
-	policy webhookPolicy
-	client *http.Client
+type Manager struct {
+	streams     Streams
+	cluster     Cluster
+	meta        meta.Store
+	basin       string
+	prefix      string
+	tokenStands func(ctx context.Context, id, credential string) (bool, error)
+	log         *slog.Logger
+	keys        *signing.Loader
+	policy      webhookPolicy
+	client      *http.Client
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -110,10 +165,19 @@ type cachedSub struct {
 	owned bool
 }
 
-func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
-	m := &subManager{
-		h: h, log: h.log.With("part", "subscriptions"),
-		policy: webhookPolicy{AllowLoopback: allowLoopback},
+// New starts the driver (its loop and the keys' rereads) until Close.
+func New(cfg Config) (*Manager, error) {
+	cfg.KeyRotation = cmp.Or(cfg.KeyRotation, signing.DefaultKeyRotation)
+	if cfg.KeyRotation > 0 && cfg.KeyRotation < signing.MinKeyRotation {
+		return nil, fmt.Errorf("durable: key rotation %v: want at least %v (or never)", cfg.KeyRotation, signing.MinKeyRotation)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	m := &Manager{
+		streams: cfg.Streams, cluster: cfg.Cluster, meta: cfg.Meta, basin: cfg.Basin, prefix: cfg.Prefix,
+		tokenStands: cfg.TokenStands, log: cfg.Logger.With("part", "subscriptions"),
+		policy: webhookPolicy{AllowLoopback: cfg.AllowLoopbackWebhooks},
 		slots:  make(chan struct{}, maxDeliveries),
 		nudged: make(chan struct{}, 1),
 		cache:  map[meta.Key]cachedSub{},
@@ -124,11 +188,11 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 		busy:     map[meta.Key]time.Time{},
 
 		retried:    map[meta.Key]time.Time{},
-		auditEvery: cmp.Or(max(h.cfg.SubscriptionAudit, 0), DefaultSubscriptionAudit),
+		auditEvery: cmp.Or(max(cfg.Audit, 0), DefaultSubscriptionAudit),
 	}
 	m.client = webhookClient(m.policy)
-	km := newKeyMetrics()
-	m.keys = newKeyLoader(h.meta, keysKey(h.basin), h.cfg.clock, h.cfg.KeyRotation, m.log, km)
+	km := signing.NewMetrics()
+	m.keys = signing.NewLoader(cfg.Meta, signing.RowKey(cfg.Basin), cfg.Clock, cfg.KeyRotation, m.log, km)
 	m.wakes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "subscription_wakes_total",
 		Help: "Durable Streams subscription wakes issued, by type (webhook, pull-wake).",
@@ -149,8 +213,8 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 		Namespace: "starlog", Subsystem: "durable", Name: "subscriptions_owned",
 		Help: "Subscriptions this star owns (audits and drives the timers of) at its last audit.",
 	})
-	for _, c := range append([]prometheus.Collector{m.wakes, m.deliveries, m.control, m.passes, m.owned}, km.collectors()...) {
-		if err := h.n.Registry().Register(c); err != nil {
+	for _, c := range append([]prometheus.Collector{m.wakes, m.deliveries, m.control, m.passes, m.owned}, km.Collectors()...) {
+		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("durable: register metrics: %w", err)
 		}
 	}
@@ -159,7 +223,7 @@ func newSubManager(h *Handler, allowLoopback bool) (*subManager, error) {
 	go m.run()
 	go func() {
 		defer m.wg.Done()
-		m.keys.run(m.ctx)
+		m.keys.Run(m.ctx)
 	}()
 	return m, nil
 }
@@ -190,9 +254,9 @@ func webhookClient(p webhookPolicy) *http.Client {
 	}
 }
 
-// close stops the driver and waits for its deliveries (they are bounded
+// Close stops the driver and waits for its deliveries (they are bounded
 // by webhookTimeout; cancelling ends them sooner).
-func (m *subManager) close() {
+func (m *Manager) Close() {
 	m.cancel()
 	m.wg.Wait()
 	m.client.CloseIdleConnections()
@@ -202,23 +266,23 @@ func (m *subManager) close() {
 // (bounded by subAttempts). change sees the tails of the links and of
 // extra; it returns whether the row changed (unchanged rows are not
 // written) or a *subError (nothing written).
-func (m *subManager) mutate(ctx context.Context, root, id string, extra []string, change func(*subRow, tails) (bool, error)) (subRow, error) {
+func (m *Manager) mutate(ctx context.Context, root, id string, extra []string, change func(*subRow, tails) (bool, error)) (subRow, error) {
 	return m.mutateWith(ctx, root, id, extra, nil, nil, change)
 }
 
 // mutateAs is mutate for a client's request: authz checks each version of
 // the row before its tails are read (a refused request costs no HEAD).
-func (m *subManager) mutateAs(ctx context.Context, root, id string, extra []string, authz func(*subRow) error, change func(*subRow, tails) (bool, error)) (subRow, error) {
+func (m *Manager) mutateAs(ctx context.Context, root, id string, extra []string, authz func(*subRow) error, change func(*subRow, tails) (bool, error)) (subRow, error) {
 	return m.mutateWith(ctx, root, id, extra, nil, authz, change)
 }
 
 // mutateWith is mutate reusing known, tails read a moment ago, for the
 // paths it has (a pass read them for its decision on the cached row), and
 // checking authz (if set) first.
-func (m *subManager) mutateWith(ctx context.Context, root, id string, extra []string, known *tails, authz func(*subRow) error, change func(*subRow, tails) (bool, error)) (subRow, error) {
-	k := subKey(m.h.basin, root, id)
+func (m *Manager) mutateWith(ctx context.Context, root, id string, extra []string, known *tails, authz func(*subRow) error, change func(*subRow, tails) (bool, error)) (subRow, error) {
+	k := subKey(m.basin, root, id)
 	for range subAttempts {
-		it, err := m.h.meta.Get(ctx, k.PK, k.SK)
+		it, err := m.meta.Get(ctx, k.PK, k.SK)
 		if errors.Is(err, meta.ErrNotFound) {
 			m.uncache(k)
 			return subRow{}, errSubNotFound
@@ -254,7 +318,7 @@ func (m *subManager) mutateWith(ctx context.Context, root, id string, extra []st
 		if err != nil {
 			return subRow{}, err
 		}
-		if _, err := m.h.meta.Put(ctx, k.PK, k.SK, val, meta.IfVer(it.Ver)); errors.Is(err, meta.ErrConditionFailed) {
+		if _, err := m.meta.Put(ctx, k.PK, k.SK, val, meta.IfVer(it.Ver)); errors.Is(err, meta.ErrConditionFailed) {
 			continue
 		} else if err != nil {
 			return subRow{}, &metaError{err}
@@ -265,14 +329,14 @@ func (m *subManager) mutateWith(ctx context.Context, root, id string, extra []st
 	return subRow{}, fmt.Errorf("durable: subscription %s kept changing", id)
 }
 
-func (m *subManager) recache(k meta.Key, s subRow) {
+func (m *Manager) recache(k meta.Key, s subRow) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cacheLocked(k, cachedSub{row: s, at: time.Now(), owned: m.ownsLocked(k)})
 }
 
 // cacheLocked caches a row and indexes it by root (m.mu held).
-func (m *subManager) cacheLocked(k meta.Key, c cachedSub) {
+func (m *Manager) cacheLocked(k meta.Key, c cachedSub) {
 	m.cache[k] = c
 	keys := m.byRoot[c.row.Root]
 	if keys == nil {
@@ -282,7 +346,7 @@ func (m *subManager) cacheLocked(k meta.Key, c cachedSub) {
 	keys[k] = struct{}{}
 }
 
-func (m *subManager) uncache(k meta.Key) {
+func (m *Manager) uncache(k meta.Key) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c, ok := m.cache[k]; ok {
@@ -296,38 +360,29 @@ func (m *subManager) uncache(k meta.Key) {
 	delete(m.retried, k)
 }
 
-// tails reads the Durable Streams tail of each path (under root) with a
-// HEAD through the handler itself, so a stream another star leads is
-// asked of that star (the handler forwards) and closure, expiry and
-// deletion count as they do for clients.
-func (m *subManager) tails(ctx context.Context, root string, paths []string) (tails, error) {
+// tails reads the Durable Streams tail of each path (under root) through
+// the protocol (Streams.Tail), so a stream another star leads is asked of
+// that star and closure, expiry and deletion count as they do for clients.
+func (m *Manager) tails(ctx context.Context, root string, paths []string) (tails, error) {
 	t := tails{at: make(map[string]uint64, len(paths)), present: make(map[string]bool, len(paths))}
 	for _, p := range paths {
 		if _, done := t.present[p]; done {
 			continue
 		}
-		res := m.h.internal(ctx, http.MethodHead, root+p, "", nil)
-		switch {
-		case res.status == http.StatusOK:
-			at, ok := parseOffset(res.header.Get(hStreamNext))
-			if !ok {
-				return tails{}, api.Unavailable("the tail of %s is unreadable (%q)", root+p, res.header.Get(hStreamNext))
-			}
-			t.at[p], t.present[p] = at, true
-		case res.status == http.StatusNotFound || res.status == http.StatusGone || res.status == http.StatusBadRequest:
-			t.present[p] = false // no such stream (deleted, expired, or not a valid name)
-		default:
+		at, ok, err := m.streams.Tail(ctx, root+p)
+		if err != nil {
 			// A stream that does not answer (503, a timeout): the pass or
 			// request is retried (503 to clients).
-			return tails{}, api.Unavailable("the tail of %s did not answer (status %d)", root+p, res.status)
+			return tails{}, err
 		}
+		t.at[p], t.present[p] = at, ok
 	}
 	return t, nil
 }
 
 // dispatch runs what a wake asks for, off the caller's path: a webhook
 // POST or a wake-event append, in one of maxDeliveries slots.
-func (m *subManager) dispatch(s subRow, wk wake) {
+func (m *Manager) dispatch(s subRow, wk wake) {
 	m.wakes.WithLabelValues(wk.Type).Inc()
 	select {
 	case m.slots <- struct{}{}:
@@ -364,8 +419,8 @@ func (s *subRow) infos(tailOf func(string) uint64) []streamInfo {
 	for i := range s.Links {
 		l := &s.Links[i]
 		tail := tailOf(l.Path)
-		out = append(out, streamInfo{Path: l.Path, LinkType: l.linkType(), Acked: formatOffset(l.Acked),
-			Tail: formatOffset(tail), HasPending: tail > l.Acked})
+		out = append(out, streamInfo{Path: l.Path, LinkType: l.linkType(), Acked: offsets.Format(l.Acked),
+			Tail: offsets.Format(tail), HasPending: tail > l.Acked})
 	}
 	return out
 }
@@ -373,22 +428,22 @@ func (s *subRow) infos(tailOf func(string) uint64) []streamInfo {
 // deliver POSTs the signed wake to the webhook and records the outcome:
 // {"done": true} acks the snapshot and finishes the wake (and wakes again
 // if more is pending); a failure withdraws the wake and backs off.
-func (m *subManager) deliver(s subRow, wk wake) {
-	keys, err := m.keys.get(m.ctx)
+func (m *Manager) deliver(s subRow, wk wake) {
+	keys, err := m.keys.Get(m.ctx)
 	if err != nil {
 		m.log.Warn("webhook: no signing key", "subscription", s.ID, "err", err)
 		m.failed(s, wk)
 		return
 	}
 	// One key signs the wake and its token: the one signing now.
-	key := keys.signer(m.keys.now())
+	key := keys.Signer(m.keys.Now())
 	body, _ := json.Marshal(map[string]any{
 		"subscription_id": s.ID,
 		"wake_id":         wk.WakeID,
 		"generation":      wk.Generation,
 		"streams":         s.infos(func(p string) uint64 { return s.Snapshot[p] }),
 		"callback_url":    s.Base + reservedSegment + "/subscriptions/" + url.PathEscape(s.ID) + "/callback",
-		"callback_token":  key.mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: wk.Generation, WakeID: wk.WakeID}),
+		"callback_token":  key.MintToken(signing.WakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: wk.Generation, WakeID: wk.WakeID}),
 	})
 	ctx, cancel := context.WithTimeout(m.ctx, webhookTimeout)
 	defer cancel()
@@ -398,7 +453,7 @@ func (m *subManager) deliver(s subRow, wk wake) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Webhook-Signature", key.signature(body, time.Now().Unix()))
+	req.Header.Set("Webhook-Signature", key.Signature(body, time.Now().Unix()))
 	resp, err := m.client.Do(req)
 	if err != nil {
 		m.log.Info("webhook delivery failed", "subscription", s.ID, "generation", wk.Generation, "err", err)
@@ -452,7 +507,7 @@ func (m *subManager) deliver(s subRow, wk wake) {
 // token was revoked, expired or never allowed the append is withdrawn
 // (result refused) and backs off as a failed delivery does, so it is
 // checked again at most every retryCap while work is pending.
-func (m *subManager) mayWake(s subRow, wk wake) bool {
+func (m *Manager) mayWake(s subRow, wk wake) bool {
 	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
 	ok, err := m.creatorStands(ctx, &s)
 	cancel()
@@ -472,14 +527,14 @@ func (m *subManager) mayWake(s subRow, wk wake) bool {
 }
 
 // failed withdraws the wake if it is still current and backs off.
-func (m *subManager) failed(s subRow, wk wake) {
+func (m *Manager) failed(s subRow, wk wake) {
 	m.deliveries.WithLabelValues(wk.Type, "failed").Inc()
 	m.withdraw(s, wk)
 }
 
 // withdraw ends the wake if it is still current (and not claimed) and
 // backs the next one off.
-func (m *subManager) withdraw(s subRow, wk wake) {
+func (m *Manager) withdraw(s subRow, wk wake) {
 	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
 	defer cancel()
 	_, err := m.mutate(ctx, s.Root, s.ID, nil, func(cur *subRow, _ tails) (bool, error) {
@@ -495,102 +550,29 @@ func (m *subManager) withdraw(s subRow, wk wake) {
 }
 
 // wakeEvent appends the wake event to the pull-wake subscription's wake
-// stream (a JSON stream the application created), through the handler,
-// so it is an ordinary, serialized append on the stream's leader.
-func (m *subManager) wakeEvent(s subRow, wk wake) {
+// stream (a JSON stream the application created), through the protocol
+// (Streams.Append), so it is an ordinary, serialized append on the
+// stream's leader.
+func (m *Manager) wakeEvent(s subRow, wk wake) {
 	ev, _ := json.Marshal(map[string]any{
 		"type": "wake", "subscription_id": s.ID, "stream": wk.Stream,
 		"generation": wk.Generation, "ts": time.Now().UnixMilli(),
 	})
 	ctx, cancel := context.WithTimeout(m.ctx, passTimeout)
 	defer cancel()
-	res := m.h.internal(ctx, http.MethodPost, s.Root+s.Config.WakeStream, "application/json", ev)
-	if res.status < 200 || res.status > 299 {
-		m.log.Info("wake event append failed", "subscription", s.ID, "wake_stream", s.Config.WakeStream,
-			"status", res.status, "body", strings.TrimSpace(string(res.body)))
+	if err := m.streams.Append(ctx, s.Root+s.Config.WakeStream, "application/json", ev); err != nil {
+		m.log.Info("wake event append failed", "subscription", s.ID, "wake_stream", s.Config.WakeStream, "err", err)
 		m.failed(s, wk)
 		return
 	}
 	m.deliveries.WithLabelValues(subPullWake, "ok").Inc()
 }
 
-// internalResult is the response of a request the handler served itself.
-type internalResult struct {
-	status int // 0: nothing was written (the hop was cut off)
-	header http.Header
-	body   []byte
-	// truncated says the body was longer than the caller's bound: only
-	// its start is kept.
-	truncated bool
-}
-
-// internal serves a request through the handler as the admin (a
-// subscription acts with the authority its creator was checked for, at
-// creation and before each wake: mayWake):
-// forwarding, the per-stream append lock and the protocol's rules apply
-// as for any client.
-func (h *Handler) internal(ctx context.Context, method, name, ct string, body []byte) internalResult {
-	res := h.serveInternal(ctx, method, name, nil, ct, body, maxSubBody)
-	res.status = max(res.status, http.StatusOK)
-	return res
-}
-
-// serveInternal is internal with a query and a bound on the body kept.
-// The request is marked as the server's own (WithServerRequest), so it
-// may run a peer operation (peer.go).
-func (h *Handler) serveInternal(ctx context.Context, method, name string, query url.Values, ct string, body []byte, maxBody int) internalResult {
-	segs := strings.Split(name, "/")
-	for i := range segs {
-		segs[i] = url.PathEscape(segs[i])
-	}
-	target := "http://star.internal" + h.prefix + "/" + strings.Join(segs, "/")
-	if len(query) > 0 {
-		target += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(WithServerRequest(auth.WithPrincipal(ctx, auth.AdminPrincipal())), method,
-		target, bytes.NewReader(body))
-	if err != nil {
-		return internalResult{status: http.StatusBadRequest}
-	}
-	if ct != "" {
-		req.Header.Set("Content-Type", ct)
-	}
-	// Forwarded to the stream's leader, it carries no access token: the
-	// leader's server takes it as the server's own with this header and
-	// the internal credential the forwarder adds (star/server).
-	req.Header.Set(HeaderServerRequest, "1")
-	rec := &recorder{header: http.Header{}, max: maxBody}
-	h.ServeHTTP(rec, req)
-	return internalResult{status: rec.status, header: rec.header, body: rec.buf.Bytes(), truncated: rec.over}
-}
-
-// HeaderServerRequest marks a request the handler made itself (internal).
-const HeaderServerRequest = "Starlog-Durable-Server-Request"
-
-// recorder is the ResponseWriter of internal requests.
-type recorder struct {
-	header http.Header
-	status int
-	buf    bytes.Buffer
-	max    int  // bytes of the body kept
-	over   bool // the body was longer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-}
-func (r *recorder) Write(b []byte) (int, error) {
-	r.WriteHeader(http.StatusOK)
-	n := len(b)
-	if r.buf.Len()+n > r.max {
-		r.over = true
-		b = b[:max(0, r.max-r.buf.Len())]
-	}
-	r.buf.Write(b)
-	return n, nil
-}
-
 func newWakeID() string { return "w_" + newIncarnation() }
+
+// newIncarnation is a random id (16 hex digits).
+func newIncarnation() string {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,4 +1,4 @@
-package durable
+package signing
 
 import (
 	"context"
@@ -15,27 +15,8 @@ import (
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/durable/durabletest"
 )
-
-// fakeClock is the keys' clock in tests: it moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Now().UTC()} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func counterValue(c prometheus.Counter) float64 {
 	var m dto.Metric
@@ -44,19 +25,19 @@ func counterValue(c prometheus.Counter) float64 {
 }
 
 // testLoader is one star's key loader over ms.
-func testLoader(ms meta.Store, c *fakeClock) *keyLoader {
-	return newKeyLoader(ms, keysKey("durable-streams"), c.now, DefaultKeyRotation, slog.New(slog.DiscardHandler), newKeyMetrics())
+func testLoader(ms meta.Store, c *durabletest.Clock) *Loader {
+	return NewLoader(ms, RowKey("durable-streams"), c.Now, DefaultKeyRotation, slog.New(slog.DiscardHandler), NewMetrics())
 }
 
 // rowKids reads the row's kids straight from the metastore.
 func rowKids(t *testing.T, ms meta.Store) []string {
 	t.Helper()
-	k := keysKey("durable-streams")
+	k := RowKey("durable-streams")
 	it, err := ms.Get(context.Background(), k.PK, k.SK)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := decodeKeys(it.Val)
+	s, err := Decode(it.Val)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +86,10 @@ func (b *barrierStore) Get(ctx context.Context, pk, sk string) (meta.Item, error
 // added per period.
 func TestKeyLoadersRace(t *testing.T) {
 	ms := &barrierStore{Store: testsvc.SQLite(t)}
-	c := newFakeClock()
+	c := durabletest.NewClock()
 	ctx := context.Background()
-	loaders := []*keyLoader{testLoader(ms, c), testLoader(ms, c), testLoader(ms, c)}
-	race := func(f func(l *keyLoader) error) {
+	loaders := []*Loader{testLoader(ms, c), testLoader(ms, c), testLoader(ms, c)}
+	race := func(f func(l *Loader) error) {
 		t.Helper()
 		ms.arm(len(loaders))
 		var wg sync.WaitGroup
@@ -128,7 +109,7 @@ func TestKeyLoadersRace(t *testing.T) {
 			}
 		}
 	}
-	race(func(l *keyLoader) error { _, err := l.get(ctx); return err })
+	race(func(l *Loader) error { _, err := l.Get(ctx); return err })
 	first := rowKids(t, ms)
 	for _, l := range loaders {
 		if kids := l.cached().kids(); len(first) != 1 || !slices.Equal(kids, first) {
@@ -137,8 +118,8 @@ func TestKeyLoadersRace(t *testing.T) {
 	}
 	prev := first
 	for round := range 10 {
-		c.add(DefaultKeyRotation)
-		race(func(l *keyLoader) error { return l.pass(ctx) })
+		c.Add(DefaultKeyRotation)
+		race(func(l *Loader) error { return l.Pass(ctx) })
 		kids := rowKids(t, ms)
 		var added []string
 		for _, k := range kids {
@@ -169,21 +150,21 @@ func TestKeyLoadersRace(t *testing.T) {
 // has not reread the row by a reread its miss triggers (rate-limited).
 func TestKeyTokensAcrossRotation(t *testing.T) {
 	ms := testsvc.SQLite(t)
-	c := newFakeClock()
+	c := durabletest.NewClock()
 	ctx := context.Background()
 	a, b := testLoader(ms, c), testLoader(ms, c)
-	ka, err := a.get(ctx)
+	ka, err := a.Get(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.get(ctx); err != nil {
+	if _, err := b.Get(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w := wakeToken{Root: "", ID: "s", Incarnation: "i", Generation: 1, WakeID: "w_1"}
-	old := ka.signer(c.now()).mintToken(w)
-	verify := func(l *keyLoader, tok string) bool {
+	w := WakeToken{Root: "", ID: "s", Incarnation: "i", Generation: 1, WakeID: "w_1"}
+	old := ka.Signer(c.Now()).MintToken(w)
+	verify := func(l *Loader, tok string) bool {
 		t.Helper()
-		got, ok, err := l.verify(ctx, tok)
+		got, ok, err := l.Verify(ctx, tok)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,17 +173,17 @@ func TestKeyTokensAcrossRotation(t *testing.T) {
 		}
 		return ok
 	}
-	reads := func(l *keyLoader) float64 { return counterValue(l.met.reloads.WithLabelValues("ok")) }
+	reads := func(l *Loader) float64 { return counterValue(l.met.reloads.WithLabelValues("ok")) }
 
-	c.add(DefaultKeyRotation)
-	if err := a.pass(ctx); err != nil {
+	c.Add(DefaultKeyRotation)
+	if err := a.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(a.cached().keys); n != 2 {
 		t.Fatalf("%d keys after the rotation", n)
 	}
-	c.add(KeyPublishLead)
-	fresh := a.cached().signer(c.now()).mintToken(w)
+	c.Add(KeyPublishLead)
+	fresh := a.cached().Signer(c.Now()).MintToken(w)
 	if fresh == old {
 		t.Fatal("the new key does not sign after the lead")
 	}
@@ -221,29 +202,29 @@ func TestKeyTokensAcrossRotation(t *testing.T) {
 	if verify(b, forged) || reads(b) != before+1 {
 		t.Fatal("a forged token within keyMissReload of the last miss reread the row")
 	}
-	c.add(keyMissReload)
+	c.Add(keyMissReload)
 	if verify(b, forged) || reads(b) != before+2 {
 		t.Fatal("a forged token after keyMissReload did not reread the row once")
 	}
 	// The old key verifies for KeyRetain after it stopped signing (the
 	// clock is keyMissReload past that now).
-	c.add(KeyRetain - keyMissReload - time.Second)
+	c.Add(KeyRetain - keyMissReload - time.Second)
 	if !verify(b, old) {
 		t.Fatal("the old token fails before its key's retain is over")
 	}
-	c.add(time.Second)
+	c.Add(time.Second)
 	if verify(b, old) {
 		t.Fatal("the old token verifies after its key's retain (before the row drops it)")
 	}
-	if err := b.pass(ctx); err != nil {
+	if err := b.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if kids := rowKids(t, ms); len(kids) != 1 || !verify(a, fresh) || verify(a, old) {
 		t.Fatalf("after the drop: row %v", kids)
 	}
 	var jwks struct{ Keys []struct{ Kid string } }
-	_ = json.Unmarshal(b.cached().jwks(c.now()), &jwks)
-	if len(jwks.Keys) != 1 || jwks.Keys[0].Kid != a.cached().signer(c.now()).kid {
+	_ = json.Unmarshal(b.cached().JWKS(c.Now()), &jwks)
+	if len(jwks.Keys) != 1 || jwks.Keys[0].Kid != a.cached().Signer(c.Now()).kid {
 		t.Fatalf("jwks after the drop: %+v", jwks)
 	}
 }
@@ -251,13 +232,13 @@ func TestKeyTokensAcrossRotation(t *testing.T) {
 // Rotation off: no pass adds a key, however old the key.
 func TestKeyRotationOff(t *testing.T) {
 	ms := testsvc.SQLite(t)
-	c := newFakeClock()
-	l := newKeyLoader(ms, keysKey("durable-streams"), c.now, -1, slog.New(slog.DiscardHandler), newKeyMetrics())
-	if _, err := l.get(context.Background()); err != nil {
+	c := durabletest.NewClock()
+	l := NewLoader(ms, RowKey("durable-streams"), c.Now, -1, slog.New(slog.DiscardHandler), NewMetrics())
+	if _, err := l.Get(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c.add(10 * 365 * 24 * time.Hour)
-	if err := l.pass(context.Background()); err != nil || len(rowKids(t, ms)) != 1 {
+	c.Add(10 * 365 * 24 * time.Hour)
+	if err := l.Pass(context.Background()); err != nil || len(rowKids(t, ms)) != 1 {
 		t.Fatalf("pass with rotation off: %v, %v", err, rowKids(t, ms))
 	}
 }
@@ -266,28 +247,28 @@ func TestKeyRotationOff(t *testing.T) {
 // pass past the period adds a key beside it.
 func TestKeyLegacyRowUpgrade(t *testing.T) {
 	ms := testsvc.SQLite(t)
-	c := newFakeClock()
+	c := durabletest.NewClock()
 	m := testMaterial(42)
-	legacy, _ := json.Marshal(map[string]any{"ed25519_seed": m.seed, "token_key": m.tokenKey, "created": c.now().Add(-90 * 24 * time.Hour)})
-	k := keysKey("durable-streams")
+	legacy, _ := json.Marshal(map[string]any{"ed25519_seed": m.seed, "token_key": m.tokenKey, "created": c.Now().Add(-90 * 24 * time.Hour)})
+	k := RowKey("durable-streams")
 	if _, err := ms.Put(context.Background(), k.PK, k.SK, legacy, meta.IfAbsent()); err != nil {
 		t.Fatal(err)
 	}
 	old, _ := newSigningKey(m, time.Time{}, time.Time{})
-	tok := old.mintToken(wakeToken{ID: "s", WakeID: "w"})
+	tok := old.MintToken(WakeToken{ID: "s", WakeID: "w"})
 	l := testLoader(ms, c)
-	s, err := l.get(context.Background())
-	if err != nil || s.signer(c.now()).kid != old.kid {
+	s, err := l.Get(context.Background())
+	if err != nil || s.Signer(c.Now()).kid != old.kid {
 		t.Fatalf("legacy row: %v", err)
 	}
-	if err := l.pass(context.Background()); err != nil {
+	if err := l.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	kids := rowKids(t, ms)
-	if len(kids) != 2 || kids[0] != old.kid || l.cached().signer(c.now()).kid != old.kid {
+	if len(kids) != 2 || kids[0] != old.kid || l.cached().Signer(c.Now()).kid != old.kid {
 		t.Fatalf("after the first pass: %v", kids)
 	}
-	if _, ok, _ := l.verify(context.Background(), tok); !ok {
+	if _, ok, _ := l.Verify(context.Background(), tok); !ok {
 		t.Fatal("the legacy key's token fails after the upgrade's rotation")
 	}
 }

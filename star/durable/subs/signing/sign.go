@@ -1,4 +1,4 @@
-package durable
+package signing
 
 import (
 	"crypto/ed25519"
@@ -12,12 +12,12 @@ import (
 )
 
 // What the subscription keys sign: webhook signatures (published in the
-// JWK Set) and wake tokens. Which key signs is subs_keyset.go's rule.
+// JWK Set) and wake tokens. Which key signs is keyset.go's rule.
 
-// jwks is the public JWK Set (protocol §6.5) at now: every key not
+// JWKS is the public JWK Set (protocol §6.5) at now: every key not
 // dropped, so a receiver finds a new kid before it signs and an old one
 // while its signatures may still arrive.
-func (s *keySet) jwks(now time.Time) []byte {
+func (s *Set) JWKS(now time.Time) []byte {
 	keys := []map[string]string{}
 	for _, k := range s.live(now) {
 		keys = append(keys, map[string]string{
@@ -29,17 +29,21 @@ func (s *keySet) jwks(now time.Time) []byte {
 	return b
 }
 
-// signature is the Webhook-Signature header of body at unix time t:
+// Kid is the key's id (its thumbprint), as the JWK Set and signatures
+// name it.
+func (k *Key) Kid() string { return k.kid }
+
+// Signature is the Webhook-Signature header of body at unix time t:
 // "t=<t>,kid=<kid>,ed25519=<base64url signature of "<t>.<body>">".
-func (k *signingKey) signature(body []byte, t int64) string {
+func (k *Key) Signature(body []byte, t int64) string {
 	ts := strconv.FormatInt(t, 10)
 	msg := append([]byte(ts+"."), body...)
 	return "t=" + ts + ",kid=" + k.kid + ",ed25519=" + base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, msg))
 }
 
-// verifySignature checks a Webhook-Signature header as a receiver would
+// VerifySignature checks a Webhook-Signature header as a receiver would
 // (the tests use it): the key, the signature, and t within maxSkew of now.
-func verifySignature(pub ed25519.PublicKey, kid, header string, body []byte, now time.Time, maxSkew time.Duration) bool {
+func VerifySignature(pub ed25519.PublicKey, kid, header string, body []byte, now time.Time, maxSkew time.Duration) bool {
 	var ts, gotKid, sig string
 	for _, part := range strings.Split(header, ",") {
 		k, v, _ := strings.Cut(part, "=")
@@ -66,10 +70,10 @@ func verifySignature(pub ed25519.PublicKey, kid, header string, body []byte, now
 	return ed25519.Verify(pub, append([]byte(ts+"."), body...), raw)
 }
 
-// wakeToken is what a callback or claim token stands for: one wake of one
+// WakeToken is what a callback or claim token stands for: one wake of one
 // subscription. It is stateless (HMAC-signed), so any star verifies it;
 // the row decides whether the wake is still current (checkWake).
-type wakeToken struct {
+type WakeToken struct {
 	Root        string `json:"r"`
 	ID          string `json:"i"`
 	Incarnation string `json:"n"`
@@ -79,8 +83,8 @@ type wakeToken struct {
 
 const tokenPrefix = "dsw_"
 
-// mintToken signs a wake token with k (the signing key at the time).
-func (k *signingKey) mintToken(t wakeToken) string {
+// MintToken signs a wake token with k (the signing key at the time).
+func (k *Key) MintToken(t WakeToken) string {
 	payload, _ := json.Marshal(t)
 	mac := hmac.New(sha256.New, k.tokenKey)
 	mac.Write(payload)
@@ -88,37 +92,37 @@ func (k *signingKey) mintToken(t wakeToken) string {
 }
 
 // parseToken verifies a wake token under every key live at now.
-func (s *keySet) parseToken(tok string, now time.Time) (wakeToken, bool) {
+func (s *Set) parseToken(tok string, now time.Time) (WakeToken, bool) {
 	for _, k := range s.live(now) {
 		if t, ok := k.parseToken(tok); ok {
 			return t, true
 		}
 	}
-	return wakeToken{}, false
+	return WakeToken{}, false
 }
 
-func (k *signingKey) parseToken(s string) (wakeToken, bool) {
+func (k *Key) parseToken(s string) (WakeToken, bool) {
 	body, ok := strings.CutPrefix(s, tokenPrefix)
 	if !ok {
-		return wakeToken{}, false
+		return WakeToken{}, false
 	}
 	p64, m64, ok := strings.Cut(body, ".")
 	if !ok {
-		return wakeToken{}, false
+		return WakeToken{}, false
 	}
 	payload, err1 := base64.RawURLEncoding.DecodeString(p64)
 	got, err2 := base64.RawURLEncoding.DecodeString(m64)
 	if err1 != nil || err2 != nil {
-		return wakeToken{}, false
+		return WakeToken{}, false
 	}
 	mac := hmac.New(sha256.New, k.tokenKey)
 	mac.Write(payload)
 	if !hmac.Equal(got, mac.Sum(nil)) {
-		return wakeToken{}, false
+		return WakeToken{}, false
 	}
-	var t wakeToken
+	var t WakeToken
 	if err := json.Unmarshal(payload, &t); err != nil {
-		return wakeToken{}, false
+		return WakeToken{}, false
 	}
 	return t, true
 }

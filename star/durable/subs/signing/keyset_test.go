@@ -1,4 +1,4 @@
-package durable
+package signing
 
 import (
 	"bytes"
@@ -20,13 +20,11 @@ func testMaterial(i int) keyMaterial {
 	return m
 }
 
-// The constants keep their promises to each other.
+// The constants keep their promises to each other (and to the
+// subscriptions' leases: star/durable/subs's TestKeyRetainCoversAWake).
 func TestKeyTimingBounds(t *testing.T) {
-	if KeyPublishLead <= jwksMaxAge+KeyReload {
-		t.Errorf("publish lead %v: a receiver may cache a JWK Set without the key (max-age %v) fetched from a star that has not reread the row (%v)", KeyPublishLead, jwksMaxAge, KeyReload)
-	}
-	if KeyRetain < maxLeaseTTL+webhookTimeout+KeyReload {
-		t.Errorf("retain %v is shorter than a lease, a delivery and a reread", KeyRetain)
+	if KeyPublishLead <= JWKSMaxAge+KeyReload {
+		t.Errorf("publish lead %v: a receiver may cache a JWK Set without the key (max-age %v) fetched from a star that has not reread the row (%v)", KeyPublishLead, JWKSMaxAge, KeyReload)
 	}
 	if MinKeyRotation < KeyPublishLead {
 		t.Errorf("a period shorter than the lead would add keys before the last one signs")
@@ -60,7 +58,7 @@ func TestKeySetSigner(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		at     time.Time
-		signer *signingKey
+		signer *Key
 		live   []string
 	}{
 		{"before the rotation", t1.Add(-time.Hour), a, []string{a.kid, b.kid}},
@@ -71,7 +69,7 @@ func TestKeySetSigner(t *testing.T) {
 		{"then it is dropped", switchAt.Add(KeyRetain), b, []string{b.kid}},
 		{"a clock behind every start", t0.Add(-time.Hour), a, []string{a.kid, b.kid}},
 	} {
-		if got := s.signer(tc.at); got != tc.signer {
+		if got := s.Signer(tc.at); got != tc.signer {
 			t.Errorf("%s: signer %s, want %s", tc.name, got.kid, tc.signer.kid)
 		}
 		var live []string
@@ -82,14 +80,14 @@ func TestKeySetSigner(t *testing.T) {
 			t.Errorf("%s: live %v, want %v", tc.name, live, tc.live)
 		}
 		var jwks struct{ Keys []struct{ Kid string } }
-		if err := json.Unmarshal(s.jwks(tc.at), &jwks); err != nil || len(jwks.Keys) != len(tc.live) {
-			t.Errorf("%s: jwks %s", tc.name, s.jwks(tc.at))
+		if err := json.Unmarshal(s.JWKS(tc.at), &jwks); err != nil || len(jwks.Keys) != len(tc.live) {
+			t.Errorf("%s: jwks %s", tc.name, s.JWKS(tc.at))
 		}
 	}
 	// The states an operator sees.
 	states := func(at time.Time) string {
 		var out []string
-		for _, i := range s.info(at) {
+		for _, i := range s.Info(at) {
 			out = append(out, i.State)
 		}
 		return strings.Join(out, ",")
@@ -116,11 +114,11 @@ func TestKeySetSigner(t *testing.T) {
 func TestKeySetTokens(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s, _ := firstKeys(t0, testMaterial(1))
-	w := wakeToken{Root: "r/", ID: "s", Incarnation: "i", Generation: 1, WakeID: "w_1"}
-	old := s.signer(t0).mintToken(w)
+	w := WakeToken{Root: "r/", ID: "s", Incarnation: "i", Generation: 1, WakeID: "w_1"}
+	old := s.Signer(t0).MintToken(w)
 	s, _ = s.rotated(t0.Add(time.Hour), testMaterial(2), false)
 	switchAt := t0.Add(time.Hour + KeyPublishLead)
-	fresh := s.signer(switchAt).mintToken(w)
+	fresh := s.Signer(switchAt).MintToken(w)
 	if fresh == old {
 		t.Fatal("the new signer minted the old key's token")
 	}
@@ -144,7 +142,7 @@ func TestKeySetTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(e.keys) != 1 || e.signer(switchAt) != e.keys[0] || !e.keys[0].signsFrom.Equal(switchAt) {
+	if len(e.keys) != 1 || e.Signer(switchAt) != e.keys[0] || !e.keys[0].signsFrom.Equal(switchAt) {
 		t.Fatalf("emergency set %v", e.kids())
 	}
 	if _, ok := e.parseToken(old, switchAt); ok {
@@ -153,7 +151,7 @@ func TestKeySetTokens(t *testing.T) {
 	if _, ok := e.parseToken(fresh, switchAt); ok {
 		t.Error("the replaced signer's token verified after an emergency rotation")
 	}
-	if j := string(e.jwks(switchAt)); strings.Contains(j, s.keys[0].kid) || strings.Contains(j, s.keys[1].kid) {
+	if j := string(e.JWKS(switchAt)); strings.Contains(j, s.keys[0].kid) || strings.Contains(j, s.keys[1].kid) {
 		t.Errorf("old kids in the JWK Set after an emergency rotation: %s", j)
 	}
 }
@@ -173,7 +171,7 @@ func TestKeySetManualRotations(t *testing.T) {
 			t.Fatalf("key %d starts before key %d", i, i-1)
 		}
 	}
-	if _, err := s.rotated(t0.Add(time.Minute), testMaterial(99), false); !errors.Is(err, errTooManyKeys) {
+	if _, err := s.rotated(t0.Add(time.Minute), testMaterial(99), false); !errors.Is(err, ErrTooManyKeys) {
 		t.Fatalf("rotation past maxKeys: %v", err)
 	}
 	// Once the retired keys are dropped there is room again.
@@ -230,11 +228,11 @@ func TestKeySetLifecycle(t *testing.T) {
 			// Check a few instants up to the next pass.
 			for range 2 {
 				at := now.Add(time.Duration(rng.Int64N(int64(8 * time.Hour))))
-				sig := s.signer(at)
+				sig := s.Signer(at)
 				if sig.kid != first && at.Sub(sig.created) < KeyPublishLead {
 					t.Fatalf("seed %d: %s signs %v after it was published", seed, sig.kid, at.Sub(sig.created))
 				}
-				if !strings.Contains(string(s.jwks(at)), sig.kid) {
+				if !strings.Contains(string(s.JWKS(at)), sig.kid) {
 					t.Fatalf("seed %d: the signer is not in the JWK Set", seed)
 				}
 				for _, m := range toks {
@@ -245,8 +243,8 @@ func TestKeySetLifecycle(t *testing.T) {
 					}
 				}
 			}
-			sig := s.signer(now)
-			toks = append(toks, minted{sig.mintToken(wakeToken{ID: "x", Generation: uint64(len(toks))}), sig.kid})
+			sig := s.Signer(now)
+			toks = append(toks, minted{sig.MintToken(WakeToken{ID: "x", Generation: uint64(len(toks))}), sig.kid})
 			if len(toks) > 12 {
 				toks = toks[1:]
 			}
@@ -264,7 +262,7 @@ func TestKeysRowCompat(t *testing.T) {
 	m := testMaterial(7)
 	created := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 	legacy, _ := json.Marshal(map[string]any{"ed25519_seed": m.seed, "token_key": m.tokenKey, "created": created})
-	s, err := decodeKeys(legacy)
+	s, err := Decode(legacy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,8 +270,8 @@ func TestKeysRowCompat(t *testing.T) {
 	if len(s.keys) != 1 || s.keys[0].kid != want.kid || !s.keys[0].created.Equal(created) {
 		t.Fatalf("legacy row: %v", s.kids())
 	}
-	w := wakeToken{Root: "r/", ID: "s", Incarnation: "i", Generation: 3, WakeID: "w"}
-	if got, ok := s.parseToken(want.mintToken(w), created.Add(400*24*time.Hour)); !ok || got != w {
+	w := WakeToken{Root: "r/", ID: "s", Incarnation: "i", Generation: 3, WakeID: "w"}
+	if got, ok := s.parseToken(want.MintToken(w), created.Add(400*24*time.Hour)); !ok || got != w {
 		t.Fatal("a token of the legacy key does not verify")
 	}
 	// Rotated and written: the set round-trips, the legacy fields hold
@@ -285,7 +283,7 @@ func TestKeysRowCompat(t *testing.T) {
 	}
 	for _, at := range []time.Time{now, now.Add(KeyPublishLead)} {
 		b := r.encode(at)
-		back, err := decodeKeys(b)
+		back, err := Decode(b)
 		if err != nil || strings.Join(back.kids(), ",") != strings.Join(r.kids(), ",") {
 			t.Fatalf("round trip: %v %v", back.kids(), err)
 		}
@@ -299,12 +297,12 @@ func TestKeysRowCompat(t *testing.T) {
 			TokenKey []byte `json:"token_key"`
 		}
 		_ = json.Unmarshal(b, &old)
-		if !bytes.Equal(old.Seed, r.signer(at).priv.Seed()) || !bytes.Equal(old.TokenKey, r.signer(at).tokenKey) {
+		if !bytes.Equal(old.Seed, r.Signer(at).priv.Seed()) || !bytes.Equal(old.TokenKey, r.Signer(at).tokenKey) {
 			t.Fatalf("written at %v: the legacy fields do not hold the signer", at.Sub(now))
 		}
 	}
 	for _, bad := range []string{`{}`, `{"keys":[{"ed25519_seed":"AAAA","token_key":"AAAA"}]}`, `not json`} {
-		if _, err := decodeKeys([]byte(bad)); err == nil {
+		if _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("%s decoded", bad)
 		}
 	}

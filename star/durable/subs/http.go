@@ -1,4 +1,4 @@
-package durable
+package subs
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
 
 // controlRoute is a request under a __ds segment: root is the stored
@@ -30,8 +32,8 @@ type controlRoute struct {
 // are relative to that root: /ds/__ds/… covers every stream, and
 // /ds/v1/stream/__ds/… the streams named v1/stream/… (the suite's URL
 // shape, <base>/v1/stream/<path>).
-func (h *Handler) splitControl(r *http.Request) (controlRoute, bool) {
-	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), h.prefix+"/")
+func (m *Manager) splitControl(r *http.Request) (controlRoute, bool) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), m.prefix+"/")
 	if !ok {
 		return controlRoute{}, false
 	}
@@ -51,7 +53,7 @@ func (h *Handler) splitControl(r *http.Request) (controlRoute, bool) {
 		if escRoot != "" {
 			escRoot += "/"
 		}
-		return controlRoute{clientRoot: clientRoot, base: baseURL(r) + h.prefix + "/" + escRoot, rest: segs[i+1:]}, true
+		return controlRoute{clientRoot: clientRoot, base: baseURL(r) + m.prefix + "/" + escRoot, rest: segs[i+1:]}, true
 	}
 	return controlRoute{}, false
 }
@@ -68,11 +70,8 @@ func baseURL(r *http.Request) string {
 // rather than with an access token: the JWK Set (public) and the
 // callback, ack and release of a wake (their bearer is the wake token the
 // handler minted). star/server serves these without a principal.
-func (h *Handler) SelfAuthenticated(r *http.Request) bool {
-	if !h.Matches(r.URL.EscapedPath()) {
-		return false
-	}
-	c, ok := h.splitControl(r)
+func (m *Manager) SelfAuthenticated(r *http.Request) bool {
+	c, ok := m.splitControl(r)
 	if !ok {
 		return false
 	}
@@ -85,48 +84,63 @@ func (h *Handler) SelfAuthenticated(r *http.Request) bool {
 	return false
 }
 
-// serveControl serves the reserved subscription APIs (protocol §6–7).
-func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request, c controlRoute) {
-	op, err := h.control(w, r, c)
+// Controls reports whether a request is for the reserved subscription
+// APIs: its path under the prefix holds a __ds segment (protocol §6). The
+// handler routes these here before streams: no stream path holds it.
+func (m *Manager) Controls(r *http.Request) bool {
+	_, ok := m.splitControl(r)
+	return ok
+}
+
+// ServeHTTP serves the reserved subscription APIs (protocol §6–7): a
+// request Controls reports, authenticated (its principal in the
+// context) or self-authenticated (SelfAuthenticated).
+func (m *Manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, ok := m.splitControl(r)
+	if !ok {
+		writeSubError(w, &subError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no such Durable Streams control route"})
+		return
+	}
+	op, err := m.route(w, r, c)
 	result := "ok"
 	if err != nil {
 		var se *subError
 		if !errors.As(err, &se) {
-			se = h.subInternal(err)
+			se = m.subInternal(err)
 		}
 		result = se.Code
 		writeSubError(w, se)
 	}
-	h.subs.control.WithLabelValues(op, result).Inc()
+	m.control.WithLabelValues(op, result).Inc()
 }
 
 // subInternal maps a driver error to a response: 503 for the metastore
 // and timeouts (retryable), else 500 logged.
-func (h *Handler) subInternal(err error) *subError {
-	if _, ok := errors.AsType[*metaError](err); ok || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+func (m *Manager) subInternal(err error) *subError {
+	if _, ok := errors.AsType[*metaError](err); ok || isKeysMetaError(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return &subError{Status: http.StatusServiceUnavailable, Code: "UNAVAILABLE", Message: "the metastore or a stream is unavailable; retry"}
 	}
 	if e, ok := errors.AsType[*api.Error](err); ok && e.Status == http.StatusServiceUnavailable {
 		return &subError{Status: e.Status, Code: "UNAVAILABLE", Message: e.Message}
 	}
-	h.log.Error("subscription request failed", "err", err)
+	m.log.Error("subscription request failed", "err", err)
 	return &subError{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
 }
 
-func (h *Handler) control(w http.ResponseWriter, r *http.Request, c controlRoute) (string, error) {
+func (m *Manager) route(w http.ResponseWriter, r *http.Request, c controlRoute) (string, error) {
 	rest := c.rest
 	if len(rest) == 1 && rest[0] == "jwks.json" {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return "jwks", methodNotAllowed(w, "GET, HEAD")
 		}
-		keys, err := h.subs.keys.get(r.Context())
+		keys, err := m.keys.Get(r.Context())
 		if err != nil {
 			return "jwks", err
 		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
-		w.Header().Set("Cache-Control", "public, max-age="+strconv.Itoa(int(jwksMaxAge/time.Second)))
+		w.Header().Set("Cache-Control", "public, max-age="+strconv.Itoa(int(signing.JWKSMaxAge/time.Second)))
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(keys.jwks(h.subs.keys.now()))
+		_, _ = w.Write(keys.JWKS(m.keys.Now()))
 		return "jwks", nil
 	}
 	if len(rest) < 2 || rest[0] != "subscriptions" {
@@ -144,18 +158,18 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, c controlRoute
 	case len(rest) == 2:
 		switch r.Method {
 		case http.MethodPut:
-			return "put", h.subPut(w, r, c, id)
+			return "put", m.subPut(w, r, c, id)
 		case http.MethodGet:
-			return "get", h.subGet(w, r, c, id)
+			return "get", m.subGet(w, r, c, id)
 		case http.MethodDelete:
-			return "delete", h.subDelete(w, r, c, id)
+			return "delete", m.subDelete(w, r, c, id)
 		}
 		return "other", methodNotAllowed(w, "GET, PUT, DELETE")
 	case rest[2] == "streams" && len(rest) == 3:
 		if r.Method != http.MethodPost {
 			return "streams", methodNotAllowed(w, "POST")
 		}
-		return "streams", h.subAddStreams(w, r, c, id)
+		return "streams", m.subAddStreams(w, r, c, id)
 	case rest[2] == "streams":
 		if r.Method != http.MethodDelete {
 			return "streams", methodNotAllowed(w, "DELETE")
@@ -164,15 +178,15 @@ func (h *Handler) control(w http.ResponseWriter, r *http.Request, c controlRoute
 		if err != nil {
 			return "streams", invalidReq("malformed stream path")
 		}
-		return "streams", h.subRemoveStream(w, r, c, id, normPath(path))
+		return "streams", m.subRemoveStream(w, r, c, id, normPath(path))
 	case len(rest) == 3 && slices.Contains([]string{"callback", "claim", "ack", "release"}, rest[2]):
 		if r.Method != http.MethodPost {
 			return rest[2], methodNotAllowed(w, "POST")
 		}
 		if rest[2] == "claim" {
-			return "claim", h.subClaim(w, r, c, id)
+			return "claim", m.subClaim(w, r, c, id)
 		}
-		return rest[2], h.subWakeOp(w, r, id, rest[2])
+		return rest[2], m.subWakeOp(w, r, id, rest[2])
 	}
 	return "other", &subError{Status: http.StatusNotFound, Code: codeNotFound, Message: "no such Durable Streams control route"}
 }
@@ -184,9 +198,9 @@ func methodNotAllowed(w http.ResponseWriter, allow string) error {
 
 // authorizeManage: managing subscriptions needs reconfigure-basin on the
 // Durable Streams basin, and then the streams the subscription names or
-// links (subs_scope.go).
-func (h *Handler) authorizeManage(r *http.Request) error {
-	if aerr := auth.FromContext(r.Context()).Authorize(auth.Request{Op: auth.ReconfigureBasin, Basin: h.basin}); aerr != nil {
+// links (scope.go).
+func (m *Manager) authorizeManage(r *http.Request) error {
+	if aerr := auth.FromContext(r.Context()).Authorize(auth.Request{Op: auth.ReconfigureBasin, Basin: m.basin}); aerr != nil {
 		return &subError{Status: aerr.Status, Code: "PERMISSION_DENIED", Message: aerr.Message}
 	}
 	return nil
@@ -203,8 +217,8 @@ func readSubBody(r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
-func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
-	if err := h.authorizeManage(r); err != nil {
+func (m *Manager) subPut(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := m.authorizeManage(r); err != nil {
 		return err
 	}
 	body, err := readSubBody(r)
@@ -216,7 +230,7 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 		return serr
 	}
 	if cfg.Type == subWebhook {
-		if err := h.subs.policy.check(cfg.WebhookURL); err != nil {
+		if err := m.policy.check(cfg.WebhookURL); err != nil {
 			return &subError{Status: http.StatusBadRequest, Code: codeURLRejected, Message: err.Error()}
 		}
 	}
@@ -229,17 +243,17 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 		}
 	}
 	p := auth.FromContext(r.Context())
-	if err := h.authorizeConfig(p, c.root, &cfg); err != nil {
+	if err := m.authorizeConfig(p, c.root, &cfg); err != nil {
 		return err
 	}
-	keys, err := h.subs.keys.get(r.Context())
+	keys, err := m.keys.Get(r.Context())
 	if err != nil {
 		return err
 	}
-	k := subKey(h.basin, c.root, id)
+	k := subKey(m.basin, c.root, id)
 	hash := cfg.hash()
 	for range subAttempts {
-		if it, err := h.meta.Get(r.Context(), k.PK, k.SK); err == nil {
+		if it, err := m.meta.Get(r.Context(), k.PK, k.SK); err == nil {
 			var cur subRow
 			if err := json.Unmarshal(it.Val, &cur); err != nil {
 				return err
@@ -247,14 +261,14 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 			if cur.Hash != hash {
 				return &subError{Status: http.StatusConflict, Code: codeExists, Message: "a subscription with this id exists with another configuration"}
 			}
-			if err := h.authorizeSub(p, &cur); err != nil {
+			if err := m.authorizeSub(p, &cur); err != nil {
 				return err // its links reach past the scope
 			}
-			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys.signer(h.subs.keys.now()).kid))
+			return writeSubJSON(w, http.StatusOK, subView(&cur, c.base, keys.Signer(m.keys.Now()).Kid()))
 		} else if !errors.Is(err, meta.ErrNotFound) {
 			return &metaError{err}
 		}
-		s, err := h.newSub(r.Context(), c, id, cfg, hash)
+		s, err := m.newSub(r.Context(), c, id, cfg, hash)
 		if err != nil {
 			return err
 		}
@@ -262,13 +276,13 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 		if err != nil {
 			return err
 		}
-		if _, err := h.meta.Put(r.Context(), k.PK, k.SK, val, meta.IfAbsent()); errors.Is(err, meta.ErrConditionFailed) {
+		if _, err := m.meta.Put(r.Context(), k.PK, k.SK, val, meta.IfAbsent()); errors.Is(err, meta.ErrConditionFailed) {
 			continue // created meanwhile: compare with it
 		} else if err != nil {
 			return &metaError{err}
 		}
-		h.subs.recache(k, s)
-		return writeSubJSON(w, http.StatusCreated, subView(&s, c.base, keys.signer(h.subs.keys.now()).kid))
+		m.recache(k, s)
+		return writeSubJSON(w, http.StatusCreated, subView(&s, c.base, keys.Signer(m.keys.Now()).Kid()))
 	}
 	return errors.New("durable: subscription row kept changing")
 }
@@ -276,18 +290,18 @@ func (h *Handler) subPut(w http.ResponseWriter, r *http.Request, c controlRoute,
 // newSub builds a new subscription: explicit streams and the streams the
 // pattern matches now are linked at their tails (creation replays no
 // history, protocol §6.2).
-func (h *Handler) newSub(ctx context.Context, c controlRoute, id string, cfg subConfig, hash string) (subRow, error) {
+func (m *Manager) newSub(ctx context.Context, c controlRoute, id string, cfg subConfig, hash string) (subRow, error) {
 	s := subRow{ID: id, Root: c.root, Incarnation: newIncarnation(), Base: c.base, Config: cfg, Hash: hash,
 		Created: time.Now().UTC(), Creator: creatorOf(ctx)}
 	paths := slices.Clone(cfg.Streams)
 	if cfg.Pattern != "" {
-		found, err := h.matching(ctx, c.root, &s)
+		found, err := m.matching(ctx, c.root, &s)
 		if err != nil {
 			return subRow{}, err
 		}
 		paths = append(paths, found...)
 	}
-	t, err := h.subs.tails(ctx, c.root, paths)
+	t, err := m.tails(ctx, c.root, paths)
 	if err != nil {
 		return subRow{}, err
 	}
@@ -302,39 +316,37 @@ func (h *Handler) newSub(ctx context.Context, c controlRoute, id string, cfg sub
 	return s, nil
 }
 
-// matching lists the existing Durable Streams streams (their rows) under
-// the pattern's literal prefix that it matches, as root-relative paths.
-func (h *Handler) matching(ctx context.Context, root string, s *subRow) ([]string, error) {
-	from := rowKey(h.basin, root+globPrefix(s.Config.Pattern)).SK
-	q := meta.Query{PK: "ds#" + h.basin, From: from, To: from + keyEnd, Limit: 256}
+// matching lists the existing Durable Streams streams (Streams.Names)
+// under the pattern's literal prefix that it matches, as root-relative
+// paths.
+func (m *Manager) matching(ctx context.Context, root string, s *subRow) ([]string, error) {
 	var out []string
-	for {
-		pg, err := h.meta.Query(ctx, q)
-		if err != nil {
-			return nil, &metaError{err}
-		}
-		for _, it := range pg.Items {
-			name := strings.TrimPrefix(it.SK, "s#")
-			if rel, ok := s.relative(name); ok && s.globs(rel) {
-				if len(out) == maxSubLinks {
-					return nil, invalidReq("the pattern matches more than %d streams", maxSubLinks)
-				}
-				out = append(out, rel)
+	tooMany := false
+	err := m.streams.Names(ctx, root+globPrefix(s.Config.Pattern), func(name string) bool {
+		if rel, ok := s.relative(name); ok && s.globs(rel) {
+			if len(out) == maxSubLinks {
+				tooMany = true
+				return false
 			}
+			out = append(out, rel)
 		}
-		if pg.Next == "" {
-			return out, nil
-		}
-		q.PageToken = pg.Next
+		return true
+	})
+	switch {
+	case err != nil:
+		return nil, &metaError{err}
+	case tooMany:
+		return nil, invalidReq("the pattern matches more than %d streams", maxSubLinks)
 	}
+	return out, nil
 }
 
-func (h *Handler) subGet(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
-	if err := h.authorizeManage(r); err != nil {
+func (m *Manager) subGet(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := m.authorizeManage(r); err != nil {
 		return err
 	}
-	k := subKey(h.basin, c.root, id)
-	it, err := h.meta.Get(r.Context(), k.PK, k.SK)
+	k := subKey(m.basin, c.root, id)
+	it, err := m.meta.Get(r.Context(), k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
 		return errSubNotFound
 	} else if err != nil {
@@ -344,28 +356,28 @@ func (h *Handler) subGet(w http.ResponseWriter, r *http.Request, c controlRoute,
 	if err := json.Unmarshal(it.Val, &s); err != nil {
 		return err
 	}
-	if err := h.authorizeSub(auth.FromContext(r.Context()), &s); err != nil {
+	if err := m.authorizeSub(auth.FromContext(r.Context()), &s); err != nil {
 		return err
 	}
-	keys, err := h.subs.keys.get(r.Context())
+	keys, err := m.keys.Get(r.Context())
 	if err != nil {
 		return err
 	}
-	return writeSubJSON(w, http.StatusOK, subView(&s, c.base, keys.signer(h.subs.keys.now()).kid))
+	return writeSubJSON(w, http.StatusOK, subView(&s, c.base, keys.Signer(m.keys.Now()).Kid()))
 }
 
 // subDelete removes the row: a callback, ack or release of it then finds
 // nothing (404) and moves no cursor, and a subscription created again
 // under the id has a new incarnation, which no old token names. The row
 // deleted is the version authorized (a missing one is 204: idempotent).
-func (h *Handler) subDelete(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
-	if err := h.authorizeManage(r); err != nil {
+func (m *Manager) subDelete(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := m.authorizeManage(r); err != nil {
 		return err
 	}
 	p := auth.FromContext(r.Context())
-	k := subKey(h.basin, c.root, id)
+	k := subKey(m.basin, c.root, id)
 	for range subAttempts {
-		it, err := h.meta.Get(r.Context(), k.PK, k.SK)
+		it, err := m.meta.Get(r.Context(), k.PK, k.SK)
 		if errors.Is(err, meta.ErrNotFound) {
 			break
 		} else if err != nil {
@@ -375,26 +387,26 @@ func (h *Handler) subDelete(w http.ResponseWriter, r *http.Request, c controlRou
 		if err := json.Unmarshal(it.Val, &s); err != nil {
 			return err
 		}
-		if err := h.authorizeSub(p, &s); err != nil {
+		if err := m.authorizeSub(p, &s); err != nil {
 			return err
 		}
-		err = h.meta.Delete(r.Context(), k.PK, k.SK, meta.IfVer(it.Ver))
+		err = m.meta.Delete(r.Context(), k.PK, k.SK, meta.IfVer(it.Ver))
 		if errors.Is(err, meta.ErrConditionFailed) {
 			continue // changed meanwhile: authorize what it is now
 		} else if err != nil {
 			return &metaError{err}
 		}
-		h.subs.uncache(k)
+		m.uncache(k)
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	h.subs.uncache(k)
+	m.uncache(k)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-func (h *Handler) subAddStreams(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
-	if err := h.authorizeManage(r); err != nil {
+func (m *Manager) subAddStreams(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+	if err := m.authorizeManage(r); err != nil {
 		return err
 	}
 	body, err := readSubBody(r)
@@ -424,17 +436,17 @@ func (h *Handler) subAddStreams(w http.ResponseWriter, r *http.Request, c contro
 		paths = append(paths, p)
 	}
 	authz := func(s *subRow) error {
-		if err := h.authorizeSub(pr, s); err != nil {
+		if err := m.authorizeSub(pr, s); err != nil {
 			return err
 		}
 		for _, p := range paths {
-			if err := h.authorizeLink(pr, s, s.Root+p); err != nil {
+			if err := m.authorizeLink(pr, s, s.Root+p); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	_, err = h.subs.mutateAs(r.Context(), c.root, id, paths, authz, func(s *subRow, t tails) (bool, error) {
+	_, err = m.mutateAs(r.Context(), c.root, id, paths, authz, func(s *subRow, t tails) (bool, error) {
 		for _, p := range paths {
 			acked := t.of(p)
 			if l := s.link(p); l != nil {
@@ -453,13 +465,13 @@ func (h *Handler) subAddStreams(w http.ResponseWriter, r *http.Request, c contro
 	return nil
 }
 
-func (h *Handler) subRemoveStream(w http.ResponseWriter, r *http.Request, c controlRoute, id, path string) error {
-	if err := h.authorizeManage(r); err != nil {
+func (m *Manager) subRemoveStream(w http.ResponseWriter, r *http.Request, c controlRoute, id, path string) error {
+	if err := m.authorizeManage(r); err != nil {
 		return err
 	}
 	p := auth.FromContext(r.Context())
-	authz := func(s *subRow) error { return nilIfOK(h.authorizeSub(p, s)) }
-	_, err := h.subs.mutateAs(r.Context(), c.root, id, nil, authz, func(s *subRow, _ tails) (bool, error) {
+	authz := func(s *subRow) error { return nilIfOK(m.authorizeSub(p, s)) }
+	_, err := m.mutateAs(r.Context(), c.root, id, nil, authz, func(s *subRow, _ tails) (bool, error) {
 		if l := s.link(path); l == nil || !l.Explicit {
 			return false, nil // absent: idempotent
 		}
@@ -478,7 +490,7 @@ func (h *Handler) subRemoveStream(w http.ResponseWriter, r *http.Request, c cont
 // consumes that stream anyway) and every link (the answer shows their
 // tails, and the wake token acks their cursors: only those its token may
 // read, HolderStreams).
-func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
+func (m *Manager) subClaim(w http.ResponseWriter, r *http.Request, c controlRoute, id string) error {
 	body, err := readSubBody(r)
 	if err != nil {
 		return err
@@ -491,14 +503,14 @@ func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRout
 	if !ok || worker == "" || len(worker) > maxSubIDBytes {
 		return invalidReq("worker must be a non-empty string of at most %d bytes", maxSubIDBytes)
 	}
-	keys, err := h.subs.keys.get(r.Context())
+	keys, err := m.keys.Get(r.Context())
 	if err != nil {
 		return err
 	}
 	p := auth.FromContext(r.Context())
 	now := time.Now()
-	authz := func(s *subRow) error { return nilIfOK(h.authorizeClaim(p, s)) }
-	s, err := h.subs.mutateAs(r.Context(), c.root, id, nil, authz, func(s *subRow, t tails) (bool, error) {
+	authz := func(s *subRow) error { return nilIfOK(m.authorizeClaim(p, s)) }
+	s, err := m.mutateAs(r.Context(), c.root, id, nil, authz, func(s *subRow, t tails) (bool, error) {
 		if err := s.claim(now, worker, newWakeID(), t); err != nil {
 			return false, err
 		}
@@ -512,14 +524,14 @@ func (h *Handler) subClaim(w http.ResponseWriter, r *http.Request, c controlRout
 	if err != nil {
 		return err
 	}
-	t, err := h.subs.tails(r.Context(), s.Root, linkPaths(&s))
+	t, err := m.tails(r.Context(), s.Root, linkPaths(&s))
 	if err != nil {
 		return err
 	}
 	return writeSubJSON(w, http.StatusOK, map[string]any{
 		"wake_id":      s.WakeID,
 		"generation":   s.Generation,
-		"token":        keys.signer(h.subs.keys.now()).mintToken(wakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: s.Generation, WakeID: s.WakeID}),
+		"token":        keys.Signer(m.keys.Now()).MintToken(signing.WakeToken{Root: s.Root, ID: s.ID, Incarnation: s.Incarnation, Generation: s.Generation, WakeID: s.WakeID}),
 		"streams":      s.infos(t.of),
 		"lease_ttl_ms": s.Config.LeaseTTLms,
 	})
@@ -537,8 +549,8 @@ func linkPaths(s *subRow) []string {
 // bearer is the wake token; the row fences it (checkWake). Acks without
 // done extend the lease (the heartbeat); with done, or a release, the wake
 // ends and the next one is issued at once if work is pending.
-func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op string) error {
-	tok, ok, err := h.subs.keys.verify(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
+func (m *Manager) subWakeOp(w http.ResponseWriter, r *http.Request, id, op string) error {
+	tok, ok, err := m.keys.Verify(r.Context(), auth.Bearer(r.Header.Get("Authorization")))
 	if err != nil {
 		return err
 	}
@@ -561,7 +573,7 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 	now := time.Now()
 	var next *wake
 	holderGone := false
-	s, err := h.subs.mutate(r.Context(), tok.Root, tok.ID, nil, func(s *subRow, t tails) (bool, error) {
+	s, err := m.mutate(r.Context(), tok.Root, tok.ID, nil, func(s *subRow, t tails) (bool, error) {
 		next, holderGone = nil, false
 		switch {
 		case op == "callback" && s.Config.Type != subWebhook:
@@ -576,7 +588,7 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 			next = s.done(now, newWakeID(), t)
 			return true, nil
 		}
-		if ok, err := h.subs.holderStands(r.Context(), s); err != nil {
+		if ok, err := m.holderStands(r.Context(), s); err != nil {
 			return false, err
 		} else if !ok {
 			s.finishWake() // withdrawn: its acks are not applied, the work wakes again
@@ -601,11 +613,11 @@ func (h *Handler) subWakeOp(w http.ResponseWriter, r *http.Request, id, op strin
 	}
 	if holderGone {
 		// Pending work wakes again, for a worker whose token stands.
-		go h.subs.pass(s, nil, trigBusy)
+		go m.pass(s, nil, trigBusy)
 		return errHolderGone
 	}
 	if next != nil {
-		h.subs.dispatch(s, *next)
+		m.dispatch(s, *next)
 	}
 	if op == "release" {
 		w.WriteHeader(http.StatusNoContent)
@@ -619,7 +631,7 @@ func subView(s *subRow, base, kid string) map[string]any {
 	streams := make([]map[string]string, 0, len(s.Links))
 	for i := range s.Links {
 		l := &s.Links[i]
-		streams = append(streams, map[string]string{"path": l.Path, "link_type": l.linkType(), "acked_offset": formatOffset(l.Acked)})
+		streams = append(streams, map[string]string{"path": l.Path, "link_type": l.linkType(), "acked_offset": offsets.Format(l.Acked)})
 	}
 	v := map[string]any{
 		"id": s.ID, "subscription_id": s.ID, "type": s.Config.Type, "streams": streams,
@@ -667,4 +679,10 @@ func writeSubError(w http.ResponseWriter, e *subError) {
 		w.Header().Set("Retry-After", "1")
 	}
 	_ = writeSubJSON(w, e.Status, map[string]any{"error": body})
+}
+
+// isKeysMetaError reports a metastore failure reading the keys row.
+func isKeysMetaError(err error) bool {
+	_, ok := errors.AsType[*signing.MetaError](err)
+	return ok
 }

@@ -1,4 +1,4 @@
-package durable
+package subs
 
 import (
 	"crypto/sha256"
@@ -20,8 +20,8 @@ import (
 // that wake a worker, by a signed webhook or by an event in a wake
 // stream, when a linked stream has records past its acked offset. This
 // file holds the pure parts: the subscription's config, its stored row and
-// the rules on paths and webhook URLs. subs_state.go is the state machine,
-// subs_driver.go the I/O, subs_http.go the routes.
+// the rules on paths and webhook URLs. state.go is the state machine,
+// driver.go the I/O, http.go the routes.
 
 // Bounds of a subscription (docs/durable-streams.md, "Subscriptions").
 const (
@@ -363,3 +363,9 @@ func numericLabel(l string) bool {
 	}
 	return l != "" && strings.Trim(l, digits) == ""
 }
+
+// metaError is a metastore failure: 503 to clients, who retry.
+type metaError struct{ err error }
+
+func (e *metaError) Error() string { return "durable: subscriptions: metastore: " + e.err.Error() }
+func (e *metaError) Unwrap() error { return e.err }

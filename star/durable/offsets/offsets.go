@@ -1,4 +1,8 @@
-package durable
+// Package offsets is the Durable Streams offset format this server mints
+// and reads: the stream handler (star/durable) answers with it and the
+// subscriptions (star/durable/subs) show and take cursors in it, so both
+// import it and neither imports the other for it.
+package offsets
 
 import (
 	"fmt"
@@ -15,15 +19,17 @@ import (
 const (
 	seqDigits = 16
 	offsetLen = 2*seqDigits + 1
-	maxSeq    = 9_999_999_999_999_999
+	// MaxSeq is the largest seq num an offset holds.
+	MaxSeq    = 9_999_999_999_999_999
 	zeroField = "0000000000000000"
 )
 
-func formatOffset(seq uint64) string { return fmt.Sprintf("%0*d_%s", seqDigits, seq, zeroField) }
+// Format is the offset of seq.
+func Format(seq uint64) string { return fmt.Sprintf("%0*d_%s", seqDigits, seq, zeroField) }
 
-// parseOffset reads an offset a client sent; ok is false for anything
+// Parse reads an offset a client sent; ok is false for anything
 // not of this shape.
-func parseOffset(s string) (uint64, bool) {
+func Parse(s string) (uint64, bool) {
 	if len(s) != offsetLen || s[seqDigits] != '_' {
 		return 0, false
 	}

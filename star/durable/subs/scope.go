@@ -1,4 +1,4 @@
-package durable
+package subs
 
 import (
 	"context"
@@ -77,8 +77,8 @@ func nilIfOK(e *subError) error {
 }
 
 // authorizeStream checks op on a stored stream name.
-func (h *Handler) authorizeStream(p auth.Principal, op auth.Op, name string) *subError {
-	if aerr := p.Authorize(auth.Request{Op: op, Basin: h.basin, Stream: name}); aerr != nil {
+func (m *Manager) authorizeStream(p auth.Principal, op auth.Op, name string) *subError {
+	if aerr := p.Authorize(auth.Request{Op: op, Basin: m.basin, Stream: name}); aerr != nil {
 		return denied(aerr)
 	}
 	return nil
@@ -106,19 +106,19 @@ func patternReach(root, pattern string) (name string, exact bool) {
 // cfg needs: read on every explicit stream and on every name the pattern
 // reaches (a prefix set within the token's), and append on the wake
 // stream (the subscription appends its wake events as its creator).
-func (h *Handler) authorizeConfig(p auth.Principal, root string, cfg *subConfig) *subError {
+func (m *Manager) authorizeConfig(p auth.Principal, root string, cfg *subConfig) *subError {
 	for _, s := range cfg.Streams {
-		if err := h.authorizeStream(p, auth.Read, root+s); err != nil {
+		if err := m.authorizeStream(p, auth.Read, root+s); err != nil {
 			return err
 		}
 	}
 	if cfg.Pattern != "" {
 		name, exact := patternReach(root, cfg.Pattern)
 		if exact {
-			if err := h.authorizeStream(p, auth.Read, name); err != nil {
+			if err := m.authorizeStream(p, auth.Read, name); err != nil {
 				return err
 			}
-		} else if aerr := p.AuthorizeOp(auth.Request{Op: auth.Read, Basin: h.basin}); aerr != nil {
+		} else if aerr := p.AuthorizeOp(auth.Request{Op: auth.Read, Basin: m.basin}); aerr != nil {
 			return denied(aerr)
 		} else if !auth.PrefixSet(name).Within(p.Scope.Streams) {
 			return denied(auth.Denied("pattern %q can match streams outside the scope of access token %q",
@@ -126,7 +126,7 @@ func (h *Handler) authorizeConfig(p auth.Principal, root string, cfg *subConfig)
 		}
 	}
 	if cfg.WakeStream != "" {
-		if err := h.authorizeStream(p, auth.Append, root+cfg.WakeStream); err != nil {
+		if err := m.authorizeStream(p, auth.Append, root+cfg.WakeStream); err != nil {
 			return err
 		}
 	}
@@ -137,12 +137,12 @@ func (h *Handler) authorizeConfig(p auth.Principal, root string, cfg *subConfig)
 // what creating it would need, and read on every link (a link added
 // since, or discovered by the pattern). A token acts on a subscription
 // whole or not at all, so no answer shows a name outside its scope.
-func (h *Handler) authorizeSub(p auth.Principal, s *subRow) *subError {
-	if err := h.authorizeConfig(p, s.Root, &s.Config); err != nil {
+func (m *Manager) authorizeSub(p auth.Principal, s *subRow) *subError {
+	if err := m.authorizeConfig(p, s.Root, &s.Config); err != nil {
 		return err
 	}
 	for i := range s.Links {
-		if err := h.authorizeStream(p, auth.Read, s.Root+s.Links[i].Path); err != nil {
+		if err := m.authorizeStream(p, auth.Read, s.Root+s.Links[i].Path); err != nil {
 			return err
 		}
 	}
@@ -151,8 +151,8 @@ func (h *Handler) authorizeSub(p auth.Principal, s *subRow) *subError {
 
 // authorizeLink checks that p may link a stored name to s: p may read it,
 // and so may the subscription's creator (it acts as the creator).
-func (h *Handler) authorizeLink(p auth.Principal, s *subRow, name string) *subError {
-	if err := h.authorizeStream(p, auth.Read, name); err != nil {
+func (m *Manager) authorizeLink(p auth.Principal, s *subRow, name string) *subError {
+	if err := m.authorizeStream(p, auth.Read, name); err != nil {
 		return err
 	}
 	if !s.Creator.allows(auth.Read, name) {
@@ -165,14 +165,14 @@ func (h *Handler) authorizeLink(p auth.Principal, s *subRow, name string) *subEr
 // authorizeClaim checks that p may hold a pull-wake subscription's wake:
 // read on the wake stream (the worker consumes it) and on every link (a
 // claim shows their tails, and its token acks their cursors).
-func (h *Handler) authorizeClaim(p auth.Principal, s *subRow) *subError {
+func (m *Manager) authorizeClaim(p auth.Principal, s *subRow) *subError {
 	if s.Config.Type == subPullWake {
-		if err := h.authorizeStream(p, auth.Read, s.Root+s.Config.WakeStream); err != nil {
+		if err := m.authorizeStream(p, auth.Read, s.Root+s.Config.WakeStream); err != nil {
 			return err
 		}
 	}
 	for i := range s.Links {
-		if err := h.authorizeStream(p, auth.Read, s.Root+s.Links[i].Path); err != nil {
+		if err := m.authorizeStream(p, auth.Read, s.Root+s.Links[i].Path); err != nil {
 			return err
 		}
 	}
@@ -203,7 +203,7 @@ func (s *subRow) authorizeAcks(acks []ackReq) *subError {
 // creator's token still exists (not revoked, not expired) and allows the
 // wake's append. A row without a creator, the admin's, and a handler
 // without a token store (an open star's) always may.
-func (m *subManager) creatorStands(ctx context.Context, s *subRow) (bool, error) {
+func (m *Manager) creatorStands(ctx context.Context, s *subRow) (bool, error) {
 	c := s.Creator
 	if c == nil || c.Admin {
 		return true, nil
@@ -211,22 +211,22 @@ func (m *subManager) creatorStands(ctx context.Context, s *subRow) (bool, error)
 	if s.Config.Type == subPullWake && !c.allows(auth.Append, s.Root+s.Config.WakeStream) {
 		return false, nil
 	}
-	if m.h.cfg.TokenStands == nil {
+	if m.tokenStands == nil {
 		return true, nil
 	}
 	if c.Credential == "" {
 		return false, nil
 	}
-	return m.h.cfg.TokenStands(ctx, c.TokenID, c.Credential)
+	return m.tokenStands(ctx, c.TokenID, c.Credential)
 }
 
 // holderStands reports whether the access token that claimed s's wake
 // still stands (not revoked, not expired): checked on every ack, so a
 // revoked worker's lease ends at its next ack instead of lasting on. A
 // claim by the admin or on an open star has no token to check.
-func (m *subManager) holderStands(ctx context.Context, s *subRow) (bool, error) {
-	if s.HolderCredential == "" || m.h.cfg.TokenStands == nil {
+func (m *Manager) holderStands(ctx context.Context, s *subRow) (bool, error) {
+	if s.HolderCredential == "" || m.tokenStands == nil {
 		return true, nil
 	}
-	return m.h.cfg.TokenStands(ctx, s.HolderToken, s.HolderCredential)
+	return m.tokenStands(ctx, s.HolderToken, s.HolderCredential)
 }

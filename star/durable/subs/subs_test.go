@@ -1,97 +1,15 @@
-package durable
+package subs
 
 import (
-	"crypto/ed25519"
-	"encoding/base64"
+	"fmt"
+	"net/http"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/subs/signing"
 )
-
-func testKeys(t *testing.T) *signingKey {
-	t.Helper()
-	seed := make([]byte, ed25519.SeedSize)
-	for i := range seed {
-		seed[i] = byte(i)
-	}
-	k, err := newSigningKey(keyMaterial{seed: seed, tokenKey: []byte(strings.Repeat("k", 32))}, time.Time{}, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func TestWebhookSignature(t *testing.T) {
-	k := testKeys(t)
-	if !strings.HasPrefix(k.kid, "ds_") || k.kid != keyID(k.pub) {
-		t.Fatalf("kid %q: want ds_ and the thumbprint", k.kid)
-	}
-	body := []byte(`{"subscription_id":"s","generation":1}`)
-	now := time.Unix(1_700_000_000, 0)
-	h := k.signature(body, now.Unix())
-	parts := strings.Split(h, ",")
-	if len(parts) != 3 || parts[0] != "t=1700000000" || parts[1] != "kid="+k.kid || !strings.HasPrefix(parts[2], "ed25519=") {
-		t.Fatalf("header %q: want t=…,kid=…,ed25519=…", h)
-	}
-	sig := strings.TrimPrefix(parts[2], "ed25519=")
-	if strings.ContainsAny(sig, "+/=") {
-		t.Fatalf("signature %q is not unpadded base64url", sig)
-	}
-	// The signed message is "<t>.<body>", checked with the bare key too.
-	raw, _ := base64.RawURLEncoding.DecodeString(sig)
-	if !ed25519.Verify(k.pub, []byte("1700000000."+string(body)), raw) {
-		t.Fatal("signature does not verify over <t>.<body>")
-	}
-	if !verifySignature(k.pub, k.kid, h, body, now.Add(time.Minute), 5*time.Minute) {
-		t.Fatal("verifySignature refuses a good signature")
-	}
-	for name, tc := range map[string]struct {
-		body []byte
-		at   time.Time
-		hdr  string
-	}{
-		"changed body":   {[]byte(`{"subscription_id":"t","generation":1}`), now, h},
-		"outside skew":   {body, now.Add(6 * time.Minute), h},
-		"other kid":      {body, now, strings.Replace(h, k.kid, "ds_other", 1)},
-		"other time":     {body, now, strings.Replace(h, "t=1700000000", "t=1700000001", 1)},
-		"no signature":   {body, now, "t=1700000000,kid=" + k.kid},
-		"garbled base64": {body, now, "t=1700000000,kid=" + k.kid + ",ed25519=!!"},
-	} {
-		if verifySignature(k.pub, k.kid, tc.hdr, tc.body, tc.at, 5*time.Minute) {
-			t.Errorf("%s: verified", name)
-		}
-	}
-	// The JWK Set names the key as the suite looks for it.
-	if j := string((&keySet{keys: []*signingKey{k}}).jwks(now)); !strings.Contains(j, `"kty":"OKP"`) || !strings.Contains(j, `"crv":"Ed25519"`) ||
-		!strings.Contains(j, `"alg":"EdDSA"`) || !strings.Contains(j, `"kid":"`+k.kid+`"`) {
-		t.Fatalf("jwks %s", j)
-	}
-}
-
-func TestWakeToken(t *testing.T) {
-	k := testKeys(t)
-	want := wakeToken{Root: "v1/stream/", ID: "sub-1", Incarnation: "abc", Generation: 7, WakeID: "w_1"}
-	tok := k.mintToken(want)
-	got, ok := k.parseToken(tok)
-	if !ok || got != want {
-		t.Fatalf("round trip: %v %+v", ok, got)
-	}
-	// Any change to the payload or the MAC is refused.
-	p64, m64, _ := strings.Cut(strings.TrimPrefix(tok, tokenPrefix), ".")
-	other := k.mintToken(wakeToken{Root: "v1/stream/", ID: "sub-1", Incarnation: "abc", Generation: 8, WakeID: "w_1"})
-	o64, _, _ := strings.Cut(strings.TrimPrefix(other, tokenPrefix), ".")
-	for _, bad := range []string{"", "dsw_", tok[:len(tok)-1], tokenPrefix + o64 + "." + m64, tokenPrefix + p64, strings.TrimPrefix(tok, tokenPrefix)} {
-		if _, ok := k.parseToken(bad); ok {
-			t.Errorf("token %q accepted", bad)
-		}
-	}
-	k2 := testKeys(t)
-	k2.tokenKey = []byte(strings.Repeat("x", 32))
-	if _, ok := k2.parseToken(tok); ok {
-		t.Error("a token verified under another key")
-	}
-}
 
 func TestWebhookURLPolicy(t *testing.T) {
 	strict, dev := webhookPolicy{}, webhookPolicy{AllowLoopback: true}
@@ -258,21 +176,21 @@ func TestSubFencing(t *testing.T) {
 	if w2, _ := s.step(now.Add(500*time.Millisecond), "w_x", tl); w2 != nil {
 		t.Fatal("a second wake while one is in flight")
 	}
-	tok := wakeToken{Incarnation: "i1", Generation: 1, WakeID: "w_1"}
+	tok := signing.WakeToken{Incarnation: "i1", Generation: 1, WakeID: "w_1"}
 	if err := s.checkWake(tok, 1, "w_1"); err != nil {
 		t.Fatalf("current wake fenced: %v", err)
 	}
 	for name, tc := range map[string]struct {
-		tok  wakeToken
+		tok  signing.WakeToken
 		gen  uint64
 		wake string
 		code string
 	}{
 		"stale generation":  {tok, 0, "w_1", codeFenced},
 		"other wake id":     {tok, 1, "w_0", codeFenced},
-		"token of gen 0":    {wakeToken{Incarnation: "i1", Generation: 0, WakeID: "w_1"}, 1, "w_1", codeFenced},
-		"token of old wake": {wakeToken{Incarnation: "i1", Generation: 1, WakeID: "w_0"}, 1, "w_1", codeFenced},
-		"re-created sub":    {wakeToken{Incarnation: "i0", Generation: 1, WakeID: "w_1"}, 1, "w_1", codeTokenInvalid},
+		"token of gen 0":    {signing.WakeToken{Incarnation: "i1", Generation: 0, WakeID: "w_1"}, 1, "w_1", codeFenced},
+		"token of old wake": {signing.WakeToken{Incarnation: "i1", Generation: 1, WakeID: "w_0"}, 1, "w_1", codeFenced},
+		"re-created sub":    {signing.WakeToken{Incarnation: "i0", Generation: 1, WakeID: "w_1"}, 1, "w_1", codeTokenInvalid},
 	} {
 		if err := s.checkWake(tc.tok, tc.gen, tc.wake); err == nil || err.Code != tc.code {
 			t.Errorf("%s: %v, want %s", name, err, tc.code)
@@ -280,10 +198,10 @@ func TestSubFencing(t *testing.T) {
 	}
 	// Acks: past the tail, behind the cursor, unknown streams, -1: none applies.
 	for _, bad := range [][]ackReq{
-		{{Stream: "events/a", Offset: formatOffset(4)}},
-		{{Stream: "events/b", Offset: formatOffset(1)}},
+		{{Stream: "events/a", Offset: offsets.Format(4)}},
+		{{Stream: "events/b", Offset: offsets.Format(1)}},
 		{{Stream: "events/a", Offset: "-1"}},
-		{{Stream: "events/a", Offset: formatOffset(2)}, {Stream: "events/a", Offset: formatOffset(9)}},
+		{{Stream: "events/a", Offset: offsets.Format(2)}, {Stream: "events/a", Offset: offsets.Format(9)}},
 	} {
 		if err := s.applyAcks(bad, tl); err == nil || err.Code != codeInvalidOffset {
 			t.Errorf("acks %+v: %v", bad, err)
@@ -292,7 +210,7 @@ func TestSubFencing(t *testing.T) {
 			t.Fatalf("a refused ack moved the cursor")
 		}
 	}
-	if err := s.applyAcks([]ackReq{{Stream: "events/a", Offset: formatOffset(3)}}, tl); err != nil {
+	if err := s.applyAcks([]ackReq{{Stream: "events/a", Offset: offsets.Format(3)}}, tl); err != nil {
 		t.Fatal(err)
 	}
 	if next := s.done(now, "w_2", tl); next != nil {
@@ -401,5 +319,32 @@ func TestSubLinks(t *testing.T) {
 	p := subRow{Config: subConfig{Type: subPullWake, Pattern: "**", WakeStream: "wake/pool"}}
 	if p.globs("wake/pool") || !p.globs("events/a") {
 		t.Fatal("globs and the wake stream")
+	}
+}
+
+// lease_ttl_ms takes 1,000 to 600,000 and nothing else (INVALID_REQUEST,
+// 400): −1, 2^31, 2^53, 2^63−1, 2^64−1, fractions and exponents.
+func TestLeaseTTLNumbers(t *testing.T) {
+	for _, v := range []string{"-1", "0", "999", "600001", "2147483648", "9007199254740993", "9223372036854775807",
+		"18446744073709551615", "1e3", "1000.5"} {
+		body := `{"type":"pull-wake","streams":["a"],"wake_stream":"w","lease_ttl_ms":` + v + `}`
+		if c, err := parseSubConfig([]byte(body)); err == nil || err.Status != http.StatusBadRequest {
+			t.Errorf("lease_ttl_ms %s: %+v %v, want 400", v, c, err)
+		}
+	}
+	for _, v := range []int64{1000, 30000, 600000} {
+		body := fmt.Sprintf(`{"type":"pull-wake","streams":["a"],"wake_stream":"w","lease_ttl_ms":%d}`, v)
+		c, err := parseSubConfig([]byte(body))
+		if err != nil || c.leaseTTL() != time.Duration(v)*time.Millisecond {
+			t.Errorf("lease_ttl_ms %d: %v %v", v, c.leaseTTL(), err)
+		}
+	}
+}
+
+// A retired key verifies what it signed for a lease, a delivery and a
+// reread after it stopped signing (signing.KeyRetain's promise).
+func TestKeyRetainCoversAWake(t *testing.T) {
+	if signing.KeyRetain < maxLeaseTTL+webhookTimeout+signing.KeyReload {
+		t.Errorf("retain %v is shorter than a lease, a delivery and a reread", signing.KeyRetain)
 	}
 }

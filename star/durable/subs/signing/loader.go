@@ -1,4 +1,11 @@
-package durable
+// Package signing keeps the Durable Streams subscription keys (protocol
+// §6.5): the Ed25519 keys that sign webhooks, published in the JWK Set,
+// and the HMAC keys of wake tokens. The set is one metastore row that
+// every star reads and rotates (loader.go); which key signs when, and
+// what a rotation or a drop makes of the set, is pure (keyset.go); what
+// a key signs is sign.go. star/durable/subs uses it; it imports nothing
+// of the protocol.
+package signing
 
 import (
 	"context"
@@ -16,13 +23,23 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// keysKey is the basin's subscription keys row, beside the stream (s#…)
+// RowKey is the basin's subscription keys row, beside the stream (s#…)
 // and subscription (u#…) rows. Whoever can read the metastore can read
 // the keys.
-func keysKey(basin string) meta.Key { return meta.Key{PK: "ds#" + basin, SK: "k#subscriptions"} }
+func RowKey(basin string) meta.Key { return meta.Key{PK: "ds#" + basin, SK: "k#subscriptions"} }
 
 // keyAttempts bounds the conditional-write retries of one change.
 const keyAttempts = 4
+
+// passTimeout bounds one periodic pass (a read, perhaps a write).
+const passTimeout = 10 * time.Second
+
+// MetaError is a metastore failure reading or writing the keys row: 503
+// to clients, who retry.
+type MetaError struct{ Err error }
+
+func (e *MetaError) Error() string { return "durable: subscription keys: metastore: " + e.Err.Error() }
+func (e *MetaError) Unwrap() error { return e.Err }
 
 // Kinds of rotation (the metric's label and the log's reason).
 const (
@@ -31,40 +48,40 @@ const (
 	rotationEmergency = "emergency" // an operator, every other key dropped
 )
 
-// keyLoader keeps this star's copy of the subscription keys row
-// (subs_keyset.go). The row is created when a star first needs a key
+// Loader keeps this star's copy of the subscription keys row
+// (keyset.go). The row is created when a star first needs a key
 // (IfAbsent: every star then reads the one that won). Once loaded it is
 // reread every KeyReload, and at once (at most every keyMissReload) when a
 // wake token verifies under none of the cached keys, so a key another star
 // added reaches this one. The periodic pass also adds a key when the
 // rotation period is up and removes dropped keys, by a conditional put on
 // the row's version: stars racing add one key, not one each.
-type keyLoader struct {
+type Loader struct {
 	store  meta.Store
 	key    meta.Key
 	now    func() time.Time
 	period time.Duration // ≤ 0: never rotate
 	log    *slog.Logger
-	met    keyMetrics
+	met    Metrics
 
 	// io serializes this star's reads and writes of the row; a semaphore
 	// rather than a mutex, so a waiter gives up with its context.
 	io chan struct{}
 
 	mu       sync.Mutex
-	set      *keySet // nil until first needed
+	set      *Set // nil until first needed
 	lastMiss time.Time
 }
 
-// keyMetrics have bounded labels: the rotation kinds, ok or error.
-type keyMetrics struct {
+// Metrics have bounded labels: the rotation kinds, ok or error.
+type Metrics struct {
 	keys      prometheus.Gauge
 	rotations *prometheus.CounterVec
 	reloads   *prometheus.CounterVec
 }
 
-func newKeyMetrics() keyMetrics {
-	return keyMetrics{
+func NewMetrics() Metrics {
+	return Metrics{
 		keys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "starlog", Subsystem: "durable", Name: "subscription_keys",
 			Help: "Subscription keys (webhook signing and wake tokens) in the keys row as this star last read it.",
@@ -80,28 +97,34 @@ func newKeyMetrics() keyMetrics {
 	}
 }
 
-func (m keyMetrics) collectors() []prometheus.Collector {
+func (m Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.keys, m.rotations, m.reloads}
 }
 
-func newKeyLoader(store meta.Store, key meta.Key, now func() time.Time, period time.Duration, log *slog.Logger, met keyMetrics) *keyLoader {
-	return &keyLoader{store: store, key: key, now: now, period: period, log: log, met: met, io: make(chan struct{}, 1)}
+func NewLoader(store meta.Store, key meta.Key, now func() time.Time, period time.Duration, log *slog.Logger, met Metrics) *Loader {
+	return &Loader{store: store, key: key, now: now, period: period, log: log, met: met, io: make(chan struct{}, 1)}
 }
 
-func (l *keyLoader) cached() *keySet {
+// Now is the keys' time (the clock NewLoader was given).
+func (l *Loader) Now() time.Time { return l.now() }
+
+// Period is the rotation period (≤ 0: never).
+func (l *Loader) Period() time.Duration { return l.period }
+
+func (l *Loader) cached() *Set {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.set
 }
 
-func (l *keyLoader) keep(s *keySet) {
+func (l *Loader) keep(s *Set) {
 	l.mu.Lock()
 	l.set = s
 	l.mu.Unlock()
 	l.met.keys.Set(float64(len(s.keys)))
 }
 
-func (l *keyLoader) acquire(ctx context.Context) error {
+func (l *Loader) acquire(ctx context.Context) error {
 	select {
 	case l.io <- struct{}{}:
 		return nil
@@ -110,11 +133,11 @@ func (l *keyLoader) acquire(ctx context.Context) error {
 	}
 }
 
-func (l *keyLoader) release() { <-l.io }
+func (l *Loader) release() { <-l.io }
 
-// get returns the keys as last read, reading (or creating) the row the
+// Get returns the keys as last read, reading (or creating) the row the
 // first time. During a metastore outage the cached keys go on serving.
-func (l *keyLoader) get(ctx context.Context) (*keySet, error) {
+func (l *Loader) Get(ctx context.Context) (*Set, error) {
 	if s := l.cached(); s != nil {
 		return s, nil
 	}
@@ -123,7 +146,7 @@ func (l *keyLoader) get(ctx context.Context) (*keySet, error) {
 
 // reload reads the row and caches it. Unless force, keys another caller
 // loaded while this one waited are taken as they are.
-func (l *keyLoader) reload(ctx context.Context, force bool) (*keySet, error) {
+func (l *Loader) reload(ctx context.Context, force bool) (*Set, error) {
 	if err := l.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -141,7 +164,7 @@ func (l *keyLoader) reload(ctx context.Context, force bool) (*keySet, error) {
 
 // read reads the row and its version, creating it (one key, signing at
 // once) when absent. The caller holds io.
-func (l *keyLoader) read(ctx context.Context) (*keySet, int64, error) {
+func (l *Loader) read(ctx context.Context) (*Set, int64, error) {
 	s, ver, err := l.readOnce(ctx)
 	result := "ok"
 	if err != nil {
@@ -151,15 +174,15 @@ func (l *keyLoader) read(ctx context.Context) (*keySet, int64, error) {
 	return s, ver, err
 }
 
-func (l *keyLoader) readOnce(ctx context.Context) (*keySet, int64, error) {
+func (l *Loader) readOnce(ctx context.Context) (*Set, int64, error) {
 	for range keyAttempts {
 		it, err := l.store.Get(ctx, l.key.PK, l.key.SK)
 		if err == nil {
-			s, err := decodeKeys(it.Val)
+			s, err := Decode(it.Val)
 			return s, it.Ver, err
 		}
 		if !errors.Is(err, meta.ErrNotFound) {
-			return nil, 0, &metaError{err}
+			return nil, 0, &MetaError{err}
 		}
 		now := l.now()
 		s, err := firstKeys(now, randomKey())
@@ -172,7 +195,7 @@ func (l *keyLoader) readOnce(ctx context.Context) (*keySet, int64, error) {
 			return s, ver, nil
 		}
 		if !errors.Is(err, meta.ErrConditionFailed) {
-			return nil, 0, &metaError{err}
+			return nil, 0, &MetaError{err}
 		}
 		// Another star created it first: read what won.
 	}
@@ -183,7 +206,7 @@ func (l *keyLoader) readOnce(ctx context.Context) (*keySet, int64, error) {
 // (nil: nothing), and the put is conditional on the version read, so a
 // change another star made meanwhile is read and next decides again. It
 // caches what it read or wrote.
-func (l *keyLoader) change(ctx context.Context, kind string, next func(cur *keySet, now time.Time) (*keySet, error)) (*keySet, error) {
+func (l *Loader) change(ctx context.Context, kind string, next func(cur *Set, now time.Time) (*Set, error)) (*Set, error) {
 	if err := l.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -207,7 +230,7 @@ func (l *keyLoader) change(ctx context.Context, kind string, next func(cur *keyS
 			continue
 		}
 		if err != nil {
-			return nil, &metaError{err}
+			return nil, &MetaError{err}
 		}
 		l.keep(n)
 		l.logChange(cur, n, kind)
@@ -216,7 +239,7 @@ func (l *keyLoader) change(ctx context.Context, kind string, next func(cur *keyS
 	return nil, errors.New("durable: subscription keys row kept changing")
 }
 
-func (l *keyLoader) logChange(cur, next *keySet, kind string) {
+func (l *Loader) logChange(cur, next *Set, kind string) {
 	was, is := cur.kids(), next.kids()
 	level := slog.LevelInfo
 	if kind == rotationEmergency {
@@ -235,14 +258,14 @@ func (l *keyLoader) logChange(cur, next *keySet, kind string) {
 	}
 }
 
-// pass is the periodic reread: it adds a key when the period is up and
+// Pass is the periodic reread: it adds a key when the period is up and
 // removes the dropped ones. A star that has not needed the keys yet does
 // nothing (the row is created on need).
-func (l *keyLoader) pass(ctx context.Context) error {
+func (l *Loader) Pass(ctx context.Context) error {
 	if l.cached() == nil {
 		return nil
 	}
-	_, err := l.change(ctx, rotationScheduled, func(cur *keySet, now time.Time) (*keySet, error) {
+	_, err := l.change(ctx, rotationScheduled, func(cur *Set, now time.Time) (*Set, error) {
 		p, gone := cur.pruned(now)
 		if p.due(now, l.period) {
 			return p.rotated(now, randomKey(), false)
@@ -255,26 +278,26 @@ func (l *keyLoader) pass(ctx context.Context) error {
 	return err
 }
 
-// rotate adds a key now, for an operator: with the publish lead, or in an
+// Rotate adds a key now, for an operator: with the publish lead, or in an
 // emergency signing at once with every other key dropped.
-func (l *keyLoader) rotate(ctx context.Context, emergency bool) (*keySet, error) {
+func (l *Loader) Rotate(ctx context.Context, emergency bool) (*Set, error) {
 	kind := rotationManual
 	if emergency {
 		kind = rotationEmergency
 	}
-	return l.change(ctx, kind, func(cur *keySet, now time.Time) (*keySet, error) {
+	return l.change(ctx, kind, func(cur *Set, now time.Time) (*Set, error) {
 		return cur.rotated(now, randomKey(), emergency)
 	})
 }
 
-// verify checks a wake token under the cached keys. If none takes it the
+// Verify checks a wake token under the cached keys. If none takes it the
 // row is reread once (a key another star added since this one's last
 // read), unless a token already caused a reread within keyMissReload: a
 // stream of bad tokens costs at most one read per keyMissReload.
-func (l *keyLoader) verify(ctx context.Context, tok string) (wakeToken, bool, error) {
-	s, err := l.get(ctx)
+func (l *Loader) Verify(ctx context.Context, tok string) (WakeToken, bool, error) {
+	s, err := l.Get(ctx)
 	if err != nil {
-		return wakeToken{}, false, err
+		return WakeToken{}, false, err
 	}
 	if t, ok := s.parseToken(tok, l.now()); ok || !strings.HasPrefix(tok, tokenPrefix) {
 		return t, ok, nil
@@ -287,17 +310,17 @@ func (l *keyLoader) verify(ctx context.Context, tok string) (wakeToken, bool, er
 	}
 	l.mu.Unlock()
 	if limited {
-		return wakeToken{}, false, nil
+		return WakeToken{}, false, nil
 	}
 	if s, err = l.reload(ctx, true); err != nil {
-		return wakeToken{}, false, err
+		return WakeToken{}, false, err
 	}
 	t, ok := s.parseToken(tok, l.now())
 	return t, ok, nil
 }
 
-// run rereads and maintains the row every KeyReload until ctx ends.
-func (l *keyLoader) run(ctx context.Context) {
+// Run rereads and maintains the row every KeyReload until ctx ends.
+func (l *Loader) Run(ctx context.Context) {
 	t := time.NewTicker(KeyReload)
 	defer t.Stop()
 	for {
@@ -306,7 +329,7 @@ func (l *keyLoader) run(ctx context.Context) {
 			return
 		case <-t.C:
 			pctx, cancel := context.WithTimeout(ctx, passTimeout)
-			if err := l.pass(pctx); err != nil && ctx.Err() == nil {
+			if err := l.Pass(pctx); err != nil && ctx.Err() == nil {
 				l.log.Warn("subscription keys: reread failed; serving the keys last read", "err", err)
 			}
 			cancel()
