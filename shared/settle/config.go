@@ -251,7 +251,7 @@ func (st *Stores) metrics() *Metrics {
 	return nopMetrics
 }
 
-func (st *Stores) check() error {
+func (st *Stores) Check() error {
 	switch {
 	case st.Meta == nil || st.Objects == nil:
 		return errors.New("settle: Stores needs Meta and Objects")

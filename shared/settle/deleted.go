@@ -66,10 +66,10 @@ type StreamsReport struct {
 // identity row and the tombstone stay: a batch marker not yet resolved
 // may still name the stream, and its settle must find it deleted.
 func ReclaimStreams(ctx context.Context, st *Stores, now time.Time) (rep StreamsReport, err error) {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
-	grace := st.cfg().ReadGrace
+	grace := st.Config.WithDefaults().ReadGrace
 	q := meta.Query{PK: meta.ReclaimStreamsPK, Limit: 64}
 	var errs []error
 	for {
@@ -104,7 +104,7 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	id := rs.Stream
 	n, err := deleteRefRows(ctx, st.Meta, id)
 	rep.Rows += n
-	st.metrics().rowsReclaimed.WithLabelValues("deleted").Add(float64(n))
+	st.Instruments().RowsReclaimed("deleted", n)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	default:
 		objs, err := deletePrefix(ctx, st, "streams/"+rs.Basin+"/"+id+"/")
 		rep.Objects += objs
-		st.metrics().reclaimed.WithLabelValues("deleted").Add(float64(objs))
+		st.Instruments().ObjectsReclaimed("deleted", objs)
 		if err != nil {
 			return err
 		}

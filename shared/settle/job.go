@@ -20,7 +20,7 @@ type ChainRef struct {
 
 func (c ChainRef) String() string { return c.Star + "/" + string(c.Class) }
 
-func (c ChainRef) validate() error {
+func (c ChainRef) Validate() error {
 	if c.Star == "" || !c.Class.Valid() {
 		return fmt.Errorf("settle: bad chain %q/%q", c.Star, c.Class)
 	}
@@ -59,7 +59,7 @@ func (j Job) String() string {
 
 // Validate checks a job's fields.
 func (j Job) Validate() error {
-	if err := j.Chain.validate(); err != nil {
+	if err := j.Chain.Validate(); err != nil {
 		return err
 	}
 	switch j.Kind {
@@ -134,14 +134,14 @@ func millis(t time.Time) int64 { return t.UnixMilli() }
 // stays idempotent and CAS-guarded, so a lapsed claim costs a second walk,
 // never a wrong row.
 func RunSettle(ctx context.Context, st *Stores, j Job) (rep Report, ran bool, err error) {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return rep, false, err
 	}
 	if err := j.Validate(); err != nil {
 		return rep, false, err
 	}
 	k := meta.JobClaimKey(j.Chain.Star, j.Chain.Class, j.Epoch, j.From)
-	ran, err = holdClaim(ctx, st.Meta, k, auditorID+"/"+token(), false, func(ctx context.Context) error {
+	ran, err = holdClaim(ctx, st.Meta, k, AuditorID+"/"+token(), false, func(ctx context.Context) error {
 		var err error
 		rep, err = Settle(ctx, st, j)
 		return err

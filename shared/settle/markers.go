@@ -10,8 +10,8 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// listEpochRecords reads every epoch record of a chain, ascending.
-func listEpochRecords(ctx context.Context, ms meta.Store, ch ChainRef) ([]meta.Epoch, error) {
+// ListEpochs reads every epoch record of a chain, ascending.
+func ListEpochs(ctx context.Context, ms meta.Store, ch ChainRef) ([]meta.Epoch, error) {
 	return readEpochRecords(ctx, ms, ch, nil)
 }
 
@@ -182,22 +182,28 @@ func deleteShards(ctx context.Context, ms meta.Store, ch ChainRef, m meta.Marker
 	return nil
 }
 
-// firstLiveMarker is the epoch's first live marker, if any: one that does
-// not decode stands there as a never-ripe marker of its key's slot, so the
-// cursors that stop at the first live marker (the settle frontier, the
-// rewritten cursor) stop at it rather than fail the job.
-func firstLiveMarker(ctx context.Context, st *Stores, ch ChainRef, e meta.Epoch) ([]liveMarker, error) {
-	return scanMarkers(ctx, st.Meta, ch, e, 1, func(it meta.Item, err error) {
+// FirstLive is how far the cursors that stop at the epoch's first live
+// marker (the settle frontier, the rewritten cursor) may go: that
+// marker's first slot, or the checkpoint when no marker is left below it
+// (every live marker starts below the checkpoint). A marker that does not
+// decode stands there as a never-ripe marker of its key's slot, so the
+// cursors stop at it rather than fail the job.
+func FirstLive(ctx context.Context, st *Stores, ch ChainRef, e meta.Epoch) (uint64, error) {
+	first, err := scanMarkers(ctx, st.Meta, ch, e, 1, func(it meta.Item, err error) {
 		st.Log().Warn("settle: a marker that cannot be decoded holds the epoch's cursors", "pk", it.PK, "sk", it.SK, "err", err)
 	})
+	if err != nil || len(first) == 0 {
+		return e.Checkpoint, err
+	}
+	return first[0].M.FromSlot, nil
 }
 
-// sweepShards deletes the stream shards left of markers in [from, to) of
+// SweepShards deletes the stream shards left of markers in [from, to) of
 // epoch, which the rewritten cursor just passed: every such marker is
 // resolved, so a shard still there was left by a settler that died
 // between deleting its marker and its shards. One query, normally empty;
 // a failure is logged and leaves them (rows nothing reads).
-func sweepShards(ctx context.Context, st *Stores, ch ChainRef, epoch, from, to uint64) {
+func SweepShards(ctx context.Context, st *Stores, ch ChainRef, epoch, from, to uint64) {
 	q := meta.Query{PK: meta.ChainPK(ch.Star, ch.Class), From: meta.MarkerShardKey(ch.Star, ch.Class, epoch, from, 0).SK,
 		To: meta.MarkerShardKey(ch.Star, ch.Class, epoch, to-1, math.MaxInt).SK}
 	for range 64 { // bounded: 64 pages of orphans per advance, the rest on no later pass

@@ -121,7 +121,7 @@ func PlanOf(v ChainView, cfg Config, now time.Time) ChainPlan {
 	for i, ev := range v.Epochs {
 		e := ev.Epoch
 		epochs[i] = e
-		if due, ok := dueTrim(e, now, cfg.ReadGrace); ok && due > e.Trimmed || staleRewrites(e) || garbageDue(e) {
+		if due, ok := DueTrim(e, now, cfg.ReadGrace); ok && due > e.Trimmed || StaleRewrites(e) || GarbageDue(e) {
 			trimDue = true
 		}
 		for _, rw := range e.Rewrites {
@@ -149,7 +149,7 @@ func PlanOf(v ChainView, cfg Config, now time.Time) ChainPlan {
 			p.Jobs = append(p.Jobs, Job{Kind: KindSettle, Chain: v.Chain, Epoch: e.Epoch, From: era.From, End: era.End})
 		}
 	}
-	if !trimDue && collectDue(epochs) {
+	if !trimDue && CollectDue(epochs) {
 		// A chain whose epochs are all spent: its trim-check collects the
 		// garbage if its star is decommissioned.
 		p.AskDecommissioned = true
@@ -159,17 +159,4 @@ func PlanOf(v ChainView, cfg Config, now time.Time) ChainPlan {
 		p.Jobs = append(p.Jobs, Job{Kind: KindTrim, Chain: v.Chain})
 	}
 	return p
-}
-
-// dueTrim is how far the epoch may be trimmed at now: the greatest
-// recorded rewrite that has waited out the grace. Pure.
-func dueTrim(e meta.Epoch, now time.Time, grace time.Duration) (uint64, bool) {
-	var upto uint64
-	ok := false
-	for _, rw := range e.Rewrites {
-		if rw.At <= millis(now.Add(-grace)) && rw.Upto > upto {
-			upto, ok = rw.Upto, true
-		}
-	}
-	return min(upto, e.Rewritten), ok
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // TestPlanScenarios runs the planner's pure part (PlanOf, CutEras,
-// dueTrim) over the scenarios in testdata/plan.txt. Commands:
+// DueTrim) over the scenarios in testdata/plan.txt. Commands:
 //
 //	plan now=<ms> [class=express] [grace=<dur>] [gather=<dur>] [max-slots=<n>] [max-bytes=<n>] [decommissioned]
 //	eras now=<ms> checkpoint=<slot> [gather=<dur>] max-slots=<n> [max-bytes=<n>]
@@ -66,7 +66,7 @@ func TestPlanScenarios(t *testing.T) {
 			}
 		case "due-trim":
 			for _, ev := range v.Epochs {
-				upto, ok := dueTrim(ev.Epoch, now, dur(t, args, "grace", 0))
+				upto, ok := DueTrim(ev.Epoch, now, dur(t, args, "grace", 0))
 				fmt.Fprintf(&out, "epoch %d: upto %d due %v\n", ev.Epoch.Epoch, upto, ok)
 			}
 		default:

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
 )
 
@@ -29,7 +30,7 @@ import (
 // skipped. A chain whose rows cannot be read is logged and skipped; Plan
 // fails only when no chain could be planned.
 func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return nil, err
 	}
 	chains, err := listChainsQuarantine(ctx, st)
@@ -74,10 +75,10 @@ func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
 
 // PlanChain is Plan for one chain.
 func PlanChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time) ([]Job, error) {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return nil, err
 	}
-	if err := ch.validate(); err != nil {
+	if err := ch.Validate(); err != nil {
 		return nil, err
 	}
 	p, err := planChain(ctx, st, ch, now)
@@ -174,13 +175,22 @@ func parseChainDir(sk string) (ChainRef, error) {
 		return ChainRef{}, fmt.Errorf("settle: chain directory row %q is not <star>/<class>", sk)
 	}
 	ch := ChainRef{Star: sk[:i], Class: meta.Class(sk[i+1:])}
-	if ch.validate() != nil {
+	if ch.Validate() != nil {
 		return ChainRef{}, fmt.Errorf("settle: chain directory row %q is not <star>/<class>", sk)
 	}
 	return ch, nil
 }
 
-// listEpochsQuarantine is listEpochRecords setting aside undecodable rows.
+// listEpochsQuarantine is ListEpochs setting aside undecodable rows.
 func listEpochsQuarantine(ctx context.Context, st *Stores, ch ChainRef) ([]meta.Epoch, error) {
 	return readEpochRecords(ctx, st.Meta, ch, func(it meta.Item, err error) { planBadRow(st, ch, "epoch", it, err) })
+}
+
+// collectPending reports whether a chain all of whose epochs are spent
+// has garbage its trim-check may collect now: its star is decommissioned
+// (it is still listed, so at least its directory row is left).
+func collectPending(ctx context.Context, st *Stores, ch ChainRef) (bool, error) {
+	c := chain.New(ch.Star, ch.Class, AuditorID, st.Meta, st.Objects)
+	_, ok, err := Decommissioned(ctx, st, c, ch)
+	return ok, err
 }

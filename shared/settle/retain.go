@@ -76,7 +76,7 @@ const maxTrimRows = 1024
 // most the time the reclaim takes to delete what waits (two read graces
 // and a pass).
 func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.Time) (rep StreamTrimReport, err error) {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
 	trim, top, err := trimPoint(ctx, st.Meta, id)
@@ -109,14 +109,14 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 			retained += r.Ref.Settled.Bytes
 		}
 	}
-	var wb *waitingBytes // read once the first trimmable row is found
+	var wb *Waiting // read once the first trimmable row is found
 	for i := 0; i+1 < len(rows); i++ {
 		prev, next := rows[i], rows[i+1]
 		if !trimmable(prev.Ref, next.Ref, trim, cut) {
 			return rep, nil
 		}
 		if wb == nil {
-			w, err := waiting(ctx, st.Meta, id)
+			w, err := ReadWaiting(ctx, st.Meta, id)
 			if err != nil {
 				return rep, err
 			}
@@ -124,8 +124,8 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 		}
 		s := prev.Ref.Settled
 		sk := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision).SK
-		pending := wb.superseded + wb.dropped - wb.drops[sk] // without its own reservation
-		if !trimFits(pending, s.Bytes, retained, st.cfg().OutputCap) {
+		pending := wb.Superseded + wb.Dropped - wb.Drops[sk] // without its own reservation
+		if !trimFits(pending, s.Bytes, retained, st.Config.WithDefaults().OutputCap) {
 			// Reserve: mark the entry Drop and keep the row, so the
 			// settle stops extending (its bound counts the reservation)
 			// until the reclaim has deleted what waits.
@@ -133,12 +133,12 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 				return rep, err
 			}
 			rep.Deferred = true
-			st.metrics().trimsDeferred.Inc()
+			st.Instruments().TrimDeferred()
 			return rep, nil
 		}
-		if wb.drops[sk] == 0 {
-			wb.dropped += s.Bytes
-			wb.drops[sk] = s.Bytes
+		if wb.Drops[sk] == 0 {
+			wb.Dropped += s.Bytes
+			wb.Drops[sk] = s.Bytes
 		}
 		if err := dropRow(ctx, st, id, basin, prev); err != nil {
 			return rep, err
@@ -146,7 +146,7 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 		retained -= s.Bytes
 		rep.Rows++
 		rep.Bytes += s.Bytes
-		st.metrics().rowsReclaimed.WithLabelValues("trimmed").Inc()
+		st.Instruments().RowsReclaimed("trimmed", 1)
 		rep.First = next.Ref.FirstSeq
 	}
 	return rep, nil
