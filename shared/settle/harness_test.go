@@ -24,6 +24,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
@@ -402,12 +403,22 @@ func settleAll(ctx context.Context, st *settle.Stores, now time.Time, trim bool)
 	}
 	for _, j := range jobs {
 		if trim && j.Kind == settle.KindTrim {
-			if _, err := settle.TrimCheck(ctx, st, j.Chain, now); err != nil {
+			if _, err := reclaim.TrimCheck(ctx, st, j.Chain, now); err != nil {
 				return reps, err
 			}
 		}
 	}
 	return reps, nil
+}
+
+// doJob runs a planned job of either kind, as auditjob.Do does: a settle
+// job under its era's claim, a trim job's trim-check at the stores' clock.
+func doJob(ctx context.Context, st *settle.Stores, j settle.Job) error {
+	if j.Kind == settle.KindTrim {
+		_, err := reclaim.TrimCheck(ctx, st, j.Chain, st.Clock())
+		return err
+	}
+	return settle.Do(ctx, st, j)
 }
 
 // row is one stored ref row.

@@ -105,19 +105,19 @@ func ParseJob(b []byte) (Job, error) {
 	return j, nil
 }
 
-// Do runs one job: the whole of a queue consumer's work, so the Lambda
-// adapters and the in-process runner stay thin. A settle job runs under
-// its era's in-flight claim (RunSettle).
+// Do runs one settle job: the whole of a queue consumer's work for it, so
+// the Lambda adapters and the in-process runner stay thin. It runs under
+// the era's in-flight claim (RunSettle). A trim job is the trim-check of
+// shared/reclaim (reclaim.TrimCheck); auditjob.Do runs every kind.
 func Do(ctx context.Context, st *Stores, j Job) error {
-	switch j.Kind {
-	case KindSettle:
-		_, _, err := RunSettle(ctx, st, j)
-		return err
-	case KindTrim:
-		_, err := TrimCheck(ctx, st, j.Chain, st.now())
+	if err := j.Validate(); err != nil {
 		return err
 	}
-	return j.Validate()
+	if j.Kind != KindSettle {
+		return fmt.Errorf("settle: %s is not a settle job (a trim job is reclaim.TrimCheck's)", j)
+	}
+	_, _, err := RunSettle(ctx, st, j)
+	return err
 }
 
 // millis is t in unix milliseconds, the unit of marker times.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/reclaim"
 )
 
 // dropPending sums the bytes of a stream's trimmed objects still waiting
@@ -65,11 +65,11 @@ func TestLifecycleCompressed(t *testing.T) {
 			before = starts[i-keep]
 		}
 		for _, id := range ids {
-			if _, err := settle.TrimStream(ctx, e.st, id, basin, before); err != nil {
+			if _, err := reclaim.TrimStream(ctx, e.st, id, basin, before); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := settle.Reclaim(ctx, e.st, now); err != nil {
+		if _, err := reclaim.Reclaim(ctx, e.st, now); err != nil {
 			t.Fatal(err)
 		}
 		for j, id := range ids {

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/reader"
@@ -50,7 +51,7 @@ func retainedState(t *testing.T, e *env) time.Time {
 	// The janitor's reclaim passes have deleted the superseded revisions,
 	// so nothing waits and trims are not deferred for the storage bound.
 	for _, at := range []time.Time{now, now.Add(e.st.Config.ReadGrace + time.Second)} {
-		if _, err := settle.Reclaim(ctx, e.st, at); err != nil {
+		if _, err := reclaim.Reclaim(ctx, e.st, at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,13 +65,13 @@ func retainedState(t *testing.T, e *env) time.Time {
 func trimAll(ctx context.Context, st *settle.Stores, id string, before, now time.Time) (rows int, first uint64, after time.Time, err error) {
 	grace := st.Config.WithDefaults().ReadGrace
 	for range 16 {
-		rep, err := settle.TrimStream(ctx, st, id, basin, before)
+		rep, err := reclaim.TrimStream(ctx, st, id, basin, before)
 		if err != nil {
 			return rows, first, now, err
 		}
 		rows, first = rows+rep.Rows, rep.First
 		for _, at := range []time.Time{now, now.Add(grace + time.Second)} {
-			if _, err := settle.Reclaim(ctx, st, at); err != nil {
+			if _, err := reclaim.Reclaim(ctx, st, at); err != nil {
 				return rows, first, now, err
 			}
 		}
@@ -251,7 +252,7 @@ func TestRetentionCrashAtEveryStepConverges(t *testing.T) {
 			return err
 		}
 		for _, at := range []time.Time{after.Add(grace), after.Add(3 * grace)} {
-			if _, err := settle.Reclaim(ctx, st, at); err != nil {
+			if _, err := reclaim.Reclaim(ctx, st, at); err != nil {
 				return err
 			}
 		}
@@ -322,7 +323,7 @@ func TestReadRacingTrim(t *testing.T) {
 		st := &settle.Stores{Meta: ms, Objects: os, SettledBucket: settledB, Streams: settle.MetaStreams{Meta: ms}, Config: e.st.Config, Logger: quietLog()}
 		hm := &hookMeta{Store: ms, at: at}
 		hm.hook = func() {
-			if _, err := settle.TrimStream(ctx, st, "r", basin, before); err != nil {
+			if _, err := reclaim.TrimStream(ctx, st, "r", basin, before); err != nil {
 				t.Error(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // TrimReport is what one trim-check did.
@@ -27,7 +28,7 @@ type TrimReport struct {
 // recorded at least the read grace ago, so a reader holding a span ref it
 // fetched moments before the settle is never cut off. The auditor is the
 // only deleter of slots.
-func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep TrimReport, err error) {
+func TrimCheck(ctx context.Context, st *settle.Stores, ch settle.ChainRef, now time.Time) (rep TrimReport, err error) {
 	if err := st.Check(); err != nil {
 		return rep, err
 	}
@@ -36,17 +37,17 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 	}
 	cfg, m := st.Config.WithDefaults(), st.Instruments()
 	t0 := time.Now()
-	defer func() { m.JobDone(ch.Class, KindTrim, time.Since(t0), err) }()
-	epochs, err := ListEpochs(ctx, st.Meta, ch)
+	defer func() { m.JobDone(ch.Class, settle.KindTrim, time.Since(t0), err) }()
+	epochs, err := settle.ListEpochs(ctx, st.Meta, ch)
 	if err != nil {
 		return rep, err
 	}
 	// Slots pinned by quarantined streams are kept (settle.Pins).
-	pins, err := ReadPins(ctx, st.Meta)
+	pins, err := settle.ReadPins(ctx, st.Meta)
 	if err != nil {
 		return rep, err
 	}
-	c := chain.New(ch.Star, ch.Class, AuditorID, st.Meta, st.Objects)
+	c := chain.New(ch.Star, ch.Class, settle.AuditorID, st.Meta, st.Objects)
 	var errs []error
 	for _, e := range epochs {
 		n, err := trimEpoch(ctx, st, c, ch, e, now, cfg.ReadGrace, pins.In(ch, e.Epoch))
@@ -59,7 +60,7 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == 0 && CollectDue(epochs) {
+	if len(errs) == 0 && settle.CollectDue(epochs) {
 		// The epochs as read before this run's trims: a chain whose last
 		// trim just landed is collected by the next run.
 		if rep.Collected, err = collect(ctx, st, c, ch); err != nil {
@@ -72,9 +73,9 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 // trimEpoch runs the trim-check on one epoch record (read before its
 // markers, so no marker below its checkpoint is missed) and returns how
 // many slots it deleted.
-func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e meta.Epoch, now time.Time, grace time.Duration, pins []meta.SlotPin) (uint64, error) {
+func trimEpoch(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef, e meta.Epoch, now time.Time, grace time.Duration, pins []meta.SlotPin) (uint64, error) {
 	if e.Rewritten < e.Checkpoint {
-		r, err := FirstLive(ctx, st, ch, e)
+		r, err := settle.FirstLive(ctx, st, ch, e)
 		if err != nil {
 			return 0, err
 		}
@@ -93,16 +94,16 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 			if err != nil {
 				return 0, fmt.Errorf("settle: advance rewritten of %s epoch %d to %d: %w", ch, e.Epoch, r, err)
 			}
-			SweepShards(ctx, st, ch, e.Epoch, from, r)
+			settle.SweepShards(ctx, st, ch, e.Epoch, from, r)
 		}
 	}
 	var trimmed uint64
-	if upto, ok := DueTrim(e, now, grace); ok && upto > e.Trimmed {
+	if upto, ok := settle.DueTrim(e, now, grace); ok && upto > e.Trimmed {
 		from := e.Trimmed
 		if len(pins) > 0 {
 			// Delete around the pinned slots, then move the cursor (the
 			// lifted quarantine deletes the pinned slots it passed).
-			if err := DeleteSlots(ctx, st, ch, e, from, upto, pins); err != nil {
+			if err := settle.DeleteSlots(ctx, st, ch, e, from, upto, pins); err != nil {
 				return 0, err
 			}
 			if _, err := c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
@@ -120,17 +121,17 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 			return 0, fmt.Errorf("settle: trim %s epoch %d [%d,%d): %w", ch, e.Epoch, from, upto, err)
 		}
 		e.Trimmed, trimmed = upto, upto-from
-	} else if GarbageDue(e) {
+	} else if settle.GarbageDue(e) {
 		// Trimmed to the cut before the epoch was settled: reap now.
 		if err := c.Trim(ctx, e, e.Trimmed); err != nil {
 			return 0, fmt.Errorf("settle: reap %s epoch %d's garbage: %w", ch, e.Epoch, err)
 		}
 	}
-	if !StaleRewrites(e) {
+	if !settle.StaleRewrites(e) {
 		return trimmed, nil
 	}
 	_, err := c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
-		if !StaleRewrites(*x) {
+		if !settle.StaleRewrites(*x) {
 			return false
 		}
 		x.Rewrites = slices.DeleteFunc(x.Rewrites, func(rw meta.Rewrite) bool { return rw.Upto <= x.Trimmed })

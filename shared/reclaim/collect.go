@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // CollectReport is what one chain-garbage collection did.
@@ -48,7 +49,7 @@ type CollectReport struct {
 // and mints a later epoch, and Mint writes the directory row on every
 // mint; a directory row deleted while a mint raced it is put back when
 // the head read after the delete has moved.
-func collect(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef) (CollectReport, error) {
+func collect(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef) (CollectReport, error) {
 	var rep CollectReport
 	err := collectChain(ctx, st, c, ch, &rep)
 	m := st.Instruments()
@@ -58,12 +59,12 @@ func collect(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef) (Coll
 	return rep, err
 }
 
-func collectChain(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, rep *CollectReport) error {
-	h, ok, err := Decommissioned(ctx, st, c, ch)
+func collectChain(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef, rep *CollectReport) error {
+	h, ok, err := settle.Decommissioned(ctx, st, c, ch)
 	if err != nil || !ok {
 		return err
 	}
-	epochs, err := ListEpochs(ctx, st.Meta, ch)
+	epochs, err := settle.ListEpochs(ctx, st.Meta, ch)
 	if err != nil {
 		return err
 	}
@@ -71,9 +72,9 @@ func collectChain(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, 
 	for _, e := range epochs {
 		switch {
 		case e.Epoch == h.Epoch:
-			left = left || !Spent(e)
+			left = left || !settle.Spent(e)
 			continue
-		case e.Epoch > h.Epoch || !Spent(e):
+		case e.Epoch > h.Epoch || !settle.Spent(e):
 			left = true
 			continue
 		}
@@ -99,7 +100,7 @@ func collectChain(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, 
 }
 
 // markersOf reports whether any batch marker of epoch is left.
-func markersOf(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (bool, error) {
+func markersOf(ctx context.Context, ms meta.Store, ch settle.ChainRef, epoch uint64) (bool, error) {
 	from := meta.MarkerKey(ch.Star, ch.Class, epoch, 0).SK
 	pg, err := ms.Query(ctx, meta.Query{PK: meta.ChainPK(ch.Star, ch.Class), From: from, To: from[:len(from)-20] + "~", Limit: 1})
 	if err != nil {
@@ -110,7 +111,7 @@ func markersOf(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (b
 
 // collectEpoch deletes epoch e's garbage window from every bucket of its
 // set, then its record (if unchanged), and returns the keys it deleted.
-func collectEpoch(ctx context.Context, st *Stores, c *chain.Chain, e meta.Epoch) (int, error) {
+func collectEpoch(ctx context.Context, st *settle.Stores, c *chain.Chain, e meta.Epoch) (int, error) {
 	cut := *e.Cut
 	keys := make([]string, 0, e.Params.Window)
 	for i := range uint64(max(e.Params.Window, 0)) {
@@ -130,7 +131,7 @@ func collectEpoch(ctx context.Context, st *Stores, c *chain.Chain, e meta.Epoch)
 	if err != nil {
 		return n, err
 	}
-	if !Spent(rec) {
+	if !settle.Spent(rec) {
 		return n, fmt.Errorf("epoch %d changed while its garbage was collected", e.Epoch)
 	}
 	k := meta.EpochKey(c.Star, c.Class, e.Epoch)
@@ -143,7 +144,7 @@ func collectEpoch(ctx context.Context, st *Stores, c *chain.Chain, e meta.Epoch)
 // dropDirRow deletes ch's chain directory row, then reads the head again:
 // a head that moved since h (a restart minted) means a mint may have
 // written the row before the delete, so the row is put back.
-func dropDirRow(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, h meta.Head, rep *CollectReport) error {
+func dropDirRow(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef, h meta.Head, rep *CollectReport) error {
 	dk := meta.ChainDirKey(ch.Star, ch.Class)
 	if _, err := st.Meta.Get(ctx, dk.PK, dk.SK); errors.Is(err, meta.ErrNotFound) {
 		return nil

@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // StreamTrimReport is what one trim of a stream's catalog rows did.
@@ -44,6 +45,12 @@ func (r StreamTrimReport) Empty(created uint64, age time.Duration) (since uint64
 	return 0, false
 }
 
+// refRow is one ref row of a stream as read, with its version for CAS.
+type refRow struct {
+	Ver int64
+	Ref meta.Ref
+}
+
 // maxTrimRows bounds the rows one pass deletes from one stream.
 const maxTrimRows = 1024
 
@@ -75,7 +82,7 @@ const maxTrimRows = 1024
 // cap (or one object, when an object is larger); retention lags by at
 // most the time the reclaim takes to delete what waits (two read graces
 // and a pass).
-func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.Time) (rep StreamTrimReport, err error) {
+func TrimStream(ctx context.Context, st *settle.Stores, id, basin string, before time.Time) (rep StreamTrimReport, err error) {
 	if err := st.Check(); err != nil {
 		return rep, err
 	}
@@ -109,14 +116,14 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 			retained += r.Ref.Settled.Bytes
 		}
 	}
-	var wb *Waiting // read once the first trimmable row is found
+	var wb *settle.Waiting // read once the first trimmable row is found
 	for i := 0; i+1 < len(rows); i++ {
 		prev, next := rows[i], rows[i+1]
 		if !trimmable(prev.Ref, next.Ref, trim, cut) {
 			return rep, nil
 		}
 		if wb == nil {
-			w, err := ReadWaiting(ctx, st.Meta, id)
+			w, err := settle.ReadWaiting(ctx, st.Meta, id)
 			if err != nil {
 				return rep, err
 			}
@@ -238,7 +245,7 @@ func trimPoint(ctx context.Context, ms meta.Store, id string) (uint64, *meta.Ref
 
 // dropRow deletes a catalog row after marking its object's reclaim entry
 // Drop (writing it when there is none).
-func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) error {
+func dropRow(ctx context.Context, st *settle.Stores, id, basin string, row refRow) error {
 	if err := markDrop(ctx, st, id, basin, row.Ref.Settled); err != nil {
 		return err
 	}
@@ -248,7 +255,7 @@ func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) erro
 		return fmt.Errorf("settle: delete trimmed row %s/%s: %w", rk.PK, rk.SK, err)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: trimmed row %s/%s changed", ErrRows, rk.PK, rk.SK)
+		return fmt.Errorf("%w: trimmed row %s/%s changed", settle.ErrRows, rk.PK, rk.SK)
 	}
 	return nil
 }
@@ -256,7 +263,7 @@ func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) erro
 // markDrop marks the reclaim entry of settled object s Drop, writing it
 // when there is none. The reclaim pass deletes the object only once no
 // catalog row names it, so a mark beside a row that stays is harmless.
-func markDrop(ctx context.Context, st *Stores, id, basin string, s *meta.Settled) error {
+func markDrop(ctx context.Context, st *settle.Stores, id, basin string, s *meta.Settled) error {
 	k := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision)
 	marked := false
 	for range 4 {

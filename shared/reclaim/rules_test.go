@@ -1,66 +1,19 @@
-package settle
+package reclaim
 
 import (
 	"testing"
-	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// The extension bound: the tail plus its revisions superseded within the
-// window fit the output cap; older revisions no longer count.
-func TestExtendable(t *testing.T) {
-	now := time.UnixMilli(1_000_000)
-	at := func(ago time.Duration) int64 { return millis(now.Add(-ago)) }
-	s := &meta.Settled{Bytes: 40, Recent: []meta.Superseded{{Rev: 0, Bytes: 20, At: at(9 * time.Minute)}, {Rev: 1, Bytes: 30, At: at(time.Minute)}}}
-	for _, c := range []struct {
-		window time.Duration
-		cap    uint64
-		want   bool
-	}{
-		{10 * time.Minute, 90, true},  // 40 + 20 + 30
-		{10 * time.Minute, 89, false}, // one byte over
-		{5 * time.Minute, 70, true},   // the 9-minute-old revision no longer counts
-		{30 * time.Second, 40, true},  // nothing recent: the tail alone
-		{30 * time.Second, 39, false},
-	} {
-		if got := extendable(s, now, c.window, c.cap, 0); got != c.want {
-			t.Errorf("window %v cap %d: extendable %v, want %v", c.window, c.cap, got, c.want)
-		}
-	}
-	if got := recent(s, now, 5*time.Minute); len(got) != 1 || got[0].Rev != 1 {
-		t.Errorf("recent within 5 min: %v", got)
-	}
+func spanRef(first, end uint64) meta.Ref {
+	return meta.Ref{FirstSeq: first, EndSeq: end, Span: &meta.Span{Class: meta.Express, Star: "c1", Epoch: 1}}
 }
 
-// Whatever the history of extensions, a stream that extends only when
-// extendable says so never has more than one output cap of revisions
-// superseded within the window: the bound the reclaim then keeps.
-func TestExtendableBoundsSuperseded(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		const outputCap, window = 1000, 10 * time.Minute
-		now := time.UnixMilli(1 << 40)
-		tail := &meta.Settled{Bytes: uint64(rapid.IntRange(1, 100).Draw(t, "first"))}
-		for i := range rapid.IntRange(1, 60).Draw(t, "rounds") {
-			now = now.Add(time.Duration(rapid.IntRange(1, 300).Draw(t, "gap")) * time.Second)
-			add := uint64(rapid.IntRange(1, 200).Draw(t, "add"))
-			if tail.Bytes >= outputCap || !extendable(tail, now, window, outputCap, 0) {
-				tail = &meta.Settled{Bytes: add} // a new object
-				continue
-			}
-			rec := append(recent(tail, now, window), meta.Superseded{Rev: uint64(i), Bytes: tail.Bytes, At: millis(now)})
-			tail = &meta.Settled{Bytes: tail.Bytes + add, Recent: rec}
-			var pending uint64
-			for _, r := range rec {
-				pending += r.Bytes
-			}
-			if pending > outputCap {
-				t.Fatalf("round %d: %d superseded bytes within the window, over the cap %d", i, pending, outputCap)
-			}
-		}
-	})
+func catalogRef(first, end uint64, bytes uint64) meta.Ref {
+	return meta.Ref{FirstSeq: first, EndSeq: end, Settled: &meta.Settled{Epoch: 1, FirstSeq: first, Bytes: bytes}}
 }
 
 // Only a prefix of catalog rows goes: a row is trimmable only with a
@@ -84,8 +37,8 @@ func TestTrimmable(t *testing.T) {
 		{"older than the cut", r, next, 0, 501, true},
 		{"its last record at the cut", r, next, 0, 500, false},
 		{"infinite retention, no trim", r, next, 0, 0, false},
-		{"a span ref follows", r, spanRef(10, 0, 10), 10, 501, false},
-		{"a span ref itself", spanRef(0, 0, 10), next, 10, 501, false},
+		{"a span ref follows", r, spanRef(10, 20), 10, 501, false},
+		{"a span ref itself", spanRef(0, 10), next, 10, 501, false},
 		{"a hole after it", r, row(11, 20, 900), 10, 501, false},
 	} {
 		if got := trimmable(c.r, c.next, c.trim, c.cut); got != c.want {

@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // ReclaimReport is what one reclaim pass did.
@@ -64,7 +65,7 @@ var reclaimCursor = meta.Key{PK: meta.ReclaimPK + "-cursor", SK: "pass"}
 // Every step is conditional or idempotent (an absent object or entry is
 // fine), so a crash anywhere leaves an entry the next pass finishes; two
 // passes at once are safe too (the cursor is the last writer's).
-func Reclaim(ctx context.Context, st *Stores, now time.Time) (rep ReclaimReport, err error) {
+func Reclaim(ctx context.Context, st *settle.Stores, now time.Time) (rep ReclaimReport, err error) {
 	if err := st.Check(); err != nil {
 		return rep, err
 	}
@@ -160,7 +161,7 @@ func writeCursor(ctx context.Context, ms meta.Store, after string) error {
 	return nil
 }
 
-func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, grace time.Duration, rep *ReclaimReport) error {
+func reclaimOne(ctx context.Context, st *settle.Stores, it meta.Item, now time.Time, grace time.Duration, rep *ReclaimReport) error {
 	var rc meta.Reclaim
 	if err := meta.Decode(it.Val, &rc); err != nil {
 		return fmt.Errorf("settle: reclaim entry %s: %w", it.SK, err)
@@ -254,7 +255,7 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 // later, and no reader can hold it: it is deleted at once, and the entry
 // becomes a decision not to extend (which the seal made), done with once
 // the follower has committed.
-func staleExtension(ctx context.Context, st *Stores, it meta.Item, rc meta.Reclaim, rep *ReclaimReport) error {
+func staleExtension(ctx context.Context, st *settle.Stores, it meta.Item, rc meta.Reclaim, rep *ReclaimReport) error {
 	key := format.SettledKey(rc.Basin, rc.Stream, rc.Epoch, rc.First, rc.Rev+1)
 	if err := st.Objects.Bucket(st.SettledBucket).Delete(ctx, key); err != nil {
 		return fmt.Errorf("settle: delete orphaned revision %s: %w", key, err)
@@ -276,7 +277,7 @@ func staleExtension(ctx context.Context, st *Stores, it meta.Item, rc meta.Recla
 // before deleting the row), so one without an entry is either deleted
 // already or was published by an extension that never committed (a stale
 // one, staleExtension, whose row a trim deleted first).
-func deleteOrphan(ctx context.Context, st *Stores, rc meta.Reclaim, rep *ReclaimReport) error {
+func deleteOrphan(ctx context.Context, st *settle.Stores, rc meta.Reclaim, rep *ReclaimReport) error {
 	k := meta.ReclaimKey(rc.Stream, rc.Epoch, rc.First, rc.Rev+1)
 	_, err := st.Meta.Get(ctx, k.PK, k.SK)
 	switch {
@@ -294,7 +295,7 @@ func deleteOrphan(ctx context.Context, st *Stores, rc meta.Reclaim, rep *Reclaim
 
 // followed reports whether a catalog row starts at end: the object after
 // a tail that was not extended has committed.
-func followed(ctx context.Context, st *Stores, id string, end uint64) (bool, error) {
+func followed(ctx context.Context, st *settle.Stores, id string, end uint64) (bool, error) {
 	k := meta.RefKey(id, end)
 	it, err := st.Meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
@@ -312,10 +313,13 @@ func followed(ctx context.Context, st *Stores, id string, end uint64) (bool, err
 
 // deleteEntry deletes a reclaim entry if it is still the one read (a
 // settle re-writing it, or a racing pass, keeps its own).
-func deleteEntry(ctx context.Context, st *Stores, it meta.Item) error {
+func deleteEntry(ctx context.Context, st *settle.Stores, it meta.Item) error {
 	err := st.Meta.Delete(ctx, it.PK, it.SK, meta.IfVer(it.Ver))
 	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 		return fmt.Errorf("settle: delete reclaim entry %s: %w", it.SK, err)
 	}
 	return nil
 }
+
+// millis is t in unix milliseconds, the unit of the entries' times.
+func millis(t time.Time) int64 { return t.UnixMilli() }
