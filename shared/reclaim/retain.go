@@ -110,63 +110,37 @@ func TrimStream(ctx context.Context, st *settle.Stores, id, basin string, before
 	if len(rows) > 0 {
 		rep.First = rows[0].Ref.FirstSeq
 	}
-	var retained uint64
-	for _, r := range rows {
-		if r.Ref.Settled != nil {
-			retained += r.Ref.Settled.Bytes
-		}
-	}
-	var wb *settle.Waiting // read once the first trimmable row is found
-	for i := 0; i+1 < len(rows); i++ {
-		prev, next := rows[i], rows[i+1]
-		if !trimmable(prev.Ref, next.Ref, trim, cut) {
-			return rep, nil
-		}
-		if wb == nil {
-			w, err := settle.ReadWaiting(ctx, st.Meta, id)
-			if err != nil {
-				return rep, err
-			}
-			wb = &w
-		}
-		s := prev.Ref.Settled
-		sk := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision).SK
-		pending := wb.Superseded + wb.Dropped - wb.Drops[sk] // without its own reservation
-		if !trimFits(pending, s.Bytes, retained, st.Config.WithDefaults().OutputCap) {
-			// Reserve: mark the entry Drop and keep the row, so the
-			// settle stops extending (its bound counts the reservation)
-			// until the reclaim has deleted what waits.
-			if err := markDrop(ctx, st, id, basin, s); err != nil {
-				return rep, err
-			}
-			rep.Deferred = true
-			st.Instruments().TrimDeferred()
-			return rep, nil
-		}
-		if wb.Drops[sk] == 0 {
-			wb.Dropped += s.Bytes
-			wb.Drops[sk] = s.Bytes
-		}
-		if err := dropRow(ctx, st, id, basin, prev); err != nil {
+	var w settle.Waiting // read once the first row may go
+	if len(rows) >= 2 && trimmable(rows[0].Ref, rows[1].Ref, trim, cut) {
+		if w, err = settle.ReadWaiting(ctx, st.Meta, id); err != nil {
 			return rep, err
 		}
-		retained -= s.Bytes
+	}
+	refs := make([]meta.Ref, len(rows))
+	for i, r := range rows {
+		refs[i] = r.Ref
+	}
+	p := PlanTrim(id, refs, trim, cut, w, st.Config.WithDefaults().OutputCap)
+	for _, r := range rows[:p.Drop] {
+		if err := dropRow(ctx, st, id, basin, r); err != nil {
+			return rep, err
+		}
 		rep.Rows++
-		rep.Bytes += s.Bytes
+		rep.Bytes += r.Ref.Settled.Bytes
 		st.Instruments().RowsReclaimed("trimmed", 1)
-		rep.First = next.Ref.FirstSeq
+		rep.First = rows[rep.Rows].Ref.FirstSeq
+	}
+	if p.Reserve {
+		// Keep the row and mark its entry Drop, so the settle stops
+		// extending (its bound counts the reservation) until the reclaim
+		// has deleted what waits.
+		if err := markDrop(ctx, st, id, basin, rows[p.Drop].Ref.Settled); err != nil {
+			return rep, err
+		}
+		rep.Deferred = true
+		st.Instruments().TrimDeferred()
 	}
 	return rep, nil
-}
-
-// trimFits is the storage bound's rule for a trim: the object of b bytes
-// may move from retained to waiting (for the reclaim, a grace) only while
-// everything waiting stays within a tenth of what is retained after it
-// plus one output cap, so stored ≤ 1.1 × retained + cap holds; or when
-// nothing else waits, so a trim always progresses (an object larger than
-// that bound goes alone). Pure.
-func trimFits(pending, b, retained, outputCap uint64) bool {
-	return pending == 0 || pending+b <= outputCap+(retained-b)/10
 }
 
 // catalogRows reads a stream's ref rows in seq order, up to maxTrimRows
@@ -193,17 +167,6 @@ func catalogRows(ctx context.Context, ms meta.Store, id string, more func([]refR
 		q.PageToken = pg.Next
 	}
 	return rows, nil
-}
-
-// trimmable reports whether catalog row r may go, given the row after it:
-// a catalog row follows it (so r is not the stream's greatest catalog
-// row) and chains from it, and all of r's records are below the trim
-// point or older than cut (unix ms; 0: no age limit). Pure.
-func trimmable(r, next meta.Ref, trim, cut uint64) bool {
-	if r.Settled == nil || next.Settled == nil || next.FirstSeq != r.EndSeq {
-		return false
-	}
-	return r.EndSeq <= trim || cut > 0 && r.MaxTimestamp < cut
 }
 
 // trimPoint is the stream's trim point: the greatest over its rows from
