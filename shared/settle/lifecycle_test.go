@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/reclaim"
 )
 
@@ -55,7 +56,10 @@ func TestLifecycleCompressed(t *testing.T) {
 			e.write("idle", 1, 3, 300)
 		}
 		e.waitAbsorbed()
-		time.Sleep(2 * time.Millisecond) // distinct record timestamps per round
+		// Distinct record timestamps per round: the next round starts (and
+		// stamps) in a later millisecond than this round's records.
+		stamped := time.Now().UnixMilli()
+		poll.Until(t, time.Second, "a new millisecond", func() bool { return time.Now().UnixMilli() > stamped })
 		now = now.Add(2 * time.Minute)
 		if _, err := settleAll(ctx, e.st, now, true); err != nil {
 			t.Fatal(err)

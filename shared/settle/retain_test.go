@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/facade"
@@ -132,8 +134,11 @@ func TestRetention(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	var raceErr error
 	var starts []uint64
+	var reads atomic.Int64  // racing reads finished
+	var stopped atomic.Bool // the reader returned (an error, or the end)
 	ready := make(chan struct{})
 	wg.Go(func() {
+		defer stopped.Store(true)
 		defer close(ready)
 		for rctx.Err() == nil {
 			rd, err := reader.New(reader.Config{Meta: e.meta, Objects: e.objs, SettledBucket: settledB, Logger: quietLog()})
@@ -146,6 +151,7 @@ func TestRetention(t *testing.T) {
 				raceErr = err
 				return
 			}
+			reads.Add(1)
 			if starts = append(starts, start); len(starts) == 3 {
 				ready <- struct{}{}
 			}
@@ -169,7 +175,10 @@ func TestRetention(t *testing.T) {
 	if first != last.FirstSeq || n != len(cat)-3 {
 		t.Fatalf("trim past every age: %d rows deleted, first seq %d; want %d and first seq %d", n, first, len(cat)-3, last.FirstSeq)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Let the readers race on into the trimmed rows: a read that started
+	// after the trims has finished (the one under way at n, then the next).
+	n0 := reads.Load()
+	poll.Until(t, 10*time.Second, "a racing read after the trims", func() bool { return reads.Load() >= n0+2 || stopped.Load() })
 	cancel()
 	wg.Wait()
 	if raceErr != nil {
