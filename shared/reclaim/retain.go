@@ -62,7 +62,7 @@ const maxTrimRows = 1024
 // stream's greatest catalog row is never deleted (nor any span ref): it
 // carries the stream's tail, which a re-opened leader and check-tail
 // read. A settle changes a catalog row only while it is the greatest (an
-// extension, or the seal before a follower commits: seal), and this
+// extension, or the seal before a follower commits: settle's seal), and this
 // deletes only rows another catalog row follows, so it never races one.
 //
 // Rows go before objects: the row's object first gets a reclaim entry

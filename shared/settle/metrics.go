@@ -8,8 +8,9 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// Metrics are the auditor's Prometheus instruments (docs/design.md §14). Gauges
-// are set by Plan, which sees every chain; counters by the jobs.
+// Metrics are the auditor's Prometheus instruments (docs/design.md §14),
+// shared/reclaim's included. Gauges are set by Plan, which sees every
+// chain; counters by the jobs.
 type Metrics struct {
 	// settleLag is how long the oldest ripe, unresolved marker has been
 	// ripe, per class: the auditor's backlog in time.
@@ -54,7 +55,7 @@ type Metrics struct {
 	// emptied counts streams deleted under delete_on_empty.
 	emptied prometheus.Counter
 	// trimsDeferred counts retention passes that kept a trimmable row
-	// for the storage bound (retain.go).
+	// for the storage bound (reclaim.TrimStream).
 	trimsDeferred prometheus.Counter
 	// badRows counts rows Plan could not decode and set aside, by kind:
 	// "directory", "epoch" or "marker" (planBadRow logs each).
