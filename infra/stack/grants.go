@@ -68,7 +68,7 @@ var jobGrants = map[string]grant{
 	// janitor: dead stars (heartbeat rows), settle duty (enqueued), and
 	// reclamation of settled objects: it lists a deleted stream's settled
 	// objects and deletes them, and deletes superseded and trimmed ones
-	// after the read grace (settle.ReclaimStreams, settle.Reclaim). It
+	// after the read grace (reclaim.ReclaimStreams, reclaim.Reclaim). It
 	// touches no chain slot and no directory bucket.
 	config.JobJanitor: {
 		meta:    metaWrite,

@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -31,11 +32,11 @@ import (
 //
 // Then the stream is deleted as star/node deletes one (deleted_at on its
 // name row), registered for the deleted-stream reclamation and
-// tombstoned (settle.ForgetStream). A lease found Emptied (a pass that
+// tombstoned (reclaim.ForgetStream). A lease found Emptied (a pass that
 // crashed after taking it) is finished whatever the config says now: the
 // decision was made and nobody can write to the stream. Every step is
 // conditional or idempotent.
-func deleteOnEmpty(ctx context.Context, st *settle.Stores, basin, name string, s streamRow, tr settle.StreamTrimReport, minAge, age time.Duration, now time.Time) (bool, error) {
+func deleteOnEmpty(ctx context.Context, st *settle.Stores, basin, name string, s streamRow, tr reclaim.StreamTrimReport, minAge, age time.Duration, now time.Time) (bool, error) {
 	l, ver, leased, err := leader.ReadLease(ctx, st.Meta, s.ID)
 	if err != nil {
 		return false, err
@@ -69,13 +70,13 @@ func deleteOnEmpty(ctx context.Context, st *settle.Stores, basin, name string, s
 	if _, err := st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: s.ID}), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 		return false, fmt.Errorf("register emptied stream %s: %w", s.ID, err)
 	}
-	return true, settle.ForgetStream(ctx, st, basin, name, s.ID, now)
+	return true, reclaim.ForgetStream(ctx, st, basin, name, s.ID, now)
 }
 
 // emptiable reports whether the auditor may take a stream's lease to
 // delete it: no lease and no rows (never led, so nothing acknowledged),
 // or a lease released cleanly at the rows' tail. Pure.
-func emptiable(l meta.Lease, leased bool, tr settle.StreamTrimReport) bool {
+func emptiable(l meta.Lease, leased bool, tr reclaim.StreamTrimReport) bool {
 	if !leased {
 		return !tr.Written
 	}

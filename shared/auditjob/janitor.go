@@ -10,6 +10,7 @@ import (
 
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -33,10 +34,10 @@ type JanitorReport struct {
 	// Retention is what the retention pass did (trimmed catalog rows).
 	Retention RetentionReport
 	// Deleted is what the deleted-stream reclamation did.
-	Deleted settle.StreamsReport
+	Deleted reclaim.StreamsReport
 	// Reclaim is what the reclaim pass did (superseded and trimmed
 	// settled objects).
-	Reclaim settle.ReclaimReport
+	Reclaim reclaim.ReclaimReport
 }
 
 // Janitor runs the janitor's registry and settle duties (docs/design.md §9):
@@ -66,8 +67,8 @@ type JanitorReport struct {
 // Then it runs the retention pass (Retention: every live stream's
 // catalog rows below its trim point or older than its retention age are
 // deleted, and deleted streams are registered), the deleted-stream pass
-// (settle.ReclaimStreams: rows, then objects) and the reclaim pass
-// (settle.Reclaim): superseded tail revisions and the objects of trimmed
+// (reclaim.ReclaimStreams: rows, then objects) and the reclaim pass
+// (reclaim.Reclaim): superseded tail revisions and the objects of trimmed
 // rows are deleted a read grace after it first saw no row name them. A
 // failure of any does not hold back the jobs found: they are in the
 // report beside the error.
@@ -153,10 +154,10 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 	if rep.Retention, err = Retention(ctx, st, now); err != nil {
 		errs = append(errs, err)
 	}
-	if rep.Deleted, err = settle.ReclaimStreams(ctx, st, now); err != nil {
+	if rep.Deleted, err = reclaim.ReclaimStreams(ctx, st, now); err != nil {
 		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
 	}
-	if rep.Reclaim, err = settle.Reclaim(ctx, st, now); err != nil {
+	if rep.Reclaim, err = reclaim.Reclaim(ctx, st, now); err != nil {
 		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
 	}
 	return rep, errors.Join(errs...)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -165,8 +166,11 @@ func Plan(ctx context.Context, st *settle.Stores, now time.Time) ([]Job, error) 
 // Do runs one job of any kind: the whole of a queue consumer's work.
 func Do(ctx context.Context, st *settle.Stores, j Job) error {
 	switch j.Kind {
-	case settle.KindSettle, settle.KindTrim:
+	case settle.KindSettle:
 		return settle.Do(ctx, st, j.settleJob())
+	case settle.KindTrim:
+		_, err := reclaim.TrimCheck(ctx, st, j.Chain, st.Clock())
+		return err
 	case KindChainSettle:
 		if err := j.Validate(); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -38,7 +39,7 @@ type RetentionReport struct {
 	Rows    int    // catalog rows deleted
 	Bytes   uint64 // bytes of their objects (deleted a read grace later)
 	// Forgotten counts deleted streams seen (registered for reclamation
-	// with settle.ForgetStream; registering twice is a no-op).
+	// with reclaim.ForgetStream; registering twice is a no-op).
 	Forgotten int
 	// Emptied counts live streams deleted under delete_on_empty.
 	Emptied int
@@ -48,11 +49,11 @@ type RetentionReport struct {
 const maxRetentionErrors = 8
 
 // Retention trims every live stream by its trim point and its resolved
-// retention age (settle.TrimStream), then applies its delete_on_empty
+// retention age (reclaim.TrimStream), then applies its delete_on_empty
 // (deleteOnEmpty): basins from the basin directory,
 // streams from each basin's stream rows. A stream deleted itself, of a
 // deleted basin, or of an earlier basin of the same name is registered
-// for the deleted-stream reclamation instead (settle.ForgetStream).
+// for the deleted-stream reclamation instead (reclaim.ForgetStream).
 func Retention(ctx context.Context, st *settle.Stores, now time.Time) (RetentionReport, error) {
 	var rep RetentionReport
 	var errs []error
@@ -89,7 +90,7 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 					at = *s.DeletedAt
 				}
 				rep.Forgotten++
-				return settle.ForgetStream(ctx, st, b.name, strings.TrimPrefix(it.SK, "s#"), s.ID, at)
+				return reclaim.ForgetStream(ctx, st, b.name, strings.TrimPrefix(it.SK, "s#"), s.ID, at)
 			}
 			rep.Streams++
 			var before time.Time
@@ -101,7 +102,7 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 				age = api.Seconds(r.AgeSecs)
 				before = now.Add(-age)
 			}
-			tr, err := settle.TrimStream(ctx, st, s.ID, b.name, before)
+			tr, err := reclaim.TrimStream(ctx, st, s.ID, b.name, before)
 			if tr.Rows > 0 {
 				rep.Trimmed++
 				rep.Rows += tr.Rows

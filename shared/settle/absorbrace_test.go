@@ -17,6 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -176,7 +177,7 @@ func settleTrimCheck(t *testing.T, e *env, epoch uint64, now time.Time) {
 	}
 	ch := settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}
 	for _, at := range []time.Time{now, now.Add(e.st.Config.WithDefaults().ReadGrace)} {
-		if _, err := settle.TrimCheck(ctx, e.st, ch, at); err != nil {
+		if _, err := reclaim.TrimCheck(ctx, e.st, ch, at); err != nil {
 			t.Fatalf("trim: %v", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/loglet"
 )
@@ -75,7 +76,7 @@ func TestAWSBackends(t *testing.T) {
 	e.checkReads(e.rd)
 	ch := settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}
 	for _, at := range []time.Time{now, now.Add(6 * time.Minute)} {
-		if _, err := settle.TrimCheck(ctx, e.st, ch, at); err != nil {
+		if _, err := reclaim.TrimCheck(ctx, e.st, ch, at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,13 +146,13 @@ func TestAWSReclaim(t *testing.T) {
 	if err != nil || n != len(cat)-1 {
 		t.Fatalf("retention trim: %d rows, %v; want %d rows", n, err, len(cat)-1)
 	}
-	if err := settle.ForgetStream(ctx, e.st, basin, "gone", "gone", now); err != nil {
+	if err := reclaim.ForgetStream(ctx, e.st, basin, "gone", "gone", now); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
 		at := now.Add(time.Duration(i) * (cfg.ReadGrace + time.Second))
 		janitor(t, e, at)
-		if _, err := settle.ReclaimStreams(ctx, e.st, at); err != nil {
+		if _, err := reclaim.ReclaimStreams(ctx, e.st, at); err != nil {
 			t.Fatal(err)
 		}
 	}

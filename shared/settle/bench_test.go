@@ -15,6 +15,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/loglet"
@@ -282,7 +283,7 @@ func costRun(b *testing.B, class meta.Class) {
 	e.meta.ResetCounts()
 	ch := settle.ChainRef{Star: e.cfg.Star, Class: class}
 	for _, at := range []time.Time{now, now.Add(6 * time.Minute)} {
-		if _, err := settle.TrimCheck(ctx, e.st, ch, at); err != nil {
+		if _, err := reclaim.TrimCheck(ctx, e.st, ch, at); err != nil {
 			b.Fatal(err)
 		}
 	}

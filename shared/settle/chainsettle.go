@@ -1,7 +1,11 @@
-// Package settle holds the auditor's job logic: chain settlement (fence,
-// walk, absorb, probe, mark settled), and later group settle, catalog
-// commit, trim-check and the janitor. Every job is a function of the
-// stores, idempotent and safe to run twice at once.
+// Package settle holds the auditor's settling: chain settlement (fence,
+// walk, absorb, probe, mark settled), the plan (read each chain, then
+// PlanOf, which is pure), group settle and catalog commit, and the
+// quarantine of streams that keep failing. What settling leaves to delete
+// (slots, superseded and trimmed objects, deleted streams) is
+// shared/reclaim's, which runs on the Stores and Metrics defined here.
+// Every job is a function of the stores, idempotent and safe to run twice
+// at once.
 package settle
 
 import (

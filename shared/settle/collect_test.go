@@ -13,6 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
@@ -138,7 +139,7 @@ func TestChainGarbageCollected(t *testing.T) {
 				t.Fatalf("planned %v, want %v", trims, want)
 			}
 			for _, j := range jobs {
-				if err := settle.Do(ctx, st, j); err != nil {
+				if err := doJob(ctx, st, j); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -200,9 +201,9 @@ func TestChainGarbageCrashAtEveryStepConverges(t *testing.T) {
 		crashed := &settle.Stores{Meta: crashMeta{ms, c}, Objects: crashObjects{m, c}, SettledBucket: settledB,
 			Streams: settle.MetaStreams{Meta: ms}, Config: cfg, Logger: quietLog()}
 		ch := settle.ChainRef{Star: g.star, Class: meta.Express}
-		_, _ = settle.TrimCheck(ctx, crashed, ch, time.Now())
+		_, _ = reclaim.TrimCheck(ctx, crashed, ch, time.Now())
 		clean := &settle.Stores{Meta: ms, Objects: m, SettledBucket: settledB, Streams: settle.MetaStreams{Meta: ms}, Config: cfg, Logger: quietLog()}
-		if _, err := settle.TrimCheck(ctx, clean, ch, time.Now()); err != nil {
+		if _, err := reclaim.TrimCheck(ctx, clean, ch, time.Now()); err != nil {
 			t.Fatalf("re-run after a crash at step %d: %v", left, err)
 		}
 		return gcState(t, ms, m, []string{g.star}), c.steps

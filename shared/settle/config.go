@@ -237,6 +237,9 @@ func (st *Stores) Log() *slog.Logger {
 	return slog.Default()
 }
 
+// Clock reads the job clock: Now, or time.Now.
+func (st *Stores) Clock() time.Time { return st.now() }
+
 func (st *Stores) now() time.Time {
 	if st.Now != nil {
 		return st.Now()
@@ -251,7 +254,7 @@ func (st *Stores) metrics() *Metrics {
 	return nopMetrics
 }
 
-func (st *Stores) check() error {
+func (st *Stores) Check() error {
 	switch {
 	case st.Meta == nil || st.Objects == nil:
 		return errors.New("settle: Stores needs Meta and Objects")

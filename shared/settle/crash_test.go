@@ -20,6 +20,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/loglet"
@@ -302,7 +303,7 @@ func tick(ctx context.Context, st *settle.Stores, ch settle.ChainRef, now time.T
 	if err != nil {
 		return total, err
 	}
-	_, err = settle.TrimCheck(ctx, st, ch, now.Add(st.Config.WithDefaults().ReadGrace))
+	_, err = reclaim.TrimCheck(ctx, st, ch, now.Add(st.Config.WithDefaults().ReadGrace))
 	return total, err
 }
 
@@ -483,7 +484,7 @@ func TestReclaimCrashAtEveryStepConverges(t *testing.T) {
 			return err
 		}
 		for _, at := range []time.Time{now.Add(grace), now.Add(2*grace + time.Second)} {
-			rep, err := settle.Reclaim(ctx, st, at)
+			rep, err := reclaim.Reclaim(ctx, st, at)
 			deleted += rep.Deleted
 			if err != nil {
 				return err

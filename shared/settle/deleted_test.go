@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -28,11 +29,11 @@ func TestDeletedStreamCrashAtEveryStepConverges(t *testing.T) {
 		return &settle.Stores{Meta: ms, Objects: os, SettledBucket: settledB, Streams: settle.MetaStreams{Meta: ms}, Config: e.st.Config, Logger: quietLog()}
 	}
 	run := func(st *settle.Stores) error {
-		if err := settle.ForgetStream(ctx, st, basin, "r", "r", now); err != nil {
+		if err := reclaim.ForgetStream(ctx, st, basin, "r", "r", now); err != nil {
 			return err
 		}
 		for _, at := range []time.Time{now, now.Add(time.Second), now.Add(grace + 2*time.Second)} {
-			if _, err := settle.ReclaimStreams(ctx, st, at); err != nil {
+			if _, err := reclaim.ReclaimStreams(ctx, st, at); err != nil {
 				return err
 			}
 		}

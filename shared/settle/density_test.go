@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
@@ -258,7 +259,7 @@ func TestTrimSweepsShardsLeftBehind(t *testing.T) {
 	}
 	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: goneStreams{},
 		Config: settle.Config{ScratchDir: t.TempDir()}, Logger: quietLog()}
-	if _, err := settle.TrimCheck(ctx, st, settle.ChainRef{Star: "star1", Class: meta.Standard}, birth); err != nil {
+	if _, err := reclaim.TrimCheck(ctx, st, settle.ChainRef{Star: "star1", Class: meta.Standard}, birth); err != nil {
 		t.Fatal(err)
 	}
 	// Slot 1's marker is live: its shard stays.

@@ -18,6 +18,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 )
@@ -293,14 +294,14 @@ func (s *densitySim) tick(ctx context.Context) {
 			})
 		case settle.KindTrim:
 			s.count(phTrim, func() {
-				if err := settle.Do(ctx, s.st, j); err != nil {
+				if err := doJob(ctx, s.st, j); err != nil {
 					s.tb.Fatal(err)
 				}
 			})
 		}
 	}
 	s.count(phReclaim, func() {
-		if _, err := settle.Reclaim(ctx, s.st, s.now); err != nil {
+		if _, err := reclaim.Reclaim(ctx, s.st, s.now); err != nil {
 			s.tb.Fatal(err)
 		}
 	})

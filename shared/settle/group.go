@@ -84,7 +84,7 @@ type streamWork struct {
 // after a crash at any step, or a concurrent run of the same job, ends in
 // the same objects and rows.
 func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
 	if job.Kind != KindSettle {
@@ -697,15 +697,12 @@ func advanceFrontier(ctx context.Context, st *Stores, ch ChainRef, epoch uint64)
 	if err != nil {
 		return err
 	}
-	first, err := firstLiveMarker(ctx, st, ch, e)
+	first, err := FirstLive(ctx, st, ch, e)
 	if err != nil {
 		return err
 	}
-	f := meta.MarkerKey(ch.Star, ch.Class, epoch, e.Checkpoint).SK
-	if len(first) > 0 {
-		f = meta.MarkerKey(ch.Star, ch.Class, epoch, first[0].M.FromSlot).SK
-	}
-	c := chain.New(ch.Star, ch.Class, auditorID, st.Meta, st.Objects)
+	f := meta.MarkerKey(ch.Star, ch.Class, epoch, first).SK
+	c := chain.New(ch.Star, ch.Class, AuditorID, st.Meta, st.Objects)
 	_, err = c.UpdateEpoch(ctx, epoch, func(e *meta.Epoch) bool {
 		if e.Frontier >= f {
 			return false
@@ -719,5 +716,5 @@ func advanceFrontier(ctx context.Context, st *Stores, ch ChainRef, epoch uint64)
 	return nil
 }
 
-// auditorID names the auditor in chain handles; it never mints or fences.
-const auditorID = "auditor"
+// AuditorID names the auditor in chain handles; it never mints or fences.
+const AuditorID = "auditor"

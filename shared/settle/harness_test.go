@@ -24,6 +24,8 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
@@ -217,30 +219,22 @@ func (e *env) ids() []string {
 // ref-covered.
 func (e *env) waitAbsorbed() {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for _, id := range e.ids() {
-		e.mu.Lock()
-		want := uint64(len(e.acked[id]))
-		e.mu.Unlock()
-		for {
-			end := frontier(e.t, e.meta, id)
-			if end == want {
-				break
+	poll.UntilErr(e.t, 20*time.Second, "absorbed", func() error {
+		for _, id := range e.ids() {
+			e.mu.Lock()
+			want := uint64(len(e.acked[id]))
+			e.mu.Unlock()
+			if end := frontier(e.t, e.meta, id); end != want {
+				return fmt.Errorf("stream %s: rows end at %d, acknowledged %d", id, end, want)
 			}
-			if time.Now().After(deadline) {
-				e.t.Fatalf("stream %s: rows end at %d, acknowledged %d", id, end, want)
-			}
-			time.Sleep(5 * time.Millisecond)
 		}
-	}
-	// The refs land before the pass's checkpoint CAS: wait for the flight
-	// index to drain too, which happens only after it.
-	for e.loglet.Index().Len() > 0 {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("flight index still holds %d flights", e.loglet.Index().Len())
+		// The refs land before the pass's checkpoint CAS: wait for the
+		// flight index to drain too, which happens only after it.
+		if n := e.loglet.Index().Len(); n > 0 {
+			return fmt.Errorf("flight index still holds %d flights", n)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func frontier(t testing.TB, ms meta.Store, id string) uint64 {
@@ -402,12 +396,22 @@ func settleAll(ctx context.Context, st *settle.Stores, now time.Time, trim bool)
 	}
 	for _, j := range jobs {
 		if trim && j.Kind == settle.KindTrim {
-			if _, err := settle.TrimCheck(ctx, st, j.Chain, now); err != nil {
+			if _, err := reclaim.TrimCheck(ctx, st, j.Chain, now); err != nil {
 				return reps, err
 			}
 		}
 	}
 	return reps, nil
+}
+
+// doJob runs a planned job of either kind, as auditjob.Do does: a settle
+// job under its era's claim, a trim job's trim-check at the stores' clock.
+func doJob(ctx context.Context, st *settle.Stores, j settle.Job) error {
+	if j.Kind == settle.KindTrim {
+		_, err := reclaim.TrimCheck(ctx, st, j.Chain, st.Clock())
+		return err
+	}
+	return settle.Do(ctx, st, j)
 }
 
 // row is one stored ref row.

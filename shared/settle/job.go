@@ -20,7 +20,7 @@ type ChainRef struct {
 
 func (c ChainRef) String() string { return c.Star + "/" + string(c.Class) }
 
-func (c ChainRef) validate() error {
+func (c ChainRef) Validate() error {
 	if c.Star == "" || !c.Class.Valid() {
 		return fmt.Errorf("settle: bad chain %q/%q", c.Star, c.Class)
 	}
@@ -59,7 +59,7 @@ func (j Job) String() string {
 
 // Validate checks a job's fields.
 func (j Job) Validate() error {
-	if err := j.Chain.validate(); err != nil {
+	if err := j.Chain.Validate(); err != nil {
 		return err
 	}
 	switch j.Kind {
@@ -105,19 +105,19 @@ func ParseJob(b []byte) (Job, error) {
 	return j, nil
 }
 
-// Do runs one job: the whole of a queue consumer's work, so the Lambda
-// adapters and the in-process runner stay thin. A settle job runs under
-// its era's in-flight claim (RunSettle).
+// Do runs one settle job: the whole of a queue consumer's work for it, so
+// the Lambda adapters and the in-process runner stay thin. It runs under
+// the era's in-flight claim (RunSettle). A trim job is the trim-check of
+// shared/reclaim (reclaim.TrimCheck); auditjob.Do runs every kind.
 func Do(ctx context.Context, st *Stores, j Job) error {
-	switch j.Kind {
-	case KindSettle:
-		_, _, err := RunSettle(ctx, st, j)
-		return err
-	case KindTrim:
-		_, err := TrimCheck(ctx, st, j.Chain, st.now())
+	if err := j.Validate(); err != nil {
 		return err
 	}
-	return j.Validate()
+	if j.Kind != KindSettle {
+		return fmt.Errorf("settle: %s is not a settle job (a trim job is reclaim.TrimCheck's)", j)
+	}
+	_, _, err := RunSettle(ctx, st, j)
+	return err
 }
 
 // millis is t in unix milliseconds, the unit of marker times.
@@ -134,14 +134,14 @@ func millis(t time.Time) int64 { return t.UnixMilli() }
 // stays idempotent and CAS-guarded, so a lapsed claim costs a second walk,
 // never a wrong row.
 func RunSettle(ctx context.Context, st *Stores, j Job) (rep Report, ran bool, err error) {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return rep, false, err
 	}
 	if err := j.Validate(); err != nil {
 		return rep, false, err
 	}
 	k := meta.JobClaimKey(j.Chain.Star, j.Chain.Class, j.Epoch, j.From)
-	ran, err = holdClaim(ctx, st.Meta, k, auditorID+"/"+token(), false, func(ctx context.Context) error {
+	ran, err = holdClaim(ctx, st.Meta, k, AuditorID+"/"+token(), false, func(ctx context.Context) error {
 		var err error
 		rep, err = Settle(ctx, st, j)
 		return err

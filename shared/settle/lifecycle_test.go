@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/shared/reclaim"
 )
 
 // dropPending sums the bytes of a stream's trimmed objects still waiting
@@ -55,7 +56,10 @@ func TestLifecycleCompressed(t *testing.T) {
 			e.write("idle", 1, 3, 300)
 		}
 		e.waitAbsorbed()
-		time.Sleep(2 * time.Millisecond) // distinct record timestamps per round
+		// Distinct record timestamps per round: the next round starts (and
+		// stamps) in a later millisecond than this round's records.
+		stamped := time.Now().UnixMilli()
+		poll.Until(t, time.Second, "a new millisecond", func() bool { return time.Now().UnixMilli() > stamped })
 		now = now.Add(2 * time.Minute)
 		if _, err := settleAll(ctx, e.st, now, true); err != nil {
 			t.Fatal(err)
@@ -65,11 +69,11 @@ func TestLifecycleCompressed(t *testing.T) {
 			before = starts[i-keep]
 		}
 		for _, id := range ids {
-			if _, err := settle.TrimStream(ctx, e.st, id, basin, before); err != nil {
+			if _, err := reclaim.TrimStream(ctx, e.st, id, basin, before); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := settle.Reclaim(ctx, e.st, now); err != nil {
+		if _, err := reclaim.Reclaim(ctx, e.st, now); err != nil {
 			t.Fatal(err)
 		}
 		for j, id := range ids {

@@ -1,11 +1,16 @@
 package settle
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/starlog/starlog/shared/meta"
 )
 
-// Metrics are the auditor's Prometheus instruments (docs/design.md §14). Gauges
-// are set by Plan, which sees every chain; counters by the jobs.
+// Metrics are the auditor's Prometheus instruments (docs/design.md §14),
+// shared/reclaim's included. Gauges are set by Plan, which sees every
+// chain; counters by the jobs.
 type Metrics struct {
 	// settleLag is how long the oldest ripe, unresolved marker has been
 	// ripe, per class: the auditor's backlog in time.
@@ -50,7 +55,7 @@ type Metrics struct {
 	// emptied counts streams deleted under delete_on_empty.
 	emptied prometheus.Counter
 	// trimsDeferred counts retention passes that kept a trimmable row
-	// for the storage bound (retain.go).
+	// for the storage bound (reclaim.TrimStream).
 	trimsDeferred prometheus.Counter
 	// badRows counts rows Plan could not decode and set aside, by kind:
 	// "directory", "epoch" or "marker" (planBadRow logs each).
@@ -109,3 +114,47 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // CountEmptied counts a stream the janitor deleted under delete_on_empty.
 func (st *Stores) CountEmptied() { st.metrics().emptied.Inc() }
+
+// Instruments are the jobs' metrics: Metrics, or instruments registered
+// nowhere. The reclamation passes (shared/reclaim) count through the
+// methods below.
+func (st *Stores) Instruments() *Metrics { return st.metrics() }
+
+// JobDone records a job's duration, and its error if it failed.
+func (m *Metrics) JobDone(class meta.Class, kind Kind, took time.Duration, err error) {
+	m.jobSeconds.WithLabelValues(string(class), string(kind)).Observe(took.Seconds())
+	if err != nil {
+		m.jobErrors.WithLabelValues(string(class), string(kind)).Inc()
+	}
+}
+
+// SlotsTrimmed counts chain slots the trim-check deleted.
+func (m *Metrics) SlotsTrimmed(class meta.Class, n uint64) {
+	m.slotsTrimmed.WithLabelValues(string(class)).Add(float64(n))
+}
+
+// ChainGarbage counts a decommissioned star's chain garbage deleted, by
+// kind: "epoch" records, "slot" keys, "directory" rows.
+func (m *Metrics) ChainGarbage(class meta.Class, kind string, n int) {
+	m.chainGarbage.WithLabelValues(string(class), kind).Add(float64(n))
+}
+
+// RowsReclaimed counts ref rows deleted, by kind: "trimmed" or "deleted".
+func (m *Metrics) RowsReclaimed(kind string, n int) {
+	m.rowsReclaimed.WithLabelValues(kind).Add(float64(n))
+}
+
+// ObjectsReclaimed counts settled objects deleted, by kind: "superseded",
+// "trimmed", "orphaned" or "deleted".
+func (m *Metrics) ObjectsReclaimed(kind string, n int) {
+	m.reclaimed.WithLabelValues(kind).Add(float64(n))
+}
+
+// BytesReclaimed counts the bytes of settled objects deleted, by kind.
+func (m *Metrics) BytesReclaimed(kind string, n uint64) {
+	m.reclaimedBytes.WithLabelValues(kind).Add(float64(n))
+}
+
+// TrimDeferred counts a stream trim that kept a trimmable row for the
+// storage bound.
+func (m *Metrics) TrimDeferred() { m.trimsDeferred.Inc() }

@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/loglet"
 )
@@ -123,7 +124,7 @@ func TestDeletedStreamsResolveWithoutStaging(t *testing.T) {
 	}
 	// The next tick records the rewrite; one after the read grace trims.
 	for _, at := range []time.Time{now.Add(time.Minute), now.Add(6 * time.Minute)} {
-		if _, err := settle.TrimCheck(ctx, e.st, settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}, at); err != nil {
+		if _, err := reclaim.TrimCheck(ctx, e.st, settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}, at); err != nil {
 			t.Fatal(err)
 		}
 	}

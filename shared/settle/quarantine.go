@@ -151,6 +151,19 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// Pins are the slots quarantined streams pin, which the trim-check
+// (shared/reclaim) keeps while it retires the rest of their epoch.
+type Pins struct{ fails map[string]failRow }
+
+// ReadPins reads every stream's pins (the meta.SettleFailPK partition).
+func ReadPins(ctx context.Context, ms meta.Store) (Pins, error) {
+	fails, err := readFailures(ctx, ms)
+	return Pins{fails}, err
+}
+
+// In returns the pins on chain ch's epoch.
+func (p Pins) In(ch ChainRef, epoch uint64) []meta.SlotPin { return pinnedIn(p.fails, ch, epoch) }
+
 // pinnedIn returns the pins of rows on chain ch's epoch.
 func pinnedIn(fails map[string]failRow, ch ChainRef, epoch uint64) []meta.SlotPin {
 	var out []meta.SlotPin
@@ -168,9 +181,9 @@ func pinned(pins []meta.SlotPin, slot uint64) bool {
 	return slices.ContainsFunc(pins, func(p meta.SlotPin) bool { return p.From <= slot && slot < p.End })
 }
 
-// deleteSlots deletes the slot keys of epoch e in [from, to) that no pin
+// DeleteSlots deletes the slot keys of epoch e in [from, to) that no pin
 // keeps, from every bucket of its set.
-func deleteSlots(ctx context.Context, st *Stores, ch ChainRef, e meta.Epoch, from, to uint64, pins []meta.SlotPin) error {
+func DeleteSlots(ctx context.Context, st *Stores, ch ChainRef, e meta.Epoch, from, to uint64, pins []meta.SlotPin) error {
 	var keys []string
 	for s := from; s < to; s++ {
 		if !pinned(pins, s) {
@@ -216,7 +229,7 @@ func ListQuarantine(ctx context.Context, ms meta.Store) ([]Quarantined, error) {
 // leaves it quarantined with the new error.
 func Retry(ctx context.Context, st *Stores, id string) (Report, error) {
 	var rep Report
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
 	k := meta.SettleFailKey(id)
@@ -301,7 +314,7 @@ func retryEra(ctx context.Context, st *Stores, id string, pins []meta.SlotPin, n
 // rides a pinned slot (the stream is deleted, or its bytes there were
 // settled or trimmed since), so no byte a reader can reach is dropped.
 func Force(ctx context.Context, st *Stores, id string) error {
-	if err := st.check(); err != nil {
+	if err := st.Check(); err != nil {
 		return err
 	}
 	k := meta.SettleFailKey(id)
@@ -366,7 +379,7 @@ func release(ctx context.Context, st *Stores, id string, ver int64, f meta.Settl
 			if p.From >= e.Trimmed {
 				continue
 			}
-			if err := deleteSlots(ctx, st, ch, e, p.From, min(p.End, e.Trimmed), others); err != nil {
+			if err := DeleteSlots(ctx, st, ch, e, p.From, min(p.End, e.Trimmed), others); err != nil {
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -54,7 +55,7 @@ func qtick(t *testing.T, st *settle.Stores, now time.Time) (reps []settle.Report
 	}
 	for _, j := range jobs {
 		if j.Kind == settle.KindTrim {
-			if _, err := settle.TrimCheck(ctx, st, j.Chain, now); err != nil {
+			if _, err := reclaim.TrimCheck(ctx, st, j.Chain, now); err != nil {
 				t.Fatalf("trim-check: %v", err)
 			}
 		}

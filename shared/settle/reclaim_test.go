@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/reclaim"
 )
 
 // storage is what a stream's settled objects take: every object under
@@ -32,9 +32,9 @@ func storage(t testing.TB, e *env, id string) (stored, retained uint64, objects 
 }
 
 // janitor runs the reclaim pass as the janitor does.
-func janitor(t testing.TB, e *env, now time.Time) settle.ReclaimReport {
+func janitor(t testing.TB, e *env, now time.Time) reclaim.ReclaimReport {
 	t.Helper()
-	rep, err := settle.Reclaim(context.Background(), e.st, now)
+	rep, err := reclaim.Reclaim(context.Background(), e.st, now)
 	if err != nil {
 		t.Fatal(err)
 	}

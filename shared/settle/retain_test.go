@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/reader"
@@ -50,7 +53,7 @@ func retainedState(t *testing.T, e *env) time.Time {
 	// The janitor's reclaim passes have deleted the superseded revisions,
 	// so nothing waits and trims are not deferred for the storage bound.
 	for _, at := range []time.Time{now, now.Add(e.st.Config.ReadGrace + time.Second)} {
-		if _, err := settle.Reclaim(ctx, e.st, at); err != nil {
+		if _, err := reclaim.Reclaim(ctx, e.st, at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,13 +67,13 @@ func retainedState(t *testing.T, e *env) time.Time {
 func trimAll(ctx context.Context, st *settle.Stores, id string, before, now time.Time) (rows int, first uint64, after time.Time, err error) {
 	grace := st.Config.WithDefaults().ReadGrace
 	for range 16 {
-		rep, err := settle.TrimStream(ctx, st, id, basin, before)
+		rep, err := reclaim.TrimStream(ctx, st, id, basin, before)
 		if err != nil {
 			return rows, first, now, err
 		}
 		rows, first = rows+rep.Rows, rep.First
 		for _, at := range []time.Time{now, now.Add(grace + time.Second)} {
-			if _, err := settle.Reclaim(ctx, st, at); err != nil {
+			if _, err := reclaim.Reclaim(ctx, st, at); err != nil {
 				return rows, first, now, err
 			}
 		}
@@ -131,8 +134,11 @@ func TestRetention(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	var raceErr error
 	var starts []uint64
+	var reads atomic.Int64  // racing reads finished
+	var stopped atomic.Bool // the reader returned (an error, or the end)
 	ready := make(chan struct{})
 	wg.Go(func() {
+		defer stopped.Store(true)
 		defer close(ready)
 		for rctx.Err() == nil {
 			rd, err := reader.New(reader.Config{Meta: e.meta, Objects: e.objs, SettledBucket: settledB, Logger: quietLog()})
@@ -145,6 +151,7 @@ func TestRetention(t *testing.T) {
 				raceErr = err
 				return
 			}
+			reads.Add(1)
 			if starts = append(starts, start); len(starts) == 3 {
 				ready <- struct{}{}
 			}
@@ -168,7 +175,10 @@ func TestRetention(t *testing.T) {
 	if first != last.FirstSeq || n != len(cat)-3 {
 		t.Fatalf("trim past every age: %d rows deleted, first seq %d; want %d and first seq %d", n, first, len(cat)-3, last.FirstSeq)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Let the readers race on into the trimmed rows: a read that started
+	// after the trims has finished (the one under way at n, then the next).
+	n0 := reads.Load()
+	poll.Until(t, 10*time.Second, "a racing read after the trims", func() bool { return reads.Load() >= n0+2 || stopped.Load() })
 	cancel()
 	wg.Wait()
 	if raceErr != nil {
@@ -251,7 +261,7 @@ func TestRetentionCrashAtEveryStepConverges(t *testing.T) {
 			return err
 		}
 		for _, at := range []time.Time{after.Add(grace), after.Add(3 * grace)} {
-			if _, err := settle.Reclaim(ctx, st, at); err != nil {
+			if _, err := reclaim.Reclaim(ctx, st, at); err != nil {
 				return err
 			}
 		}
@@ -322,7 +332,7 @@ func TestReadRacingTrim(t *testing.T) {
 		st := &settle.Stores{Meta: ms, Objects: os, SettledBucket: settledB, Streams: settle.MetaStreams{Meta: ms}, Config: e.st.Config, Logger: quietLog()}
 		hm := &hookMeta{Store: ms, at: at}
 		hm.hook = func() {
-			if _, err := settle.TrimStream(ctx, st, "r", basin, before); err != nil {
+			if _, err := reclaim.TrimStream(ctx, st, "r", basin, before); err != nil {
 				t.Error(err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -95,13 +96,13 @@ func TestSettleAndTrimReadBack(t *testing.T) {
 	// Trim: the first check records the rewrite, and deletes nothing until
 	// the grace has passed.
 	later := now.Add(2 * time.Hour)
-	if rep, err := settle.TrimCheck(ctx, e.st, settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}, later); err != nil || rep.Trimmed != 0 {
+	if rep, err := reclaim.TrimCheck(ctx, e.st, settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}, later); err != nil || rep.Trimmed != 0 {
 		t.Fatalf("trim inside the grace: %+v %v", rep, err)
 	}
 	if n := slotsLeft(t, e); n != before {
 		t.Fatalf("slots went from %d to %d inside the read grace", before, n)
 	}
-	rep, err := settle.TrimCheck(ctx, e.st, settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}, later.Add(5*time.Minute))
+	rep, err := reclaim.TrimCheck(ctx, e.st, settle.ChainRef{Star: e.cfg.Star, Class: e.cfg.Class}, later.Add(5*time.Minute))
 	if err != nil || rep.Trimmed == 0 {
 		t.Fatalf("trim after the grace: %+v %v", rep, err)
 	}

@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // TrimReport is what one trim-check did.
@@ -27,45 +28,39 @@ type TrimReport struct {
 // recorded at least the read grace ago, so a reader holding a span ref it
 // fetched moments before the settle is never cut off. The auditor is the
 // only deleter of slots.
-func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep TrimReport, err error) {
-	if err := st.check(); err != nil {
+func TrimCheck(ctx context.Context, st *settle.Stores, ch settle.ChainRef, now time.Time) (rep TrimReport, err error) {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
-	if err := ch.validate(); err != nil {
+	if err := ch.Validate(); err != nil {
 		return rep, err
 	}
-	cfg, m := st.cfg(), st.metrics()
-	class := string(ch.Class)
+	cfg, m := st.Config.WithDefaults(), st.Instruments()
 	t0 := time.Now()
-	defer func() {
-		m.jobSeconds.WithLabelValues(class, string(KindTrim)).Observe(time.Since(t0).Seconds())
-		if err != nil {
-			m.jobErrors.WithLabelValues(class, string(KindTrim)).Inc()
-		}
-	}()
-	epochs, err := listEpochRecords(ctx, st.Meta, ch)
+	defer func() { m.JobDone(ch.Class, settle.KindTrim, time.Since(t0), err) }()
+	epochs, err := settle.ListEpochs(ctx, st.Meta, ch)
 	if err != nil {
 		return rep, err
 	}
-	// Slots pinned by quarantined streams are kept (quarantine.go).
-	fails, err := readFailures(ctx, st.Meta)
+	// Slots pinned by quarantined streams are kept (settle.Pins).
+	pins, err := settle.ReadPins(ctx, st.Meta)
 	if err != nil {
 		return rep, err
 	}
-	c := chain.New(ch.Star, ch.Class, auditorID, st.Meta, st.Objects)
+	c := chain.New(ch.Star, ch.Class, settle.AuditorID, st.Meta, st.Objects)
 	var errs []error
 	for _, e := range epochs {
-		n, err := trimEpoch(ctx, st, c, ch, e, now, cfg.ReadGrace, pinnedIn(fails, ch, e.Epoch))
+		n, err := trimEpoch(ctx, st, c, ch, e, now, cfg.ReadGrace, pins.In(ch, e.Epoch))
 		if n > 0 {
 			rep.Epochs++
 			rep.Trimmed += n
-			m.slotsTrimmed.WithLabelValues(class).Add(float64(n))
+			m.SlotsTrimmed(ch.Class, n)
 		}
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == 0 && collectDue(epochs) {
+	if len(errs) == 0 && settle.CollectDue(epochs) {
 		// The epochs as read before this run's trims: a chain whose last
 		// trim just landed is collected by the next run.
 		if rep.Collected, err = collect(ctx, st, c, ch); err != nil {
@@ -78,15 +73,11 @@ func TrimCheck(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (rep
 // trimEpoch runs the trim-check on one epoch record (read before its
 // markers, so no marker below its checkpoint is missed) and returns how
 // many slots it deleted.
-func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e meta.Epoch, now time.Time, grace time.Duration, pins []meta.SlotPin) (uint64, error) {
+func trimEpoch(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef, e meta.Epoch, now time.Time, grace time.Duration, pins []meta.SlotPin) (uint64, error) {
 	if e.Rewritten < e.Checkpoint {
-		first, err := firstLiveMarker(ctx, st, ch, e)
+		r, err := settle.FirstLive(ctx, st, ch, e)
 		if err != nil {
 			return 0, err
-		}
-		r := e.Checkpoint
-		if len(first) > 0 {
-			r = min(r, first[0].M.FromSlot)
 		}
 		if r > e.Rewritten {
 			from := e.Rewritten
@@ -103,16 +94,16 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 			if err != nil {
 				return 0, fmt.Errorf("settle: advance rewritten of %s epoch %d to %d: %w", ch, e.Epoch, r, err)
 			}
-			sweepShards(ctx, st, ch, e.Epoch, from, r)
+			settle.SweepShards(ctx, st, ch, e.Epoch, from, r)
 		}
 	}
 	var trimmed uint64
-	if upto, ok := dueTrim(e, now, grace); ok && upto > e.Trimmed {
+	if upto, ok := settle.DueTrim(e, now, grace); ok && upto > e.Trimmed {
 		from := e.Trimmed
 		if len(pins) > 0 {
 			// Delete around the pinned slots, then move the cursor (the
 			// lifted quarantine deletes the pinned slots it passed).
-			if err := deleteSlots(ctx, st, ch, e, from, upto, pins); err != nil {
+			if err := settle.DeleteSlots(ctx, st, ch, e, from, upto, pins); err != nil {
 				return 0, err
 			}
 			if _, err := c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
@@ -130,17 +121,17 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 			return 0, fmt.Errorf("settle: trim %s epoch %d [%d,%d): %w", ch, e.Epoch, from, upto, err)
 		}
 		e.Trimmed, trimmed = upto, upto-from
-	} else if garbageDue(e) {
+	} else if settle.GarbageDue(e) {
 		// Trimmed to the cut before the epoch was settled: reap now.
 		if err := c.Trim(ctx, e, e.Trimmed); err != nil {
 			return 0, fmt.Errorf("settle: reap %s epoch %d's garbage: %w", ch, e.Epoch, err)
 		}
 	}
-	if !staleRewrites(e) {
+	if !settle.StaleRewrites(e) {
 		return trimmed, nil
 	}
 	_, err := c.UpdateEpoch(ctx, e.Epoch, func(x *meta.Epoch) bool {
-		if !staleRewrites(*x) {
+		if !settle.StaleRewrites(*x) {
 			return false
 		}
 		x.Rewrites = slices.DeleteFunc(x.Rewrites, func(rw meta.Rewrite) bool { return rw.Upto <= x.Trimmed })
@@ -150,20 +141,4 @@ func trimEpoch(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, e m
 		return trimmed, fmt.Errorf("settle: drop trimmed rewrites of %s epoch %d: %w", ch, e.Epoch, err)
 	}
 	return trimmed, nil
-}
-
-// garbageDue reports a settled epoch trimmed to its cut whose garbage
-// window the trim has not reaped yet (chain.Trim reaps it). Pure.
-func garbageDue(e meta.Epoch) bool {
-	return e.Settled && e.Cut != nil && e.Trimmed >= *e.Cut && !e.Reaped
-}
-
-// staleRewrites reports recorded rewrites the trim has passed. Pure.
-func staleRewrites(e meta.Epoch) bool {
-	for _, rw := range e.Rewrites {
-		if rw.Upto <= e.Trimmed {
-			return true
-		}
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // ForgetStream registers a deleted stream for reclamation: it writes the
@@ -18,7 +19,7 @@ import (
 // reclaimed, or being reclaimed (its reclamation row deletes its objects
 // before it goes): it is not registered again, so a deleted name row the
 // janitor meets on every run costs a write and a query.
-func ForgetStream(ctx context.Context, st *Stores, basin, name, id string, deletedAt time.Time) error {
+func ForgetStream(ctx context.Context, st *settle.Stores, basin, name, id string, deletedAt time.Time) error {
 	tk := meta.Key{PK: meta.StreamMetaKey(id).PK, SK: "deleted"}
 	ts := struct {
 		Basin     string    `json:"basin"`
@@ -65,11 +66,11 @@ type StreamsReport struct {
 // arming (a settle or absorb that raced the delete) disarms it. The
 // identity row and the tombstone stay: a batch marker not yet resolved
 // may still name the stream, and its settle must find it deleted.
-func ReclaimStreams(ctx context.Context, st *Stores, now time.Time) (rep StreamsReport, err error) {
-	if err := st.check(); err != nil {
+func ReclaimStreams(ctx context.Context, st *settle.Stores, now time.Time) (rep StreamsReport, err error) {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
-	grace := st.cfg().ReadGrace
+	grace := st.Config.WithDefaults().ReadGrace
 	q := meta.Query{PK: meta.ReclaimStreamsPK, Limit: 64}
 	var errs []error
 	for {
@@ -93,7 +94,7 @@ func ReclaimStreams(ctx context.Context, st *Stores, now time.Time) (rep Streams
 	}
 }
 
-func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time, grace time.Duration, rep *StreamsReport) error {
+func reclaimStream(ctx context.Context, st *settle.Stores, it meta.Item, now time.Time, grace time.Duration, rep *StreamsReport) error {
 	var rs meta.ReclaimStream
 	if err := meta.Decode(it.Val, &rs); err != nil {
 		return err
@@ -104,7 +105,7 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	id := rs.Stream
 	n, err := deleteRefRows(ctx, st.Meta, id)
 	rep.Rows += n
-	st.metrics().rowsReclaimed.WithLabelValues("deleted").Add(float64(n))
+	st.Instruments().RowsReclaimed("deleted", n)
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ func reclaimStream(ctx context.Context, st *Stores, it meta.Item, now time.Time,
 	default:
 		objs, err := deletePrefix(ctx, st, "streams/"+rs.Basin+"/"+id+"/")
 		rep.Objects += objs
-		st.metrics().reclaimed.WithLabelValues("deleted").Add(float64(objs))
+		st.Instruments().ObjectsReclaimed("deleted", objs)
 		if err != nil {
 			return err
 		}
@@ -198,7 +199,7 @@ func deleteRefRows(ctx context.Context, ms meta.Store, id string) (int, error) {
 }
 
 // deletePrefix deletes every settled object under prefix.
-func deletePrefix(ctx context.Context, st *Stores, prefix string) (int, error) {
+func deletePrefix(ctx context.Context, st *settle.Stores, prefix string) (int, error) {
 	b := st.Objects.Bucket(st.SettledBucket)
 	var keys []string
 	for info, err := range b.List(ctx, prefix) {

@@ -1,4 +1,4 @@
-package settle_test
+package reclaim_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/reclaim"
 )
 
 // batchPut writes items 25 at a time (DynamoDB's batch size).
@@ -58,7 +58,7 @@ func TestReclaimPassReachesEveryEntry(t *testing.T) {
 			putEntry(t, st, meta.Reclaim{Basin: basin, Stream: "z", Epoch: 1, Bytes: 6, Drop: true, Armed: now.Add(-grace - time.Minute).UnixMilli()})
 			key := putObject(t, st, "z", 0)
 			for pass := range 2 {
-				rep, err := settle.Reclaim(ctx, st, now.Add(time.Duration(pass)*time.Minute))
+				rep, err := reclaim.Reclaim(ctx, st, now.Add(time.Duration(pass)*time.Minute))
 				if err != nil {
 					t.Fatal(err)
 				}

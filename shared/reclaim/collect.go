@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // CollectReport is what one chain-garbage collection did.
@@ -48,73 +49,22 @@ type CollectReport struct {
 // and mints a later epoch, and Mint writes the directory row on every
 // mint; a directory row deleted while a mint raced it is put back when
 // the head read after the delete has moved.
-func collect(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef) (CollectReport, error) {
+func collect(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef) (CollectReport, error) {
 	var rep CollectReport
 	err := collectChain(ctx, st, c, ch, &rep)
-	m, class := st.metrics(), string(ch.Class)
-	m.chainGarbage.WithLabelValues(class, "epoch").Add(float64(rep.Epochs))
-	m.chainGarbage.WithLabelValues(class, "slot").Add(float64(rep.Objects))
-	m.chainGarbage.WithLabelValues(class, "directory").Add(float64(rep.Chains))
+	m := st.Instruments()
+	m.ChainGarbage(ch.Class, "epoch", rep.Epochs)
+	m.ChainGarbage(ch.Class, "slot", rep.Objects)
+	m.ChainGarbage(ch.Class, "directory", rep.Chains)
 	return rep, err
 }
 
-// collectDue reports whether a chain's trim-check should try to collect
-// its garbage: every epoch record of it is spent. Pure.
-func collectDue(epochs []meta.Epoch) bool {
-	for _, e := range epochs {
-		if !spent(e) {
-			return false
-		}
-	}
-	return len(epochs) > 0
-}
-
-// decommissioned reads ch's star's registry row and mint head and reports
-// whether the chain's garbage may be collected, with the head.
-func decommissioned(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef) (meta.Head, bool, error) {
-	k := meta.RegistryKey(ch.Star)
-	it, err := st.Meta.Get(ctx, k.PK, k.SK)
-	if errors.Is(err, meta.ErrNotFound) {
-		return meta.Head{}, false, nil
-	}
-	if err != nil {
-		return meta.Head{}, false, err
-	}
-	var reg meta.Registration
-	if err := meta.Decode(it.Val, &reg); err != nil {
-		return meta.Head{}, false, err
-	}
-	h, _, ok, err := c.Head(ctx)
-	if err != nil || !ok {
-		return h, false, err
-	}
-	return h, collectible(reg, h, ch.Star), nil
-}
-
-// collectible reports whether a chain with head h may lose its garbage,
-// its star's registration being reg: the star stopped after a
-// decommission, and the head is settled and was minted by that
-// incarnation or an earlier one. Pure.
-func collectible(reg meta.Registration, h meta.Head, star string) bool {
-	if reg.State != meta.StarStopped || !reg.Decommissioned || h.State != meta.HeadSettled {
-		return false
-	}
-	n, err := chain.ParseIncarnation(h.Owner, star)
-	return err == nil && n <= reg.Incarnation
-}
-
-// spent reports whether epoch e's record and garbage window may go: it is
-// settled, trimmed to its cut and reaped. Pure.
-func spent(e meta.Epoch) bool {
-	return e.Settled && e.Cut != nil && e.Trimmed >= *e.Cut && e.Reaped
-}
-
-func collectChain(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, rep *CollectReport) error {
-	h, ok, err := decommissioned(ctx, st, c, ch)
+func collectChain(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef, rep *CollectReport) error {
+	h, ok, err := settle.Decommissioned(ctx, st, c, ch)
 	if err != nil || !ok {
 		return err
 	}
-	epochs, err := listEpochRecords(ctx, st.Meta, ch)
+	epochs, err := settle.ListEpochs(ctx, st.Meta, ch)
 	if err != nil {
 		return err
 	}
@@ -122,9 +72,9 @@ func collectChain(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, 
 	for _, e := range epochs {
 		switch {
 		case e.Epoch == h.Epoch:
-			left = left || !spent(e)
+			left = left || !settle.Spent(e)
 			continue
-		case e.Epoch > h.Epoch || !spent(e):
+		case e.Epoch > h.Epoch || !settle.Spent(e):
 			left = true
 			continue
 		}
@@ -150,7 +100,7 @@ func collectChain(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, 
 }
 
 // markersOf reports whether any batch marker of epoch is left.
-func markersOf(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (bool, error) {
+func markersOf(ctx context.Context, ms meta.Store, ch settle.ChainRef, epoch uint64) (bool, error) {
 	from := meta.MarkerKey(ch.Star, ch.Class, epoch, 0).SK
 	pg, err := ms.Query(ctx, meta.Query{PK: meta.ChainPK(ch.Star, ch.Class), From: from, To: from[:len(from)-20] + "~", Limit: 1})
 	if err != nil {
@@ -161,7 +111,7 @@ func markersOf(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (b
 
 // collectEpoch deletes epoch e's garbage window from every bucket of its
 // set, then its record (if unchanged), and returns the keys it deleted.
-func collectEpoch(ctx context.Context, st *Stores, c *chain.Chain, e meta.Epoch) (int, error) {
+func collectEpoch(ctx context.Context, st *settle.Stores, c *chain.Chain, e meta.Epoch) (int, error) {
 	cut := *e.Cut
 	keys := make([]string, 0, e.Params.Window)
 	for i := range uint64(max(e.Params.Window, 0)) {
@@ -181,7 +131,7 @@ func collectEpoch(ctx context.Context, st *Stores, c *chain.Chain, e meta.Epoch)
 	if err != nil {
 		return n, err
 	}
-	if !spent(rec) {
+	if !settle.Spent(rec) {
 		return n, fmt.Errorf("epoch %d changed while its garbage was collected", e.Epoch)
 	}
 	k := meta.EpochKey(c.Star, c.Class, e.Epoch)
@@ -194,7 +144,7 @@ func collectEpoch(ctx context.Context, st *Stores, c *chain.Chain, e meta.Epoch)
 // dropDirRow deletes ch's chain directory row, then reads the head again:
 // a head that moved since h (a restart minted) means a mint may have
 // written the row before the delete, so the row is put back.
-func dropDirRow(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, h meta.Head, rep *CollectReport) error {
+func dropDirRow(ctx context.Context, st *settle.Stores, c *chain.Chain, ch settle.ChainRef, h meta.Head, rep *CollectReport) error {
 	dk := meta.ChainDirKey(ch.Star, ch.Class)
 	if _, err := st.Meta.Get(ctx, dk.PK, dk.SK); errors.Is(err, meta.ErrNotFound) {
 		return nil
@@ -213,13 +163,4 @@ func dropDirRow(ctx context.Context, st *Stores, c *chain.Chain, ch ChainRef, h 
 		return errors.Join(err, fmt.Errorf("restore chain directory row: %w", perr))
 	}
 	return err
-}
-
-// collectPending reports whether a chain all of whose epochs are spent
-// has garbage its trim-check may collect now: its star is decommissioned
-// (it is still listed, so at least its directory row is left).
-func collectPending(ctx context.Context, st *Stores, ch ChainRef) (bool, error) {
-	c := chain.New(ch.Star, ch.Class, auditorID, st.Meta, st.Objects)
-	_, ok, err := decommissioned(ctx, st, c, ch)
-	return ok, err
 }

@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // StreamTrimReport is what one trim of a stream's catalog rows did.
@@ -44,6 +45,12 @@ func (r StreamTrimReport) Empty(created uint64, age time.Duration) (since uint64
 	return 0, false
 }
 
+// refRow is one ref row of a stream as read, with its version for CAS.
+type refRow struct {
+	Ver int64
+	Ref meta.Ref
+}
+
 // maxTrimRows bounds the rows one pass deletes from one stream.
 const maxTrimRows = 1024
 
@@ -55,7 +62,7 @@ const maxTrimRows = 1024
 // stream's greatest catalog row is never deleted (nor any span ref): it
 // carries the stream's tail, which a re-opened leader and check-tail
 // read. A settle changes a catalog row only while it is the greatest (an
-// extension, or the seal before a follower commits: seal), and this
+// extension, or the seal before a follower commits: settle's seal), and this
 // deletes only rows another catalog row follows, so it never races one.
 //
 // Rows go before objects: the row's object first gets a reclaim entry
@@ -75,8 +82,8 @@ const maxTrimRows = 1024
 // cap (or one object, when an object is larger); retention lags by at
 // most the time the reclaim takes to delete what waits (two read graces
 // and a pass).
-func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.Time) (rep StreamTrimReport, err error) {
-	if err := st.check(); err != nil {
+func TrimStream(ctx context.Context, st *settle.Stores, id, basin string, before time.Time) (rep StreamTrimReport, err error) {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
 	trim, top, err := trimPoint(ctx, st.Meta, id)
@@ -103,63 +110,37 @@ func TrimStream(ctx context.Context, st *Stores, id, basin string, before time.T
 	if len(rows) > 0 {
 		rep.First = rows[0].Ref.FirstSeq
 	}
-	var retained uint64
-	for _, r := range rows {
-		if r.Ref.Settled != nil {
-			retained += r.Ref.Settled.Bytes
-		}
-	}
-	var wb *waitingBytes // read once the first trimmable row is found
-	for i := 0; i+1 < len(rows); i++ {
-		prev, next := rows[i], rows[i+1]
-		if !trimmable(prev.Ref, next.Ref, trim, cut) {
-			return rep, nil
-		}
-		if wb == nil {
-			w, err := waiting(ctx, st.Meta, id)
-			if err != nil {
-				return rep, err
-			}
-			wb = &w
-		}
-		s := prev.Ref.Settled
-		sk := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision).SK
-		pending := wb.superseded + wb.dropped - wb.drops[sk] // without its own reservation
-		if !trimFits(pending, s.Bytes, retained, st.cfg().OutputCap) {
-			// Reserve: mark the entry Drop and keep the row, so the
-			// settle stops extending (its bound counts the reservation)
-			// until the reclaim has deleted what waits.
-			if err := markDrop(ctx, st, id, basin, s); err != nil {
-				return rep, err
-			}
-			rep.Deferred = true
-			st.metrics().trimsDeferred.Inc()
-			return rep, nil
-		}
-		if wb.drops[sk] == 0 {
-			wb.dropped += s.Bytes
-			wb.drops[sk] = s.Bytes
-		}
-		if err := dropRow(ctx, st, id, basin, prev); err != nil {
+	var w settle.Waiting // read once the first row may go
+	if len(rows) >= 2 && trimmable(rows[0].Ref, rows[1].Ref, trim, cut) {
+		if w, err = settle.ReadWaiting(ctx, st.Meta, id); err != nil {
 			return rep, err
 		}
-		retained -= s.Bytes
+	}
+	refs := make([]meta.Ref, len(rows))
+	for i, r := range rows {
+		refs[i] = r.Ref
+	}
+	p := PlanTrim(id, refs, trim, cut, w, st.Config.WithDefaults().OutputCap)
+	for _, r := range rows[:p.Drop] {
+		if err := dropRow(ctx, st, id, basin, r); err != nil {
+			return rep, err
+		}
 		rep.Rows++
-		rep.Bytes += s.Bytes
-		st.metrics().rowsReclaimed.WithLabelValues("trimmed").Inc()
-		rep.First = next.Ref.FirstSeq
+		rep.Bytes += r.Ref.Settled.Bytes
+		st.Instruments().RowsReclaimed("trimmed", 1)
+		rep.First = rows[rep.Rows].Ref.FirstSeq
+	}
+	if p.Reserve {
+		// Keep the row and mark its entry Drop, so the settle stops
+		// extending (its bound counts the reservation) until the reclaim
+		// has deleted what waits.
+		if err := markDrop(ctx, st, id, basin, rows[p.Drop].Ref.Settled); err != nil {
+			return rep, err
+		}
+		rep.Deferred = true
+		st.Instruments().TrimDeferred()
 	}
 	return rep, nil
-}
-
-// trimFits is the storage bound's rule for a trim: the object of b bytes
-// may move from retained to waiting (for the reclaim, a grace) only while
-// everything waiting stays within a tenth of what is retained after it
-// plus one output cap, so stored ≤ 1.1 × retained + cap holds; or when
-// nothing else waits, so a trim always progresses (an object larger than
-// that bound goes alone). Pure.
-func trimFits(pending, b, retained, outputCap uint64) bool {
-	return pending == 0 || pending+b <= outputCap+(retained-b)/10
 }
 
 // catalogRows reads a stream's ref rows in seq order, up to maxTrimRows
@@ -186,17 +167,6 @@ func catalogRows(ctx context.Context, ms meta.Store, id string, more func([]refR
 		q.PageToken = pg.Next
 	}
 	return rows, nil
-}
-
-// trimmable reports whether catalog row r may go, given the row after it:
-// a catalog row follows it (so r is not the stream's greatest catalog
-// row) and chains from it, and all of r's records are below the trim
-// point or older than cut (unix ms; 0: no age limit). Pure.
-func trimmable(r, next meta.Ref, trim, cut uint64) bool {
-	if r.Settled == nil || next.Settled == nil || next.FirstSeq != r.EndSeq {
-		return false
-	}
-	return r.EndSeq <= trim || cut > 0 && r.MaxTimestamp < cut
 }
 
 // trimPoint is the stream's trim point: the greatest over its rows from
@@ -238,7 +208,7 @@ func trimPoint(ctx context.Context, ms meta.Store, id string) (uint64, *meta.Ref
 
 // dropRow deletes a catalog row after marking its object's reclaim entry
 // Drop (writing it when there is none).
-func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) error {
+func dropRow(ctx context.Context, st *settle.Stores, id, basin string, row refRow) error {
 	if err := markDrop(ctx, st, id, basin, row.Ref.Settled); err != nil {
 		return err
 	}
@@ -248,7 +218,7 @@ func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) erro
 		return fmt.Errorf("settle: delete trimmed row %s/%s: %w", rk.PK, rk.SK, err)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: trimmed row %s/%s changed", ErrRows, rk.PK, rk.SK)
+		return fmt.Errorf("%w: trimmed row %s/%s changed", settle.ErrRows, rk.PK, rk.SK)
 	}
 	return nil
 }
@@ -256,7 +226,7 @@ func dropRow(ctx context.Context, st *Stores, id, basin string, row refRow) erro
 // markDrop marks the reclaim entry of settled object s Drop, writing it
 // when there is none. The reclaim pass deletes the object only once no
 // catalog row names it, so a mark beside a row that stays is harmless.
-func markDrop(ctx context.Context, st *Stores, id, basin string, s *meta.Settled) error {
+func markDrop(ctx context.Context, st *settle.Stores, id, basin string, s *meta.Settled) error {
 	k := meta.ReclaimKey(id, s.Epoch, s.FirstSeq, s.Revision)
 	marked := false
 	for range 4 {

@@ -1,16 +1,18 @@
-package settle_test
+package reclaim_test
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/reclaim"
 )
 
 // churnResult is what a steady-churn run measured.
@@ -86,7 +88,7 @@ func runChurn(tb testing.TB, perMinute, streams, minutes int) churnResult {
 		res.standing = max(res.standing, standing)
 		res.oldest = max(res.oldest, now.Sub(oldest))
 		counting.ResetCounts()
-		if _, err := settle.Reclaim(ctx, st, now); err != nil {
+		if _, err := reclaim.Reclaim(ctx, st, now); err != nil {
 			tb.Fatal(err)
 		}
 		c := counting.Counts()
@@ -101,10 +103,15 @@ func runChurn(tb testing.TB, perMinute, streams, minutes int) churnResult {
 	return res
 }
 
-// envInts is envList's numbers.
+// envInts is the comma-separated numbers in the environment variable
+// name, or in def when it is unset.
 func envInts(name, def string) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		v = def
+	}
 	var out []int
-	for _, f := range envList(name, def) {
+	for _, f := range strings.Split(v, ",") {
 		n, err := strconv.Atoi(f)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", name, err))

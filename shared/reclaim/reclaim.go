@@ -1,4 +1,4 @@
-package settle
+package reclaim
 
 import (
 	"context"
@@ -8,142 +8,8 @@ import (
 
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
-
-// recentWindow is how long a superseded revision counts against the
-// extension bound: the reclaim deletes it a read grace after a pass first
-// saw it superseded, and passes run at least every half grace.
-func recentWindow(grace time.Duration) time.Duration { return 2 * grace }
-
-// decideExtend decides whether the next object of w extends its tail or
-// starts after it, and records the decision (IfAbsent) before anything is
-// published, so a re-run (or a concurrent settler, or a settle from
-// another chain) follows the first decision and never publishes the other
-// object: the entry is where the decision lives until a decision not to
-// extend is sealed into the tail's row (seal), which is what keeps a
-// settler that decides afresh after the entry is gone from extending a
-// followed tail. The tail is
-// extended only while its superseded revisions that may still stand,
-// itself included, stay within the output cap, which bounds what a stream
-// stores beyond its retained bytes by one output cap (docs/settle.md,
-// "Reclamation").
-func decideExtend(ctx context.Context, st *Stores, w *streamWork, t *tailObj, now time.Time) (bool, error) {
-	s := t.row.Ref.Settled
-	k := meta.ReclaimKey(w.id, s.Epoch, s.FirstSeq, s.Revision)
-	it, err := st.Meta.Get(ctx, k.PK, k.SK)
-	if err == nil {
-		return decodeDecision(it, w.id)
-	}
-	if !errors.Is(err, meta.ErrNotFound) {
-		return false, fmt.Errorf("settle: read reclaim entry %s: %w", k.SK, err)
-	}
-	cfg := st.cfg()
-	wb, err := waiting(ctx, st.Meta, w.id)
-	if err != nil {
-		return false, err
-	}
-	// The revisions of the last window, plus the trimmed objects (and
-	// reservations) the entries say still wait, share the one cap. The
-	// superseded revisions are counted by the window, not the entries: a
-	// settle run without the janitor (tests, a janitor down for a while)
-	// then keeps extending tails as before rather than fragment them; the
-	// trim rule, which must be exact, counts them from the entries.
-	ext := extendable(s, now, recentWindow(cfg.ReadGrace), cfg.OutputCap, wb.dropped)
-	rc := meta.Reclaim{Basin: w.basin, Stream: w.id, Epoch: s.Epoch, First: s.FirstSeq, Rev: s.Revision, Bytes: s.Bytes, Extend: ext}
-	_, err = st.Meta.Put(ctx, k.PK, k.SK, meta.Encode(rc), meta.IfAbsent())
-	if err == nil {
-		return ext, nil
-	}
-	if !errors.Is(err, meta.ErrConditionFailed) {
-		return false, fmt.Errorf("settle: write reclaim entry %s: %w", k.SK, err)
-	}
-	if it, err = st.Meta.Get(ctx, k.PK, k.SK); err != nil {
-		return false, fmt.Errorf("settle: read reclaim entry %s: %w", k.SK, err)
-	}
-	return decodeDecision(it, w.id)
-}
-
-func decodeDecision(it meta.Item, id string) (bool, error) {
-	var rc meta.Reclaim
-	if err := meta.Decode(it.Val, &rc); err != nil {
-		return false, err
-	}
-	if rc.Stream != id {
-		return false, fmt.Errorf("%w: reclaim entry %s names stream %q", ErrRows, it.SK, rc.Stream)
-	}
-	return rc.Extend, nil
-}
-
-// extendable is the extension bound: the revisions of s superseded within
-// window, plus s itself once superseded, plus the stream's trimmed objects
-// still waiting out the read grace (dropped), fit in the output cap. Both
-// kinds are stored but not retained, so they share the one cap the bound
-// allows beyond retained bytes. Pure.
-func extendable(s *meta.Settled, now time.Time, window time.Duration, outputCap, dropped uint64) bool {
-	pending := s.Bytes + dropped
-	for _, r := range recent(s, now, window) {
-		pending += r.Bytes
-	}
-	return pending <= outputCap
-}
-
-// waitingBytes is what a stream stores that no catalog row names any
-// more, or soon will not, as its reclaim entries say.
-type waitingBytes struct {
-	// superseded: the revisions an extension replaces (Extend; counted
-	// from the decision on, before the extension commits, which only errs
-	// on the safe side).
-	superseded uint64
-	// dropped: the objects a trim or retention marked Drop: their rows are
-	// deleted, or kept for the storage bound (a reservation, retain.go).
-	dropped uint64
-	drops   map[string]uint64 // dropped by entry sort key
-}
-
-// waiting reads a stream's reclaim entries. The reclaim pass deletes each
-// entry with its object, so the sums are exact whatever the janitor's
-// pace. A stream has few entries at a time: those of the last grace and
-// pass.
-func waiting(ctx context.Context, ms meta.Store, id string) (waitingBytes, error) {
-	w := waitingBytes{drops: map[string]uint64{}}
-	q := meta.Query{PK: meta.ReclaimPK, From: id + "/", To: id + "/~", Limit: 256}
-	for {
-		pg, err := ms.Query(ctx, q)
-		if err != nil {
-			return w, fmt.Errorf("settle: reclaim entries of %s: %w", id, err)
-		}
-		for _, it := range pg.Items {
-			var rc meta.Reclaim
-			if err := meta.Decode(it.Val, &rc); err != nil {
-				return w, fmt.Errorf("%w: reclaim entry %s: %v", ErrRows, it.SK, err)
-			}
-			switch {
-			case rc.Stream != id:
-			case rc.Drop:
-				w.dropped += rc.Bytes
-				w.drops[it.SK] = rc.Bytes
-			case rc.Extend:
-				w.superseded += rc.Bytes
-			}
-		}
-		if pg.Next == "" {
-			return w, nil
-		}
-		q.PageToken = pg.Next
-	}
-}
-
-// recent is s.Recent without the revisions superseded before now−window.
-// Pure.
-func recent(s *meta.Settled, now time.Time, window time.Duration) []meta.Superseded {
-	var out []meta.Superseded
-	for _, r := range s.Recent {
-		if r.At > millis(now.Add(-window)) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
 
 // ReclaimReport is what one reclaim pass did.
 type ReclaimReport struct {
@@ -199,11 +65,11 @@ var reclaimCursor = meta.Key{PK: meta.ReclaimPK + "-cursor", SK: "pass"}
 // Every step is conditional or idempotent (an absent object or entry is
 // fine), so a crash anywhere leaves an entry the next pass finishes; two
 // passes at once are safe too (the cursor is the last writer's).
-func Reclaim(ctx context.Context, st *Stores, now time.Time) (rep ReclaimReport, err error) {
-	if err := st.check(); err != nil {
+func Reclaim(ctx context.Context, st *settle.Stores, now time.Time) (rep ReclaimReport, err error) {
+	if err := st.Check(); err != nil {
 		return rep, err
 	}
-	grace := st.cfg().ReadGrace
+	grace := st.Config.WithDefaults().ReadGrace
 	start, err := readCursor(ctx, st.Meta)
 	if err != nil {
 		return rep, err
@@ -295,7 +161,7 @@ func writeCursor(ctx context.Context, ms meta.Store, after string) error {
 	return nil
 }
 
-func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, grace time.Duration, rep *ReclaimReport) error {
+func reclaimOne(ctx context.Context, st *settle.Stores, it meta.Item, now time.Time, grace time.Duration, rep *ReclaimReport) error {
 	var rc meta.Reclaim
 	if err := meta.Decode(it.Val, &rc); err != nil {
 		return fmt.Errorf("settle: reclaim entry %s: %w", it.SK, err)
@@ -375,9 +241,9 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 	if rc.Drop {
 		kind = "trimmed"
 	}
-	m := st.metrics()
-	m.reclaimed.WithLabelValues(kind).Inc()
-	m.reclaimedBytes.WithLabelValues(kind).Add(float64(rc.Bytes))
+	m := st.Instruments()
+	m.ObjectsReclaimed(kind, 1)
+	m.BytesReclaimed(kind, rc.Bytes)
 	return deleteEntry(ctx, st, it)
 }
 
@@ -389,13 +255,13 @@ func reclaimOne(ctx context.Context, st *Stores, it meta.Item, now time.Time, gr
 // later, and no reader can hold it: it is deleted at once, and the entry
 // becomes a decision not to extend (which the seal made), done with once
 // the follower has committed.
-func staleExtension(ctx context.Context, st *Stores, it meta.Item, rc meta.Reclaim, rep *ReclaimReport) error {
+func staleExtension(ctx context.Context, st *settle.Stores, it meta.Item, rc meta.Reclaim, rep *ReclaimReport) error {
 	key := format.SettledKey(rc.Basin, rc.Stream, rc.Epoch, rc.First, rc.Rev+1)
 	if err := st.Objects.Bucket(st.SettledBucket).Delete(ctx, key); err != nil {
 		return fmt.Errorf("settle: delete orphaned revision %s: %w", key, err)
 	}
 	rep.Orphans++
-	st.metrics().reclaimed.WithLabelValues("orphaned").Inc()
+	st.Instruments().ObjectsReclaimed("orphaned", 1)
 	rc.Extend = false
 	if _, err := st.Meta.Put(ctx, it.PK, it.SK, meta.Encode(rc), meta.IfVer(it.Ver)); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 		return fmt.Errorf("settle: reclaim entry %s: %w", it.SK, err)
@@ -411,7 +277,7 @@ func staleExtension(ctx context.Context, st *Stores, it meta.Item, rc meta.Recla
 // before deleting the row), so one without an entry is either deleted
 // already or was published by an extension that never committed (a stale
 // one, staleExtension, whose row a trim deleted first).
-func deleteOrphan(ctx context.Context, st *Stores, rc meta.Reclaim, rep *ReclaimReport) error {
+func deleteOrphan(ctx context.Context, st *settle.Stores, rc meta.Reclaim, rep *ReclaimReport) error {
 	k := meta.ReclaimKey(rc.Stream, rc.Epoch, rc.First, rc.Rev+1)
 	_, err := st.Meta.Get(ctx, k.PK, k.SK)
 	switch {
@@ -429,7 +295,7 @@ func deleteOrphan(ctx context.Context, st *Stores, rc meta.Reclaim, rep *Reclaim
 
 // followed reports whether a catalog row starts at end: the object after
 // a tail that was not extended has committed.
-func followed(ctx context.Context, st *Stores, id string, end uint64) (bool, error) {
+func followed(ctx context.Context, st *settle.Stores, id string, end uint64) (bool, error) {
 	k := meta.RefKey(id, end)
 	it, err := st.Meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
@@ -447,10 +313,13 @@ func followed(ctx context.Context, st *Stores, id string, end uint64) (bool, err
 
 // deleteEntry deletes a reclaim entry if it is still the one read (a
 // settle re-writing it, or a racing pass, keeps its own).
-func deleteEntry(ctx context.Context, st *Stores, it meta.Item) error {
+func deleteEntry(ctx context.Context, st *settle.Stores, it meta.Item) error {
 	err := st.Meta.Delete(ctx, it.PK, it.SK, meta.IfVer(it.Ver))
 	if err != nil && !errors.Is(err, meta.ErrConditionFailed) {
 		return fmt.Errorf("settle: delete reclaim entry %s: %w", it.SK, err)
 	}
 	return nil
 }
+
+// millis is t in unix milliseconds, the unit of the entries' times.
+func millis(t time.Time) int64 { return t.UnixMilli() }
