@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 	"github.com/starlog/starlog/star/streams"
@@ -149,7 +150,7 @@ func TestUnreleasedFlightIsNeverServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := chain.SlotKey(h.cfg.Star, h.cfg.Class, h.loglet.Epoch(), uint64(flights))
-	waitFor(t, 10*time.Second, "the unreleased flight's az1 copy", func() bool {
+	poll.Until(t, 10*time.Second, "the unreleased flight's az1 copy", func() bool {
 		_, err := h.inner.Bucket("az1").Head(context.Background(), key)
 		return err == nil
 	})
