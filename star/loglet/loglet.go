@@ -5,9 +5,10 @@
 // into span refs, the backlog budget, and self-recovery when an epoch halts
 // (docs/design.md §6).
 //
-// One goroutine (run) owns ordering: it cuts, claims, releases and decides
-// recovery. Uploads, the absorb and recovery's fence and mint run beside it
-// and report back through channels.
+// One goroutine (run) owns ordering: it cuts and carries out what the
+// step function (Core, step.go) decides about claims, releases and
+// recovery. Uploads, the absorb and recovery's fence and mint run beside
+// it and report back through channels.
 //
 // The two budgets are distinct: the pool holds admitted, uncut bytes
 // (PoolBudget); the backlog holds cut flights until the absorb covers them

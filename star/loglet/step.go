@@ -30,7 +30,6 @@ type Core[F any] struct {
 	inflight  map[uint64]*claimed[F]
 	phase     Phase
 	halted    uint64 // the epoch Draining or Fencing
-	deposed   error  // why, once Deposed
 }
 
 // Phase is where a Core is in its epoch's life.
@@ -303,7 +302,7 @@ func (c *Core[F]) Depose(cause error) Effects[F] {
 	if c.phase == Deposed {
 		return Effects[F]{}
 	}
-	c.phase, c.deposed = Deposed, cause
+	c.phase = Deposed
 	return Effects[F]{Deposed: cause, Fail: c.Stop()}
 }
 
