@@ -22,13 +22,18 @@ import (
 // and chain.Mint. Only the batches are the sim's: each cut draws one or
 // two of them from the actor's randomness instead of a pool. It stops
 // for good when the Core is deposed.
-type Loglet struct{}
+type Loglet struct {
+	// mutate, when set, alters each step's effects before the driver
+	// carries them out: a seeded writer defect the simulation must find
+	// (defects_test.go).
+	mutate func(*loglet.Effects[*flight])
+}
 
 // ErrDeposed is how a Loglet run ends when a successor owns the chain.
 var ErrDeposed = errors.New("chainsim: writer deposed")
 
-func (Loglet) Run(ctx context.Context, env WriterEnv) error {
-	d := &driver{env: env, c: env.Chain, next: map[string]uint64{}}
+func (l Loglet) Run(ctx context.Context, env WriterEnv) error {
+	d := &driver{env: env, c: env.Chain, next: map[string]uint64{}, mutate: l.mutate}
 	return d.run(ctx)
 }
 
@@ -50,6 +55,7 @@ type driver struct {
 	abs *absorb.Absorber
 
 	core      *loglet.Core[*flight]
+	mutate    func(*loglet.Effects[*flight])
 	epoch     meta.Epoch
 	w         *chain.Writer
 	epochCtx  context.Context
@@ -158,12 +164,17 @@ func (d *driver) cut(ctx context.Context) error {
 
 // apply carries out one step's effects in the order Effects gives.
 func (d *driver) apply(ctx context.Context, eff loglet.Effects[*flight]) error {
+	if d.mutate != nil {
+		d.mutate(&eff)
+	}
 	if eff.Halt != nil {
 		next, err := d.recover(ctx, eff)
 		if err != nil || next == nil {
 			return err
 		}
-		eff = *next
+		if eff = *next; d.mutate != nil {
+			d.mutate(&eff)
+		}
 	}
 	for _, f := range eff.Release {
 		d.env.Ack(Ack{Incarnation: d.env.Incarnation, Epoch: f.epoch, Slot: f.slot, Batches: f.batches})
