@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
 )
@@ -30,12 +31,9 @@ func TestFlushIntervalIsARateNotADelay(t *testing.T) {
 	}
 	// Its flight goes to every bucket and acked at W of them: the last PUT
 	// may land after the ack, and must not count for the next append.
-	for h.store.Counters().Op(objstore.OpPut).Requests < before+int64(len(h.cfg.Buckets)) {
-		if ctx.Err() != nil {
-			t.Fatal("the lone append's flight never reached every bucket")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 60*time.Second, "the lone append's flight reaching every bucket", func() bool {
+		return h.store.Counters().Op(objstore.OpPut).Requests >= before+int64(len(h.cfg.Buckets))
+	})
 	puts := h.store.Counters().Op(objstore.OpPut).Requests
 
 	second, err := s.Submit(ctx, batch("a", 1, 1))

@@ -72,7 +72,7 @@ func (l *Loglet) degrade() {
 
 // answerWaiting answers every unreleased batch without dropping it.
 func (l *Loglet) answerWaiting(err error) {
-	for _, f := range l.sortedInflight() {
+	for _, f := range l.core.Waiting() {
 		for _, b := range f.batches {
 			b.answer(err)
 		}

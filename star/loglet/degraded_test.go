@@ -10,6 +10,7 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
@@ -72,7 +73,8 @@ func TestRefusingBucketsDegradeTheClass(t *testing.T) {
 	}
 	// It stays degraded while the buckets refuse: recoveries come and go
 	// (each mints an epoch) but no commit lands.
-	time.Sleep(3 * (flight + recovery))
+	e0 := h.loglet.Epoch()
+	poll.Until(t, 20*time.Second, "two more recoveries while the buckets refuse", func() bool { return h.loglet.Epoch() >= e0+2 })
 	if err := h.loglet.CommitErr(); !errors.Is(err, loglet.ErrUnavailable) {
 		t.Fatalf("CommitErr while the buckets still refuse: %v", err)
 	}
@@ -80,7 +82,7 @@ func TestRefusingBucketsDegradeTheClass(t *testing.T) {
 	for _, z := range zones {
 		h.store.ClearFaults(z)
 	}
-	waitFor(t, 20*time.Second, "the class to heal", func() bool { return h.loglet.CommitErr() == nil })
+	poll.Until(t, 20*time.Second, "the class to heal", func() bool { return h.loglet.CommitErr() == nil })
 	if v := metricValue(h.reg, "starlog_storage_class_degraded"); v != 0 {
 		t.Fatalf("starlog_storage_class_degraded = %v after healing, want 0", v)
 	}
@@ -127,7 +129,7 @@ func TestRefusingFromTheStart(t *testing.T) {
 	for _, z := range zones {
 		h.store.ClearFaults(z)
 	}
-	waitFor(t, 20*time.Second, "the class to heal", func() bool { return h.loglet.CommitErr() == nil })
+	poll.Until(t, 20*time.Second, "the class to heal", func() bool { return h.loglet.CommitErr() == nil })
 	if _, err := s.Append(ctx, batch("a", 3, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +195,7 @@ func TestRestartAgainstRefusingBucketsOpensLater(t *testing.T) {
 	for _, z := range zones {
 		h.store.ClearFaults(z)
 	}
-	waitFor(t, 20*time.Second, "the loglet to open", func() bool { return h.loglet.CommitErr() == nil })
+	poll.Until(t, 20*time.Second, "the loglet to open", func() bool { return h.loglet.CommitErr() == nil })
 	if v := metricValue(h.reg, "starlog_storage_class_degraded"); v != 0 {
 		t.Fatalf("starlog_storage_class_degraded = %v once open, want 0", v)
 	}
@@ -285,7 +287,7 @@ func TestOpeningRetriesAFailedAttempt(t *testing.T) {
 		t.Fatalf("CommitErr of a loglet still opening: %v", err)
 	}
 	h.meta.SetUnavailable(false)
-	waitFor(t, 10*time.Second, "the loglet to open", func() bool { return h.loglet.CommitErr() == nil })
+	poll.Until(t, 10*time.Second, "the loglet to open", func() bool { return h.loglet.CommitErr() == nil })
 	s = h.stream("a")
 	ack, err := s.Append(ctx, batch("a", 1, 1))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 	"github.com/starlog/starlog/star/streams"
@@ -102,7 +103,21 @@ func TestEvictedFlightsAreReadFromTheStore(t *testing.T) {
 
 	// Zone az1 lost every copy, az2's copies are damaged (one flipped
 	// byte in each): only az3 serves, and a cold reader still reads all.
+	// A flight is acknowledged at W = 2 copies and its third lands in the
+	// background: wait for every copy before damaging them (under load
+	// the last flight's third copy came after the loop below reached it).
 	ctx := context.Background()
+	poll.UntilErr(t, 10*time.Second, "every flight's three copies", func() error {
+		for slot := range uint64(flights) {
+			key := chain.SlotKey(h.cfg.Star, h.cfg.Class, h.loglet.Epoch(), slot)
+			for _, z := range []string{"az1", "az2", "az3"} {
+				if _, err := h.inner.Bucket(z).Head(ctx, key); err != nil {
+					return fmt.Errorf("%s slot %d: %w", z, slot, err)
+				}
+			}
+		}
+		return nil
+	})
 	for slot := range uint64(flights) {
 		key := chain.SlotKey(h.cfg.Star, h.cfg.Class, h.loglet.Epoch(), slot)
 		if err := h.inner.Bucket("az1").Delete(ctx, key); err != nil {
@@ -149,7 +164,7 @@ func TestUnreleasedFlightIsNeverServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := chain.SlotKey(h.cfg.Star, h.cfg.Class, h.loglet.Epoch(), uint64(flights))
-	waitFor(t, 10*time.Second, "the unreleased flight's az1 copy", func() bool {
+	poll.Until(t, 10*time.Second, "the unreleased flight's az1 copy", func() bool {
 		_, err := h.inner.Bucket("az1").Head(context.Background(), key)
 		return err == nil
 	})

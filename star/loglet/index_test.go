@@ -1,6 +1,7 @@
 package loglet
 
 import (
+	"errors"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/reader"
 )
 
@@ -57,13 +59,14 @@ func TestAbsorbedFlightsAreCollected(t *testing.T) {
 		add(slot)
 	}
 	x.Absorbed(absorbed) // the stream still has one live entry
-	for range 50 {
+	// The check below says what is missing after the wait.
+	_ = poll.Wait(500*time.Millisecond, func() error {
 		runtime.GC()
-		if collected.Load() == absorbed {
-			break
+		if collected.Load() != absorbed {
+			return errors.New("not collected yet")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := collected.Load(); got != absorbed {
 		t.Fatalf("%d of %d absorbed flights collected while the stream has a live entry", got, absorbed)
 	}
@@ -117,13 +120,14 @@ func TestIndexEvictsOldestBundlesBeyondTheCache(t *testing.T) {
 		}
 	}
 	fs = nil
-	for range 50 {
+	// The check below says what is missing after the wait.
+	_ = poll.Wait(500*time.Millisecond, func() error {
 		runtime.GC()
-		if collected.Load() == 3 {
-			break
+		if collected.Load() != 3 {
+			return errors.New("not collected yet")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := collected.Load(); got != 3 {
 		t.Fatalf("%d of 3 evicted bundles collected", got)
 	}

@@ -5,9 +5,10 @@
 // into span refs, the backlog budget, and self-recovery when an epoch halts
 // (docs/design.md §6).
 //
-// One goroutine (run) owns ordering: it cuts, claims, releases and decides
-// recovery. Uploads, the absorb and recovery's fence and mint run beside it
-// and report back through channels.
+// One goroutine (run) owns ordering: it cuts and carries out what the
+// step function (Core, step.go) decides about claims, releases and
+// recovery. Uploads, the absorb and recovery's fence and mint run beside
+// it and report back through channels.
 //
 // The two budgets are distinct: the pool holds admitted, uncut bytes
 // (PoolBudget); the backlog holds cut flights until the absorb covers them
@@ -225,11 +226,9 @@ type Loglet struct {
 	writer       *chain.Writer
 	epochCtx     context.Context
 	epochStop    context.CancelFunc
-	nextSlot     uint64
-	releaseAt    uint64
-	inflight     map[uint64]*flight
-	rec          *recovery // a halted epoch being fenced and replaced
-	failing      *failing  // nothing committed since an epoch halted (degraded.go)
+	core         *Core[*flight] // the slots' decisions (step.go)
+	rec          *recovery      // a halted epoch being fenced and replaced
+	failing      *failing       // nothing committed since an epoch halted (degraded.go)
 	deposedErr   error
 	stalledSince time.Time
 	blocked      blockedBy // why the last tryCut stopped cutting (for admission stalls)
@@ -254,17 +253,15 @@ type Loglet struct {
 }
 
 type flight struct {
-	epoch     uint64
-	slot      uint64
-	batches   []*Batch
-	body      []byte // the rendered bundle, until the flight index evicts it
-	bodyLen   int64  // its size, charged to the backlog until absorbed
-	extents   []format.Extent
-	buckets   []string   // the epoch's bucket set, where an evicted flight is read
-	span      *meta.Span // the epoch, as the reader names it (set by the index)
-	committed bool
-	reported  bool
-	started   time.Time
+	epoch   uint64
+	slot    uint64
+	batches []*Batch
+	body    []byte // the rendered bundle, until the flight index evicts it
+	bodyLen int64  // its size, charged to the backlog until absorbed
+	extents []format.Extent
+	buckets []string   // the epoch's bucket set, where an evicted flight is read
+	span    *meta.Span // the epoch, as the reader names it (set by the index)
+	started time.Time
 }
 
 type uploadResult struct {
@@ -292,7 +289,6 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 		pool:        pool.New[*Batch](cfg.PoolBudget, nil),
 		policy:      pool.CutPolicy{Interval: cfg.FlushInterval, Target: cfg.TargetFlight, FixedDelay: cfg.testFixedDelay, WhenIdle: cfg.CutWhenIdle},
 		results:     make(chan uploadResult, 4*cfg.Window),
-		inflight:    map[uint64]*flight{},
 		index:       newIndex(cfg.Star, cfg.Class, cfg.IndexCacheBytes, m),
 		backlog:     newBacklog(cfg.BacklogFlights, cfg.BacklogBytes, 4*cfg.SlowMetaOp),
 		admit:       admitStalls{metrics: m, log: log},
@@ -403,7 +399,9 @@ func (l *Loglet) install(e meta.Epoch, w *chain.Writer) {
 	l.epoch, l.writer = e, w
 	l.mu.Unlock()
 	l.epochCtx, l.epochStop = context.WithCancel(context.Background())
-	l.nextSlot, l.releaseAt = 0, 0
+	if l.core == nil { // the first epoch; a recovery's Core moved on by itself
+		l.core = NewCore[*flight](e.Epoch, l.cfg.Window)
+	}
 	l.log.Info("epoch minted", "epoch", e.Epoch, "buckets", e.Params.Buckets, "w", e.Params.W, "window", e.Params.Window)
 }
 

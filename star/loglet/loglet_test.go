@@ -20,6 +20,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
@@ -258,7 +259,7 @@ func TestTwoZonesDownHaltThenRecover(t *testing.T) {
 			})
 			s, tickets := h.twoZonesDownWithPending()
 			ctx := context.Background()
-			time.Sleep(600 * time.Millisecond)
+			poll.Until(t, 20*time.Second, "the epoch to halt", func() bool { return metricValue(h.reg, "starlog_epoch_halts_total") >= 1 })
 			if tail := s.Tail(); tail.SeqNum != 10 {
 				t.Fatalf("tail moved to %d with two zones down", tail.SeqNum)
 			}
@@ -275,7 +276,7 @@ func TestTwoZonesDownHaltThenRecover(t *testing.T) {
 					t.Fatalf("pending append %d acked at %d, want its original %d", i, ack.Start.SeqNum, want)
 				}
 			}
-			waitFor(t, 10*time.Second, "a new epoch", func() bool { return h.loglet.Epoch() >= 2 })
+			poll.Until(t, 10*time.Second, "a new epoch", func() bool { return h.loglet.Epoch() >= 2 })
 			if _, err := s.Append(ctx, batch("a", 99, 1)); err != nil {
 				t.Fatal(err)
 			}
@@ -318,7 +319,7 @@ func TestStorageOutageAnswersAppends(t *testing.T) {
 			}
 			h.store.SetUp("az2")
 			h.store.SetUp("az3")
-			waitFor(t, 20*time.Second, "recovery", func() bool { return h.loglet.CommitErr() == nil })
+			poll.Until(t, 20*time.Second, "recovery", func() bool { return h.loglet.CommitErr() == nil })
 			ack, err := s.Append(wctx, batch("a", 99, 1))
 			if err != nil {
 				t.Fatal(err)
@@ -355,17 +356,6 @@ func (h *harness) twoZonesDownWithPending() (*streams.Stream, []*streams.Ticket)
 		tickets = append(tickets, tk)
 	}
 	return s, tickets
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // Indefinite PUT outcomes (write done, reply lost; not done) resolve by
@@ -447,13 +437,12 @@ func TestSlowMetastoreStallsAtBacklogBound(t *testing.T) {
 		}
 		tickets = append(tickets, tk)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for stalls(h, loglet.CauseMetastoreSlow) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no metastore_slow stall; absorb_lagging=%v", stalls(h, loglet.CauseAbsorbLagging))
+	poll.UntilErr(t, 10*time.Second, "a metastore_slow stall", func() error {
+		if stalls(h, loglet.CauseMetastoreSlow) == 0 {
+			return fmt.Errorf("none yet; absorb_lagging=%v", stalls(h, loglet.CauseAbsorbLagging))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if tail := s.Tail().SeqNum; tail >= 120 {
 		t.Fatalf("everything acked (tail %d) although the backlog bound is 2 flights", tail)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
 )
@@ -132,14 +133,14 @@ func TestAbsorbBudgetYieldsToTheBacklog(t *testing.T) {
 			}
 		}
 	}()
-	for plainCounter(h, "starlog_absorb_pressured_passes_total") < 2 || counter(h, "starlog_backlog_stalls_total", loglet.CauseAbsorbLagging) == 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("pressured passes %v, backlog stalls absorb_lagging %v, metastore_slow %v",
+	poll.UntilErr(t, 50*time.Second, "two pressured passes and a backlog stall blamed on the absorb", func() error {
+		if plainCounter(h, "starlog_absorb_pressured_passes_total") < 2 || counter(h, "starlog_backlog_stalls_total", loglet.CauseAbsorbLagging) == 0 {
+			return fmt.Errorf("pressured passes %v, backlog stalls absorb_lagging %v, metastore_slow %v",
 				plainCounter(h, "starlog_absorb_pressured_passes_total"), counter(h, "starlog_backlog_stalls_total", loglet.CauseAbsorbLagging),
 				counter(h, "starlog_backlog_stalls_total", loglet.CauseMetastoreSlow))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if n := counter(h, "starlog_backlog_stalls_total", loglet.CauseMetastoreSlow); n != 0 {
 		t.Fatalf("%v backlog stalls blamed on the metastore", n)
 	}

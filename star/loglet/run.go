@@ -1,11 +1,9 @@
 package loglet
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/starlog/starlog/shared/chain"
@@ -13,9 +11,11 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// run is the one loop that cuts flights, claims their slots, releases them
-// in slot order and decides recovery from halts. Cut order is slot order
-// because nothing else claims slots.
+// run is the one loop that executes the Core's decisions (step.go): it
+// cuts flights and has the Core claim their slots, feeds it the uploads'
+// results, and carries out the effects (uploads, acks in slot order, the
+// halted epoch's drain, fence and mint). Cut order is slot order because
+// nothing else claims slots.
 func (l *Loglet) run(ctx context.Context) {
 	defer close(l.done)
 	defer l.shutdown()
@@ -25,7 +25,7 @@ func (l *Loglet) run(ctx context.Context) {
 		var recovered <-chan recovery
 		late := l.lateC()
 		switch {
-		case l.deposedErr != nil:
+		case l.core.Phase() == Deposed:
 			l.failPool(l.deposedErr)
 		case l.rec != nil:
 			// Nothing is cut or released until the next epoch is minted.
@@ -34,7 +34,6 @@ func (l *Loglet) run(ctx context.Context) {
 				l.answerPool(err)
 			}
 		default:
-			l.releaseReady()
 			if err := l.degradedErr(); err != nil {
 				// A batch that reserved before the class degraded.
 				l.answerWaiting(err)
@@ -66,17 +65,15 @@ func (l *Loglet) run(ctx context.Context) {
 func (l *Loglet) tryCut() time.Duration {
 	for {
 		n, bytes := l.pool.Len()
-		if n == 0 {
+		oldest, _ := l.pool.Oldest()
+		switch v, wait := l.core.Cut(l.policy, time.Now(), n, bytes, oldest, l.lastCut); v {
+		case CutIdle:
 			l.blocked.set("")
 			return 0
-		}
-		oldest, _ := l.pool.Oldest()
-		now := time.Now()
-		if due, at := l.policy.Due(now, bytes, oldest, l.lastCut, len(l.inflight) == 0); !due {
+		case CutWait:
 			l.blocked.set("")
-			return max(at.Sub(now), time.Microsecond)
-		}
-		if len(l.inflight) >= l.cfg.Window {
+			return wait
+		case CutWindowFull:
 			l.noteBlocked(CauseStorageSlow)
 			return 0 // an upload result frees a slot
 		}
@@ -116,7 +113,7 @@ func (l *Loglet) noteBlocked(cause string) {
 // when the loglet stopped (a flight it cannot render).
 func (l *Loglet) cut() bool {
 	entries := l.pool.Cut(l.cfg.TargetFlight)
-	f := &flight{epoch: l.epoch.Epoch, buckets: l.epoch.Params.Buckets, slot: l.nextSlot, started: time.Now()}
+	f := &flight{buckets: l.epoch.Params.Buckets, started: time.Now()}
 	l.lastCut = f.started
 	var order []string
 	byStream := map[string][]*Batch{}
@@ -134,8 +131,12 @@ func (l *Loglet) cut() bool {
 	for _, id := range order {
 		f.batches = append(f.batches, byStream[id]...)
 	}
-	l.nextSlot++
-	l.inflight[f.slot] = f
+	eff, err := l.core.Claim(f)
+	if err != nil { // tryCut asked the Core first: a bug
+		l.depose(err)
+		return false
+	}
+	f.epoch, f.slot = eff.Upload[0].Epoch, eff.Upload[0].Slot
 	if err := l.render(f); err != nil {
 		// The facade validated every batch, so this is a bug. Its batches
 		// are sequenced, and later batches of their streams may already
@@ -146,7 +147,7 @@ func (l *Loglet) cut() bool {
 		return false
 	}
 	l.backlog.addBytes(f.bodyLen)
-	l.metrics.inflight.Set(float64(len(l.inflight)))
+	l.metrics.inflight.Set(float64(l.core.Inflight()))
 	l.metrics.flightBytes.Observe(float64(len(f.body)))
 	l.upload(f)
 	return true
@@ -184,41 +185,33 @@ func (l *Loglet) upload(f *flight) {
 	}()
 }
 
+// onResult feeds one upload's outcome to the Core and carries out what it
+// decides: a commit releases what is now releasable in slot order, a
+// failure halts the epoch.
 func (l *Loglet) onResult(ctx context.Context, r uploadResult) {
-	if r.epoch != l.epoch.Epoch || l.rec != nil {
-		return // a straggler of an epoch being (or already) recovered
+	if l.rec != nil {
+		return // a straggler of an epoch being recovered
 	}
-	f, ok := l.inflight[r.slot]
-	if !ok {
-		return
-	}
-	f.reported = true
-	if r.err == nil {
-		f.committed = true
+	eff := l.core.Uploaded(r.epoch, r.slot, r.err)
+	for _, f := range eff.Committed {
 		l.metrics.commitLatency.Observe(time.Since(f.started).Seconds())
-		if r.slot == l.releaseAt {
-			// The oldest waiting flight goes through (a later slot's
-			// commit alone would restart the deadline while it waits).
-			l.healed()
-		}
+	}
+	if eff.Halt != nil {
+		l.startRecovery(ctx, eff)
 		return
 	}
-	l.startRecovery(ctx, r)
+	if eff.Healed {
+		l.healed()
+	}
+	l.releaseAll(eff.Release)
 }
 
-// releaseReady acknowledges, strictly in slot order, every committed flight
-// whose predecessors are all released.
-func (l *Loglet) releaseReady() {
-	for {
-		f, ok := l.inflight[l.releaseAt]
-		if !ok || !f.committed {
-			break
-		}
-		delete(l.inflight, l.releaseAt)
-		l.releaseAt++
+// releaseAll acknowledges flights the Core released, in its (slot) order.
+func (l *Loglet) releaseAll(fs []*flight) {
+	for _, f := range fs {
 		l.release(f)
 	}
-	l.metrics.inflight.Set(float64(len(l.inflight)))
+	l.metrics.inflight.Set(float64(l.core.Inflight()))
 }
 
 func (l *Loglet) release(f *flight) {
@@ -244,7 +237,6 @@ func (l *Loglet) release(f *flight) {
 // appends when the class overruns its recovery deadline (failing).
 type recovery struct {
 	epoch   uint64
-	halted  uint64 // the slot that halted
 	started time.Time
 	done    chan recovery
 
@@ -256,44 +248,34 @@ type recovery struct {
 }
 
 // startRecovery handles a halted epoch (self-recovery, the seed's "When
-// the chain halts"): stop the epoch's uploads and wait until each has
-// reported and every background copy has ended, so nothing of this writer
-// lands after its fence reads; then fence it on what the loop knows, mint
-// the next epoch, and resume in finishRecovery.
-func (l *Loglet) startRecovery(ctx context.Context, r uploadResult) {
-	epoch := l.epoch.Epoch
-	l.log.Warn("epoch halted; recovering", "epoch", epoch, "slot", r.slot, "err", r.err)
+// the chain halts"): stop the epoch's uploads and feed the Core each one's
+// report until every one has reported and every background copy has
+// ended, so nothing of this writer lands after its fence reads; then fence
+// it on what the Core knows, mint the next epoch, and resume in
+// finishRecovery.
+func (l *Loglet) startRecovery(ctx context.Context, eff Effects[*flight]) {
+	h := eff.Halt
+	l.log.Warn("epoch halted; recovering", "epoch", h.Epoch, "slot", h.Slot, "err", h.Err)
 	l.metrics.halts.Inc()
-	l.noteHalt(r.err)
+	l.noteHalt(h.Err)
 	l.backlog.setRecovering(true)
 	l.noteBlocked(CauseEpochSettling)
 
 	l.epochStop()
-	for _, f := range l.inflight {
-		for !f.reported {
-			select {
-			case res := <-l.results:
-				if g, ok := l.inflight[res.slot]; ok && res.epoch == epoch {
-					g.reported = true
-					g.committed = g.committed || res.err == nil
-				}
-			case <-ctx.Done():
-				return
-			}
+	fence := eff.Fence
+	for fence == nil {
+		select {
+		case res := <-l.results:
+			fence = l.core.Uploaded(res.epoch, res.slot, res.err).Fence
+		case <-ctx.Done():
+			return
 		}
 	}
 	l.writer.Close()
 
-	committed := map[uint64]bool{}
-	for s, f := range l.inflight {
-		if f.committed {
-			committed[s] = true
-		}
-	}
-	known := chain.Known{Released: l.releaseAt, Committed: func(s uint64) bool { return committed[s] }}
-	rec := &recovery{epoch: epoch, halted: r.slot, started: time.Now(), done: make(chan recovery, 1)}
+	rec := &recovery{epoch: fence.Epoch, started: time.Now(), done: make(chan recovery, 1)}
 	l.rec = rec
-	go l.fenceAndMint(ctx, *rec, known)
+	go l.fenceAndMint(ctx, *rec, fence.Known)
 }
 
 // fenceAndMint fences the halted epoch on what the writer knows and mints
@@ -322,9 +304,9 @@ func (l *Loglet) answerPool(err error) {
 	}
 }
 
-// finishRecovery resumes after fenceAndMint: acknowledge late every
-// flight below the cut (they are committed), and republish the rest, same
-// seq nums, into the new epoch's first slots.
+// finishRecovery resumes after fenceAndMint: the Core acknowledges late
+// every flight below the cut (they are committed) and republishes the
+// rest, same seq nums, into the new epoch's first slots.
 func (l *Loglet) finishRecovery(rec recovery) {
 	l.rec = nil
 	l.backlog.setRecovering(false)
@@ -333,41 +315,25 @@ func (l *Loglet) finishRecovery(rec recovery) {
 		l.depose(rec.fail)
 		return
 	}
-	cut := rec.cut
-	if cut < l.releaseAt {
-		// Released slots are committed, so the cut can't be below them.
+	eff := l.core.Recovered(rec.cut, rec.next.Epoch)
+	if eff.Deposed != nil {
+		// The cut says another writer's hand was in this epoch.
 		rec.writer.Close()
-		l.depose(fmt.Errorf("loglet: epoch %d cut %d below released slot %d", rec.epoch, cut, l.releaseAt))
+		l.deposed(eff)
 		return
 	}
-	for s := l.releaseAt; s < cut; s++ {
-		f, ok := l.inflight[s]
-		if !ok {
-			rec.writer.Close()
-			l.depose(fmt.Errorf("loglet: epoch %d: committed slot %d below cut %d is not ours", rec.epoch, s, cut))
-			return
-		}
-		f.committed = true
-	}
-	late := cut - l.releaseAt
-	l.releaseReady() // ack late: everything below the cut
-	rest := l.sortedInflight()
-	clear(l.inflight)
-	if len(rest) == 0 && late > 0 {
-		// Nothing is left to probe the store with, and the fence found
-		// the flights committed: the class takes writes. (With flights
-		// left, the first of them to commit in the new epoch decides.)
+	l.releaseAll(eff.Release) // ack late: everything below the cut
+	if eff.Healed {
 		l.healed()
 	}
 	l.install(rec.next, rec.writer)
 	l.metrics.recoveries.WithLabelValues("recovered").Inc()
-	l.log.Info("epoch recovered", "halted", rec.epoch, "cut", cut, "acked_late", late, "republished", len(rest), "epoch", l.epoch.Epoch, "took", time.Since(rec.started))
-	for _, f := range rest {
+	l.log.Info("epoch recovered", "halted", rec.epoch, "cut", rec.cut, "acked_late", eff.Late, "republished", len(eff.Upload), "epoch", l.epoch.Epoch, "took", time.Since(rec.started))
+	for _, c := range eff.Upload {
+		f := c.Flight
 		old := f.bodyLen
-		f.epoch, f.buckets, f.slot = l.epoch.Epoch, l.epoch.Params.Buckets, l.nextSlot
-		f.committed, f.reported, f.started = false, false, time.Now()
-		l.nextSlot++
-		l.inflight[f.slot] = f
+		f.epoch, f.buckets, f.slot = c.Epoch, l.epoch.Params.Buckets, c.Slot
+		f.started = time.Now()
 		if err := l.render(f); err != nil {
 			l.log.Error("re-render flight: stopping the loglet", "slot", f.slot, "err", err)
 			l.depose(fmt.Errorf("re-render slot %d: %w", f.slot, err))
@@ -414,7 +380,14 @@ func (l *Loglet) retry(ctx context.Context, what string, op func() error) error 
 // depose sheds everything: a successor owns the chain, or the loglet can no
 // longer tell (or met a bug). Every batch not yet released fails
 // indefinitely, and the loglet takes no more.
-func (l *Loglet) depose(cause error) {
+func (l *Loglet) depose(cause error) { l.deposed(l.core.Depose(cause)) }
+
+// deposed carries out the Core's deposition (eff.Deposed is the cause).
+func (l *Loglet) deposed(eff Effects[*flight]) {
+	cause := eff.Deposed
+	if cause == nil {
+		return // deposed already
+	}
 	err := fmt.Errorf("%w (%v)", ErrDeposed, cause)
 	if errors.Is(cause, context.Canceled) {
 		err = ErrClosed
@@ -430,10 +403,9 @@ func (l *Loglet) depose(cause error) {
 		l.failing = nil
 		l.metrics.degraded.Set(0)
 	}
-	for _, f := range l.sortedInflight() {
+	for _, f := range eff.Fail {
 		l.fail(f, err)
 	}
-	clear(l.inflight)
 	l.failPool(err)
 }
 
@@ -456,15 +428,6 @@ func (l *Loglet) failPool(err error) {
 	}
 }
 
-func (l *Loglet) sortedInflight() []*flight {
-	fs := make([]*flight, 0, len(l.inflight))
-	for _, f := range l.inflight {
-		fs = append(fs, f)
-	}
-	slices.SortFunc(fs, func(a, b *flight) int { return cmp.Compare(a.slot, b.slot) })
-	return fs
-}
-
 func (l *Loglet) shutdown() {
 	l.mu.Lock()
 	if l.closed == nil {
@@ -476,10 +439,9 @@ func (l *Loglet) shutdown() {
 	if l.epochStop != nil {
 		l.epochStop()
 	}
-	for _, f := range l.sortedInflight() {
+	for _, f := range l.core.Stop() {
 		l.fail(f, err)
 	}
-	clear(l.inflight)
 	l.failPool(err)
 	if l.rec != nil {
 		// fenceAndMint ends with the loop's context; a writer it minted

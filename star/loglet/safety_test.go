@@ -2,6 +2,7 @@ package loglet_test
 
 import (
 	"context"
+	"fmt"
 
 	"errors"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
@@ -60,6 +62,13 @@ func produce(s *streams.Stream, id string) *producer {
 	return p
 }
 
+// ackedNow is the producer's last acknowledged tail so far.
+func (p *producer) ackedNow() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.acked
+}
+
 func (p *producer) finish() (uint64, []error, time.Duration) {
 	close(p.stop)
 	<-p.done
@@ -97,7 +106,7 @@ func TestHaltWithOneZoneDownRecovers(t *testing.T) {
 			h.store.SetDown("az3", faults.Down{Hang: true})
 			s := h.stream("a")
 			p := produce(s, "a")
-			time.Sleep(200 * time.Millisecond)
+			poll.Until(t, 20*time.Second, "the producer's first ack", func() bool { return p.ackedNow() > 0 })
 			switch cause {
 			case "foreign occupant":
 				// az1 answers a little late, so the writer's az2 copy of the
@@ -109,11 +118,13 @@ func TestHaltWithOneZoneDownRecovers(t *testing.T) {
 				poisonAhead(t, h, "az1")
 			case "flight deadline":
 				h.store.SetSlow("az2", 800*time.Millisecond)
-				time.Sleep(time.Second)
+				poll.Until(t, 20*time.Second, "a halt on the flight deadline", func() bool { return metricValue(h.reg, "starlog_epoch_halts_total") >= 1 })
 				h.store.SetSlow("az2", 0)
 			}
-			waitFor(t, 20*time.Second, "a new epoch", func() bool { return h.loglet.Epoch() >= 2 })
-			time.Sleep(300 * time.Millisecond) // acks in the new epoch, az3 still down
+			poll.Until(t, 20*time.Second, "a new epoch", func() bool { return h.loglet.Epoch() >= 2 })
+			// Acks in the new epoch, az3 still down.
+			inNew := p.ackedNow()
+			poll.Until(t, 20*time.Second, "acks in the new epoch", func() bool { return p.ackedNow() > inNew })
 			acked, errs, slowest := p.finish()
 			if len(errs) > 0 {
 				t.Fatalf("%d appends failed with one zone down, first: %v", len(errs), errs[0])
@@ -212,7 +223,7 @@ func TestFailureAfterSequencingLeavesNoHole(t *testing.T) {
 				}
 			}
 			if at.haltFirst {
-				time.Sleep(400 * time.Millisecond)
+				poll.Until(t, 20*time.Second, "the epoch to halt", func() bool { return metricValue(h.reg, "starlog_epoch_halts_total") >= 1 })
 				h.store.SetUp("az2")
 				h.store.SetUp("az3")
 			}
@@ -319,15 +330,14 @@ func TestStalledAbsorbBindsAtTheBacklog(t *testing.T) {
 			tickets = append(tickets, tk)
 		}
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for counter(h, "starlog_admission_stalls_total", loglet.CauseMetastoreSlow) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no admission stall blamed on the metastore: %d flights released; admission stalls absorb_lagging %v, storage_slow %v, ingest_burst %v; backlog stalls metastore_slow %v, absorb_lagging %v",
+	poll.UntilErr(t, 20*time.Second, "an admission stall blamed on the metastore", func() error {
+		if counter(h, "starlog_admission_stalls_total", loglet.CauseMetastoreSlow) == 0 {
+			return fmt.Errorf("none yet: %d flights released; admission stalls absorb_lagging %v, storage_slow %v, ingest_burst %v; backlog stalls metastore_slow %v, absorb_lagging %v",
 				h.loglet.Index().Len(), counter(h, "starlog_admission_stalls_total", loglet.CauseAbsorbLagging), counter(h, "starlog_admission_stalls_total", loglet.CauseStorageSlow),
 				counter(h, "starlog_admission_stalls_total", loglet.CauseIngestBurst), counter(h, "starlog_backlog_stalls_total", loglet.CauseMetastoreSlow), counter(h, "starlog_backlog_stalls_total", loglet.CauseAbsorbLagging))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := h.loglet.Index().Len(); got < flights-h.cfg.Window {
 		t.Fatalf("admission stalled with %d flights released; the backlog bound is %d: the pool bound first", got, flights)
 	}

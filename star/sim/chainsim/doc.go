@@ -3,8 +3,10 @@
 // by several writer incarnations, successors and the auditor, over a
 // simulated object store of K buckets and a simulated metastore. It drives
 // the real shared/chain, shared/settle and shared/absorb code through the
-// objstore.Store and meta.Store interfaces; only the writer loop is a
-// model (of star/loglet/run.go), behind the Writer interface.
+// objstore.Store and meta.Store interfaces, and its writer is star/loglet's
+// step function (loglet.Core) with a driver of its own that carries out
+// the Core's effects as star/loglet/run.go does (Loglet, behind the Writer
+// interface); only the batches a cut takes are drawn by the sim.
 //
 // One run:
 //

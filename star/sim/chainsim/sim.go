@@ -67,7 +67,7 @@ func (f *Failure) Error() string {
 // Run runs one simulation inside a synctest bubble: fake time, and
 // synctest.Wait to know when every actor is parked on a call.
 func Run(t *testing.T, sw Swarm, ch Chooser, opts ...Option) Result {
-	o := options{newWriter: func() Writer { return Model{} }}
+	o := options{newWriter: func() Writer { return Loglet{} }}
 	for _, f := range opts {
 		f(&o)
 	}

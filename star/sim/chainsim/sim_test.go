@@ -17,7 +17,8 @@ import (
 
 var (
 	flagSeed   = flag.Uint64("chainsim.seed", 0, "replay this one seed in TestSimSeeds (0: run many)")
-	flagSeeds  = flag.Int("chainsim.seeds", 0, "seeds TestSimSeeds runs (0: the short default)")
+	flagBudget = flag.Duration("chainsim.budget", 20*time.Second, "wall-clock time TestSimSeeds spends on seeds")
+	flagSeeds  = flag.Int("chainsim.seeds", 0, "run exactly this many seeds instead of a time budget")
 	flagFirst  = flag.Uint64("chainsim.first", 1, "first seed TestSimSeeds runs")
 	flagTrace  = flag.Bool("chainsim.trace", false, "keep and print the full trace")
 	flagAll    = flag.Bool("chainsim.all", false, "draw from the whole fault menu, known defects included")
@@ -26,9 +27,6 @@ var (
 	flagSave   = flag.String("chainsim.save", "", "with -chainsim.shrink: write the shrunk tape and trace as testdata/NAME.{tape,trace}")
 	flagList   = flag.Bool("chainsim.list", false, "list every failing seed with its failure")
 )
-
-// shortSeeds is how many seeds `go test` runs by default.
-const shortSeeds = 600
 
 // knownDefects are defects of shared/chain (or what it drives) that are
 // not fixed yet. Each takes out of the randomized menu the faults that trip
@@ -111,8 +109,15 @@ func counts(m map[string]int) string {
 
 func report(t *testing.T, r Result) {
 	t.Helper()
-	t.Errorf("seed %d FAILED: %v\nswarm: %v\nreplay: go test ./star/sim/chainsim -run 'TestSimSeeds$' -chainsim.seed=%d%s -chainsim.trace\ntrace:\n%s",
-		r.Swarm.Seed, r.Failure, r.Swarm, r.Swarm.Seed, map[bool]string{true: " -chainsim.all"}[*flagAll], r.Trace)
+	t.Errorf("seed %d FAILED: %v\nswarm: %v\nreplay and shrink: %s\ntrace:\n%s",
+		r.Swarm.Seed, r.Failure, r.Swarm, replayCommand(r.Swarm.Seed), r.Trace)
+}
+
+// replayCommand is the one command that replays seed with its full trace
+// and shrinks its failure to a minimal schedule.
+func replayCommand(seed uint64) string {
+	return fmt.Sprintf("go test ./star/sim/chainsim -run 'TestSimSeeds$' -chainsim.seed=%d%s -chainsim.trace -chainsim.shrink",
+		seed, map[bool]string{true: " -chainsim.all"}[*flagAll])
 }
 
 func runOpts() []Option {
@@ -122,8 +127,10 @@ func runOpts() []Option {
 	return nil
 }
 
-// TestSimSeeds runs the randomized simulation: shortSeeds seeds under go
-// test, -chainsim.seeds=N for the long run, -chainsim.seed=N to replay one.
+// TestSimSeeds runs the randomized simulation for a time budget
+// (-chainsim.budget: 20 s under go test, longer in make sim), or exactly
+// -chainsim.seeds=N seeds, or replays one (-chainsim.seed=N). Seeds are
+// taken in order from -chainsim.first, so a run covers a prefix.
 func TestSimSeeds(t *testing.T) {
 	m := menu()
 	if *flagSeed != 0 {
@@ -143,18 +150,15 @@ func TestSimSeeds(t *testing.T) {
 		}
 		return
 	}
-	n := *flagSeeds
-	if n == 0 {
-		n = shortSeeds
-	}
 	start := time.Now()
 	var f figures
+	take := seedTaker(*flagFirst, *flagSeeds, *flagBudget, time.Now)
 	workers := runtime.GOMAXPROCS(0)
 	t.Run("workers", func(t *testing.T) {
 		for w := range workers {
 			t.Run(fmt.Sprint(w), func(t *testing.T) {
 				t.Parallel()
-				for seed := *flagFirst + uint64(w); seed < *flagFirst+uint64(n); seed += uint64(workers) {
+				for seed, ok := take(); ok; seed, ok = take() {
 					sw := Draw(seed, m)
 					r := Run(t, sw, NewRandom(sw.Seed), runOpts()...)
 					if k, ok := knownFailures[seed]; ok && !*flagAll {
@@ -170,7 +174,7 @@ func TestSimSeeds(t *testing.T) {
 			})
 		}
 	})
-	t.Logf("%d seeds from %d in %v: %v", n, *flagFirst, time.Since(start).Round(time.Millisecond), &f)
+	t.Logf("%d seeds from %d in %v: %v", f.runs, *flagFirst, time.Since(start).Round(time.Millisecond), &f)
 	sort.Slice(f.failed, func(i, j int) bool { return f.failed[i].Swarm.Seed < f.failed[j].Swarm.Seed })
 	byInv := map[string][]uint64{}
 	for _, r := range f.failed {
@@ -191,6 +195,23 @@ func TestSimSeeds(t *testing.T) {
 			break
 		}
 		report(t, r)
+	}
+}
+
+// seedTaker hands out seeds in order from first to the workers: exactly n
+// of them when n > 0, else until budget has passed on now (a seed taken
+// in time runs to its end).
+func seedTaker(first uint64, n int, budget time.Duration, now func() time.Time) func() (uint64, bool) {
+	var mu sync.Mutex
+	next, start := first, now()
+	return func() (uint64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n > 0 && next >= first+uint64(n) || n <= 0 && now().Sub(start) >= budget {
+			return 0, false
+		}
+		next++
+		return next - 1, true
 	}
 }
 
@@ -223,4 +244,27 @@ func nonZero(v []int) int {
 		}
 	}
 	return n
+}
+
+// The budget stops handing out seeds once it has passed, and a count
+// hands out exactly that many, in order.
+func TestSeedTaker(t *testing.T) {
+	clock := time.Unix(0, 0)
+	take := seedTaker(5, 0, 20*time.Second, func() time.Time { return clock })
+	var got []uint64
+	for seed, ok := take(); ok; seed, ok = take() {
+		got = append(got, seed)
+		clock = clock.Add(7 * time.Second)
+	}
+	if !slices.Equal(got, []uint64{5, 6, 7}) {
+		t.Errorf("20 s budget, 7 s a seed: took %v, want [5 6 7]", got)
+	}
+	take = seedTaker(1, 4, 0, func() time.Time { return clock })
+	got = nil
+	for seed, ok := take(); ok; seed, ok = take() {
+		got = append(got, seed)
+	}
+	if !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+		t.Errorf("4 seeds: took %v, want [1 2 3 4]", got)
+	}
 }

@@ -12,9 +12,8 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// A Writer is one incarnation of the chain's star: the sim's Model of
-// star/loglet, or an adapter that drives the real loglet (it lives beside
-// the loglet, so this package never imports star/...).
+// A Writer is one incarnation of the chain's star: Loglet (star/loglet's
+// Core under the sim's driver), or another one a test plugs in.
 type Writer interface {
 	// Run opens the incarnation (settle the chain's earlier epochs with
 	// env.Settle, mint), writes env.Flights flights of batches on
