@@ -81,6 +81,7 @@ type Server struct {
 	mu           sync.Mutex
 	appendCalls  int
 	readSessions []url.Values
+	readsPlaced  int
 	appendSess   int
 }
 
@@ -141,6 +142,15 @@ func (s *Server) ReadSessions() []url.Values {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]url.Values(nil), s.readSessions...)
+}
+
+// ReadSessionsPlaced is the number of read sessions whose start position
+// is fixed: a record appended after that is one they deliver. A test that
+// follows new records waits on it before appending.
+func (s *Server) ReadSessionsPlaced() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readsPlaced
 }
 
 // Records returns a copy of a stream's records (nil if it does not exist).
@@ -736,6 +746,9 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, bname, name
 		writeError(w, aerr)
 		return
 	}
+	s.mu.Lock()
+	s.readsPlaced++
+	s.mu.Unlock()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", api.ContentTypeS2S)
 	w.WriteHeader(http.StatusOK)
