@@ -201,7 +201,7 @@ func TestTailFollows(t *testing.T) {
 		}
 		done <- out
 	}()
-	poll.Until(t, time.Second, "the tail's session to start", func() bool { return srv.ReadSessionsPlaced() == 1 })
+	poll.Until(t, time.Second, "the tail's session to start", func() bool { return srv.ReadsFollowing() == 1 })
 	mustRun(t, env, "new1\nnew2\n", "append", "s")
 	if out := <-done; out != "new1\nnew2\n" {
 		t.Fatalf("tail printed %q", out)
