@@ -22,6 +22,7 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/auditjob/awsenv"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 )
@@ -79,7 +80,24 @@ func writeState(t *testing.T, e *testenv.Env) {
 	if eps := e.Epochs(); len(eps) != 2 || eps[0].Cut == nil || eps[0].Settled {
 		t.Fatalf("want a halted epoch 1 below epoch 2: %+v", eps)
 	}
-	time.Sleep(2 * e.Policy.Express.AgeCap) // every marker ripe
+	e.WaitRipe()
+}
+
+// waitGraceOver waits until every epoch's rewrites are older than the read
+// grace, so that a trim retires every slot below the rewritten cursor.
+func waitGraceOver(t *testing.T, e *testenv.Env) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, "the read grace to pass", func() bool {
+		cutoff := time.Now().Add(-e.Policy.ReadGrace).UnixMilli()
+		for _, ep := range e.Epochs() {
+			for _, rw := range ep.Rewrites {
+				if rw.At >= cutoff {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 func sortedBodies(jobs []auditjob.Job) []string {
@@ -242,7 +260,7 @@ func TestFunctionsUnderRIE(t *testing.T) {
 					ep.Epoch, ep.Rewritten, ep.Checkpoint, ep.Trimmed, len(e.Slots(ep.Epoch)), before[ep.Epoch])
 			}
 		}
-		time.Sleep(e.Policy.ReadGrace + 200*time.Millisecond)
+		waitGraceOver(t, e)
 		if resp := r.sqsEvent(t, qs["trim"], map[string]string{"trim-2": string(trim.Marshal())}); len(resp.BatchItemFailures) != 0 {
 			t.Fatalf("batch item failures %+v", resp.BatchItemFailures)
 		}
@@ -409,8 +427,7 @@ func TestSQSRedeliveryIsHarmless(t *testing.T) {
 	// Redelivered after the visibility timeout, with a receive count of 2
 	// for the lost ones; every copy succeeds and is deleted.
 	var counts []string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if err := poll.Wait(20*time.Second, func() error {
 		got, resp, err := srv.Deliver(ctx, qs["settle"], 10, settleH)
 		if err != nil {
 			t.Fatal(err)
@@ -421,13 +438,12 @@ func TestSQSRedeliveryIsHarmless(t *testing.T) {
 		for _, m := range got {
 			counts = append(counts, m.Attributes["ApproximateReceiveCount"])
 		}
-		if slices.Contains(counts, "2") && len(got) == 0 {
-			break
+		if !slices.Contains(counts, "2") || len(got) > 0 {
+			return errors.New("redelivery not over")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no redelivery after 20 s (receive counts %v)", counts)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("no redelivery after 20 s (receive counts %v)", counts)
 	}
 	if second := snapshot(t, e); second != first {
 		t.Fatalf("a redelivered settle job changed the state:\nafter the first run:\n%s\nafter the redelivery:\n%s", first, second)
@@ -445,7 +461,7 @@ func TestSQSRedeliveryIsHarmless(t *testing.T) {
 	ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "t1", Body: trimBody}, {MessageId: "t2", Body: trimBody}}}
 	for round := range 2 {
 		if round == 1 {
-			time.Sleep(e.Policy.ReadGrace + 200*time.Millisecond)
+			waitGraceOver(t, e)
 		}
 		resp, err := trimH(ctx, ev)
 		if err != nil || len(resp.BatchItemFailures) > 0 {

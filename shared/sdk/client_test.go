@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/sdk/sdktest"
 )
 
@@ -254,11 +255,20 @@ func TestReadErrorsAndLimits(t *testing.T) {
 // TestLongPoll reads at the tail with a wait and gets a record appended
 // while it waits.
 func TestLongPoll(t *testing.T) {
-	_, _, s := setup(t, sdktest.Options{}, nil)
+	srv, _, s := setup(t, sdktest.Options{}, nil)
 	ctx := testCtx(t)
 	appended := make(chan error, 1)
 	go func() {
-		time.Sleep(100 * time.Millisecond)
+		// Append once the poll waits at the tail.
+		if err := poll.Wait(5*time.Second, func() error {
+			if srv.ReadsFollowing() == 0 {
+				return errors.New("no long poll waiting")
+			}
+			return nil
+		}); err != nil {
+			appended <- err
+			return
+		}
 		_, err := s.Append(ctx, &api.AppendInput{Records: textRecords("late")})
 		appended <- err
 	}()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/sdk/sdktest"
 )
 
@@ -206,20 +207,13 @@ func TestProducerFailure(t *testing.T) {
 		}
 	}
 	// The failure is seen by the resolver; Submit refuses soon after.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Until(t, 5*time.Second, "Submit to refuse records after the failure", func() bool {
 		_, err := p.Submit(ctx, api.Record{Body: []byte("d")})
-		if err != nil {
-			if !IsDefinite(err) {
-				t.Fatalf("refused submit should be definite: %v", err)
-			}
-			break
+		if err != nil && !IsDefinite(err) {
+			t.Fatalf("refused submit should be definite: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("Submit still accepts records after the failure")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err != nil
+	})
 	if err := p.Close(ctx); err == nil {
 		t.Fatal("Close after a failure returned nil")
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/sdk/sdktest"
 )
 
@@ -85,7 +86,16 @@ func TestReadSessionHeartbeats(t *testing.T) {
 	defer rs.Close()
 	appended := make(chan error, 1)
 	go func() {
-		time.Sleep(600 * time.Millisecond)
+		// Idle for 30 heartbeats (600 ms, four heartbeat timeouts) first.
+		if err := poll.Wait(5*time.Second, func() error {
+			if n := srv.Heartbeats(); n < 30 {
+				return fmt.Errorf("%d heartbeats sent", n)
+			}
+			return nil
+		}); err != nil {
+			appended <- err
+			return
+		}
 		_, err := s.Append(ctx, &api.AppendInput{Records: textRecords("late")})
 		appended <- err
 	}()
@@ -364,7 +374,9 @@ func TestReadSessionClose(t *testing.T) {
 		_, err := rs.Next()
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// Next has read the first heartbeat (the empty stream's tail) and
+	// waits for records that never come.
+	poll.Until(t, 5*time.Second, "the first heartbeat", func() bool { _, ok := rs.Tail(); return ok })
 	rs.Close()
 	select {
 	case err := <-done:

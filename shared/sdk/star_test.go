@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 )
 
@@ -76,25 +77,25 @@ func startStar(t *testing.T, extra ...string) string {
 	p := testsvc.Start(t, "star dev", cmd)
 	p.WaitTCP(t, addr, time.Minute)
 	endpoint := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
 	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		// Healthy, and the dev basin made (a cluster makes it once its
-		// stars are up).
+	// Healthy, and the dev basin made (a cluster makes it once its stars
+	// are up).
+	if err := poll.Wait(30*time.Second, func() error {
 		req, _ := http.NewRequest(http.MethodGet, endpoint+"/v1/basins/starlog-dev", nil)
 		req.Header.Set("Authorization", "Bearer "+starAdminToken)
 		resp, err := hc.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return endpoint
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("star dev not healthy: %v\n%s", err, p.Output())
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("star dev not healthy: %v\n%s", err, p.Output())
 	}
+	return endpoint
 }
 
 // starClient is a client of the star at endpoint with token.

@@ -18,6 +18,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auditor"
@@ -109,7 +110,7 @@ func TestDevStarSettlesAndTrimsByItself(t *testing.T) {
 		for name := range names {
 			checkReads(t, n, basin, name, want[name])
 		}
-		time.Sleep(30 * time.Millisecond)
+		nextPass(t, reg)
 	}
 
 	// Every row becomes a catalog row, and every slot below the
@@ -118,16 +119,13 @@ func TestDevStarSettlesAndTrimsByItself(t *testing.T) {
 	for name := range names {
 		ids[name] = streamID(t, ms, basin, name)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		settled, trimmed := allSettled(t, ms, ids, want), allTrimmed(t, ms, inner, cfg.StarID)
-		if settled && trimmed {
-			break
+	if err := poll.Wait(30*time.Second, func() error {
+		if settled, trimmed := allSettled(t, ms, ids, want), allTrimmed(t, ms, inner, cfg.StarID); !settled || !trimmed {
+			return fmt.Errorf("settled %v, trimmed %v", settled, trimmed)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: settled %v, trimmed %v; runner metrics:\n%s", settled, trimmed, dump(t, reg))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("after 30 s: %v; runner metrics:\n%s", err, dump(t, reg))
 	}
 	for name := range names {
 		checkReads(t, n, basin, name, want[name])
@@ -241,6 +239,17 @@ func allTrimmed(t *testing.T, ms meta.Store, objs objstore.Store, star string) b
 		}
 	}
 	return true
+}
+
+// nextPass waits until the auditor has planned again (a tick, ok or not),
+// so that rounds of appends interleave with its passes.
+func nextPass(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	ticks := func() float64 {
+		return counter(t, reg, "starlog_auditor_ticks_total", "ok") + counter(t, reg, "starlog_auditor_ticks_total", "error")
+	}
+	before := ticks()
+	poll.Until(t, 10*time.Second, "the auditor's next pass", func() bool { return ticks() > before })
 }
 
 // counter reads one series of a counter vector from reg (0 if absent).

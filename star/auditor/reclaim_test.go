@@ -3,6 +3,7 @@ package auditor_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auditor"
@@ -88,7 +90,7 @@ func TestDevStarReclaimsByItself(t *testing.T) {
 			}
 		}
 		readKept(t, n, basin, "aged", want["aged"])
-		time.Sleep(60 * time.Millisecond)
+		nextPass(t, reg)
 	}
 	ids := map[string]string{}
 	for name := range names {
@@ -101,29 +103,30 @@ func TestDevStarReclaimsByItself(t *testing.T) {
 	if err := n.DeleteStream(ctx, basin, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
-	if _, err := n.CreateStream(ctx, basin, api.CreateStreamRequest{Stream: "gone"}, ""); err != nil {
-		t.Fatal(err)
-	}
+	poll.UntilErr(t, 10*time.Second, "re-creating stream gone once its deletion is no longer pending", func() error {
+		_, err := n.CreateStream(ctx, basin, api.CreateStreamRequest{Stream: "gone"}, "")
+		if ae := (*api.Error)(nil); err != nil && !(errors.As(err, &ae) && ae.Code == api.CodeStreamDeletionPending) {
+			t.Fatalf("re-create gone: %v", err)
+		}
+		return err
+	})
 	in := &api.AppendInput{Records: []api.Record{{Body: []byte("new-0")}, {Body: []byte("new-1")}}}
 	if _, err := n.Append(ctx, basin, "gone", in, nil); err != nil {
 		t.Fatal(err)
 	}
 	checkReads(t, n, basin, "gone", [][]byte{[]byte("new-0"), []byte("new-1")})
 	ids["gone"] = streamID(t, ms, basin, "gone")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := poll.Wait(30*time.Second, func() error {
 		start := readKept(t, n, basin, "aged", want["aged"])
 		stray := strayObjects(t, ms, inner, basin, ids)
 		oldRows := refRows(t, ms, old)
-		if start > 0 && len(stray) == 0 && oldRows == 0 {
-			t.Logf("aged stream: reads start at %d of %d; no stray settled object; the deleted stream's rows and objects are gone", start, len(want["aged"]))
-			break
+		if start == 0 || len(stray) > 0 || oldRows > 0 {
+			return fmt.Errorf("the aged stream's reads start at %d, stray objects %v, %d rows of the deleted stream", start, stray, oldRows)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: the aged stream's reads start at %d, stray objects %v, %d rows of the deleted stream; metrics:\n%s", start, stray, oldRows, dump(t, reg))
-		}
-		time.Sleep(100 * time.Millisecond)
+		t.Logf("aged stream: reads start at %d of %d; no stray settled object; the deleted stream's rows and objects are gone", start, len(want["aged"]))
+		return nil
+	}); err != nil {
+		t.Fatalf("after 30 s: %v; metrics:\n%s", err, dump(t, reg))
 	}
 	checkReads(t, n, basin, "gone", [][]byte{[]byte("new-0"), []byte("new-1")})
 	checkReads(t, n, basin, "kept", want["kept"])
@@ -278,27 +281,27 @@ func TestDevStarTrimsAndDeletesEmpty(t *testing.T) {
 		for _, name := range []string{"trimmed", "emptied", "busy"} {
 			appendTo(name, batch(name, round)...)
 		}
-		time.Sleep(60 * time.Millisecond)
+		nextPass(t, reg)
 	}
 	const point = 150
 	appendTo("trimmed", api.TrimRecord(point))
 	appendTo("trimmed", batch("trimmed", 99)...)
-	deadline := time.Now().Add(30 * time.Second)
-	for round := 100; ; round++ {
-		appendTo("busy", batch("busy", round)...)
+	round := 100
+	if err := poll.Wait(30*time.Second, func() error {
+		appendTo("busy", batch("busy", round)...) // busy stays busy meanwhile
+		round++
 		start := readKept(t, n, basin, "trimmed", want["trimmed"])
 		gone := deletedAt(t, ms, basin, "emptied")
-		if start > 0 && gone {
-			if start > point {
-				t.Fatalf("reads of the trimmed stream start at %d, past the trim point %d", start, point)
-			}
-			t.Logf("trimmed stream: reads start at %d (point %d); the empty stream is deleted", start, point)
-			break
+		if start == 0 || !gone {
+			return fmt.Errorf("the trimmed stream's reads start at %d, the emptied stream deleted %v", start, gone)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: the trimmed stream's reads start at %d, the emptied stream deleted %v; metrics:\n%s", start, gone, dump(t, reg))
+		if start > point {
+			t.Fatalf("reads of the trimmed stream start at %d, past the trim point %d", start, point)
 		}
-		time.Sleep(100 * time.Millisecond)
+		t.Logf("trimmed stream: reads start at %d (point %d); the empty stream is deleted", start, point)
+		return nil
+	}); err != nil {
+		t.Fatalf("after 30 s: %v; metrics:\n%s", err, dump(t, reg))
 	}
 	if _, err := n.Append(ctx, basin, "emptied", &api.AppendInput{Records: []api.Record{{Body: []byte("late")}}}, nil); err == nil {
 		t.Fatal("an append to the deleted empty stream was acknowledged")

@@ -13,6 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 )
@@ -78,13 +79,7 @@ func TestRetryDropAndDedupe(t *testing.T) {
 	if n := r.enqueue([]auditjob.Job{poison}); n != 0 {
 		t.Fatal("a pending job was queued again")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Pending() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs still pending", r.Pending())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "no job pending", func() bool { return r.Pending() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if got := len(runs[poison.Key()]); got != 3 {

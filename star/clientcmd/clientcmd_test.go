@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/sdk/sdktest"
 )
 
@@ -189,7 +190,7 @@ func TestAppendReadTail(t *testing.T) {
 
 // TestTailFollows: tail prints records appended while it runs.
 func TestTailFollows(t *testing.T) {
-	_, env := testEnv(t)
+	srv, env := testEnv(t)
 	mustRun(t, env, "", "streams", "create", "s")
 	mustRun(t, env, "old\n", "append", "s", "--basin", testBasin)
 	done := make(chan string, 1)
@@ -200,7 +201,7 @@ func TestTailFollows(t *testing.T) {
 		}
 		done <- out
 	}()
-	time.Sleep(300 * time.Millisecond)
+	poll.Until(t, time.Second, "the tail's session to start", func() bool { return srv.ReadsFollowing() == 1 })
 	mustRun(t, env, "new1\nnew2\n", "append", "s")
 	if out := <-done; out != "new1\nnew2\n" {
 		t.Fatalf("tail printed %q", out)

@@ -6,15 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // The integration test runs the client commands against a real `star dev`
@@ -145,7 +149,10 @@ func TestAgainstStarDev(t *testing.T) {
 		}
 		tailed <- out
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// The session counts as open once its start (the tail) is fixed.
+	poll.Until(t, 2*time.Second, "the tail's read session to open", func() bool {
+		return openSessions(t, url, "s2s_read") == 1
+	})
 	mustRun(t, env, "four\nfive\n", "append", "cli", "--match-seq-num", "3")
 	if out := <-tailed; out != "four\nfive\n" {
 		t.Fatalf("tail: %q", out)
@@ -164,4 +171,29 @@ func TestAgainstStarDev(t *testing.T) {
 		res.Append.MiBPerSec, res.Append.RecordsPerSec, res.AckLatency.P50MS, res.AckLatency.P99MS, res.E2ELatency.P50MS, res.E2ELatency.P99MS)
 
 	mustRun(t, env, "", "streams", "delete", "cli")
+}
+
+// openSessions reads the star's starlog_http_sessions gauge of one kind.
+func openSessions(t *testing.T, url, kind string) float64 {
+	t.Helper()
+	res, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := `starlog_http_sessions{kind="` + kind + `"} `
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
 }

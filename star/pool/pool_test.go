@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // fakeClock hands out strictly increasing times, one second apart.
@@ -23,18 +25,6 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-// waitFor polls cond until it holds or the test times out.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // admitAsync starts an Admit and returns a channel receiving its result.
 func admitAsync[T any](ctx context.Context, p *Pool[T], v T, size int64) <-chan error {
 	ch := make(chan error, 1)
@@ -48,7 +38,7 @@ func startWaiter[T any](t *testing.T, ctx context.Context, p *Pool[T], v T, size
 	t.Helper()
 	n := p.Stats().Waiters
 	ch := admitAsync(ctx, p, v, size)
-	waitFor(t, "waiter queued", func() bool { return p.Stats().Waiters == n+1 })
+	poll.Until(t, 10*time.Second, "waiter queued", func() bool { return p.Stats().Waiters == n+1 })
 	return ch
 }
 
@@ -272,7 +262,7 @@ func TestWaitersServedInOrder(t *testing.T) {
 	var got []int
 	p.Release(10)
 	for len(got) < len(sizes) {
-		waitFor(t, "an admission", func() bool { n, _ := p.Len(); return n > 0 })
+		poll.Until(t, 10*time.Second, "an admission", func() bool { n, _ := p.Len(); return n > 0 })
 		es := p.Cut(1) // one at a time
 		got = append(got, values(es)...)
 		p.Release(es[0].Size)

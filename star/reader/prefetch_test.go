@@ -7,6 +7,7 @@ import (
 
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // prefetchStream builds stream id of 1 KiB records: [0,320) and [320,640)
@@ -79,18 +80,6 @@ func prefetchConfig(budget, window, minWindow int64, batch int) Config {
 		PrefetchBudget: budget, PrefetchWindow: window, PrefetchMinWindow: minWindow}
 }
 
-// eventually polls cond every millisecond for up to 20 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // filled reports that a read-ahead has stopped issuing: nothing in flight
 // and no room for another unit, or the rows' end reached.
 func filled(p *Prefetch, maxUnit int64, end uint64) bool {
@@ -121,7 +110,7 @@ func TestPrefetchHoldsAtMostItsWindow(t *testing.T) {
 		next = res.Next
 		// Nothing consumes while the read-ahead fills: it stops at its
 		// window, which grows batch by batch up to the cap.
-		eventually(t, "the read-ahead to fill", func() bool { return filled(p, maxUnit, end) })
+		poll.Until(t, 20*time.Second, "the read-ahead to fill", func() bool { return filled(p, maxUnit, end) })
 		s := p.stats()
 		if s.held > s.limit || s.limit > window {
 			t.Fatalf("after seq %d: holds %d bytes, window %d (cap %d)", next, s.held, s.limit, window)
@@ -180,7 +169,7 @@ func TestPrefetchCloseFreesWindow(t *testing.T) {
 	if err != nil || res.Stop != StopBatch {
 		t.Fatalf("first batch: %v, stop %s", err, res.Stop)
 	}
-	eventually(t, "GETs in flight ahead", func() bool {
+	poll.Until(t, 20*time.Second, "GETs in flight ahead", func() bool {
 		s := p.stats()
 		return s.inflight > 0 && s.held > s.limit-maxUnit
 	})
@@ -235,7 +224,7 @@ func TestPrefetchBudgetShared(t *testing.T) {
 	for i, p := range ps {
 		// Its GETs hang: it has filled its share once another unit would
 		// not fit.
-		eventually(t, "reader "+ids[i]+" to fill its share", func() bool {
+		poll.Until(t, 20*time.Second, "reader "+ids[i]+" to fill its share", func() bool {
 			s := p.stats()
 			return s.limit > 0 && s.held > s.limit-maxUnit
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // spans builds stream s1 (35 records) over five slots of standard epoch 1,
@@ -704,7 +705,9 @@ func TestReadBoundsEachBucketAttempt(t *testing.T) {
 		t.Fatalf("second read took %v: x-az1 was not asked last", took)
 	}
 	fs.SetUp(expressBuckets[0])
-	time.Sleep(300 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "x-az1's suspicion to run out", func() bool {
+		return r.health.order(expressBuckets, time.Now())[0] == expressBuckets[0]
+	})
 	asked := f.objs.count(expressBuckets[0])
 	readSlot(t, f, r, 2)
 	if n := f.objs.count(expressBuckets[0]); n != asked+1 {

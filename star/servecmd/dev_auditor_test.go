@@ -3,6 +3,7 @@ package servecmd_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // metricSum adds up every series of a metric on the star's /metrics whose
@@ -68,24 +71,22 @@ func TestDevSettlesAndTrimsByItself(t *testing.T) {
 	for _, s := range []string{"std", "exp"} {
 		wg.Go(func() { appendLoop(p, s, "w", a, stop) })
 	}
-	time.Sleep(time.Second)
+	a.waitMore(t, 100, "std", "exp")
 	close(stop)
 	wg.Wait()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := poll.Wait(30*time.Second, func() error {
 		settled := metricSum(t, p, "starlog_auditor_jobs_total", `kind="settle"`, `outcome="done"`)
 		objects := metricSum(t, p, "starlog_settle_objects_total")
 		stdTrim := metricSum(t, p, "starlog_settle_slots_trimmed_total", `class="standard"`)
 		expTrim := metricSum(t, p, "starlog_settle_slots_trimmed_total", `class="express"`)
-		if settled > 0 && objects > 0 && stdTrim > 0 && expTrim > 0 {
-			t.Logf("settle jobs %v, settled objects %v, slots trimmed: standard %v express %v", settled, objects, stdTrim, expTrim)
-			break
+		if settled == 0 || objects == 0 || stdTrim == 0 || expTrim == 0 {
+			return fmt.Errorf("settle jobs %v, objects %v, trimmed standard %v express %v", settled, objects, stdTrim, expTrim)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: settle jobs %v, objects %v, trimmed standard %v express %v\n%s", settled, objects, stdTrim, expTrim, p.stderr)
-		}
-		time.Sleep(100 * time.Millisecond)
+		t.Logf("settle jobs %v, settled objects %v, slots trimmed: standard %v express %v", settled, objects, stdTrim, expTrim)
+		return nil
+	}); err != nil {
+		t.Fatalf("after 30 s: %v\n%s", err, p.stderr)
 	}
 	var objs []string
 	filepath.WalkDir(filepath.Join(data, "objects", "standard", "streams"), func(path string, d os.DirEntry, err error) error {

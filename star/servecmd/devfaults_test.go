@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/devfaults"
 )
@@ -160,17 +161,13 @@ func TestDevFaultControl(t *testing.T) {
 	if status, doc, out = faultCall(t, ctl, "DELETE", ""); status != 200 || doc.Buckets["standard"].Down {
 		t.Fatalf("DELETE /faults: %d %s", status, out)
 	}
-	var last string
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		status, err := appendWithin(p.url, "s1", 5*time.Second)
-		if err == nil && status == 200 {
-			break
+	if err := poll.Wait(30*time.Second, func() error {
+		if status, err := appendWithin(p.url, "s1", 5*time.Second); err != nil || status != 200 {
+			return fmt.Errorf("%d %v", status, err)
 		}
-		last = fmt.Sprint(status, err)
-		if time.Now().After(deadline) {
-			t.Fatalf("no append acked within 30 s of the buckets coming back (last: %s)\n%s", last, p.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("no append acked within 30 s of the buckets coming back (last: %v)\n%s", err, p.stderr)
 	}
 
 	for _, logged := range []string{"dev fault control: metastore", "dev fault control: bucket"} {

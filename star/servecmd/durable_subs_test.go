@@ -2,12 +2,14 @@ package servecmd_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/durable/durabletest"
 )
 
@@ -54,8 +56,7 @@ func TestSubscriptionOwnerKilled(t *testing.T) {
 	}
 
 	owner := ""
-	deadline := time.Now().Add(15 * time.Second)
-	for owner == "" {
+	poll.UntilErr(t, 15*time.Second, "a single owner", func() error {
 		oa := grepMetrics(t, stars["a"], "starlog_durable_subscriptions_owned")
 		ob := grepMetrics(t, stars["b"], "starlog_durable_subscriptions_owned")
 		switch {
@@ -63,12 +64,11 @@ func TestSubscriptionOwnerKilled(t *testing.T) {
 			owner = "a"
 		case strings.HasSuffix(oa, " 0") && strings.HasSuffix(ob, " 1"):
 			owner = "b"
-		case time.Now().After(deadline):
-			t.Fatalf("no single owner: a %q, b %q", oa, ob)
 		default:
-			time.Sleep(100 * time.Millisecond)
+			return fmt.Errorf("a %q, b %q", oa, ob)
 		}
-	}
+		return nil
+	})
 	survivor := map[string]string{"a": "b", "b": "a"}[owner]
 	t.Logf("owner %s", owner)
 

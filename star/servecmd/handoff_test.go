@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // twoStarEnv is the environment of star id on a shared metastore and
@@ -103,7 +104,7 @@ func TestHandoffUnderLoad(t *testing.T) {
 			seenMu.Unlock()
 		})
 	}
-	time.Sleep(700 * time.Millisecond)
+	acks.waitMore(t, 30*time.Second, "appends through both stars", 100, s)
 
 	// a → b through the admin endpoint, asked of b (which forwards it to
 	// the leader a).
@@ -131,12 +132,7 @@ func TestHandoffUnderLoad(t *testing.T) {
 	}
 	t.Logf("handoff a→b: %s; first append acknowledged by b %v after the handoff started",
 		out, time.Duration(first.Load()-start.UnixNano()).Round(100*time.Microsecond))
-	for deadline := time.Now().Add(10 * time.Second); acks.count(s) < before+20; {
-		if time.Now().After(deadline) {
-			t.Fatalf("producers stalled after the handoff: %d acks before, %d now", before, acks.count(s))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "20 acks after the handoff (producers stalled?)", func() bool { return acks.count(s) >= before+20 })
 	if v := metric(t, b, `starlog_leader_lease_acquisitions_total{from="released"}`); v != "1" {
 		t.Fatalf("b took the lease %q times from a released lease, want 1", v)
 	}
@@ -177,12 +173,7 @@ func TestHandoffUnderLoad(t *testing.T) {
 	}
 	t.Logf("handoff b→a via the CLI: %s; first append acknowledged by a %v after the handoff started",
 		strings.TrimSpace(string(cli)), time.Duration(first.Load()-start.UnixNano()).Round(100*time.Microsecond))
-	for deadline := time.Now().Add(10 * time.Second); acks.count(s) < before+20; {
-		if time.Now().After(deadline) {
-			t.Fatalf("producers stalled after the handoff back: %d acks before, %d now", before, acks.count(s))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "20 acks after the handoff back (producers stalled?)", func() bool { return acks.count(s) >= before+20 })
 	close(stop)
 	wg.Wait()
 	if v := metric(t, a, `starlog_leader_lease_acquisitions_total{from="released"}`); v != "1" {
@@ -230,7 +221,7 @@ func TestGracefulCloseReleasesLeases(t *testing.T) {
 		wg.Go(func() { acks.loop(a.url, s, fmt.Sprintf("a%d", i), false, stop) })
 		wg.Go(func() { acks.loop(b.url, s, fmt.Sprintf("b%d", i), false, stop) })
 	}
-	time.Sleep(500 * time.Millisecond)
+	acks.waitMore(t, 30*time.Second, "appends through both stars", 50, streams...)
 
 	// Probes append through b as already-forwarded requests (b answers
 	// itself): their first ack is b's first as the leader.
@@ -280,11 +271,13 @@ func TestGracefulCloseReleasesLeases(t *testing.T) {
 	}
 	// a left settle markers for its two chains and nudged b, which
 	// settled both in the background.
-	for deadline := time.Now().Add(10 * time.Second); metric(t, b, `starlog_leader_nudged_settles_total{result="ok"}`) != "2"; {
-		if time.Now().After(deadline) {
-			t.Fatalf("b did not settle a's two chains on a's nudge\nb: %s\na: %s", grepMetrics(t, b, "settles"), a.stderr)
+	if poll.Wait(10*time.Second, func() error {
+		if v := metric(t, b, `starlog_leader_nudged_settles_total{result="ok"}`); v != "2" {
+			return fmt.Errorf("nudged settles ok %q", v)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}) != nil {
+		t.Fatalf("b did not settle a's two chains on a's nudge\nb: %s\na: %s", grepMetrics(t, b, "settles"), a.stderr)
 	}
 	acks.checkReadBack(t, b)
 }
@@ -300,7 +293,7 @@ func TestDrainOpensTerminateGate(t *testing.T) {
 	for i, s := range streams {
 		wg.Go(func() { acks.loop(b.url, s, fmt.Sprintf("b%d", i), false, stop) })
 	}
-	time.Sleep(500 * time.Millisecond)
+	acks.waitMore(t, 30*time.Second, "appends through b", 50, streams...)
 	if status, out, err := call(a, "GET", "/v1/starlog/drain", ""); err != nil || status != 200 || !strings.Contains(string(out), `"draining":false,"leading":3,"chains_settled":false,"terminate_gate_open":false`) {
 		t.Fatalf("drain status before the drain: %d %s %v", status, out, err)
 	}
@@ -325,23 +318,18 @@ func TestDrainOpensTerminateGate(t *testing.T) {
 	}
 	// The drained star forwards to the new leader and takes no lease back.
 	for _, s := range streams {
-		var ok bool
-		for deadline := time.Now().Add(5 * time.Second); !ok && time.Now().Before(deadline); {
+		poll.Until(t, 5*time.Second, s+": an append through the drained star acknowledged", func() bool {
 			status, out, err := post(a.url, s, false, []string{"via-drained-a"})
-			if err == nil && status == 200 {
-				ack, aerr := api.DecodeAppendAckJSON(out)
-				if aerr != nil {
-					t.Fatal(aerr)
-				}
-				acks.add(s, ack.Start.SeqNum, []string{"via-drained-a"})
-				ok = true
-				break
+			if err != nil || status != 200 {
+				return false
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if !ok {
-			t.Fatalf("%s: no append through the drained star was acknowledged", s)
-		}
+			ack, aerr := api.DecodeAppendAckJSON(out)
+			if aerr != nil {
+				t.Fatal(aerr)
+			}
+			acks.add(s, ack.Start.SeqNum, []string{"via-drained-a"})
+			return true
+		})
 	}
 	close(stop)
 	wg.Wait()

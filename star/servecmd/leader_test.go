@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/auth"
 )
 
@@ -51,6 +52,25 @@ func (a *ackLog) count(stream string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.recs[stream])
+}
+
+// waitMore waits until each of streams has n more acknowledged records
+// than it has now (the producers are under way), failing the test (with
+// what) after within.
+func (a *ackLog) waitMore(t *testing.T, within time.Duration, what string, n int, streams ...string) {
+	t.Helper()
+	before := map[string]int{}
+	for _, s := range streams {
+		before[s] = a.count(s)
+	}
+	poll.Until(t, within, what, func() bool {
+		for _, s := range streams {
+			if a.count(s) < before[s]+n {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // post sends one append to a star; hop marks it forwarded already, so the
@@ -202,7 +222,7 @@ func TestLeadershipAcrossStars(t *testing.T) {
 		wg.Go(func() { acks.loop(a.url, s, fmt.Sprintf("a%d", i), false, stop) })
 		wg.Go(func() { acks.loop(b.url, s, fmt.Sprintf("b%d", i), false, stop) })
 	}
-	time.Sleep(time.Second)
+	acks.waitMore(t, 30*time.Second, "appends through both stars", 100, streams...)
 	if v := metric(t, b, `starlog_http_forwarded_total{result="ok"}`); v == "" || v == "0" {
 		t.Fatalf("b forwarded nothing to a (forwarded ok = %q)", v)
 	}
@@ -223,14 +243,15 @@ func TestLeadershipAcrossStars(t *testing.T) {
 	}
 	killed := time.Now()
 	a.kill9(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for _, s := range streams {
-		for acks.count(s) <= before[s]+5 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no appends acknowledged through b within 30 s of killing a\n%s", s, b.stderr)
+	if err := poll.Wait(30*time.Second, func() error {
+		for _, s := range streams {
+			if acks.count(s) <= before[s]+5 {
+				return fmt.Errorf("%s: no appends acknowledged through b", s)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v within 30 s of killing a\n%s", err, b.stderr)
 	}
 	t.Logf("failover: first acks through b %v after kill -9 of the leader (dead-after 2 s)", time.Duration(acks.lastOK.Load()-killed.UnixNano()).Round(time.Millisecond))
 	close(stop)
@@ -262,20 +283,21 @@ func TestLeadershipAcrossStars(t *testing.T) {
 		wg.Go(func() { acks.loop(b.url, s, fmt.Sprintf("b2-%d", i), false, stop) })
 		wg.Go(func() { acks.loop(a2.url, s, fmt.Sprintf("succ%d", i), false, stop) })
 	}
-	time.Sleep(500 * time.Millisecond)
+	acks.waitMore(t, 30*time.Second, "appends through b and the restarted a", 50, streams...)
 	for _, s := range streams {
 		before[s] = acks.count(s)
 	}
 	killed = time.Now()
 	b.kill9(t)
-	deadline = time.Now().Add(30 * time.Second)
-	for _, s := range streams {
-		for acks.count(s) <= before[s]+5 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: a2 did not take over from the killed b within 30 s\n%s", s, a2.stderr)
+	if err := poll.Wait(30*time.Second, func() error {
+		for _, s := range streams {
+			if acks.count(s) <= before[s]+5 {
+				return fmt.Errorf("%s: a2 did not take over from the killed b", s)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v within 30 s\n%s", err, a2.stderr)
 	}
 	t.Logf("second failover: acks through the restarted a %v after kill -9 of b", time.Duration(acks.lastOK.Load()-killed.UnixNano()).Round(time.Millisecond))
 	close(stop)

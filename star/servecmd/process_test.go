@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/auth"
 )
 
@@ -180,6 +181,30 @@ func (a *acked) add(stream string, start uint64, bodies []string) {
 	}
 }
 
+func (a *acked) count(stream string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.recs[stream])
+}
+
+// waitAcked waits until each of streams has n more acknowledged records
+// than it has now (the producers are under way).
+func (a *acked) waitMore(t *testing.T, n int, streams ...string) {
+	t.Helper()
+	before := map[string]int{}
+	for _, s := range streams {
+		before[s] = a.count(s)
+	}
+	poll.Until(t, 30*time.Second, fmt.Sprintf("%d more acknowledged records on %v", n, streams), func() bool {
+		for _, s := range streams {
+			if a.count(s) < before[s]+n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // appendLoop appends batches to stream until stop closes or the star
 // dies, recording every acknowledged record.
 func appendLoop(p *proc, stream, worker string, a *acked, stop <-chan struct{}) {
@@ -263,7 +288,7 @@ func TestKill9Restart(t *testing.T) {
 			wg.Go(func() { appendLoop(p, s, fmt.Sprintf("w%d", i), a, stop) })
 		}
 	}
-	time.Sleep(1500 * time.Millisecond)
+	a.waitMore(t, 200, "std", "exp") // mid-flight, with enough behind
 	p.kill9(t)
 	close(stop)
 	wg.Wait()
@@ -293,7 +318,7 @@ func TestKill9Restart(t *testing.T) {
 	for _, s := range []string{"std", "exp"} {
 		wg.Go(func() { appendLoop(p2, s, "after", a, stop) })
 	}
-	time.Sleep(300 * time.Millisecond)
+	a.waitMore(t, 20, "std", "exp")
 	close(stop)
 	wg.Wait()
 	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {

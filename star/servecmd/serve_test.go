@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,18 +102,14 @@ func TestServeOnS3AndDynamo(t *testing.T) {
 	}
 	a := &acked{recs: map[string]map[uint64]string{}}
 	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for _, s := range []string{"std", "exp"} {
-			go appendLoop(p, s, "w", a, stop)
-		}
-		time.Sleep(1500 * time.Millisecond)
-	}()
-	<-done
+	var wg sync.WaitGroup
+	for _, s := range []string{"std", "exp"} {
+		wg.Go(func() { appendLoop(p, s, "w", a, stop) })
+	}
+	a.waitMore(t, 100, "std", "exp") // mid-flight, with enough behind
 	p.kill9(t)
 	close(stop)
-	time.Sleep(100 * time.Millisecond)
+	wg.Wait() // every append in flight has its answer or its error
 	a.mu.Lock()
 	for _, s := range []string{"std", "exp"} {
 		if len(a.recs[s]) == 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -40,7 +41,7 @@ func TestDurableFoldCheckpoint(t *testing.T) {
 	want(t, a.dsAdmin("PUT", "big", "", "Content-Type", "text/plain"), 201, "")
 	bulk(a, "big", 10_000)
 	want(t, a.dsAdmin("POST", "big", "last", prod...), 200, "")
-	waitFor(t, 5*time.Second, "a checkpoint written", func() bool {
+	poll.Until(t, 5*time.Second, "a checkpoint written", func() bool {
 		return a.metric("starlog_durable_fold_checkpoints_total", "result", "written") >= 1
 	})
 	if got := a.metric("starlog_durable_fold_records_total"); got != 10_000 {
@@ -66,7 +67,7 @@ func TestDurableFoldCheckpoint(t *testing.T) {
 	// The S2 stream deleted and made again under the name (its Durable
 	// Streams row stays): the old checkpoint is of another stream.
 	want(t, b.stream("durable-streams", "DELETE", "streams/big", nil, bearer(testAdmin)...), 202, "")
-	waitFor(t, 5*time.Second, "the S2 stream re-created", func() bool {
+	poll.Until(t, 5*time.Second, "the S2 stream re-created", func() bool {
 		return b.stream("durable-streams", "PUT", "streams/big", []byte(`{}`), bearer(testAdmin)...).status < 300
 	})
 	bulk(b, "big", 11_000) // past the old checkpoint's 10,000
@@ -80,17 +81,6 @@ func TestDurableFoldCheckpoint(t *testing.T) {
 	}
 	if got := c.metric("starlog_durable_fold_records_total"); got != 11_000 {
 		t.Fatalf("star c folded %v records, want the new stream's 11,000", got)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -222,25 +223,20 @@ func TestDurableSubscriptionActsAsItsCreator(t *testing.T) {
 		return e.metric("starlog_durable_subscription_deliveries_total", "type", "webhook", "result", "refused")
 	}
 	want(t, e.dsAdmin("POST", "room/a", `{"n":1}`, jsonCT...), 204, "")
-	deadline := time.Now().Add(10 * time.Second)
-	for len(e.dsMessages("room/wake-live")) == 0 || refused() < 1 || hookRefused() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: live wake events %d, refused deliveries %v (webhook %v)", len(e.dsMessages("room/wake-live")), refused(), hookRefused())
+	poll.UntilErr(t, 10*time.Second, "a live wake event and both refusals", func() error {
+		if live, r, h := len(e.dsMessages("room/wake-live")), refused(), hookRefused(); live == 0 || r < 1 || h < 1 {
+			return fmt.Errorf("live wake events %d, refused deliveries %v (webhook %v)", live, r, h)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := e.dsMessages("room/wake-gone"); len(got) != 0 {
 		t.Fatalf("the revoked creator's subscription appended %d wake events: %s", len(got), got)
 	}
 	// It tries again after its backoff, and is refused again, even once
 	// another token is issued under the revoked one's id.
 	e.dsScoped("gone", map[string]string{"prefix": "room/"}, false)
-	for n := refused(); refused() < n+1; {
-		if time.Now().After(deadline.Add(5 * time.Second)) {
-			t.Fatalf("no refusal after the id was issued again: %v", refused())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	n := refused()
+	poll.Until(t, 15*time.Second, "a refusal after the id was issued again", func() bool { return refused() >= n+1 })
 	if got := e.dsMessages("room/wake-gone"); len(got) != 0 {
 		t.Fatalf("the revoked creator's subscription appended %d wake events: %s", len(got), got)
 	}

@@ -5,12 +5,14 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -99,11 +101,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 
 	// Both stars' audits agree on one owner.
 	owner := ""
-	deadline := time.Now().Add(10 * time.Second)
-	for owner == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("no single owner: a owns %v, b owns %v", a.metric("starlog_durable_subscriptions_owned"), b.metric("starlog_durable_subscriptions_owned"))
-		}
+	poll.UntilErr(t, 10*time.Second, "a single owner", func() error {
 		oa, ob := a.metric("starlog_durable_subscriptions_owned"), b.metric("starlog_durable_subscriptions_owned")
 		switch {
 		case oa == 1 && ob == 0:
@@ -111,9 +109,10 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 		case oa == 0 && ob == 1:
 			owner = "b"
 		default:
-			time.Sleep(50 * time.Millisecond)
+			return fmt.Errorf("a owns %v, b owns %v", oa, ob)
 		}
-	}
+		return nil
+	})
 	other := map[string]string{"a": "b", "b": "a"}[owner]
 	t.Logf("owner %s", owner)
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -184,8 +185,15 @@ func TestBasinDeletion(t *testing.T) {
 	if !strings.Contains(string(r.body), `"state":"deleting"`) {
 		t.Fatalf("listing a deleting basin: %s", r)
 	}
-	time.Sleep(350 * time.Millisecond)
-	want(t, e.call("GET", "basins/gone-basin", nil), 404, api.CodeBasinNotFound)
+	poll.Until(t, 10*time.Second, "the deletion to end", func() bool {
+		r := e.call("GET", "basins/gone-basin", nil)
+		if r.status == 409 {
+			want(t, r, 409, api.CodeBasinDeletionPending)
+			return false
+		}
+		want(t, r, 404, api.CodeBasinNotFound)
+		return true
+	})
 	// Created again: it starts empty (the old streams belong to the old basin).
 	want(t, e.call("POST", "basins", []byte(`{"basin":"gone-basin"}`)), 201, "")
 	want(t, e.stream("gone-basin", "GET", "streams/s", nil), 404, api.CodeStreamNotFound)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -91,25 +92,24 @@ func TestCreateWhileDeletionPending(t *testing.T) {
 	want(t, e.call("POST", "basins", []byte(`{"basin":"pend-basin2"}`)), 409, api.CodeBasinDeletionPending)
 	want(t, e.call("PUT", "basins/pend-basin2", nil), 409, api.CodeBasinDeletionPending)
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, "the stream's deletion window (2 s) to end", func() bool {
 		r := e.stream("pend-basin", "POST", "streams", []byte(`{"stream":"p"}`))
-		if r.status == 201 {
-			break
+		if r.status != 201 {
+			want(t, r, 409, api.CodeStreamDeletionPending)
 		}
-		want(t, r, 409, api.CodeStreamDeletionPending)
-		if time.Now().After(deadline) {
-			t.Fatal("still pending 30 s after a 2 s window")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return r.status == 201
+	})
 	if tail := e.tail("pend-basin", "p"); tail.SeqNum != 0 {
 		t.Fatalf("the re-created stream has tail %d, want a new empty stream", tail.SeqNum)
 	}
-	r := e.call("PUT", "basins/pend-basin2", nil)
-	if r.status != 201 {
-		t.Fatalf("basin ensure after the window: %s", r)
-	}
+	// The basin's window began a little after the stream's.
+	poll.Until(t, 30*time.Second, "the basin's deletion window (2 s) to end", func() bool {
+		r := e.call("PUT", "basins/pend-basin2", nil)
+		if r.status != 201 {
+			want(t, r, 409, api.CodeBasinDeletionPending)
+		}
+		return r.status == 201
+	})
 }
 
 // Idempotent create keys on the request token and the config, as S2: a
@@ -163,18 +163,17 @@ func TestStorageClassChangeAppliesPromptly(t *testing.T) {
 	want(t, e.appendJSON("class-basin", "c", textRecords("std", 3)), 200, "")
 	before := expressAcks(t, e)
 	want(t, e.stream("class-basin", "PATCH", "streams/c", []byte(`{"storage_class":"express"}`)), 200, "")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilErr(t, 30*time.Second, "an append after the class change", func() error {
 		// The release may still be under way: a retryable 503 meanwhile.
 		r := e.appendJSON("class-basin", "c", textRecords("exp", 2))
-		if r.status == 200 {
-			break
-		}
-		if r.status != 503 || time.Now().After(deadline) {
+		if r.status != 200 && r.status != 503 {
 			t.Fatalf("append after the class change: %s", r)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if r.status != 200 {
+			return fmt.Errorf("%s", r)
+		}
+		return nil
+	})
 	if after := expressAcks(t, e); after <= before {
 		t.Fatalf("express acks %v → %v: the append after the class change did not go to the express chain", before, after)
 	}
@@ -291,24 +290,20 @@ func TestMetricsAPI(t *testing.T) {
 		t.Fatalf("active-basins: %+v", m)
 	}
 	// Storage appears once the absorb has written the stream's refs.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, "the stream's storage above 0", func() bool {
 		s := get("/v1/metrics/mtr-basin/m?set=storage").Values[0].Gauge
 		b := get("/v1/metrics/mtr-basin?set=storage").Values[0].Gauge
 		if s == nil || b == nil || s.Unit != "bytes" || len(s.Values) != 1 {
 			t.Fatalf("storage: %+v %+v", s, b)
 		}
-		if s.Values[0][1] > 0 {
-			if b.Values[0][1] != s.Values[0][1] {
-				t.Fatalf("basin storage %v, its one stream %v", b.Values[0][1], s.Values[0][1])
-			}
-			break
+		if s.Values[0][1] == 0 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("stream storage still 0 after 30 s")
+		if b.Values[0][1] != s.Values[0][1] {
+			t.Fatalf("basin storage %v, its one stream %v", b.Values[0][1], s.Values[0][1])
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return true
+	})
 	// Errors: an unknown set, a bad interval, a bad name, a missing stream.
 	want(t, e.call("GET", "/v1/metrics?set=storage", nil), 400, api.CodeBadQuery)
 	want(t, e.call("GET", "/v1/metrics/mtr-basin?set=append-ops&interval=week", nil), 400, api.CodeBadQuery)

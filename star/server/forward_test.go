@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
@@ -183,9 +185,9 @@ func TestForwardFailsOverWhenLeaderStops(t *testing.T) {
 }
 
 // appendLoop appends one record at a time to stream through e (HTTP/1.1,
-// no client retry) until stop, and reports the statuses and the acked
-// seq nums with their bodies.
-func appendLoop(e *env, basin, stream, prefix string, stop <-chan struct{}) (statuses map[int]int, acked map[uint64]string) {
+// no client retry) until stop, counting the acks in oks (when not nil),
+// and reports the statuses and the acked seq nums with their bodies.
+func appendLoop(e *env, basin, stream, prefix string, stop <-chan struct{}, oks *atomic.Int64) (statuses map[int]int, acked map[uint64]string) {
 	statuses, acked = map[int]int{}, map[uint64]string{}
 	for i := 0; ; i++ {
 		select {
@@ -208,6 +210,9 @@ func appendLoop(e *env, basin, stream, prefix string, stop <-chan struct{}) (sta
 		if res.StatusCode == 200 {
 			if ack, err := api.DecodeAppendAckJSON(b); err == nil {
 				acked[ack.Start.SeqNum] = body
+				if oks != nil {
+					oks.Add(1)
+				}
 			}
 		}
 		time.Sleep(time.Millisecond)
@@ -255,16 +260,19 @@ func TestForwardFollowsHandoff(t *testing.T) {
 			done := make(chan struct{})
 			var statuses map[int]int
 			var acked map[uint64]string
+			var oks atomic.Int64
 			go func() {
 				defer close(done)
-				statuses, acked = appendLoop(b, "hand-basin", "s", "through-b", stop)
+				statuses, acked = appendLoop(b, "hand-basin", "s", "through-b", stop, &oks)
 			}()
-			time.Sleep(100 * time.Millisecond)
+			// Ten appends acknowledged before the handoff and ten after it.
+			poll.Until(t, 10*time.Second, "appends through b before the handoff", func() bool { return oks.Load() >= 10 })
 			res, err := a.n.Handoff(context.Background(), "hand-basin", "s", to)
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond)
+			after := oks.Load()
+			poll.Until(t, 10*time.Second, "appends through b after the handoff", func() bool { return oks.Load() >= after+10 })
 			close(stop)
 			<-done
 			retried := metricValue(t, b, `starlog_http_forwarded_total{result="retried"}`)
@@ -322,7 +330,7 @@ func TestForwardThroughMetastoreOutage(t *testing.T) {
 	var acked map[uint64]string
 	go func() {
 		defer close(done)
-		statuses, acked = appendLoop(b, "out-basin", "s", "through-b", stop)
+		statuses, acked = appendLoop(b, "out-basin", "s", "through-b", stop, nil)
 	}()
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		for _, e := range []*env{a, b} {
@@ -339,24 +347,18 @@ func TestForwardThroughMetastoreOutage(t *testing.T) {
 	}
 	aMeta.SetUnavailable(false)
 	bMeta.SetUnavailable(false)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		r := b.appendJSON("out-basin", "s", textRecords("after", 1))
-		if r.status == 200 {
-			break
+	poll.UntilErr(t, 5*time.Second, "an append through b after the outage", func() error {
+		if r := b.appendJSON("out-basin", "s", textRecords("after", 1)); r.status != 200 {
+			return fmt.Errorf("%s", r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("append through b after the outage: %s", r)
-		}
-	}
+		return nil
+	})
 	// Reads answer from a's memory again once its heartbeat has landed.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		r := b.stream("out-basin", "GET", "streams/s/records/tail", nil)
-		if r.status == 200 {
-			break
+	poll.UntilErr(t, 5*time.Second, "a check-tail through b after the outage", func() error {
+		if r := b.stream("out-basin", "GET", "streams/s/records/tail", nil); r.status != 200 {
+			return fmt.Errorf("%s", r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("check-tail through b after the outage: %s", r)
-		}
-	}
+		return nil
+	})
 	checkAcked(t, b, "out-basin", "s", acked)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // The ten conformance scenarios of docs/design.md §16.3, at the HTTP level (the
@@ -352,8 +353,15 @@ func TestScenarioCommandsTimestampsDeletion(t *testing.T) {
 			t.Fatalf("deleting stream lists without deleted_at: %s", r)
 		}
 	}
-	time.Sleep(350 * time.Millisecond)
-	want(t, e.stream("cmd-basin", "GET", "streams/c", nil), 404, api.CodeStreamNotFound)
+	poll.Until(t, 10*time.Second, "the deletion to end", func() bool {
+		r := e.stream("cmd-basin", "GET", "streams/c", nil)
+		if r.status == 409 {
+			want(t, r, 409, api.CodeStreamDeletionPending)
+			return false
+		}
+		want(t, r, 404, api.CodeStreamNotFound)
+		return true
+	})
 	// Auto-create on append makes a new stream under the old name.
 	want(t, e.appendJSON("cmd-basin", "c", textRecords("new", 1)), 200, "")
 	if tail := e.tail("cmd-basin", "c"); tail.SeqNum != 1 {

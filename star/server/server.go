@@ -48,6 +48,10 @@ type Options struct {
 	// has no default: production passes the admin token and internal
 	// key, tests and `star dev --open` pass auth.Open().
 	Auth auth.Config
+	// TokenClock is the access tokens' clock: their expiry and the age
+	// of a cached check (nil: time.Now). Tests move it forward rather
+	// than wait.
+	TokenClock func() time.Time
 
 	// Resource limits (docs/security.md, "Resource limits").
 	//
@@ -171,6 +175,9 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	}
 	s := &Server{n: n, log: opts.Logger, failures: newFailureLog(opts.Logger), opts: opts, keys: keys, tokens: newTokenStore(keys, n.Meta()),
 		clients: newClientLimits(opts.ClientRate)}
+	if opts.TokenClock != nil {
+		s.tokens.now = opts.TokenClock
+	}
 	s.usage = newUsage(time.Now)
 	if s.codecs, err = newCodecs(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)

@@ -344,6 +344,8 @@ func TestScenarioAppendSession(t *testing.T) {
 	if _, err := s.fr.Next(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the terminal frame the response ends: %v", err)
 	}
+	// A negative check: nothing signals that an input was not applied,
+	// so give any straggler a deliberate 50 ms to land before the tail.
 	time.Sleep(50 * time.Millisecond)
 	if tail := e.tail("sess-basin", "a"); tail.SeqNum != 302 {
 		t.Fatalf("tail %d: inputs after the failure were applied", tail.SeqNum)

@@ -82,9 +82,10 @@ type tokenStore struct {
 // tokenRead is one metastore read of a token, shared by the checks that
 // wait for it.
 type tokenRead struct {
-	done chan struct{}
-	info *auth.Info
-	err  *api.Error
+	done    chan struct{}
+	info    *auth.Info
+	err     *api.Error
+	sharers int // checks sharing it besides the first (under tokenStore.mu; tests wait on it)
 }
 
 func newTokenStore(keys auth.Keys, ms meta.Store) *tokenStore {
@@ -176,7 +177,9 @@ func expiredErr(id string) *api.Error {
 func (t *tokenStore) loadShared(ctx context.Context, id string, h []byte) (*auth.Info, *api.Error) {
 	t.mu.Lock()
 	rd, waiting := t.reads[string(h)]
-	if !waiting {
+	if waiting {
+		rd.sharers++
+	} else {
 		rd = &tokenRead{done: make(chan struct{})}
 		t.reads[string(h)] = rd
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 )
@@ -72,10 +73,16 @@ func TestTokenChecksShareOneRead(t *testing.T) {
 			}
 		})
 	}
-	// Let every check reach the metastore (or the read in flight).
-	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline) && ms.gets.Load() < sessions; {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Let every check reach the metastore or join the read in flight.
+	poll.Until(t, 10*time.Second, "every check at the metastore or sharing a read", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		shared := 0
+		for _, rd := range ts.reads {
+			shared += rd.sharers
+		}
+		return ms.gets.Load()+int64(shared) >= sessions
+	})
 	close(ms.gate)
 	wg.Wait()
 	close(errs)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -26,6 +27,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 )
@@ -239,23 +241,20 @@ func TestPoisonMessageDeadLetters(t *testing.T) {
 	}
 	h := handler.Queue(rt, settle.KindSettle)
 	receives := map[string][]int{}
-	// Poll as the event source mapping does until the queue has stayed
-	// empty for longer than the visibility timeout: every failed message
-	// has come back maxReceive times and then left for the DLQ.
-	lastSeen, deadline := time.Now(), time.Now().Add(45*time.Second)
-	for time.Since(lastSeen) < 2500*time.Millisecond {
-		if time.Now().After(deadline) {
-			t.Fatalf("messages still arriving after 45 s: %v", receives)
-		}
+	// Poll as the event source mapping does until every failed message
+	// has come back maxReceive times and then left for the DLQ (SQS moves
+	// it there on the receive after its last).
+	if err := poll.Wait(45*time.Second, func() error {
 		msgs, resp, err := srv.Deliver(ctx, q, 10, h)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(msgs) == 0 {
-			time.Sleep(100 * time.Millisecond)
-			continue
+			if dead, err := srv.Peek(ctx, q.DLQ); err != nil || len(dead) < 3 {
+				return fmt.Errorf("dead-letter queue holds %d of 3 (%v)", len(dead), err)
+			}
+			return nil
 		}
-		lastSeen = time.Now()
 		failed := failures(resp)
 		for _, m := range msgs {
 			id := aws.ToString(m.MessageId)
@@ -265,6 +264,9 @@ func TestPoisonMessageDeadLetters(t *testing.T) {
 			c, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 			receives[aws.ToString(m.Body)] = append(receives[aws.ToString(m.Body)], c)
 		}
+		return errors.New("messages still arriving")
+	}); err != nil {
+		t.Fatalf("after 45 s: %v; received %v", err, receives)
 	}
 	if len(receives) != 4 {
 		t.Fatalf("received %d distinct messages, want 4: %v", len(receives), receives)

@@ -16,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auditor"
@@ -79,7 +80,7 @@ func TestSettleRunsOnceAcrossRuntimes(t *testing.T) {
 	}
 	e.WaitAbsorbed()
 	e.Loglet.Close()
-	time.Sleep(50 * time.Millisecond) // markers ripen at their 10 ms age cap
+	e.WaitRipe()
 	jobs, err := auditjob.Plan(ctx, e.Stores, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -124,13 +125,9 @@ func TestSettleRunsOnceAcrossRuntimes(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); r.Run(rctx) }() //nolint:errcheck // returns nil
-	deadline := time.Now().Add(time.Minute)
-	for seriesValue(t, reg, "starlog_auditor_jobs_total", "settle", "done")+seriesValue(t, reg, "starlog_auditor_jobs_total", "settle", "retried") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the runner ran no settle job")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, time.Minute, "the runner to run a settle job", func() bool {
+		return seriesValue(t, reg, "starlog_auditor_jobs_total", "settle", "done")+seriesValue(t, reg, "starlog_auditor_jobs_total", "settle", "retried") > 0
+	})
 	stop()
 	<-stopped
 	skipped := seriesValue(t, reg, "starlog_settle_jobs_skipped_total", "express", "settle")

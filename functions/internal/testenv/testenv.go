@@ -10,6 +10,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/starlog/starlog/shared/meta/dynamo"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	s3store "github.com/starlog/starlog/shared/objstore/s3"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/facade"
@@ -262,28 +264,39 @@ func (e *Env) Acked(id string) uint64 {
 // every epoch below the head is absorbed up to its cut.
 func (e *Env) WaitAbsorbed() {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		done := true
+	if poll.Wait(30*time.Second, func() error {
 		for _, id := range e.IDs() {
 			rows := e.Rows(id)
 			if len(rows) == 0 || rows[len(rows)-1].EndSeq != e.Acked(id) {
-				done = false
+				return errNotYet
 			}
 		}
 		for _, ep := range e.Epochs() {
 			if ep.Cut != nil && ep.Checkpoint < *ep.Cut {
-				done = false
+				return errNotYet
 			}
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("not absorbed after 30 s: epochs %+v", e.Epochs())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}) != nil {
+		e.t.Fatalf("not absorbed after 30 s: epochs %+v", e.Epochs())
 	}
+}
+
+var errNotYet = errors.New("not yet")
+
+// WaitRipe waits until every live marker has passed its ripening time, so
+// that a plan from now on finds each one's era ripe.
+func (e *Env) WaitRipe() {
+	e.t.Helper()
+	poll.Until(e.t, 10*time.Second, "every marker ripe", func() bool {
+		now := time.Now().UnixMilli()
+		for _, m := range e.Markers() {
+			if m.Ripen >= now {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // Halt halts the loglet's epoch: two zones go dark past the flight

@@ -18,6 +18,7 @@ import (
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/meta/metatest"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -329,17 +330,15 @@ func TestKillNineKeepsAckedWrites(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, _ := os.ReadFile(out); strings.Count(string(b), "\n") >= 50 {
-			break
+	if poll.Wait(20*time.Second, func() error {
+		if b, _ := os.ReadFile(out); strings.Count(string(b), "\n") < 50 {
+			return errors.New("fewer than 50 writes acknowledged")
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatal("helper made no progress")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}) != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("helper made no progress")
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

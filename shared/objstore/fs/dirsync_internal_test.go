@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // fakeSyncs is a directory fsync the test releases by hand, one at a time.
@@ -54,7 +56,7 @@ func TestDirSyncsShareTheNextSync(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { call("b") })
 	wg.Go(func() { call("c") })
-	waitFor(t, func() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.dirs["/x"].refs == 3 })
+	poll.Until(t, long, "three callers on /x", func() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.dirs["/x"].refs == 3 })
 
 	f.release <- nil // generation 1 done: covers a only
 	if got := <-results; got != "a" {
@@ -110,17 +112,6 @@ func TestDirSyncsFoldersIndependent(t *testing.T) {
 	f.release <- nil
 	<-done
 	<-done
-}
-
-func waitFor(t *testing.T, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(long)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // Concurrent creates into one folder on a real store: every one succeeds

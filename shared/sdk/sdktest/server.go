@@ -81,6 +81,8 @@ type Server struct {
 	mu           sync.Mutex
 	appendCalls  int
 	readSessions []url.Values
+	following    int // reads past their start: sessions, and long polls waiting
+	heartbeats   int
 	appendSess   int
 }
 
@@ -141,6 +143,30 @@ func (s *Server) ReadSessions() []url.Values {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]url.Values(nil), s.readSessions...)
+}
+
+// ReadsFollowing is the number of reads whose start position is fixed, so
+// that a record appended from then on is one they deliver: read sessions
+// once open, long polls once waiting. A test that reads new records waits
+// on it before appending them.
+func (s *Server) ReadsFollowing() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.following
+}
+
+// Heartbeats is the number of heartbeats sent on read sessions while they
+// were idle.
+func (s *Server) Heartbeats() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heartbeats
+}
+
+func (s *Server) count(n *int) {
+	s.mu.Lock()
+	*n++
+	s.mu.Unlock()
 }
 
 // Records returns a copy of a stream's records (nil if it does not exist).
@@ -670,6 +696,7 @@ func (s *Server) readUnary(w http.ResponseWriter, r *http.Request, bname, name s
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	var recs []api.Record
+	waiting := false
 	for {
 		s.st.mu.Lock()
 		_, st, aerr := s.streamLocked(bname, name, s.autoCreateLocked(bname, false))
@@ -692,6 +719,10 @@ func (s *Server) readUnary(w http.ResponseWriter, r *http.Request, bname, name s
 			break
 		}
 		// Long poll: re-resolve a seq num start after new records.
+		if !waiting {
+			waiting = true
+			s.count(&s.following)
+		}
 		req.From, req.Value = api.FromSeqNum, start
 		select {
 		case <-notify:
@@ -736,6 +767,7 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, bname, name
 		writeError(w, aerr)
 		return
 	}
+	s.count(&s.following)
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", api.ContentTypeS2S)
 	w.WriteHeader(http.StatusOK)
@@ -814,9 +846,13 @@ func (s *Server) readSession(w http.ResponseWriter, r *http.Request, bname, name
 		select {
 		case <-notify:
 		case <-hb.C:
-			if !fault.NoHeartbeats && !send(&api.ReadBatch{Tail: &tail}) {
+			if fault.NoHeartbeats {
+				continue
+			}
+			if !send(&api.ReadBatch{Tail: &tail}) {
 				return
 			}
+			s.count(&s.heartbeats)
 		case <-idleC:
 			return
 		case <-r.Context().Done():

@@ -3,7 +3,6 @@ package interop_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 )
 
@@ -210,25 +210,20 @@ func buildStar(t *testing.T, root string) string {
 func waitHealthy(t *testing.T, srv *testsvc.Process, url string, timeout time.Duration) {
 	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
+	if err := poll.Wait(timeout, func() error {
 		resp, err := client.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			err = fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		if err != nil {
+			return err
 		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("star dev not healthy at %s after %v: %v\n%s", url, timeout, err, srv.Output())
 	}
-	if last == nil {
-		last = errors.New("no attempt made")
-	}
-	t.Fatalf("star dev not healthy at %s after %v: %v\n%s", url, timeout, last, srv.Output())
 }
 
 // tail is the last n bytes of s, cut at a line start.
