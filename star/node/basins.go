@@ -65,7 +65,7 @@ func (n *Node) fetchBasin(ctx context.Context, name string) (*basinEntry, error)
 	if err != nil {
 		return nil, err
 	}
-	row, err := decodeBasinRow(it)
+	row, err := meta.DecodeBasinRow(it)
 	if err != nil {
 		return nil, fmt.Errorf("decode basin: %w", err)
 	}
@@ -359,7 +359,7 @@ func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at t
 		}
 		var items []meta.Item
 		for _, it := range pg.Items {
-			row, err := decodeStreamRow(it)
+			row, err := meta.DecodeStreamRow(it)
 			if err != nil || row.BasinID != basinID || row.DeletedAt != nil {
 				continue // not this basin's, or tombstoned when it was deleted
 			}
@@ -401,7 +401,7 @@ func (n *Node) tombstoneStreams(ctx context.Context, basin, basinID string, at t
 func (n *Node) ListBasins(ctx context.Context, req api.ListRequest) (api.ListBasinsResponse, error) {
 	now := n.now()
 	basins, more, err := scanRows(ctx, n, BasinDirPK, "", "~", req, func(name string, it meta.Item) (api.BasinInfo, bool, error) {
-		row, err := decodeRow[BasinDirRow](it)
+		row, err := meta.DecodeBasinDirRow(it)
 		if err != nil {
 			return api.BasinInfo{}, false, err
 		}

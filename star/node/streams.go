@@ -77,7 +77,7 @@ func (n *Node) fetchStream(ctx context.Context, key streamKey) (*streamEntry, er
 	if err != nil {
 		return nil, n.storageErr("read stream", err)
 	}
-	row, err := decodeStreamRow(it)
+	row, err := meta.DecodeStreamRow(it)
 	if err != nil {
 		return nil, n.storageErr("decode stream", err)
 	}
@@ -228,7 +228,7 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		it, err := n.meta.Get(ctx, k.PK, k.SK)
 		switch {
 		case err == nil:
-			row, err := decodeStreamRow(it)
+			row, err := meta.DecodeStreamRow(it)
 			if err != nil {
 				return nil, nil, false, n.storageErr("decode stream", err)
 			}
@@ -601,7 +601,7 @@ func (n *Node) ListStreams(ctx context.Context, basin string, req api.ListReques
 	pk := meta.StreamNameKey(basin, "").PK
 	// "s$" sorts right after every "s#…" key and is never a key itself.
 	list, more, err := scanRows(ctx, n, pk, streamNamePrefix, "s$", req, func(name string, it meta.Item) (api.StreamInfo, bool, error) {
-		row, err := decodeStreamRow(it)
+		row, err := meta.DecodeStreamRow(it)
 		if err != nil {
 			return api.StreamInfo{}, false, err
 		}
@@ -651,7 +651,7 @@ func (n *Node) BasinStorageBytes(ctx context.Context, basin string) (uint64, err
 			return 0, n.storageErr("list streams", err)
 		}
 		for _, it := range pg.Items {
-			row, err := decodeStreamRow(it)
+			row, err := meta.DecodeStreamRow(it)
 			if err != nil || row.BasinID != b.row.ID || lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, now) != alive {
 				continue
 			}
