@@ -8,6 +8,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/loglet"
 )
 
@@ -53,11 +54,11 @@ func (n *Node) Handoff(ctx context.Context, basin, name, to string) (HandoffResu
 		target = &NotLeaderError{Address: reg.Address}
 		target.Leader.Star, target.Leader.Incarnation = to, reg.Incarnation
 	}
-	_, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+	_, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{})
 	if err != nil {
 		return HandoffResult{}, err
 	}
-	id := e.row.ID
+	id := e.Row.ID
 	if target != nil {
 		target.StreamID = id
 	}
@@ -97,7 +98,7 @@ func (n *Node) release(ctx context.Context, id string, l *ledStream, target *Not
 	if err := n.awaitCovered(ctx, id, l, end); err != nil {
 		if ctx.Err() != nil && l.loglet.Err() == nil {
 			l.moving.Store(nil)
-			return 0, contextError(ctx.Err())
+			return 0, catalog.ContextError(ctx.Err())
 		}
 		return 0, err
 	}

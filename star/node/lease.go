@@ -16,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/loglet"
 )
 
@@ -434,7 +435,7 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		nv, err := leader.Acquire(ctx, n.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
 			if err := ctx.Err(); err != nil {
-				return meta.Lease{}, 0, contextError(err)
+				return meta.Lease{}, 0, catalog.ContextError(err)
 			}
 			continue
 		}
@@ -459,7 +460,7 @@ func (n *Node) gate(ctx context.Context, id string, l meta.Lease, ver int64) err
 			for _, class := range []meta.Class{meta.Standard, meta.Express} {
 				key := settleKey{star: h.Star, class: class, inc: h.Incarnation}
 				if err := n.lease.runner.wait(ctx, key, n.settleFn); err != nil {
-					if e := contextError(err); e != nil {
+					if e := catalog.ContextError(err); e != nil {
 						return e
 					}
 					n.log.Error("open gate: settling a previous leader's chain failed", "stream", id, "chain", h.Star+"/"+string(class), "err", err)
@@ -667,15 +668,15 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if api.ValidateStreamName(name) != nil {
 		return nil
 	}
-	b, err := n.liveBasin(ctx, basin)
+	b, err := n.LiveBasin(ctx, basin)
 	if err != nil {
 		return nil
 	}
-	_, e, err := n.stream(ctx, b, basin, name)
+	_, e, err := n.Stream(ctx, b, basin, name)
 	if err != nil || e == nil {
 		return nil
 	}
-	id := e.row.ID
+	id := e.Row.ID
 	if n.ledIfOpen(id) != nil {
 		return nil
 	}

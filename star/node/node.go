@@ -29,6 +29,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	objmetrics "github.com/starlog/starlog/shared/objstore/metrics"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -68,6 +69,10 @@ type Hooks struct {
 
 // Node is one running star.
 type Node struct {
+	// The catalog (basins and streams) serves the resource API: its
+	// exported methods are the node's.
+	*catalog.Catalog
+
 	cfg Config
 	log *slog.Logger
 	reg *prometheus.Registry
@@ -79,7 +84,6 @@ type Node struct {
 	meta        meta.Store
 	objects     objstore.Store
 	now         func() time.Time
-	ids         func() string // Deps.NewID
 	reader      *reader.Reader
 	loglets     map[meta.Class]*loglet.Loglet
 	commits     []commitSource // the loglets, Standard first
@@ -91,16 +95,13 @@ type Node struct {
 	regVer  int64
 	lease   *leadership
 
-	mu      sync.Mutex
-	basins  map[string]*basinEntry
-	streams map[streamKey]*streamEntry
-	led     map[string]*ledSlot // by stream id
+	mu  sync.Mutex
+	led map[string]*ledSlot // by stream id
 	// unretired are deleted streams this star stopped leading whose lease
 	// it has yet to retire (id → name; retryRetires).
 	unretired map[string]string
 
-	limits  *appendLimits
-	catalog *catalogMetrics
+	limits *appendLimits
 
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
@@ -144,11 +145,8 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		log:     deps.Logger,
 		reg:     deps.Registry,
 		now:     deps.Now,
-		ids:     deps.NewID,
 		peerHdr: deps.PeerHeader,
 		loglets: map[meta.Class]*loglet.Loglet{},
-		basins:  map[string]*basinEntry{},
-		streams: map[streamKey]*streamEntry{},
 
 		led:       map[string]*ledSlot{},
 		unretired: map[string]string{},
@@ -164,9 +162,6 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	n.log = n.log.With("star", cfg.StarID)
 	if n.now == nil {
 		n.now = time.Now
-	}
-	if n.ids == nil {
-		n.ids = newID
 	}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
@@ -192,13 +187,15 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		}
 		n.ownMeta = ms
 	}
-	n.catalog = newCatalogMetrics(n)
 	if n.limits, err = newAppendLimits(cfg.Limits, n.reg); err != nil {
 		return nil, fmt.Errorf("node: rate limit metrics: %w", err)
 	}
 	if n.meta, err = wrapMeta(ms, n.reg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	n.Catalog = catalog.New(catalog.Config{DeletionPending: cfg.DeletionPending, BasinCacheTTL: cfg.BasinCacheTTL}, catalog.Deps{
+		Meta: n.meta, Now: n.now, NewID: deps.NewID, Logger: n.log, Registry: n.reg, Leader: catalogLeader{n},
+	})
 	objs := deps.Objects
 	if objs == nil {
 		all := append(append([]string(nil), cfg.Standard.Buckets...), cfg.Express.Buckets...)

@@ -9,6 +9,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/catalog"
 )
 
 // The delete fence (issue 26): a stream's appends are acknowledged from
@@ -32,7 +33,7 @@ import (
 // row check. The stream's rows must already say it is deleted or
 // replaced: a live stream's lease is never retired.
 func (n *Node) retireLease(ctx context.Context, id, name string) error {
-	for range maxCatalogAttempts {
+	for range catalog.MaxAttempts {
 		v, ver, d, err := n.judge(ctx, id)
 		if err != nil {
 			return n.storageErr("resolve lease", err)
@@ -73,7 +74,7 @@ func (n *Node) retireLease(ctx context.Context, id, name string) error {
 		nv, err := leader.Acquire(ctx, n.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
 			if err := ctx.Err(); err != nil {
-				return contextError(err)
+				return catalog.ContextError(err)
 			}
 			continue
 		}

@@ -3,16 +3,13 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"maps"
 	"net/http"
-	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/star/catalog"
 )
 
 // The row check: a star re-reads the basin and stream rows of every
@@ -50,70 +47,25 @@ func (n *Node) startRowCheck() {
 	})
 }
 
-// checkLedRows runs one row check, of the streams of basin only ("": of
-// every basin), and returns how many streams it stopped.
+// checkLedRows runs one row check (catalog.CheckRows), of the streams of
+// basin only ("": of every basin), and returns how many streams it
+// stopped.
 func (n *Node) checkLedRows(ctx context.Context, only string) int {
-	byBasin := map[string][]*ledStream{}
-	ids := map[*ledStream]string{}
 	n.mu.Lock()
 	slots := make(map[string]*ledSlot, len(n.led))
 	for id, s := range n.led {
 		slots[id] = s
 	}
 	n.mu.Unlock()
+	var led []catalog.Led
 	for id, s := range slots {
 		s.mu.Lock()
-		if l := s.l; l != nil && (only == "" || l.key.basin == only) {
-			byBasin[l.key.basin] = append(byBasin[l.key.basin], l)
-			ids[l] = id
+		if l := s.l; l != nil && (only == "" || l.key.Basin == only) {
+			led = append(led, catalog.Led{ID: id, Key: l.key})
 		}
 		s.mu.Unlock()
 	}
-	var (
-		stopped atomic.Int64
-		wg      sync.WaitGroup
-		sem     = make(chan struct{}, rowCheckReads)
-	)
-	// In a fixed order (basins by name, their streams by id), so a
-	// simulation that schedules the reads replays the same check.
-	for _, basin := range slices.Sorted(maps.Keys(byBasin)) {
-		led := byBasin[basin]
-		slices.SortFunc(led, func(a, b *ledStream) int { return strings.Compare(ids[a], ids[b]) })
-		b, err := n.fetchBasin(ctx, basin)
-		if err != nil {
-			continue // judged at the next check
-		}
-		for _, l := range led {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				id := ids[l]
-				e, err := n.fetchStream(ctx, l.key)
-				if err != nil || rowsLive(b, e, id, n.cfg.DeletionPending, n.now()) {
-					return
-				}
-				n.log.Info("row check: stopped leading a stream deleted or replaced elsewhere", "basin", basin, "stream", l.name, "id", id)
-				n.stopDeleted(ctx, id, l.name)
-				n.catalog.stopped.Inc()
-				stopped.Add(1)
-			})
-		}
-	}
-	wg.Wait()
-	return int(stopped.Load())
-}
-
-// rowCheckReads bounds the row check's reads in flight, so a star leading
-// many streams checks them all within a period (10,000 streams at 5 ms a
-// read: about 3 s).
-const rowCheckReads = 16
-
-// rowsLive says whether basin row b and stream row e (nil: none) still
-// make stream id live: the basin alive, the name row naming id in it, not
-// deleted.
-func rowsLive(b *basinEntry, e *streamEntry, id string, pending time.Duration, now time.Time) bool {
-	return b != nil && e != nil && lifecycleOf(b.row.DeletedAt, pending, now) == alive &&
-		e.row.ID == id && e.row.BasinID == b.row.ID && e.row.DeletedAt == nil
+	return n.CheckRows(ctx, led, func(l catalog.Led) { n.stopDeleted(ctx, l.ID, l.Key.Name) })
 }
 
 // RecheckBasin runs the row check of basin's streams now, at a peer's word

@@ -1,9 +1,10 @@
 package node
 
 import (
-	"time"
+	"context"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/catalog"
 )
 
 // The catalog's rows are defined once, in shared/meta (basinrow.go,
@@ -27,24 +28,13 @@ type (
 	Tombstone   = meta.Tombstone
 )
 
-const streamNamePrefix = meta.StreamNamePrefix
+// DefaultBasinCacheTTL is catalog.DefaultBasinCacheTTL.
+const DefaultBasinCacheTTL = catalog.DefaultBasinCacheTTL
 
-// lifecycle is where a deleted resource stands at time now.
-type lifecycle uint8
+// ReplaceDeleting is catalog.ReplaceDeleting: a stream created through ctx
+// replaces one of its name whose deletion is pending (star/durable).
+func ReplaceDeleting(ctx context.Context) context.Context { return catalog.ReplaceDeleting(ctx) }
 
-const (
-	alive lifecycle = iota
-	deleting
-	gone
-)
-
-func lifecycleOf(deletedAt *time.Time, pending time.Duration, now time.Time) lifecycle {
-	switch {
-	case deletedAt == nil:
-		return alive
-	case now.Sub(*deletedAt) < pending:
-		return deleting
-	default:
-		return gone
-	}
-}
+// storageErr wraps a metastore failure as the API's 500 storage
+// (catalog.StorageErr).
+func (n *Node) storageErr(what string, err error) error { return catalog.StorageErr(n.log, what, err) }

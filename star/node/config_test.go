@@ -1,23 +1,6 @@
 package node
 
-import (
-	"testing"
-	"time"
-)
-
-func TestLifecycle(t *testing.T) {
-	now := time.Now()
-	del := now.Add(-time.Second)
-	if lifecycleOf(nil, time.Minute, now) != alive {
-		t.Fatal("undeleted is alive")
-	}
-	if lifecycleOf(&del, time.Minute, now) != deleting {
-		t.Fatal("recently deleted is deleting")
-	}
-	if lifecycleOf(&del, time.Second, now) != gone {
-		t.Fatal("deleted past the pending time is gone")
-	}
-}
+import "testing"
 
 func TestValidateStarID(t *testing.T) {
 	for _, ok := range []string{"a", "star-1", "ip-10-0-0-1"} {
