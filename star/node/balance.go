@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/lead"
 )
 
 // The balancer spreads leadership across live stars (issue 6). Every
@@ -104,52 +104,6 @@ func (n *Node) Balance(ctx context.Context) (int, error) {
 	return n.balanceRound(ctx)
 }
 
-// starLoad is a live star that takes leases and how many streams it leads.
-type starLoad struct {
-	Star  string
-	Leads int
-}
-
-// balanceMove hands stream StreamID to star To.
-type balanceMove struct {
-	StreamID, To string
-}
-
-// planBalance decides a round: this star leads the streams mine (ids),
-// peers are the other live stars with their counts. share is ⌈total /
-// stars⌉. It plans no move unless this star leads more than share+1; then
-// it moves len(mine)-share streams, smallest ids first, each to the peer
-// with the fewest leads (counting the moves planned before it; ties go to
-// the smaller star id) while that peer is below the share.
-func planBalance(mine []string, peers []starLoad) (moves []balanceMove, share int) {
-	total := len(mine)
-	for _, p := range peers {
-		total += max(p.Leads, 0)
-	}
-	stars := len(peers) + 1
-	share = (total + stars - 1) / stars
-	if len(mine) <= share+1 {
-		return nil, share
-	}
-	ids := slices.Clone(mine)
-	slices.Sort(ids)
-	load := slices.Clone(peers)
-	for _, id := range ids[:len(ids)-share] {
-		to := -1
-		for i, p := range load {
-			if p.Leads < share && (to < 0 || p.Leads < load[to].Leads || p.Leads == load[to].Leads && p.Star < load[to].Star) {
-				to = i
-			}
-		}
-		if to < 0 {
-			break
-		}
-		load[to].Leads++
-		moves = append(moves, balanceMove{StreamID: id, To: load[to].Star})
-	}
-	return moves, share
-}
-
 // balanceRound is one round: count, plan, hand off one stream at a time.
 func (n *Node) balanceRound(ctx context.Context) (int, error) {
 	n.balance.round.Lock()
@@ -162,7 +116,7 @@ func (n *Node) balanceRound(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	mine := n.ledForBalance()
-	moves, share := planBalance(mine, peers)
+	moves, share := lead.PlanBalance(mine, peers)
 	if len(moves) == 0 {
 		return 0, nil
 	}
@@ -195,9 +149,9 @@ func (n *Node) mayBalance() bool {
 // livePeers lists the other stars that take leases: in the directory,
 // registered, state live (not draining), heartbeat younger than the
 // dead-after bound, and with an address to forward to.
-func (n *Node) livePeers(ctx context.Context) ([]starLoad, error) {
-	all, err := n.liveStars(ctx)
-	return slices.DeleteFunc(all, func(s starLoad) bool { return s.Star == n.cfg.StarID }), err
+func (n *Node) livePeers(ctx context.Context) ([]lead.StarLoad, error) {
+	all, err := n.lease.LiveStars(ctx)
+	return slices.DeleteFunc(all, func(s lead.StarLoad) bool { return s.Star == n.cfg.StarID }), err
 }
 
 // LiveStars lists the ids of the stars that take leases (livePeers' rule,
@@ -205,7 +159,7 @@ func (n *Node) livePeers(ctx context.Context) ([]starLoad, error) {
 // every star reading the same rows gets the same list, so work divided by
 // it (Durable Streams subscriptions) has one owner.
 func (n *Node) LiveStars(ctx context.Context) ([]string, error) {
-	all, err := n.liveStars(ctx)
+	all, err := n.lease.LiveStars(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -214,26 +168,6 @@ func (n *Node) LiveStars(ctx context.Context) ([]string, error) {
 		ids[i] = all[i].Star
 	}
 	return ids, nil
-}
-
-func (n *Node) liveStars(ctx context.Context) ([]starLoad, error) {
-	ids, err := leader.Stars(ctx, n.meta)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	var stars []starLoad
-	for _, id := range ids {
-		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, id)
-		if err != nil {
-			return nil, err
-		}
-		if !ok || reg.State != StateLive || reg.Address == "" || !leader.Live(reg, reg.Incarnation, now, n.cfg.DeadAfter) {
-			continue
-		}
-		stars = append(stars, starLoad{Star: id, Leads: reg.Leads})
-	}
-	return stars, nil
 }
 
 // ledForBalance lists the ids of the streams open here that no handoff is
@@ -256,7 +190,7 @@ func (n *Node) ledForBalance() []string {
 
 // balanceHandoff hands m's stream to m.To through Handoff, which takes the
 // stream's basin and name: its identity row names them.
-func (n *Node) balanceHandoff(ctx context.Context, m balanceMove) error {
+func (n *Node) balanceHandoff(ctx context.Context, m lead.BalanceMove) error {
 	k := meta.StreamMetaKey(m.StreamID)
 	it, err := n.meta.Get(ctx, k.PK, k.SK)
 	if err != nil {

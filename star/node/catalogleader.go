@@ -19,7 +19,7 @@ func (c catalogLeader) RetireLease(ctx context.Context, id, name string) error {
 	return c.n.retireLease(ctx, id, name)
 }
 
-func (c catalogLeader) TellPeers(ctx context.Context, basin string) { c.n.tellPeers(ctx, basin) }
+func (c catalogLeader) TellPeers(ctx context.Context, basin string) { c.n.lease.TellPeers(ctx, basin) }
 
 // Reconfigured applies a stream's new resolved config if it is led here:
 // its timestamping at once; with reopen, a new storage class releases the

@@ -107,14 +107,14 @@ func (n *Node) release(ctx context.Context, id string, l *ledStream, target *Not
 	if target != nil {
 		to = target.Leader.Star
 	}
-	err := leader.Release(ctx, n.meta, id, n.lease.me, frontier, to)
+	err := leader.Release(ctx, n.meta, id, n.lease.Me(), frontier, to)
 	// From here the stream is dropped whatever the outcome: after an
 	// uncertain release a peer may already hold the lease, and this star
 	// may reopen it safely (it holds none of its records in memory).
 	// The target is remembered before the drop: a request in between
 	// would otherwise find the stream unled here and take the lease back.
 	if target != nil {
-		n.lease.fwd.remember(target, n.cfg.LeaseCacheTTL)
+		n.lease.RememberForward(target)
 	}
 	n.drop(id, l)
 	if errors.Is(err, leader.ErrNotHolder) {

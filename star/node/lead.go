@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/facade"
+	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
 )
@@ -134,8 +135,8 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 	if n.isClosed() {
 		return nil, api.Unavailable("this star is shutting down; retry")
 	}
-	if !forwarded(ctx) {
-		if f := n.cachedForward(id); f != nil {
+	if !lead.IsForwarded(ctx) {
+		if f := n.lease.CachedForward(id); f != nil {
 			return nil, f
 		}
 	}
@@ -147,11 +148,11 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 	if err != nil {
 		return nil, err
 	}
-	lease, ver, err := n.claim(ctx, id, e.Key.Name)
+	lease, ver, err := n.lease.Claim(ctx, id, e.Key.Name, n.drainingErr)
 	if err != nil {
 		return nil, err
 	}
-	if err := n.gate(ctx, id, lease, ver); err != nil {
+	if err := n.lease.Gate(ctx, id, lease, ver); err != nil {
 		return nil, err
 	}
 	if h := n.hooks.BeforeOpen; h != nil {
@@ -254,7 +255,7 @@ func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, uint64, error) {
 		if n.zombie() != nil || errors.Is(slot.l.loglet.Err(), loglet.ErrDeposed) {
 			n.log.Warn("shedding stream: this star no longer leads it", "stream", name, "id", slot.l.s.ID, "err", err)
 			slot.l = nil
-			n.lease.shed.Inc()
+			n.lease.CountShed()
 		}
 		return nil, 0, err
 	}

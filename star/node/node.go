@@ -30,6 +30,7 @@ import (
 	objmetrics "github.com/starlog/starlog/shared/objstore/metrics"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/catalog"
+	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -93,7 +94,7 @@ type Node struct {
 	hooks   Hooks
 	regn    Registration
 	regVer  int64
-	lease   *leadership
+	lease   *lead.Leadership
 
 	mu  sync.Mutex
 	led map[string]*ledSlot // by stream id
@@ -208,13 +209,19 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	}
 
 	registeredAt := time.Now()
-	n.regn, n.regVer, err = register(ctx, n.meta, cfg.StarID, cfg.Address, registeredAt)
+	n.regn, n.regVer, err = lead.Register(ctx, n.meta, cfg.StarID, cfg.Address, registeredAt)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	inc := chain.Incarnation(cfg.StarID, n.regn.Incarnation)
 	n.log = n.log.With("incarnation", n.regn.Incarnation)
-	if n.lease, err = newLeadership(meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, n.reg, registeredAt); err != nil {
+	n.lease, err = lead.New(lead.Config{
+		Me: meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, Registered: registeredAt,
+		Meta: n.meta, Objects: n.objects, Logger: n.log, Registry: n.reg,
+		DeadAfter: cfg.DeadAfter, LeaseCacheTTL: cfg.LeaseCacheTTL, RowCheckEvery: n.rowCheckEvery(),
+		Ripening: cfg.ripening, PeerTLS: cfg.PeerTLS, PeerHeader: n.peerHdr,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	// Heartbeat from now on: settling the chains below may take longer
@@ -334,7 +341,7 @@ func (n *Node) Healthy() error {
 // HeartbeatAge is the time since this star's last registry heartbeat was
 // written: a metastore outage shows here (and in the log), not as
 // unreadiness.
-func (n *Node) HeartbeatAge() time.Duration { return n.lease.sinceBeat() }
+func (n *Node) HeartbeatAge() time.Duration { return n.lease.SinceBeat() }
 
 // commitSource is one loglet as Healthy sees it (an interface, so a test
 // can stand in a condition a real loglet cannot be put in on demand).
@@ -362,7 +369,7 @@ func (n *Node) heartbeat(ctx context.Context) {
 		reg := n.regn
 		var newRun bool
 		reg.Heartbeat = sent.UnixMilli()
-		reg.ConnectedSince, newRun = n.lease.nextBeat(sent, n.cfg.DeadAfter)
+		reg.ConnectedSince, newRun = n.lease.NextBeat(sent, n.cfg.DeadAfter)
 		reg.Leads = n.leading()
 		if n.draining.Load() {
 			reg.State = StateDraining
@@ -371,22 +378,22 @@ func (n *Node) heartbeat(ctx context.Context) {
 		// context was cancelled would leave regVer stale, and Close's
 		// stopped mark would then lose its CAS.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.DeadAfter/2)
-		v, err := beat(wctx, n.meta, n.cfg.StarID, reg, n.regVer)
+		v, err := lead.Beat(wctx, n.meta, n.cfg.StarID, reg, n.regVer)
 		cancel()
 		next := n.cfg.HeartbeatEvery
 		switch {
-		case errors.Is(err, errSuperseded):
-			n.lease.superseded.Store(true)
+		case errors.Is(err, lead.ErrSuperseded):
+			n.lease.MarkSuperseded()
 			n.log.Error("registry: this incarnation was superseded or presumed dead by a peer; it leads no stream until restarted")
 			n.markZombie()
 			return
 		case err != nil:
 			n.log.Warn("registry heartbeat failed", "err", err)
-			n.lease.beatFailed()
+			n.lease.BeatFailed()
 			next = max(n.cfg.HeartbeatEvery/4, time.Millisecond)
 		default:
 			n.regVer = v
-			n.lease.beatAt(sent, newRun)
+			n.lease.BeatAt(sent, newRun)
 		}
 		// The loglets are Open's to write until it is done: the heartbeat
 		// starts before them.
@@ -422,8 +429,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.stopBalance()
 	n.stopBeat()
 	<-n.beatDone
-	n.lease.runner.close()
-	n.lease.fwd.close()
+	n.lease.Close()
 	// Absorb to the head (bounded: what is left, the settle walks), then
 	// stop the loglets: the chains' head epochs will not be written again.
 	actx, cancel := context.WithTimeout(ctx, closeAbsorbWait)
@@ -437,7 +443,7 @@ func (n *Node) Close(ctx context.Context) error {
 		l.Close()
 	}
 	var errs []error
-	markers, err := n.leaveSettleMarkers(ctx)
+	markers, err := n.lease.LeaveSettleMarkers(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -447,11 +453,11 @@ func (n *Node) Close(ctx context.Context) error {
 	// the stop is a decommission: the janitor may collect the chain garbage.
 	reg.Decommissioned = n.draining.Load() && n.ownSettled.Load()
 	// A zombie's row is no longer its own: there is nothing to mark.
-	if _, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil && !errors.Is(err, errSuperseded) {
+	if _, err := lead.Beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil && !errors.Is(err, lead.ErrSuperseded) {
 		errs = append(errs, err)
 	}
 	if markers > 0 {
-		nudged := n.nudgePeers(ctx)
+		nudged := n.lease.NudgePeers(ctx)
 		n.log.Info("close: left settle markers and nudged peers to settle them", "chains", markers, "peers", nudged)
 	}
 	if n.ownMeta != nil {
@@ -487,8 +493,7 @@ func (n *Node) abort() {
 		<-n.beatDone
 	}
 	if n.lease != nil {
-		n.lease.runner.close()
-		n.lease.fwd.close()
+		n.lease.Close()
 	}
 	for _, l := range n.loglets {
 		l.Close()

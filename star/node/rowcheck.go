@@ -2,13 +2,9 @@ package node
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"sync"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
-	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/star/catalog"
 )
 
@@ -81,40 +77,4 @@ func (n *Node) RecheckBasin(ctx context.Context, basin string) error {
 		n.log.Info("a peer deleted a basin: stopped leading its streams", "basin", basin, "streams", stopped)
 	}
 	return nil
-}
-
-// tellPeersTimeout bounds a basin delete's wait for one peer's answer.
-const tellPeersTimeout = 2 * time.Second
-
-// tellPeers asks every other live star to run the row check of a basin
-// this star deleted (POST SettlePath {basin}), and waits for their answers
-// (2 s each at most, all at once): a reachable peer stops leading the
-// basin's streams before the delete answers. Best effort: a peer that does
-// not answer stops at its next row check, and a re-create fences it
-// (retireLease).
-func (n *Node) tellPeers(ctx context.Context, basin string) {
-	ids, err := leader.Stars(ctx, n.meta)
-	if err != nil {
-		n.log.Warn("basin delete: list peers to tell", "basin", basin, "err", err)
-		return
-	}
-	body, _ := json.Marshal(SettleRequest{Basin: basin})
-	client := &http.Client{Timeout: tellPeersTimeout, Transport: &http.Transport{TLSClientConfig: n.cfg.PeerTLS}}
-	defer client.CloseIdleConnections()
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		if id == n.cfg.StarID {
-			continue
-		}
-		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, id)
-		if err != nil || !ok || reg.Address == "" || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) {
-			continue
-		}
-		wg.Go(func() {
-			if err := nudge(ctx, client, reg.Address, body, n.peerHdr); err != nil {
-				n.log.Warn("basin delete: a peer was not told (it stops at its next row check)", "basin", basin, "peer", id, "err", err)
-			}
-		})
-	}
-	wg.Wait()
 }
