@@ -46,7 +46,10 @@ func (e *NotLeaderError) Unwrap() error {
 type Config struct {
 	// Me is this incarnation of the star.
 	Me meta.LeaseHolder
-	// Registered is when its registration was written: its first beat.
+	// Reg is its registration as Register wrote it, at version RegVer;
+	// Registered is when (its first beat).
+	Reg        meta.Registration
+	RegVer     int64
 	Registered time.Time
 	Meta       meta.Store
 	Objects    objstore.Store
@@ -77,6 +80,7 @@ type Leadership struct {
 	// base anchors the monotonic clock of lastBeat, the offset of the
 	// last heartbeat that was written (taken before the write).
 	base       time.Time
+	regVer     int64 // the registry row's version, the heartbeat's to write
 	lastBeat   atomic.Int64
 	superseded atomic.Bool
 
@@ -102,7 +106,7 @@ type Leadership struct {
 // registration was written at cfg.Registered.
 func New(cfg Config) (*Leadership, error) {
 	ls := &Leadership{
-		cfg: cfg, me: cfg.Me, meta: cfg.Meta, log: cfg.Logger, base: cfg.Registered, fwd: newForwardCache(),
+		cfg: cfg, me: cfg.Me, meta: cfg.Meta, log: cfg.Logger, base: cfg.Registered, regVer: cfg.RegVer, fwd: newForwardCache(),
 		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "starlog", Subsystem: "leader", Name: "lease_acquisitions_total",
 			Help: "Stream leases this star acquired, by what it took them from (unled, dead, released, own).",

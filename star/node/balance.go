@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,32 +12,10 @@ import (
 	"github.com/starlog/starlog/star/lead"
 )
 
-// The balancer spreads leadership across live stars (issue 6). Every
-// Config.BalanceEvery, a star that is live (not draining, not a zombie)
-// reads the star directory and its peers' registrations, and compares the
-// streams it leads with the fair share, ⌈total leads / live stars⌉. Only a
-// star above share+1 acts (the one-stream slack keeps stars from trading
-// streams back and forth over rounding): it hands leads-share of its
-// streams off, one at a time, each to the live star furthest below the
-// share at that moment. No star sends a stream to a star at or above the
-// share, so streams flow only from stars above share+1 to stars below the
-// share, and rounds converge instead of trading streams back and forth.
-//
-// Counts: a star's own count is the streams open here now; a peer's is
-// the Leads of its last heartbeat. A handed-off stream counts for its new
-// leader once that star opens it, on the stream's next request; an idle
-// stream nobody asks for counts for no star, which is fair (it is no
-// load), so a star holding many idle streams may shed a few more of them
-// over the next rounds than one round's count says.
-//
-// Which streams move: the ones with the smallest ids. Ids are random, so
-// that is a deterministic pick spread over basins and names; a count
-// balancer has no reason to prefer one stream over another.
-//
-// A failed handoff (the stream was being moved already, its wait timed
-// out, the target went away) is logged and the round goes on with the next
-// move; the next round recounts. Handoffs run under the node's drain
-// context, so Close cancels one in flight before it releases the rest.
+// The balancer (star/lead's Balancer: its rule, plan and round) runs here
+// on a loop every Config.BalanceEvery; its handoffs run under the node's
+// drain context, so Close cancels one in flight before it releases the
+// rest.
 
 // balanceHandoffTimeout bounds one handoff of the balancer (its wait for
 // the stream's pending appends and the absorb); on timeout the stream
@@ -48,10 +24,8 @@ const balanceHandoffTimeout = 10 * time.Second
 
 // balancer is the node's balancer state.
 type balancer struct {
-	// round serialises rounds (the loop's and Balance calls).
-	round    sync.Mutex
-	handoffs prometheus.Counter
-	loop     bgLoop
+	rounds *lead.Balancer
+	loop   bgLoop
 }
 
 // startBalancer registers the balancer's metric and starts its loop when
@@ -62,7 +36,7 @@ func (n *Node) startBalancer() {
 		Namespace: "starlog", Subsystem: "leader", Name: "balance_handoffs_total",
 		Help: "Streams this star handed to a peer below the fair share (balancer).",
 	})
-	b.handoffs = registerShared(n, c, "balance_handoffs_total")
+	b.rounds = n.lease.NewBalancer(registerShared(n, c, "balance_handoffs_total"))
 	n.balance = b
 	if n.cfg.BalanceEvery <= 0 {
 		return
@@ -104,57 +78,19 @@ func (n *Node) Balance(ctx context.Context) (int, error) {
 	return n.balanceRound(ctx)
 }
 
-// balanceRound is one round: count, plan, hand off one stream at a time.
+// balanceRound is one round of the balancer (lead.Balancer.Round).
 func (n *Node) balanceRound(ctx context.Context) (int, error) {
-	n.balance.round.Lock()
-	defer n.balance.round.Unlock()
-	if !n.mayBalance() {
-		return 0, nil
-	}
-	peers, err := n.livePeers(ctx)
-	if err != nil {
-		return 0, err
-	}
-	mine := n.ledForBalance()
-	moves, share := lead.PlanBalance(mine, peers)
-	if len(moves) == 0 {
-		return 0, nil
-	}
-	n.log.Info("balance: leading more than the fair share; handing streams off",
-		"leads", len(mine), "share", share, "stars", len(peers)+1, "moves", len(moves))
-	moved, failed := 0, 0
-	for _, m := range moves {
-		if ctx.Err() != nil || !n.mayBalance() {
-			break
-		}
-		if err := n.balanceHandoff(ctx, m); err != nil {
-			failed++
-			n.log.Warn("balance: handoff failed; moving on", "id", m.StreamID, "to", m.To, "err", err)
-			continue
-		}
-		moved++
-		n.balance.handoffs.Inc()
-	}
-	n.log.Info("balance: round done", "moved", moved, "failed", failed)
-	return moved, ctx.Err()
+	return n.balance.rounds.Round(ctx, n.mayBalance, n.ledForBalance, n.balanceHandoff)
 }
 
 // mayBalance is whether this star gives streams away: it is open, live
 // (its heartbeat is recent and it is no zombie) and not draining (a drain
 // releases everything anyway).
 func (n *Node) mayBalance() bool {
-	return !n.isClosed() && !n.draining.Load() && n.selfLive() == nil
+	return !n.isClosed() && !n.drain.Draining() && n.selfLive() == nil
 }
 
-// livePeers lists the other stars that take leases: in the directory,
-// registered, state live (not draining), heartbeat younger than the
-// dead-after bound, and with an address to forward to.
-func (n *Node) livePeers(ctx context.Context) ([]lead.StarLoad, error) {
-	all, err := n.lease.LiveStars(ctx)
-	return slices.DeleteFunc(all, func(s lead.StarLoad) bool { return s.Star == n.cfg.StarID }), err
-}
-
-// LiveStars lists the ids of the stars that take leases (livePeers' rule,
+// LiveStars lists the ids of the stars that take leases (lead.LiveStars,
 // this star included when its own row passes it), in directory order:
 // every star reading the same rows gets the same list, so work divided by
 // it (Durable Streams subscriptions) has one owner.

@@ -121,7 +121,7 @@ func (n *Node) idleLoop(ctx context.Context, period time.Duration) {
 // leaves its streams to the drain or its successor. It returns how many
 // it released.
 func (n *Node) releaseIdle(ctx context.Context, idle time.Duration) int {
-	if n.draining.Load() || n.zombie() != nil || n.isClosed() {
+	if n.drain.Draining() || n.zombie() != nil || n.isClosed() {
 		return 0
 	}
 	n.mu.Lock()

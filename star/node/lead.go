@@ -148,7 +148,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 	if err != nil {
 		return nil, err
 	}
-	lease, ver, err := n.lease.Claim(ctx, id, e.Key.Name, n.drainingErr)
+	lease, ver, err := n.lease.Claim(ctx, id, e.Key.Name, n.drain.Refusal)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 	}
 	// A star leaving opens nothing: its drain or close released what it
 	// found open, and would not see a stream opened after.
-	if n.draining.Load() {
+	if n.drain.Draining() {
 		return nil, &NotLeaderError{StreamID: id}
 	}
 	if n.isClosed() {

@@ -26,6 +26,7 @@ import (
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
+	metametrics "github.com/starlog/starlog/shared/meta/metrics"
 	"github.com/starlog/starlog/shared/objstore"
 	objmetrics "github.com/starlog/starlog/shared/objstore/metrics"
 	"github.com/starlog/starlog/shared/settle"
@@ -93,7 +94,6 @@ type Node struct {
 	peerHdr http.Header
 	hooks   Hooks
 	regn    Registration
-	regVer  int64
 	lease   *lead.Leadership
 
 	mu  sync.Mutex
@@ -110,13 +110,9 @@ type Node struct {
 	idle     *idleReleaser
 	rowLoop  bgLoop
 
-	// draining refuses new leases; drainLoop releases the led streams
-	// under drainCtx, which Close cancels.
-	draining atomic.Bool
-	// ownSettled: the drain settled this star's chains (decommission);
-	// drainErr is the last error of that step.
-	ownSettled atomic.Bool
-	drainErr   atomic.Value
+	// drain refuses new leases once begun; its loop releases the led
+	// streams under drainCtx, which Close cancels.
+	drain lead.Drain
 
 	// opened is set once Open has written every field (the heartbeat
 	// runs from before the loglets are open).
@@ -191,7 +187,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	if n.limits, err = newAppendLimits(cfg.Limits, n.reg); err != nil {
 		return nil, fmt.Errorf("node: rate limit metrics: %w", err)
 	}
-	if n.meta, err = wrapMeta(ms, n.reg); err != nil {
+	if n.meta, err = metametrics.Wrap(ms, n.reg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n.Catalog = catalog.New(catalog.Config{DeletionPending: cfg.DeletionPending, BasinCacheTTL: cfg.BasinCacheTTL}, catalog.Deps{
@@ -209,14 +205,15 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	}
 
 	registeredAt := time.Now()
-	n.regn, n.regVer, err = lead.Register(ctx, n.meta, cfg.StarID, cfg.Address, registeredAt)
+	var regVer int64
+	n.regn, regVer, err = lead.Register(ctx, n.meta, cfg.StarID, cfg.Address, registeredAt)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	inc := chain.Incarnation(cfg.StarID, n.regn.Incarnation)
 	n.log = n.log.With("incarnation", n.regn.Incarnation)
 	n.lease, err = lead.New(lead.Config{
-		Me: meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, Registered: registeredAt,
+		Me: meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, Reg: n.regn, RegVer: regVer, Registered: registeredAt,
 		Meta: n.meta, Objects: n.objects, Logger: n.log, Registry: n.reg,
 		DeadAfter: cfg.DeadAfter, LeaseCacheTTL: cfg.LeaseCacheTTL, RowCheckEvery: n.rowCheckEvery(),
 		Ripening: cfg.ripening, PeerTLS: cfg.PeerTLS, PeerHeader: n.peerHdr,
@@ -350,58 +347,20 @@ type commitSource struct {
 	src   interface{ CommitErr() error }
 }
 
-// heartbeat refreshes the registry row until stopped, retrying sooner
-// after a failure so one slow write does not cost the star its liveness.
-// A lost CAS means a later incarnation of this star id registered, or a
-// peer marked this one dead: this process is a zombie and leads nothing
-// more (a successor fences its chains, so it can never ack past them).
+// heartbeat runs the registry heartbeat (lead.Heartbeat) until stopped.
 func (n *Node) heartbeat(ctx context.Context) {
 	defer close(n.beatDone)
-	t := time.NewTimer(n.cfg.HeartbeatEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		reg := n.regn
-		var newRun bool
-		reg.Heartbeat = sent.UnixMilli()
-		reg.ConnectedSince, newRun = n.lease.NextBeat(sent, n.cfg.DeadAfter)
-		reg.Leads = n.leading()
-		if n.draining.Load() {
-			reg.State = StateDraining
-		}
-		// A beat is not cut short by Close: a write that lands after its
-		// context was cancelled would leave regVer stale, and Close's
-		// stopped mark would then lose its CAS.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.DeadAfter/2)
-		v, err := lead.Beat(wctx, n.meta, n.cfg.StarID, reg, n.regVer)
-		cancel()
-		next := n.cfg.HeartbeatEvery
-		switch {
-		case errors.Is(err, lead.ErrSuperseded):
-			n.lease.MarkSuperseded()
-			n.log.Error("registry: this incarnation was superseded or presumed dead by a peer; it leads no stream until restarted")
-			n.markZombie()
-			return
-		case err != nil:
-			n.log.Warn("registry heartbeat failed", "err", err)
-			n.lease.BeatFailed()
-			next = max(n.cfg.HeartbeatEvery/4, time.Millisecond)
-		default:
-			n.regVer = v
-			n.lease.BeatAt(sent, newRun)
-		}
-		// The loglets are Open's to write until it is done: the heartbeat
-		// starts before them.
-		if n.opened.Load() && n.zombie() != nil {
-			n.markZombie()
-		}
-		t.Reset(next)
-	}
+	n.lease.Heartbeat(ctx, lead.Beats{
+		Every: n.cfg.HeartbeatEvery, Leads: n.leading, Draining: n.drain.Draining,
+		Superseded: n.markZombie,
+		After: func() {
+			// The loglets are Open's to write until it is done: the
+			// heartbeat starts before them.
+			if n.opened.Load() && n.zombie() != nil {
+				n.markZombie()
+			}
+		},
+	})
 }
 
 // Close stops the star (its graceful close, docs/design.md §9): every lease is
@@ -447,13 +406,9 @@ func (n *Node) Close(ctx context.Context) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	reg := n.regn
-	reg.State, reg.Heartbeat = StateStopped, time.Now().UnixMilli()
 	// After a drain that settled every chain (the terminate gate is open),
-	// the stop is a decommission: the janitor may collect the chain garbage.
-	reg.Decommissioned = n.draining.Load() && n.ownSettled.Load()
-	// A zombie's row is no longer its own: there is nothing to mark.
-	if _, err := lead.Beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil && !errors.Is(err, lead.ErrSuperseded) {
+	// the stop is a decommission.
+	if err := n.lease.Stop(ctx, n.drain.Decommissioned()); err != nil {
 		errs = append(errs, err)
 	}
 	if markers > 0 {
