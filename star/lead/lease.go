@@ -317,7 +317,7 @@ func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
 //   - anything else (unled, dead, stopped, superseded, never registered,
 //     an earlier incarnation of this star) is acquired.
 //
-// The table test in lease_internal_test.go covers every case.
+// testdata/claim.txt (TestDecideClaim) covers every case.
 func decideClaim(v claimView) claimDecision {
 	if !v.leased {
 		return claimDecision{act: claimAcquire, from: "unled"}
