@@ -1,3 +1,13 @@
+// Package lead is a star's leadership of its streams: the lease claim
+// (decideClaim, a pure function) and the open gate with its settle
+// runner, the registry row and its heartbeat, the forward cache and its
+// refreshes, retiring a deleted stream's lease, the balancer (its plan
+// pure), the drain, and what a star tells its peers (settle nudges, basin
+// rechecks).
+//
+// Layering: lead sits above star/catalog (whose errors it answers with)
+// and below star/node, which holds the led streams' slots and asks lead
+// whether it may lead, and whom to forward to. lead imports no node.
 package lead
 
 import (

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
-	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/loglet"
 )
@@ -41,18 +40,10 @@ func (n *Node) Handoff(ctx context.Context, basin, name, to string) (HandoffResu
 	start := time.Now()
 	var target *NotLeaderError
 	if to != "" {
-		if to == n.cfg.StarID {
-			return HandoffResult{}, api.Invalid("star %q already leads the streams it serves; name another star", to)
+		var err error
+		if target, err = n.lease.HandoffTarget(ctx, to); err != nil {
+			return HandoffResult{}, err
 		}
-		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, to)
-		if err != nil {
-			return HandoffResult{}, n.storageErr("read target registration", err)
-		}
-		if !ok || reg.State != StateLive || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) || reg.Address == "" {
-			return HandoffResult{}, api.Invalid("star %q is not a live star taking leases", to)
-		}
-		target = &NotLeaderError{Address: reg.Address}
-		target.Leader.Star, target.Leader.Incarnation = to, reg.Incarnation
 	}
 	_, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{})
 	if err != nil {
@@ -103,25 +94,15 @@ func (n *Node) release(ctx context.Context, id string, l *ledStream, target *Not
 		return 0, err
 	}
 	frontier := l.s.Tail().SeqNum
-	to := ""
-	if target != nil {
-		to = target.Leader.Star
-	}
-	err := leader.Release(ctx, n.meta, id, n.lease.Me(), frontier, to)
-	// From here the stream is dropped whatever the outcome: after an
-	// uncertain release a peer may already hold the lease, and this star
-	// may reopen it safely (it holds none of its records in memory).
 	// The target is remembered before the drop: a request in between
 	// would otherwise find the stream unled here and take the lease back.
-	if target != nil {
-		n.lease.RememberForward(target)
-	}
+	// The stream is dropped whatever the outcome: after an uncertain
+	// release a peer may already hold the lease, and this star may reopen
+	// it safely (it holds none of its records in memory).
+	err := n.lease.Release(ctx, id, l.name, frontier, target)
 	n.drop(id, l)
-	if errors.Is(err, leader.ErrNotHolder) {
-		return 0, api.Unavailable("this star lost the lease of stream %q during the handoff", l.name)
-	}
 	if err != nil {
-		return 0, n.storageErr("release lease", err)
+		return 0, err
 	}
 	return frontier, nil
 }

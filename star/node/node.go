@@ -1,9 +1,14 @@
 // Package node is the star process core, independent of HTTP: it
 // registers a new incarnation of the star, opens one loglet per storage
 // class (each first settles what the star's earlier incarnations left on
-// its chain), keeps basins and streams in the metastore, leads streams
-// (sequencing their appends through the facade and the loglet) and serves
-// reads through star/reader and the loglets' flight indexes.
+// its chain), keeps basins and streams in the metastore (star/catalog,
+// embedded: its resource API is the node's), leads streams (star/lead
+// decides; the node holds their slots and sequences their appends through
+// the facade and the loglet) and serves reads through star/reader and the
+// loglets' flight indexes.
+//
+// Layering: star/catalog below star/lead below star/node; neither of the
+// two imports the node (the catalog asks it through catalog.Leader).
 //
 // Every failure a client should see is an *api.Error with the API's exact
 // status and body; anything else is an internal failure the server answers
