@@ -30,13 +30,13 @@ import (
 // So every acknowledged record is in the rows the emptiness was judged
 // on, and none can follow.
 //
-// Then the stream is deleted as star/node deletes one (deleted_at on its
+// Then the stream is deleted as star/catalog deletes one (deleted_at on its
 // name row), registered for the deleted-stream reclamation and
 // tombstoned (reclaim.ForgetStream). A lease found Emptied (a pass that
 // crashed after taking it) is finished whatever the config says now: the
 // decision was made and nobody can write to the stream. Every step is
 // conditional or idempotent.
-func deleteOnEmpty(ctx context.Context, st *settle.Stores, basin, name string, s streamRow, tr reclaim.StreamTrimReport, minAge, age time.Duration, now time.Time) (bool, error) {
+func deleteOnEmpty(ctx context.Context, st *settle.Stores, basin, name string, s meta.StreamRow, tr reclaim.StreamTrimReport, minAge, age time.Duration, now time.Time) (bool, error) {
 	l, ver, leased, err := leader.ReadLease(ctx, st.Meta, s.ID)
 	if err != nil {
 		return false, err
@@ -101,8 +101,8 @@ func markDeleted(ctx context.Context, ms meta.Store, basin, name, id string, now
 		if err := json.Unmarshal(it.Val, &row); err != nil {
 			return fmt.Errorf("name row %s/%s: %w", k.PK, k.SK, err)
 		}
-		var s streamRow
-		if err := meta.Decode(it.Val, &s); err != nil {
+		s, err := meta.DecodeStreamRowLenient(it)
+		if err != nil {
 			return fmt.Errorf("name row %s/%s: %w", k.PK, k.SK, err)
 		}
 		if s.ID != id || s.DeletedAt != nil {

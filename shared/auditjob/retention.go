@@ -13,24 +13,9 @@ import (
 	"github.com/starlog/starlog/shared/settle"
 )
 
-// The basin and stream rows the retention pass reads, as star/node writes
-// them (node.BasinDirPK, node.BasinRow, node.StreamRow): only the fields
-// it needs, decoded leniently. TODO(lead): the row types belong in
-// shared/meta (star/node's TODO says so too).
-const basinDirPK = "basins"
-
-type basinRow struct {
-	ID     string          `json:"id"`
-	Config api.BasinConfig `json:"config"`
-}
-
-type streamRow struct {
-	ID        string           `json:"id"`
-	BasinID   string           `json:"basin_id"`
-	Config    api.StreamConfig `json:"config"`
-	CreatedAt time.Time        `json:"created_at"`
-	DeletedAt *time.Time       `json:"deleted_at,omitempty"`
-}
+// The retention pass reads the basin and stream rows the stars write
+// (meta.BasinRow, meta.StreamRow) leniently: a row without an id is
+// skipped, never an error (meta.DecodeStreamRowLenient).
 
 // RetentionReport says what one retention pass did.
 type RetentionReport struct {
@@ -57,15 +42,15 @@ const maxRetentionErrors = 8
 func Retention(ctx context.Context, st *settle.Stores, now time.Time) (RetentionReport, error) {
 	var rep RetentionReport
 	var errs []error
-	err := pages(ctx, st.Meta, meta.Query{PK: basinDirPK}, func(it meta.Item) error {
+	err := pages(ctx, st.Meta, meta.Query{PK: meta.BasinDirPK}, func(it meta.Item) error {
 		b, ok, err := readBasin(ctx, st.Meta, it.SK)
 		if err != nil || b.row.ID == "" {
 			return err // a basin being created has no config row yet
 		}
 		pk := meta.StreamNameKey(it.SK, "").PK
 		return pages(ctx, st.Meta, meta.Query{PK: pk, From: "s#", To: "s#~"}, func(it meta.Item) error {
-			var s streamRow
-			if err := meta.Decode(it.Val, &s); err != nil {
+			s, err := meta.DecodeStreamRowLenient(it)
+			if err != nil {
 				return err
 			}
 			if s.ID == "" {
@@ -137,7 +122,7 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 
 type basin struct {
 	name string
-	row  basinRow
+	row  meta.BasinRow
 }
 
 // readBasin reads a basin's config row; ok is false for a basin deleted
@@ -151,14 +136,11 @@ func readBasin(ctx context.Context, ms meta.Store, name string) (basin, bool, er
 	if err != nil {
 		return basin{}, false, err
 	}
-	var r struct {
-		basinRow
-		DeletedAt *time.Time `json:"deleted_at,omitempty"`
-	}
-	if err := meta.Decode(it.Val, &r); err != nil {
+	r, err := meta.DecodeBasinRowLenient(it)
+	if err != nil {
 		return basin{}, false, err
 	}
-	return basin{name: name, row: r.basinRow}, r.ID != "" && r.DeletedAt == nil, nil
+	return basin{name: name, row: r}, r.ID != "" && r.DeletedAt == nil, nil
 }
 
 // pages runs fn on every item of q, page by page; an error from fn stops.

@@ -7,6 +7,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
@@ -30,11 +31,11 @@ type Appender struct {
 // input a new stream accepts, not here: a session that never appends
 // leaves nothing behind.
 func (n *Node) OpenAppend(ctx context.Context, basin, name string, create *api.StreamConfig) (*Appender, error) {
-	return n.openAppend(ctx, basin, name, create, autoCreate{onAppend: true, config: create, lazy: true})
+	return n.openAppend(ctx, basin, name, create, catalog.AutoCreate{OnAppend: true, Config: create, Lazy: true})
 }
 
-func (n *Node) openAppend(ctx context.Context, basin, name string, create *api.StreamConfig, ac autoCreate) (*Appender, error) {
-	b, e, err := n.liveStream(ctx, basin, name, ac)
+func (n *Node) openAppend(ctx context.Context, basin, name string, create *api.StreamConfig, ac catalog.AutoCreate) (*Appender, error) {
+	b, e, err := n.LiveStream(ctx, basin, name, ac)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +53,7 @@ func (n *Node) openAppend(ctx context.Context, basin, name string, create *api.S
 // createFor creates and leads the stream of a lazily opened appender, if
 // a new stream accepts in.
 func (a *Appender) createFor(ctx context.Context, in *api.AppendInput) error {
-	b, e, err := a.n.liveStream(ctx, a.basin, a.name, autoCreate{onAppend: true, config: a.create, admit: a.n.admitNew(in)})
+	b, e, err := a.n.LiveStream(ctx, a.basin, a.name, catalog.AutoCreate{OnAppend: true, Config: a.create, Admit: a.n.admitNew(in)})
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func (n *Node) Append(ctx context.Context, basin, name string, in *api.AppendInp
 	if err := api.ValidateAppendInput(in); err != nil {
 		return api.AppendAck{}, err
 	}
-	a, err := n.openAppend(ctx, basin, name, create, autoCreate{onAppend: true, config: create, admit: n.admitNew(in)})
+	a, err := n.openAppend(ctx, basin, name, create, catalog.AutoCreate{OnAppend: true, Config: create, Admit: n.admitNew(in)})
 	if err != nil {
 		return api.AppendAck{}, err
 	}

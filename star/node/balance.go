@@ -4,42 +4,18 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/lead"
 )
 
-// The balancer spreads leadership across live stars (issue 6). Every
-// Config.BalanceEvery, a star that is live (not draining, not a zombie)
-// reads the star directory and its peers' registrations, and compares the
-// streams it leads with the fair share, ⌈total leads / live stars⌉. Only a
-// star above share+1 acts (the one-stream slack keeps stars from trading
-// streams back and forth over rounding): it hands leads-share of its
-// streams off, one at a time, each to the live star furthest below the
-// share at that moment. No star sends a stream to a star at or above the
-// share, so streams flow only from stars above share+1 to stars below the
-// share, and rounds converge instead of trading streams back and forth.
-//
-// Counts: a star's own count is the streams open here now; a peer's is
-// the Leads of its last heartbeat. A handed-off stream counts for its new
-// leader once that star opens it, on the stream's next request; an idle
-// stream nobody asks for counts for no star, which is fair (it is no
-// load), so a star holding many idle streams may shed a few more of them
-// over the next rounds than one round's count says.
-//
-// Which streams move: the ones with the smallest ids. Ids are random, so
-// that is a deterministic pick spread over basins and names; a count
-// balancer has no reason to prefer one stream over another.
-//
-// A failed handoff (the stream was being moved already, its wait timed
-// out, the target went away) is logged and the round goes on with the next
-// move; the next round recounts. Handoffs run under the node's drain
-// context, so Close cancels one in flight before it releases the rest.
+// The balancer (star/lead's Balancer: its rule, plan and round) runs here
+// on a loop every Config.BalanceEvery; its handoffs run under the node's
+// drain context, so Close cancels one in flight before it releases the
+// rest.
 
 // balanceHandoffTimeout bounds one handoff of the balancer (its wait for
 // the stream's pending appends and the absorb); on timeout the stream
@@ -48,10 +24,8 @@ const balanceHandoffTimeout = 10 * time.Second
 
 // balancer is the node's balancer state.
 type balancer struct {
-	// round serialises rounds (the loop's and Balance calls).
-	round    sync.Mutex
-	handoffs prometheus.Counter
-	loop     bgLoop
+	rounds *lead.Balancer
+	loop   bgLoop
 }
 
 // startBalancer registers the balancer's metric and starts its loop when
@@ -62,7 +36,7 @@ func (n *Node) startBalancer() {
 		Namespace: "starlog", Subsystem: "leader", Name: "balance_handoffs_total",
 		Help: "Streams this star handed to a peer below the fair share (balancer).",
 	})
-	b.handoffs = registerShared(n, c, "balance_handoffs_total")
+	b.rounds = n.lease.NewBalancer(registerShared(n, c, "balance_handoffs_total"))
 	n.balance = b
 	if n.cfg.BalanceEvery <= 0 {
 		return
@@ -104,108 +78,24 @@ func (n *Node) Balance(ctx context.Context) (int, error) {
 	return n.balanceRound(ctx)
 }
 
-// starLoad is a live star that takes leases and how many streams it leads.
-type starLoad struct {
-	Star  string
-	Leads int
-}
-
-// balanceMove hands stream StreamID to star To.
-type balanceMove struct {
-	StreamID, To string
-}
-
-// planBalance decides a round: this star leads the streams mine (ids),
-// peers are the other live stars with their counts. share is ⌈total /
-// stars⌉. It plans no move unless this star leads more than share+1; then
-// it moves len(mine)-share streams, smallest ids first, each to the peer
-// with the fewest leads (counting the moves planned before it; ties go to
-// the smaller star id) while that peer is below the share.
-func planBalance(mine []string, peers []starLoad) (moves []balanceMove, share int) {
-	total := len(mine)
-	for _, p := range peers {
-		total += max(p.Leads, 0)
-	}
-	stars := len(peers) + 1
-	share = (total + stars - 1) / stars
-	if len(mine) <= share+1 {
-		return nil, share
-	}
-	ids := slices.Clone(mine)
-	slices.Sort(ids)
-	load := slices.Clone(peers)
-	for _, id := range ids[:len(ids)-share] {
-		to := -1
-		for i, p := range load {
-			if p.Leads < share && (to < 0 || p.Leads < load[to].Leads || p.Leads == load[to].Leads && p.Star < load[to].Star) {
-				to = i
-			}
-		}
-		if to < 0 {
-			break
-		}
-		load[to].Leads++
-		moves = append(moves, balanceMove{StreamID: id, To: load[to].Star})
-	}
-	return moves, share
-}
-
-// balanceRound is one round: count, plan, hand off one stream at a time.
+// balanceRound is one round of the balancer (lead.Balancer.Round).
 func (n *Node) balanceRound(ctx context.Context) (int, error) {
-	n.balance.round.Lock()
-	defer n.balance.round.Unlock()
-	if !n.mayBalance() {
-		return 0, nil
-	}
-	peers, err := n.livePeers(ctx)
-	if err != nil {
-		return 0, err
-	}
-	mine := n.ledForBalance()
-	moves, share := planBalance(mine, peers)
-	if len(moves) == 0 {
-		return 0, nil
-	}
-	n.log.Info("balance: leading more than the fair share; handing streams off",
-		"leads", len(mine), "share", share, "stars", len(peers)+1, "moves", len(moves))
-	moved, failed := 0, 0
-	for _, m := range moves {
-		if ctx.Err() != nil || !n.mayBalance() {
-			break
-		}
-		if err := n.balanceHandoff(ctx, m); err != nil {
-			failed++
-			n.log.Warn("balance: handoff failed; moving on", "id", m.StreamID, "to", m.To, "err", err)
-			continue
-		}
-		moved++
-		n.balance.handoffs.Inc()
-	}
-	n.log.Info("balance: round done", "moved", moved, "failed", failed)
-	return moved, ctx.Err()
+	return n.balance.rounds.Round(ctx, n.mayBalance, n.ledForBalance, n.balanceHandoff)
 }
 
 // mayBalance is whether this star gives streams away: it is open, live
 // (its heartbeat is recent and it is no zombie) and not draining (a drain
 // releases everything anyway).
 func (n *Node) mayBalance() bool {
-	return !n.isClosed() && !n.draining.Load() && n.selfLive() == nil
+	return !n.isClosed() && !n.drain.Draining() && n.selfLive() == nil
 }
 
-// livePeers lists the other stars that take leases: in the directory,
-// registered, state live (not draining), heartbeat younger than the
-// dead-after bound, and with an address to forward to.
-func (n *Node) livePeers(ctx context.Context) ([]starLoad, error) {
-	all, err := n.liveStars(ctx)
-	return slices.DeleteFunc(all, func(s starLoad) bool { return s.Star == n.cfg.StarID }), err
-}
-
-// LiveStars lists the ids of the stars that take leases (livePeers' rule,
+// LiveStars lists the ids of the stars that take leases (lead.LiveStars,
 // this star included when its own row passes it), in directory order:
 // every star reading the same rows gets the same list, so work divided by
 // it (Durable Streams subscriptions) has one owner.
 func (n *Node) LiveStars(ctx context.Context) ([]string, error) {
-	all, err := n.liveStars(ctx)
+	all, err := n.lease.LiveStars(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -214,26 +104,6 @@ func (n *Node) LiveStars(ctx context.Context) ([]string, error) {
 		ids[i] = all[i].Star
 	}
 	return ids, nil
-}
-
-func (n *Node) liveStars(ctx context.Context) ([]starLoad, error) {
-	ids, err := leader.Stars(ctx, n.meta)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	var stars []starLoad
-	for _, id := range ids {
-		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, id)
-		if err != nil {
-			return nil, err
-		}
-		if !ok || reg.State != StateLive || reg.Address == "" || !leader.Live(reg, reg.Incarnation, now, n.cfg.DeadAfter) {
-			continue
-		}
-		stars = append(stars, starLoad{Star: id, Leads: reg.Leads})
-	}
-	return stars, nil
 }
 
 // ledForBalance lists the ids of the streams open here that no handoff is
@@ -256,7 +126,7 @@ func (n *Node) ledForBalance() []string {
 
 // balanceHandoff hands m's stream to m.To through Handoff, which takes the
 // stream's basin and name: its identity row names them.
-func (n *Node) balanceHandoff(ctx context.Context, m balanceMove) error {
+func (n *Node) balanceHandoff(ctx context.Context, m lead.BalanceMove) error {
 	k := meta.StreamMetaKey(m.StreamID)
 	it, err := n.meta.Get(ctx, k.PK, k.SK)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -159,19 +160,16 @@ func TestBalanceSkipsStarsNotLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Drain()
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	poll.UntilErr(t, 5*time.Second, "b's registration says draining", func() error {
 		reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "b")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if reg.State == meta.StarDraining {
-			break
+		if reg.State != meta.StarDraining {
+			return fmt.Errorf("b's registration still says %q", reg.State)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("b's registration still says %q", reg.State)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if n, err := b.Balance(ctx); err != nil || n != 0 {
 		t.Fatalf("a draining star's round moved %d, err %v", n, err)
 	}
@@ -193,24 +191,33 @@ func TestBalanceLoop(t *testing.T) {
 	st := newStores(t)
 	a := open(t, st, balanceConfig("a", 20*time.Millisecond))
 	names := leadStreams(t, a, 6, 4)
-	time.Sleep(100 * time.Millisecond) // a few rounds alone
+	// Rounds alone (these and the loop's, one at a time) move nothing.
+	for range 3 {
+		if moved, err := a.Balance(context.Background()); err != nil || moved != 0 {
+			t.Fatalf("a star alone handed %d streams off (%v)", moved, err)
+		}
+	}
 	if got := a.DrainStatus().Leading; got != 6 {
 		t.Fatalf("a star alone gave streams away: it leads %d of 6", got)
 	}
 	b := open(t, st, balanceConfig("b", 0))
-	for deadline := time.Now().Add(10 * time.Second); a.DrainStatus().Leading != 3; {
-		if time.Now().After(deadline) {
-			t.Fatalf("a still leads %d streams, want 3", a.DrainStatus().Leading)
+	poll.UntilErr(t, 10*time.Second, "a hands 3 streams to b", func() error {
+		if got := a.DrainStatus().Leading; got != 3 {
+			return fmt.Errorf("a still leads %d streams, want 3", got)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	moved := movedTo(t, st, "a", names)
 	if cnt := countTargets(moved); len(moved) != 3 || cnt["b"] != 3 {
 		t.Fatalf("streams moved %v, want 3 to b", moved)
 	}
 	checkMoved(t, map[string]*node.Node{"b": b}, moved, 4)
 	waitLeads(t, st, map[string]int{"a": 3, "b": 3})
-	time.Sleep(100 * time.Millisecond) // more rounds: nothing moves
+	for range 3 { // more rounds: nothing moves
+		if moved, err := a.Balance(context.Background()); err != nil || moved != 0 {
+			t.Fatalf("a round after the balance handed %d streams off (%v)", moved, err)
+		}
+	}
 	if got, want := a.DrainStatus().Leading, 3; got != want || balanceHandoffs(t, a) != 3 {
 		t.Fatalf("a leads %d streams after more rounds (handoffs %v), want %d (3)", got, balanceHandoffs(t, a), want)
 	}
@@ -219,25 +226,18 @@ func TestBalanceLoop(t *testing.T) {
 // waitLeads waits until each star's registration advertises its count.
 func waitLeads(t *testing.T, st stores, want map[string]int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		ok := true
+	poll.UntilErr(t, 5*time.Second, "the registrations advertise the leads", func() error {
 		for id, w := range want {
 			reg, _, _, err := leader.ReadRegistration(context.Background(), st.meta, id)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if reg.Leads != w {
-				ok = false
-				if time.Now().After(deadline) {
-					t.Fatalf("%s advertises %d leads, want %d", id, reg.Leads, w)
-				}
+				return fmt.Errorf("%s advertises %d leads, want %d", id, reg.Leads, w)
 			}
 		}
-		if ok {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // balanceHandoffs is n's count of balancer handoffs.

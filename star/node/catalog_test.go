@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/auditjob"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/node"
 )
@@ -18,15 +19,10 @@ import (
 // longer pending.
 func recreateBasin(t *testing.T, n *node.Node, cfg *api.BasinConfig) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.UntilErr(t, 5*time.Second, "re-create basin-one through "+n.StarID(), func() error {
 		_, err := n.CreateBasin(context.Background(), api.CreateBasinRequest{Basin: "basin-one", Config: cfg}, "")
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("re-create basin-one through %s: %v", n.StarID(), err)
-		}
-	}
+		return err
+	})
 }
 
 // Issue 26 defect 1: star b caches basin-one as its first incarnation; the
@@ -136,14 +132,10 @@ func testDeleteStopsPeerLeader(t *testing.T, what string) {
 			t.Fatal(err)
 		}
 	}
-	var created bool
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !created; time.Sleep(10 * time.Millisecond) {
+	poll.UntilErr(t, 5*time.Second, "b re-creates s1", func() error {
 		_, err := b.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: "s1"}, "")
-		created = err == nil
-	}
-	if !created {
-		t.Fatal("b could not re-create s1")
-	}
+		return err
+	})
 	if id := streamID(t, st, "s1"); id == old {
 		t.Fatal("s1 was not re-created with a new id")
 	}
@@ -215,14 +207,10 @@ func testDeleteFencesCutOffLeader(t *testing.T, janitor bool) {
 			t.Logf("janitor: %v", err)
 		}
 	}
-	var created bool
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !created; time.Sleep(10 * time.Millisecond) {
+	poll.UntilErr(t, 10*time.Second, "b re-creates s1", func() error {
 		_, err := b.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: "s1"}, "")
-		created = err == nil
-	}
-	if !created {
-		t.Fatal("b could not re-create s1")
-	}
+		return err
+	})
 	for i := range 3 {
 		actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		ack, err := a.Append(actx, "basin-one", "s1", records("late", 1), nil)

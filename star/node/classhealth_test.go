@@ -21,6 +21,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/expressfront"
 	svcstores "github.com/starlog/starlog/shared/testsvc/stores"
@@ -125,18 +126,11 @@ func TestRefusingExpressBucketsDegradeTheClass(t *testing.T) {
 	for _, b := range refusing {
 		objs.ClearFaults(b)
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	var ack api.AppendAck
-	for {
+	poll.UntilErr(t, 20*time.Second, "express appends after the buckets healed", func() (err error) {
 		ack, err = n.Append(ctx, "basin-one", "exp", records("after", 1), nil)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("express appends still fail 20 s after the buckets healed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	// The append answered 503 kept its seq nums and committed once the
 	// buckets took writes.
 	if ack.Start.SeqNum != 2 {
@@ -338,17 +332,10 @@ func TestRestartAgainstRefusingExpressBuckets(t *testing.T) {
 	for _, b := range refusing {
 		objs.ClearFaults(b)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilErr(t, 30*time.Second, "express appends after the buckets healed", func() (err error) {
 		ack, err = n2.Append(ctx, "basin-one", "exp", records("exp-after", 1), nil)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("express appends still fail 30 s after the buckets healed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	if ack.Start.SeqNum != 2 {
 		t.Fatalf("express append after healing at %d, want 2 (after the earlier incarnation's acks)", ack.Start.SeqNum)
 	}
@@ -441,18 +428,11 @@ func TestExpressFrontRefusingEveryRequest(t *testing.T) {
 	}
 
 	skew.Store(0)
-	deadline := time.Now().Add(30 * time.Second)
 	var ack api.AppendAck
-	for {
+	poll.UntilErr(t, 30*time.Second, "express appends after the front took requests again", func() (err error) {
 		ack, err = n.Append(ctx, "basin-one", "exp", records("after", 1), nil)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("express appends still fail 30 s after the front took requests again: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 	if ack.Start.SeqNum != 2 {
 		t.Fatalf("express append after healing at %d, want 2", ack.Start.SeqNum)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/node"
 )
@@ -102,20 +103,14 @@ func TestRecreateFinishesDelete(t *testing.T) {
 			if what == "basin" {
 				recreateBasin(t, n, nil)
 			}
-			var err error
-			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			poll.UntilErr(t, 5*time.Second, "re-create s1", func() (err error) {
 				if what == "stream" {
 					_, _, err = n.EnsureStream(node.ReplaceDeleting(ctx), "basin-one", "s1", api.StreamConfig{})
 				} else {
 					_, err = n.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: "s1"}, "")
 				}
-				if err == nil {
-					break
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+				return err
+			})
 			if streamID(t, st, "s1") == id {
 				t.Fatal("s1 was not re-created")
 			}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
-	"github.com/starlog/starlog/shared/leader"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/loglet"
 )
 
@@ -40,24 +40,16 @@ func (n *Node) Handoff(ctx context.Context, basin, name, to string) (HandoffResu
 	start := time.Now()
 	var target *NotLeaderError
 	if to != "" {
-		if to == n.cfg.StarID {
-			return HandoffResult{}, api.Invalid("star %q already leads the streams it serves; name another star", to)
+		var err error
+		if target, err = n.lease.HandoffTarget(ctx, to); err != nil {
+			return HandoffResult{}, err
 		}
-		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, to)
-		if err != nil {
-			return HandoffResult{}, n.storageErr("read target registration", err)
-		}
-		if !ok || reg.State != StateLive || !leader.Live(reg, reg.Incarnation, time.Now(), n.cfg.DeadAfter) || reg.Address == "" {
-			return HandoffResult{}, api.Invalid("star %q is not a live star taking leases", to)
-		}
-		target = &NotLeaderError{Address: reg.Address}
-		target.Leader.Star, target.Leader.Incarnation = to, reg.Incarnation
 	}
-	_, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+	_, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{})
 	if err != nil {
 		return HandoffResult{}, err
 	}
-	id := e.row.ID
+	id := e.Row.ID
 	if target != nil {
 		target.StreamID = id
 	}
@@ -97,30 +89,20 @@ func (n *Node) release(ctx context.Context, id string, l *ledStream, target *Not
 	if err := n.awaitCovered(ctx, id, l, end); err != nil {
 		if ctx.Err() != nil && l.loglet.Err() == nil {
 			l.moving.Store(nil)
-			return 0, contextError(ctx.Err())
+			return 0, catalog.ContextError(ctx.Err())
 		}
 		return 0, err
 	}
 	frontier := l.s.Tail().SeqNum
-	to := ""
-	if target != nil {
-		to = target.Leader.Star
-	}
-	err := leader.Release(ctx, n.meta, id, n.lease.me, frontier, to)
-	// From here the stream is dropped whatever the outcome: after an
-	// uncertain release a peer may already hold the lease, and this star
-	// may reopen it safely (it holds none of its records in memory).
 	// The target is remembered before the drop: a request in between
 	// would otherwise find the stream unled here and take the lease back.
-	if target != nil {
-		n.lease.fwd.remember(target, n.cfg.LeaseCacheTTL)
-	}
+	// The stream is dropped whatever the outcome: after an uncertain
+	// release a peer may already hold the lease, and this star may reopen
+	// it safely (it holds none of its records in memory).
+	err := n.lease.Release(ctx, id, l.name, frontier, target)
 	n.drop(id, l)
-	if errors.Is(err, leader.ErrNotHolder) {
-		return 0, api.Unavailable("this star lost the lease of stream %q during the handoff", l.name)
-	}
 	if err != nil {
-		return 0, n.storageErr("release lease", err)
+		return 0, err
 	}
 	return frontier, nil
 }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // A handoff between two stars in one process: the lease is released to
@@ -95,12 +97,12 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("status before the drain %+v", s)
 	}
 	a.Drain()
-	for deadline := time.Now().Add(5 * time.Second); !a.DrainStatus().TerminateGate; {
-		if time.Now().After(deadline) {
-			t.Fatalf("terminate gate still shut: %+v", a.DrainStatus())
+	poll.UntilErr(t, 5*time.Second, "the terminate gate opens", func() error {
+		if s := a.DrainStatus(); !s.TerminateGate {
+			return fmt.Errorf("terminate gate still shut: %+v", s)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	// Decommission: the drained star settled its own chains while it
 	// stands, so its close leaves nothing to settle.
 	for _, class := range []meta.Class{meta.Standard, meta.Express} {

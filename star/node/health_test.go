@@ -8,10 +8,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/server"
 )
@@ -63,8 +63,13 @@ func TestHealthFollowsCommitErr(t *testing.T) {
 	cond.Store(nil)
 	health(200, `"status":"ok"`)
 
+	// Through a metastore outage longer than the dead-after bound the star
+	// stays ready: checked all along, until its heartbeat is that old.
 	ms.SetUnavailable(true)
-	time.Sleep(2 * c.DeadAfter)
+	poll.Until(t, 10*c.DeadAfter, "the outage outlasts the dead-after bound", func() bool {
+		health(200, `"status":"ok"`)
+		return n.HeartbeatAge() >= 2*c.DeadAfter
+	})
 	health(200, `"status":"ok"`)
 	ms.SetUnavailable(false)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/facade"
 )
 
@@ -42,12 +43,10 @@ func (n *Node) admitNew(in *api.AppendInput) func(api.EffectiveStreamConfig) err
 // marks a deletion stays. lead checks, under the slot's lock, that its
 // slot is still the current one (slotIs), so a request that took the slot
 // before it was forgotten never opens a second facade beside a new slot.
-func (n *Node) forget(id string, key streamKey) {
+func (n *Node) forget(id string, key catalog.StreamKey) {
+	n.Forget(key, id)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cur := n.streams[key]; cur != nil && cur.row.ID == id {
-		delete(n.streams, key)
-	}
 	slot := n.led[id]
 	if slot == nil || !slot.mu.TryLock() { // never wait for I/O under n.mu
 		return
@@ -122,7 +121,7 @@ func (n *Node) idleLoop(ctx context.Context, period time.Duration) {
 // leaves its streams to the drain or its successor. It returns how many
 // it released.
 func (n *Node) releaseIdle(ctx context.Context, idle time.Duration) int {
-	if n.draining.Load() || n.zombie() != nil || n.isClosed() {
+	if n.drain.Draining() || n.zombie() != nil || n.isClosed() {
 		return 0
 	}
 	n.mu.Lock()

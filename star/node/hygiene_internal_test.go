@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/catalog"
 )
 
 // A request that took a stream's slot before the idle release forgot it
@@ -36,17 +37,17 @@ func TestForgottenSlotIsNotOpened(t *testing.T) {
 	if _, err := n.Append(ctx, "slot-basin", "s", &api.AppendInput{Records: []api.Record{{Body: []byte("a")}}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	b, e, err := n.liveStream(ctx, "slot-basin", "s", autoCreate{})
+	b, e, err := n.LiveStream(ctx, "slot-basin", "s", catalog.AutoCreate{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := e.row.ID
+	id := e.Row.ID
 	l := n.ledIfOpen(id)
 	if _, err := n.release(ctx, id, l, nil); err != nil {
 		t.Fatal(err)
 	}
 	stale := n.slot(id) // a request between the release and forget
-	n.forget(id, e.key)
+	n.forget(id, e.Key)
 
 	_, err = n.leadIn(ctx, stale, b, e)
 	if ae, ok := errors.AsType[*api.Error](err); !ok || ae.Status != 503 {

@@ -12,6 +12,7 @@ import (
 	"github.com/starlog/starlog/star/node"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 // metric sums a metric's values in n's registry.
@@ -35,13 +36,12 @@ func metric(t *testing.T, n *node.Node, name string) float64 {
 // waitLed waits until n leads want streams.
 func waitLed(t *testing.T, n *node.Node, want float64, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for metric(t, n, "starlog_leader_streams_led") != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("streams led: %v after %v, want %v", metric(t, n, "starlog_leader_streams_led"), within, want)
+	poll.UntilErr(t, within, "streams led", func() error {
+		if got := metric(t, n, "starlog_leader_streams_led"); got != want {
+			return fmt.Errorf("%v, want %v", got, want)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Issue 13 item 10: a star releases the lease of a stream nobody used for
@@ -162,21 +162,20 @@ func TestIdleReleaseRacesAppends(t *testing.T) {
 func readRetrying(t *testing.T, n *node.Node, basin, stream string) []api.Record {
 	t.Helper()
 	var out []api.Record
-	for attempt := 0; attempt < 100; {
+	poll.UntilErr(t, 10*time.Second, "read all of "+stream, func() error {
 		b, err := n.Read(context.Background(), basin, stream, api.ReadRequest{From: api.FromSeqNum, Value: uint64(len(out)), Count: api.Uint64(1000), Bytes: api.Uint64(1 << 20)}, nil)
 		e, _ := errors.AsType[*api.Error](err)
 		switch {
 		case err == nil:
 			out = append(out, b.Records...)
+			return errors.New("more to read")
 		case e != nil && e.Status == 416:
-			return out
+			return nil
 		case e != nil && e.Status == 503:
-			attempt++
-			time.Sleep(5 * time.Millisecond)
-		default:
-			t.Fatalf("read from %d: %v", len(out), err)
+			return err // a release: retry
 		}
-	}
-	t.Fatalf("read of %s: 503 after 100 attempts", stream)
-	return nil
+		t.Fatalf("read from %d: %v", len(out), err)
+		return nil
+	})
+	return out
 }

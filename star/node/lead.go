@@ -9,7 +9,9 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/facade"
+	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
 )
@@ -21,7 +23,7 @@ import (
 // unabsorbed tail window covered first (a handoff, docs/design.md §9).
 type ledStream struct {
 	s      *streams.Stream
-	key    streamKey
+	key    catalog.StreamKey
 	name   string
 	class  meta.Class
 	loglet *loglet.Loglet
@@ -115,15 +117,15 @@ type ledSlot struct {
 //   - a new holder passes the open gate (settles every earlier holder's
 //     chain that may hold records no row covers) and opens the stream at
 //     the end of its greatest row.
-func (n *Node) lead(ctx context.Context, b *basinEntry, e *streamEntry) (*ledStream, error) {
-	return n.leadIn(ctx, n.slot(e.row.ID), b, e)
+func (n *Node) lead(ctx context.Context, b *catalog.BasinEntry, e *catalog.StreamEntry) (*ledStream, error) {
+	return n.leadIn(ctx, n.slot(e.Row.ID), b, e)
 }
 
 // leadIn is lead through slot, the slot it took for e's stream id (which
 // the idle release may forget meanwhile: see forget).
-func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *streamEntry) (*ledStream, error) {
-	id := e.row.ID
-	open, releases, err := n.ledOpen(slot, e.key.name)
+func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry, e *catalog.StreamEntry) (*ledStream, error) {
+	id := e.Row.ID
+	open, releases, err := n.ledOpen(slot, e.Key.Name)
 	if open != nil || err != nil {
 		return open, err
 	}
@@ -133,8 +135,8 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	if n.isClosed() {
 		return nil, api.Unavailable("this star is shutting down; retry")
 	}
-	if !forwarded(ctx) {
-		if f := n.cachedForward(id); f != nil {
+	if !lead.IsForwarded(ctx) {
+		if f := n.lease.CachedForward(id); f != nil {
 			return nil, f
 		}
 	}
@@ -142,15 +144,15 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	if err := n.selfLive(); err != nil {
 		return nil, err
 	}
-	b, e, err = n.freshRows(ctx, e)
+	b, e, err = n.FreshRows(ctx, e)
 	if err != nil {
 		return nil, err
 	}
-	lease, ver, err := n.claim(ctx, id, e.key.name)
+	lease, ver, err := n.lease.Claim(ctx, id, e.Key.Name, n.drain.Refusal)
 	if err != nil {
 		return nil, err
 	}
-	if err := n.gate(ctx, id, lease, ver); err != nil {
+	if err := n.lease.Gate(ctx, id, lease, ver); err != nil {
 		return nil, err
 	}
 	if h := n.hooks.BeforeOpen; h != nil {
@@ -162,16 +164,16 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	if !n.slotIs(id, slot) {
 		// The idle release forgot this empty slot meanwhile: never open
 		// beside the current one.
-		return nil, api.Unavailable("stream %q was released while this star opened it; retry", e.key.name)
+		return nil, api.Unavailable("stream %q was released while this star opened it; retry", e.Key.Name)
 	}
 	if slot.deleted {
-		return nil, api.StreamDeletionPending("stream %q is being deleted", e.key.name)
+		return nil, api.StreamDeletionPending("stream %q is being deleted", e.Key.Name)
 	}
 	if slot.l != nil {
 		return slot.l, nil
 	}
 	if slot.releases != releases {
-		return nil, api.Unavailable("stream %q was released while this star opened it; retry", e.key.name)
+		return nil, api.Unavailable("stream %q was released while this star opened it; retry", e.Key.Name)
 	}
 	// A stream shed by this incarnation is never reopened by it: its pool
 	// and flight index may still hold the stream's seq nums.
@@ -180,13 +182,13 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	}
 	// A star leaving opens nothing: its drain or close released what it
 	// found open, and would not see a stream opened after.
-	if n.draining.Load() {
+	if n.drain.Draining() {
 		return nil, &NotLeaderError{StreamID: id}
 	}
 	if n.isClosed() {
 		return nil, api.Unavailable("this star is shutting down; retry")
 	}
-	resolved := e.row.Config.Resolve(b.row.Config.DefaultStreamConfig)
+	resolved := e.Row.Config.Resolve(b.Row.Config.DefaultStreamConfig)
 	class := meta.Class(resolved.StorageClass)
 	l := n.loglets[class]
 	if l == nil {
@@ -196,9 +198,9 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 	if err != nil {
 		return nil, n.storageErr("open stream", err)
 	}
-	slot.l = &ledStream{s: s, key: e.key, name: e.key.name, class: class, loglet: l, lost: n.zombie}
+	slot.l = &ledStream{s: s, key: e.Key, name: e.Key.Name, class: class, loglet: l, lost: n.zombie}
 	slot.l.touch()
-	n.log.Debug("leading stream", "basin", e.key.basin, "stream", e.key.name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
+	n.log.Debug("leading stream", "basin", e.Key.Basin, "stream", e.Key.Name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
 	return slot.l, nil
 }
 
@@ -211,7 +213,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 func (n *Node) Route(ctx context.Context, basin, name string, create *api.StreamConfig, onAppend bool) error {
 	// A missing stream is not created here: the request creates it once
 	// it passes its own checks (a new stream has no leader to forward to).
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: onAppend, onRead: !onAppend, config: create, lazy: true})
+	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnAppend: onAppend, OnRead: !onAppend, Config: create, Lazy: true})
 	if err != nil || e == nil {
 		return err
 	}
@@ -253,7 +255,7 @@ func (n *Node) ledOpen(slot *ledSlot, name string) (*ledStream, uint64, error) {
 		if n.zombie() != nil || errors.Is(slot.l.loglet.Err(), loglet.ErrDeposed) {
 			n.log.Warn("shedding stream: this star no longer leads it", "stream", name, "id", slot.l.s.ID, "err", err)
 			slot.l = nil
-			n.lease.shed.Inc()
+			n.lease.CountShed()
 		}
 		return nil, 0, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -35,17 +36,12 @@ func notLeader(t *testing.T, err error) *node.NotLeaderError {
 // appendUntil appends in to stream through n until it is acknowledged.
 func appendUntil(t *testing.T, n *node.Node, stream string, in *api.AppendInput) api.AppendAck {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ack, err := n.Append(context.Background(), "basin-one", stream, in, nil)
-		if err == nil {
-			return ack
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("append to %s through %s: %v", stream, n.StarID(), err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var ack api.AppendAck
+	poll.UntilErr(t, 10*time.Second, "append to "+stream+" through "+n.StarID(), func() (err error) {
+		ack, err = n.Append(context.Background(), "basin-one", stream, in, nil)
+		return err
+	})
+	return ack
 }
 
 // Two stars on one metastore and object store: the first to serve a
@@ -179,13 +175,7 @@ func TestZombieStopsServing(t *testing.T) {
 		t.Fatalf("successor's first append at %d, want 7", ack.Start.SeqNum)
 	}
 	// a learns it was superseded at its next heartbeat and sheds s1.
-	deadline := time.Now().Add(5 * time.Second)
-	for a.Healthy() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the zombie still reports healthy")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "the zombie reports unhealthy", func() bool { return a.Healthy() != nil })
 	_, err := a.Append(ctx, "basin-one", "s1", records("zombie", 1), nil)
 	apiErr(t, err, 503, api.CodeUnavailable)
 	_, err = a.CheckTail(ctx, "basin-one", "s1", nil)
@@ -312,17 +302,17 @@ func TestTakeoverReadsRowsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b forwards to a until its forward cache learns a is gone (one TTL).
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	poll.UntilErr(t, 5*time.Second, "b learns that s1 was deleted", func() error {
 		ack, err := b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
 		if err == nil {
 			t.Fatalf("b reopened the deleted stream and acknowledged seq %d", ack.Start.SeqNum)
 		}
 		var e *api.Error
 		if errors.As(err, &e) && (e.Code == api.CodeStreamDeletionPending || e.Code == api.CodeStreamNotFound) {
-			return
+			return nil
 		}
-	}
-	t.Fatal("b never learned that s1 was deleted")
+		return err
+	})
 }
 
 // A star that cached a stream's row deleted still finds the stream a peer
@@ -350,14 +340,10 @@ func TestDeletedRowCacheSeesRecreatedStream(t *testing.T) {
 	if _, err := a.CheckTail(ctx, "basin-one", "s1", nil); err == nil {
 		t.Fatal("check-tail of a stream being deleted succeeded")
 	}
-	var created bool
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !created; time.Sleep(20 * time.Millisecond) {
+	poll.UntilErr(t, 5*time.Second, "b re-creates s1 after the deletion-pending window", func() error {
 		_, err := b.CreateStream(ctx, "basin-one", api.CreateStreamRequest{Stream: "s1"}, "")
-		created = err == nil
-	}
-	if !created {
-		t.Fatal("b could not re-create s1 after the deletion-pending window")
-	}
+		return err
+	})
 	// Within the pending window or after it, a must answer for the new
 	// stream, not from its cached row of the old one (409 or 404).
 	if _, err := a.CheckTail(ctx, "basin-one", "s1", nil); err != nil {

@@ -1,9 +1,14 @@
 // Package node is the star process core, independent of HTTP: it
 // registers a new incarnation of the star, opens one loglet per storage
 // class (each first settles what the star's earlier incarnations left on
-// its chain), keeps basins and streams in the metastore, leads streams
-// (sequencing their appends through the facade and the loglet) and serves
-// reads through star/reader and the loglets' flight indexes.
+// its chain), keeps basins and streams in the metastore (star/catalog,
+// embedded: its resource API is the node's), leads streams (star/lead
+// decides; the node holds their slots and sequences their appends through
+// the facade and the loglet) and serves reads through star/reader and the
+// loglets' flight indexes.
+//
+// Layering: star/catalog below star/lead below star/node; neither of the
+// two imports the node (the catalog asks it through catalog.Leader).
 //
 // Every failure a client should see is an *api.Error with the API's exact
 // status and body; anything else is an internal failure the server answers
@@ -26,9 +31,12 @@ import (
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
+	metametrics "github.com/starlog/starlog/shared/meta/metrics"
 	"github.com/starlog/starlog/shared/objstore"
 	objmetrics "github.com/starlog/starlog/shared/objstore/metrics"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/star/catalog"
+	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -68,6 +76,10 @@ type Hooks struct {
 
 // Node is one running star.
 type Node struct {
+	// The catalog (basins and streams) serves the resource API: its
+	// exported methods are the node's.
+	*catalog.Catalog
+
 	cfg Config
 	log *slog.Logger
 	reg *prometheus.Registry
@@ -79,7 +91,6 @@ type Node struct {
 	meta        meta.Store
 	objects     objstore.Store
 	now         func() time.Time
-	ids         func() string // Deps.NewID
 	reader      *reader.Reader
 	loglets     map[meta.Class]*loglet.Loglet
 	commits     []commitSource // the loglets, Standard first
@@ -88,19 +99,15 @@ type Node struct {
 	peerHdr http.Header
 	hooks   Hooks
 	regn    Registration
-	regVer  int64
-	lease   *leadership
+	lease   *lead.Leadership
 
-	mu      sync.Mutex
-	basins  map[string]*basinEntry
-	streams map[streamKey]*streamEntry
-	led     map[string]*ledSlot // by stream id
+	mu  sync.Mutex
+	led map[string]*ledSlot // by stream id
 	// unretired are deleted streams this star stopped leading whose lease
 	// it has yet to retire (id → name; retryRetires).
 	unretired map[string]string
 
-	limits  *appendLimits
-	catalog *catalogMetrics
+	limits *appendLimits
 
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
@@ -108,13 +115,9 @@ type Node struct {
 	idle     *idleReleaser
 	rowLoop  bgLoop
 
-	// draining refuses new leases; drainLoop releases the led streams
-	// under drainCtx, which Close cancels.
-	draining atomic.Bool
-	// ownSettled: the drain settled this star's chains (decommission);
-	// drainErr is the last error of that step.
-	ownSettled atomic.Bool
-	drainErr   atomic.Value
+	// drain refuses new leases once begun; its loop releases the led
+	// streams under drainCtx, which Close cancels.
+	drain lead.Drain
 
 	// opened is set once Open has written every field (the heartbeat
 	// runs from before the loglets are open).
@@ -144,11 +147,8 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		log:     deps.Logger,
 		reg:     deps.Registry,
 		now:     deps.Now,
-		ids:     deps.NewID,
 		peerHdr: deps.PeerHeader,
 		loglets: map[meta.Class]*loglet.Loglet{},
-		basins:  map[string]*basinEntry{},
-		streams: map[streamKey]*streamEntry{},
 
 		led:       map[string]*ledSlot{},
 		unretired: map[string]string{},
@@ -164,9 +164,6 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	n.log = n.log.With("star", cfg.StarID)
 	if n.now == nil {
 		n.now = time.Now
-	}
-	if n.ids == nil {
-		n.ids = newID
 	}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
@@ -192,13 +189,15 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		}
 		n.ownMeta = ms
 	}
-	n.catalog = newCatalogMetrics(n)
 	if n.limits, err = newAppendLimits(cfg.Limits, n.reg); err != nil {
 		return nil, fmt.Errorf("node: rate limit metrics: %w", err)
 	}
-	if n.meta, err = wrapMeta(ms, n.reg); err != nil {
+	if n.meta, err = metametrics.Wrap(ms, n.reg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	n.Catalog = catalog.New(catalog.Config{DeletionPending: cfg.DeletionPending, BasinCacheTTL: cfg.BasinCacheTTL}, catalog.Deps{
+		Meta: n.meta, Now: n.now, NewID: deps.NewID, Logger: n.log, Registry: n.reg, Leader: catalogLeader{n},
+	})
 	objs := deps.Objects
 	if objs == nil {
 		all := append(append([]string(nil), cfg.Standard.Buckets...), cfg.Express.Buckets...)
@@ -211,13 +210,20 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	}
 
 	registeredAt := time.Now()
-	n.regn, n.regVer, err = register(ctx, n.meta, cfg.StarID, cfg.Address, registeredAt)
+	var regVer int64
+	n.regn, regVer, err = lead.Register(ctx, n.meta, cfg.StarID, cfg.Address, registeredAt)
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	inc := chain.Incarnation(cfg.StarID, n.regn.Incarnation)
 	n.log = n.log.With("incarnation", n.regn.Incarnation)
-	if n.lease, err = newLeadership(meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, n.reg, registeredAt); err != nil {
+	n.lease, err = lead.New(lead.Config{
+		Me: meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, Reg: n.regn, RegVer: regVer, Registered: registeredAt,
+		Meta: n.meta, Objects: n.objects, Logger: n.log, Registry: n.reg,
+		DeadAfter: cfg.DeadAfter, LeaseCacheTTL: cfg.LeaseCacheTTL, RowCheckEvery: n.rowCheckEvery(),
+		Ripening: cfg.ripening, PeerTLS: cfg.PeerTLS, PeerHeader: n.peerHdr,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	// Heartbeat from now on: settling the chains below may take longer
@@ -337,7 +343,7 @@ func (n *Node) Healthy() error {
 // HeartbeatAge is the time since this star's last registry heartbeat was
 // written: a metastore outage shows here (and in the log), not as
 // unreadiness.
-func (n *Node) HeartbeatAge() time.Duration { return n.lease.sinceBeat() }
+func (n *Node) HeartbeatAge() time.Duration { return n.lease.SinceBeat() }
 
 // commitSource is one loglet as Healthy sees it (an interface, so a test
 // can stand in a condition a real loglet cannot be put in on demand).
@@ -346,58 +352,20 @@ type commitSource struct {
 	src   interface{ CommitErr() error }
 }
 
-// heartbeat refreshes the registry row until stopped, retrying sooner
-// after a failure so one slow write does not cost the star its liveness.
-// A lost CAS means a later incarnation of this star id registered, or a
-// peer marked this one dead: this process is a zombie and leads nothing
-// more (a successor fences its chains, so it can never ack past them).
+// heartbeat runs the registry heartbeat (lead.Heartbeat) until stopped.
 func (n *Node) heartbeat(ctx context.Context) {
 	defer close(n.beatDone)
-	t := time.NewTimer(n.cfg.HeartbeatEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		reg := n.regn
-		var newRun bool
-		reg.Heartbeat = sent.UnixMilli()
-		reg.ConnectedSince, newRun = n.lease.nextBeat(sent, n.cfg.DeadAfter)
-		reg.Leads = n.leading()
-		if n.draining.Load() {
-			reg.State = StateDraining
-		}
-		// A beat is not cut short by Close: a write that lands after its
-		// context was cancelled would leave regVer stale, and Close's
-		// stopped mark would then lose its CAS.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.DeadAfter/2)
-		v, err := beat(wctx, n.meta, n.cfg.StarID, reg, n.regVer)
-		cancel()
-		next := n.cfg.HeartbeatEvery
-		switch {
-		case errors.Is(err, errSuperseded):
-			n.lease.superseded.Store(true)
-			n.log.Error("registry: this incarnation was superseded or presumed dead by a peer; it leads no stream until restarted")
-			n.markZombie()
-			return
-		case err != nil:
-			n.log.Warn("registry heartbeat failed", "err", err)
-			n.lease.beatFailed()
-			next = max(n.cfg.HeartbeatEvery/4, time.Millisecond)
-		default:
-			n.regVer = v
-			n.lease.beatAt(sent, newRun)
-		}
-		// The loglets are Open's to write until it is done: the heartbeat
-		// starts before them.
-		if n.opened.Load() && n.zombie() != nil {
-			n.markZombie()
-		}
-		t.Reset(next)
-	}
+	n.lease.Heartbeat(ctx, lead.Beats{
+		Every: n.cfg.HeartbeatEvery, Leads: n.leading, Draining: n.drain.Draining,
+		Superseded: n.markZombie,
+		After: func() {
+			// The loglets are Open's to write until it is done: the
+			// heartbeat starts before them.
+			if n.opened.Load() && n.zombie() != nil {
+				n.markZombie()
+			}
+		},
+	})
 }
 
 // Close stops the star (its graceful close, docs/design.md §9): every lease is
@@ -425,8 +393,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.stopBalance()
 	n.stopBeat()
 	<-n.beatDone
-	n.lease.runner.close()
-	n.lease.fwd.close()
+	n.lease.Close()
 	// Absorb to the head (bounded: what is left, the settle walks), then
 	// stop the loglets: the chains' head epochs will not be written again.
 	actx, cancel := context.WithTimeout(ctx, closeAbsorbWait)
@@ -440,21 +407,17 @@ func (n *Node) Close(ctx context.Context) error {
 		l.Close()
 	}
 	var errs []error
-	markers, err := n.leaveSettleMarkers(ctx)
+	markers, err := n.lease.LeaveSettleMarkers(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	reg := n.regn
-	reg.State, reg.Heartbeat = StateStopped, time.Now().UnixMilli()
 	// After a drain that settled every chain (the terminate gate is open),
-	// the stop is a decommission: the janitor may collect the chain garbage.
-	reg.Decommissioned = n.draining.Load() && n.ownSettled.Load()
-	// A zombie's row is no longer its own: there is nothing to mark.
-	if _, err := beat(ctx, n.meta, n.cfg.StarID, reg, n.regVer); err != nil && !errors.Is(err, errSuperseded) {
+	// the stop is a decommission.
+	if err := n.lease.Stop(ctx, n.drain.Decommissioned()); err != nil {
 		errs = append(errs, err)
 	}
 	if markers > 0 {
-		nudged := n.nudgePeers(ctx)
+		nudged := n.lease.NudgePeers(ctx)
 		n.log.Info("close: left settle markers and nudged peers to settle them", "chains", markers, "peers", nudged)
 	}
 	if n.ownMeta != nil {
@@ -490,8 +453,7 @@ func (n *Node) abort() {
 		<-n.beatDone
 	}
 	if n.lease != nil {
-		n.lease.runner.close()
-		n.lease.fwd.close()
+		n.lease.Close()
 	}
 	for _, l := range n.loglets {
 		l.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/node"
 )
@@ -181,9 +182,15 @@ func TestDeletionTiming(t *testing.T) {
 	if err != nil || len(l.Streams) != 1 || l.Streams[0].DeletedAt == nil {
 		t.Fatalf("listing during deletion: %+v %v", l, err)
 	}
-	time.Sleep(250 * time.Millisecond)
-	_, err = n.StreamConfig(ctx, "delete-basin", "s")
-	apiErr(t, err, 404, api.CodeStreamNotFound)
+	// Past the deletion-pending window (200 ms) the stream is gone.
+	poll.UntilErr(t, 5*time.Second, "the deleted stream answers 404", func() error {
+		_, err := n.StreamConfig(ctx, "delete-basin", "s")
+		if e, ok := errors.AsType[*api.Error](err); ok && e.Status == 409 {
+			return err
+		}
+		apiErr(t, err, 404, api.CodeStreamNotFound)
+		return nil
+	})
 	l, err = n.ListStreams(ctx, "delete-basin", api.ListRequest{Limit: 10})
 	if err != nil || len(l.Streams) != 0 {
 		t.Fatalf("listing after deletion: %+v %v", l, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -140,13 +141,13 @@ func (o outage) run(t *testing.T) {
 		id  string
 		was meta.Registration
 	}{{"a", regA}, {"b", regB}} {
-		waitFor(t, s.id+" heartbeats again", 10*o.DeadAfter, func() bool {
+		poll.Until(t, 10*o.DeadAfter, s.id+" heartbeats again", func() bool {
 			r := registration(t, st, s.id)
 			return r.Incarnation == s.was.Incarnation && r.State == meta.StarLive && time.Since(time.UnixMilli(r.Heartbeat)) < o.DeadAfter/2
 		})
 	}
 	var tail api.StreamPosition
-	waitFor(t, "a answers check-tail again", 10*o.DeadAfter, func() bool {
+	poll.Until(t, 10*o.DeadAfter, "a answers check-tail again", func() bool {
 		tail, err = a.CheckTail(ctx, "basin-one", "s1", nil)
 		return err == nil
 	})
@@ -389,10 +390,10 @@ func TestClockGuardOnlyOnMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the absorb covers the appends", 5*time.Second, func() bool { return refEnd(t, st, "s1") == 12 })
+	poll.Until(t, 5*time.Second, "the absorb covers the appends", func() bool { return refEnd(t, st, "s1") == 12 })
 	// Writes fail from now on (heartbeats among them); reads answer.
 	ms.on.Store(true)
-	time.Sleep(c.DeadAfter)
+	poll.Until(t, 10*c.DeadAfter, "a's heartbeat goes stale", func() bool { return a.HeartbeatAge() >= c.DeadAfter })
 
 	ack, err := a.Append(ctx, "basin-one", "s1", records("late", 1), nil)
 	if err != nil || ack.Start.SeqNum != 12 {

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -40,7 +41,8 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 		aMeta.SetUnavailable(false)
 		a.Close(context.Background())
 	})
-	b := open(t, st, clusterConfig("b"))
+	cb := clusterConfig("b")
+	b := open(t, st, cb)
 	if _, err := a.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +56,7 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 		mu          sync.Mutex
 		acks        []ack
 		indefinite  int
+		attempts    int
 		stop        = make(chan struct{})
 		producer    sync.WaitGroup
 		partitioned time.Time
@@ -73,6 +76,7 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 			r, err := a.Append(actx, "basin-one", "s1", in, nil)
 			cancel()
 			mu.Lock()
+			attempts++
 			switch {
 			case err == nil:
 				acks = append(acks, ack{seq: r.Start.SeqNum, body: body, at: time.Now()})
@@ -85,14 +89,15 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 			}
 		}
 	})
-	waitFor(t, "a acknowledges appends", 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) >= 20 })
+	poll.Until(t, 5*time.Second, "a acknowledges appends", func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) >= 20 })
 
 	aMeta.SetUnavailable(true)
 	mu.Lock()
 	partitioned, before := time.Now(), len(acks)
 	mu.Unlock()
-	// a goes on acknowledging while b waits out its dead-after bound.
-	time.Sleep(400 * time.Millisecond)
+	// a goes on acknowledging while b waits out its dead-after bound:
+	// until a's heartbeat is that old to b, so b may take over.
+	poll.Until(t, 10*time.Second, "a's heartbeat ages past b's dead-after bound", func() bool { return a.HeartbeatAge() >= cb.DeadAfter })
 	mu.Lock()
 	during := len(acks) - before
 	mu.Unlock()
@@ -102,7 +107,11 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 
 	first := appendUntil(t, b, "s1", records("b", 1))
 	tookOver := time.Now()
-	time.Sleep(200 * time.Millisecond) // a keeps trying against the fenced chain
+	// a keeps trying against the fenced chain: two more of its appends end.
+	mu.Lock()
+	triedBefore := attempts
+	mu.Unlock()
+	poll.Until(t, 10*time.Second, "a tries again after the takeover", func() bool { mu.Lock(); defer mu.Unlock(); return attempts >= triedBefore+2 })
 	close(stop)
 	producer.Wait()
 
@@ -138,7 +147,7 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 
 	// The partition heals: a learns it was deposed and sheds the stream.
 	aMeta.SetUnavailable(false)
-	waitFor(t, "a reports unhealthy", 5*time.Second, func() bool { return a.Healthy() != nil })
+	poll.Until(t, 5*time.Second, "a reports unhealthy", func() bool { return a.Healthy() != nil })
 	select {
 	case <-a.Zombied():
 	case <-time.After(5 * time.Second):
@@ -174,7 +183,7 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 		t.Fatal(err)
 	}
 	bMeta.SetUnavailable(true)
-	time.Sleep(2 * cb.DeadAfter)
+	poll.Until(t, 20*cb.DeadAfter, "b's outage outlasts two dead-after bounds", func() bool { return b.HeartbeatAge() >= 2*cb.DeadAfter })
 	bMeta.SetUnavailable(false)
 	// Before its first beat lands and after, b does not judge a yet.
 	_, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
@@ -182,7 +191,7 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 	if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
 		t.Fatalf("a's registration right after b came back: %+v %v", reg, err)
 	}
-	waitFor(t, "b heartbeats again", 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, "b heartbeats again", func() bool {
 		r, _, _, err := leader.ReadRegistration(ctx, st.meta, "b")
 		return err == nil && time.Since(time.UnixMilli(r.Heartbeat)) < cb.HeartbeatEvery*4
 	})

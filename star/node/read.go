@@ -8,6 +8,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -37,7 +38,7 @@ type ReadOptions struct {
 // CheckTail returns a stream's durable tail: one past its last
 // acknowledged record, with that record's timestamp (0, 0 when empty).
 func (n *Node) CheckTail(ctx context.Context, basin, name string, create *api.StreamConfig) (api.StreamPosition, error) {
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onRead: true, config: create})
+	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: create})
 	if err != nil {
 		return api.StreamPosition{}, err
 	}
@@ -84,7 +85,7 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 		}
 		return nil
 	}
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onRead: true, config: opts.Create, admit: admit})
+	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: opts.Create, Admit: admit})
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 	wait, forever := req.EffectiveWait()
 	c := &Cursor{
 		n: n, l: l,
-		stream:     reader.Stream{ID: e.row.ID, Basin: basin},
+		stream:     reader.Stream{ID: e.Row.ID, Basin: basin},
 		start:      start,
 		unresolved: unresolved,
 		count:      req.Count,
@@ -482,7 +483,7 @@ func (c *Cursor) liveTail(last format.Record, fresh bool) api.StreamPosition {
 // readErr maps a read path failure to the API: the client's cancellation
 // or the storage layer's failure (logged; the client sees 500 storage).
 func (n *Node) readErr(err error) error {
-	if e := contextError(err); e != nil {
+	if e := catalog.ContextError(err); e != nil {
 		return e
 	}
 	n.log.Error("read failed", "err", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -51,7 +52,11 @@ func TestLostHeartbeatReplyIsNotSuperseded(t *testing.T) {
 	was := registration(t, st, "a")
 	// An idle star writes nothing but its heartbeats.
 	ms.FailNext(1, errors.New("reply lost"), mfaults.After, mfaults.OpPut)
-	time.Sleep(10 * c.HeartbeatEvery)
+	// The first beat after this loses its reply, the next one's CAS fails
+	// and adopts the row: wait until beats land past both.
+	poll.Until(t, 100*c.HeartbeatEvery, "a beats past the lost reply", func() bool {
+		return registration(t, st, "a").Heartbeat >= was.Heartbeat+4*c.HeartbeatEvery.Milliseconds()
+	})
 	select {
 	case <-a.Zombied():
 		t.Fatal("a lost heartbeat reply made the star a zombie")
@@ -80,20 +85,25 @@ func TestHeartbeatsRecordTheirRun(t *testing.T) {
 	// run by design (a paused process): keep that far above a loaded
 	// machine's scheduling stalls, so only the failed beats do.
 	c.DeadAfter = 4 * time.Second
-	openOn(t, ms, st.objects, c)
+	a := openOn(t, ms, st.objects, c)
 	first := registration(t, st, "a")
+	// beatsPast: beats landed for n periods after the one at from.
+	beatsPast := func(from, n int64) func() bool {
+		return func() bool { return registration(t, st, "a").Heartbeat >= from+n*c.HeartbeatEvery.Milliseconds() }
+	}
 	if first.ConnectedSince == 0 || first.ConnectedSince != first.StartedAt {
 		t.Fatalf("registration: %+v, want ConnectedSince at StartedAt", first)
 	}
-	time.Sleep(5 * c.HeartbeatEvery)
+	poll.Until(t, 100*c.HeartbeatEvery, "some beats land", beatsPast(first.Heartbeat, 3))
 	if r := registration(t, st, "a"); r.Heartbeat <= first.Heartbeat || r.ConnectedSince != first.ConnectedSince {
 		t.Fatalf("after some beats: %+v, want the run of %d", r, first.ConnectedSince)
 	}
 	ms.SetUnavailable(true)
 	down := time.Now()
-	time.Sleep(3 * c.HeartbeatEvery)
+	// Beats fail: the last one written ages past a beat's period.
+	poll.Until(t, 100*c.HeartbeatEvery, "beats fail", func() bool { return a.HeartbeatAge() >= 2*c.HeartbeatEvery })
 	ms.SetUnavailable(false)
-	waitFor(t, "a beats again", 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, "a beats again", func() bool {
 		return registration(t, st, "a").Heartbeat > down.UnixMilli()
 	})
 	r := registration(t, st, "a")
@@ -101,7 +111,7 @@ func TestHeartbeatsRecordTheirRun(t *testing.T) {
 		t.Fatalf("after failed beats: %+v, want a run begun after %d", r, down.UnixMilli())
 	}
 	back := r.ConnectedSince
-	time.Sleep(5 * c.HeartbeatEvery)
+	poll.Until(t, 100*c.HeartbeatEvery, "more beats land", beatsPast(r.Heartbeat, 3))
 	if r := registration(t, st, "a"); r.ConnectedSince != back || r.Heartbeat <= back {
 		t.Fatalf("beats after the outage: %+v, want the run of %d", r, back)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/catalog"
 )
 
 // A star that stopped leading a deleted stream but could not retire its
@@ -36,11 +37,11 @@ func TestUnretiredLeaseIsRetried(t *testing.T) {
 	if _, err := n.Append(ctx, "retire-basin", "s", &api.AppendInput{Records: []api.Record{{Body: []byte("a")}}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, e, err := n.liveStream(ctx, "retire-basin", "s", autoCreate{})
+	_, e, err := n.LiveStream(ctx, "retire-basin", "s", catalog.AutoCreate{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := e.row.ID
+	id := e.Row.ID
 	gone, cancel := context.WithCancel(ctx)
 	cancel() // the retire's metastore calls fail
 	n.stopDeleted(gone, id, "s")

@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 )
 
 func head(t *testing.T, st stores, star string, class meta.Class) meta.Head {
@@ -36,16 +37,6 @@ func settleMarker(t *testing.T, st stores, star string, class meta.Class) (meta.
 		t.Fatal(err)
 	}
 	return d, true
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // A graceful close leaves a durable settle marker for each chain whose
@@ -80,7 +71,7 @@ func TestCloseLeavesSettleMarkers(t *testing.T) {
 	if err := b.SettleFor("a", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a's chains settled and markers cleared", 10*time.Second, func() bool {
+	poll.Until(t, 10*time.Second, "a's chains settled and markers cleared", func() bool {
 		for _, class := range []meta.Class{meta.Standard, meta.Express} {
 			if _, ok := settleMarker(t, st, "a", class); ok || head(t, st, "a", class).State != meta.HeadSettled {
 				return false

@@ -1,9 +1,22 @@
-package node
+// Package lead is a star's leadership of its streams: the lease claim
+// (decideClaim, a pure function) and the open gate with its settle
+// runner, the registry row and its heartbeat, the forward cache and its
+// refreshes, retiring a deleted stream's lease, the balancer (its plan
+// pure), the drain, and what a star tells its peers (settle nudges, basin
+// rechecks).
+//
+// Layering: lead sits above star/catalog (whose errors it answers with)
+// and below star/node, which holds the led streams' slots and asks lead
+// whether it may lead, and whom to forward to. lead imports no node.
+package lead
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +25,10 @@ import (
 
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/api"
-	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
-	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/star/catalog"
 )
 
 // NotLeaderError says another live star leads the stream: forward the
@@ -40,14 +52,45 @@ func (e *NotLeaderError) Unwrap() error {
 	return api.Unavailable("this stream is led by another star; retry")
 }
 
-// leadership is the node's multi-star state: its own liveness, the
-// forward cache, and the open gate's settle runner.
-type leadership struct {
-	me meta.LeaseHolder
+// Config is what a star's leadership needs to know of the star.
+type Config struct {
+	// Me is this incarnation of the star.
+	Me meta.LeaseHolder
+	// Reg is its registration as Register wrote it, at version RegVer;
+	// Registered is when (its first beat).
+	Reg        meta.Registration
+	RegVer     int64
+	Registered time.Time
+	Meta       meta.Store
+	Objects    objstore.Store
+	Logger     *slog.Logger
+	Registry   prometheus.Registerer
+	// DeadAfter is the registry's dead-after bound; LeaseCacheTTL how
+	// long a forward target is trusted before a background refresh.
+	DeadAfter     time.Duration
+	LeaseCacheTTL time.Duration
+	// RowCheckEvery is how soon a live star stops leading a deleted
+	// stream (the catalog's row check): what a retire's 503 says.
+	RowCheckEvery time.Duration
+	// Ripening is a storage class's ripening, for the open gate's settle.
+	Ripening func(meta.Class) absorb.Ripening
+	// PeerTLS and PeerHeader are how this star talks to its peers.
+	PeerTLS    *tls.Config
+	PeerHeader http.Header
+}
+
+// Leadership is the star's multi-star state: its own liveness, the
+// lease claims, the forward cache, and the open gate's settle runner.
+type Leadership struct {
+	cfg  Config
+	me   meta.LeaseHolder
+	meta meta.Store
+	log  *slog.Logger
 
 	// base anchors the monotonic clock of lastBeat, the offset of the
 	// last heartbeat that was written (taken before the write).
 	base       time.Time
+	regVer     int64 // the registry row's version, the heartbeat's to write
 	lastBeat   atomic.Int64
 	superseded atomic.Bool
 
@@ -69,11 +112,11 @@ type leadership struct {
 	shed     prometheus.Counter
 }
 
-// newLeadership starts the leadership state of incarnation me, whose
-// registration was written at registered.
-func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered time.Time) (*leadership, error) {
-	ls := &leadership{
-		me: me, base: registered, fwd: newForwardCache(),
+// New starts the leadership state of incarnation cfg.Me, whose
+// registration was written at cfg.Registered.
+func New(cfg Config) (*Leadership, error) {
+	ls := &Leadership{
+		cfg: cfg, me: cfg.Me, meta: cfg.Meta, log: cfg.Logger, base: cfg.Registered, regVer: cfg.RegVer, fwd: newForwardCache(),
 		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "starlog", Subsystem: "leader", Name: "lease_acquisitions_total",
 			Help: "Stream leases this star acquired, by what it took them from (unled, dead, released, own).",
@@ -87,22 +130,47 @@ func newLeadership(me meta.LeaseHolder, reg prometheus.Registerer, registered ti
 			Help: "Open streams dropped because this star lost leadership (deposed or presumed dead).",
 		}),
 	}
+	if ls.log == nil {
+		ls.log = slog.Default()
+	}
 	ls.runner = newSettleRunner()
 	for _, c := range []prometheus.Collector{ls.acquired, ls.forwards, ls.shed, ls.runner.runs, ls.runner.nudged, ls.runner.dur} {
-		if err := reg.Register(c); err != nil {
+		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("leadership metrics: register: %w", err)
 		}
 	}
-	ls.beatAt(ls.base, true)
+	ls.BeatAt(ls.base, true)
 	return ls, nil
 }
 
-// nextBeat is what a heartbeat written at t says in ConnectedSince, and
+// Me is this incarnation as a lease holder.
+func (ls *Leadership) Me() meta.LeaseHolder { return ls.me }
+
+// Close stops the settle runs and the forward refreshes and waits for
+// them.
+func (ls *Leadership) Close() {
+	ls.runner.close()
+	ls.fwd.close()
+}
+
+// Superseded reports whether the heartbeat found this incarnation's
+// registry row taken (MarkSuperseded): it leads nothing more.
+func (ls *Leadership) Superseded() bool { return ls.superseded.Load() }
+
+// MarkSuperseded records that a later incarnation registered or peers
+// presumed this one dead.
+func (ls *Leadership) MarkSuperseded() { ls.superseded.Store(true) }
+
+// CountShed counts an open stream dropped because this star lost
+// leadership.
+func (ls *Leadership) CountShed() { ls.shed.Inc() }
+
+// NextBeat is what a heartbeat written at t says in ConnectedSince, and
 // whether it begins a new run: it does after a beat that failed, and after
 // a gap of half the dead-after bound or more since the last beat that
 // landed (the process was paused, or the write was slow: nothing shows
 // the metastore was reachable in between).
-func (ls *leadership) nextBeat(t time.Time, deadAfter time.Duration) (connectedSince int64, newRun bool) {
+func (ls *Leadership) NextBeat(t time.Time, deadAfter time.Duration) (connectedSince int64, newRun bool) {
 	ls.run.Lock()
 	defer ls.run.Unlock()
 	if ls.run.failing || t.Sub(ls.base)-time.Duration(ls.lastBeat.Load()) >= deadAfter/2 {
@@ -111,9 +179,9 @@ func (ls *leadership) nextBeat(t time.Time, deadAfter time.Duration) (connectedS
 	return ls.run.connectedSince, false
 }
 
-// beatAt records a heartbeat written at t (monotonic) that landed; newRun
-// is nextBeat's verdict for it.
-func (ls *leadership) beatAt(t time.Time, newRun bool) {
+// BeatAt records a heartbeat written at t (monotonic) that landed; newRun
+// is NextBeat's verdict for it.
+func (ls *Leadership) BeatAt(t time.Time, newRun bool) {
 	ls.run.Lock()
 	defer ls.run.Unlock()
 	if newRun {
@@ -123,8 +191,8 @@ func (ls *leadership) beatAt(t time.Time, newRun bool) {
 	ls.lastBeat.Store(int64(t.Sub(ls.base)))
 }
 
-// beatFailed records a heartbeat that did not land.
-func (ls *leadership) beatFailed() {
+// BeatFailed records a heartbeat that did not land.
+func (ls *Leadership) BeatFailed() {
 	ls.run.Lock()
 	ls.run.failing = true
 	ls.run.Unlock()
@@ -138,10 +206,10 @@ func (ls *leadership) beatFailed() {
 // heartbeat failed or is older: a star back from an outage judges nobody
 // before its own first beat lands, and then only after beating for a
 // whole bound past the judged star's last beat.
-func (ls *leadership) witness(now time.Time, deadAfter time.Duration) leader.Witness {
+func (ls *Leadership) witness(now time.Time, deadAfter time.Duration) leader.Witness {
 	ls.run.Lock()
 	defer ls.run.Unlock()
-	if ls.run.failing || ls.sinceBeat() >= deadAfter/2 {
+	if ls.run.failing || ls.SinceBeat() >= deadAfter/2 {
 		return leader.Witness{}
 	}
 	return leader.Witness{Star: ls.me.Star, Reg: meta.Registration{
@@ -150,68 +218,23 @@ func (ls *leadership) witness(now time.Time, deadAfter time.Duration) leader.Wit
 	}}
 }
 
-// sinceBeat is the time since the last heartbeat that was written.
-func (ls *leadership) sinceBeat() time.Duration {
+// SinceBeat is the time since the last heartbeat that was written.
+func (ls *Leadership) SinceBeat() time.Duration {
 	return time.Since(ls.base) - time.Duration(ls.lastBeat.Load())
 }
 
 type forwardedKey struct{}
 
 // Forwarded marks ctx as a request another star forwarded here: the
-// leadership check skips the forward cache and reads the lease, since the
+// Leadership check skips the forward cache and reads the lease, since the
 // sender's view is newer than the cached one when a stream was just handed
 // to this star.
 func Forwarded(ctx context.Context) context.Context {
 	return context.WithValue(ctx, forwardedKey{}, true)
 }
 
-func forwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != nil }
-
-// zombie is the permanent loss of leadership of this incarnation: a later
-// incarnation of this star id registered, or peers marked it dead, or a
-// successor fenced one of its chains. Only a restart (a new incarnation)
-// leads again.
-func (n *Node) zombie() error {
-	if n.lease.superseded.Load() {
-		return api.Unavailable("this star was presumed dead by its peers or superseded; it leads no stream until restarted")
-	}
-	for class, l := range n.loglets {
-		if errors.Is(l.Err(), loglet.ErrDeposed) {
-			return api.Unavailable("this star's %s chain was fenced by a successor; it leads no stream until restarted", class)
-		}
-	}
-	return nil
-}
-
-// selfLive is nil while this star's heartbeat is recent: it is no zombie
-// and its last heartbeat was written less than half the dead-after bound
-// ago, so it yields before any peer can presume it dead (the margin
-// absorbs clock rate differences and pauses). It guards only what this
-// star answers from its own memory (check-tail, the tail window and tail
-// of reads, the 412s of appends: fromMemory) and what it starts (a new
-// lease, a balancer round). Accepted appends do not use it: a cut-off
-// star may go on acknowledging, because a successor fences its chain
-// before it opens a stream, so the next slot this star writes meets
-// poison and it is deposed, and every ack it released lies below the
-// cut. An answer from memory meets no poison, though, and would report a
-// stale tail after a successor took over: that, not safety of acks, is
-// what the clock guard is for.
-func (n *Node) selfLive() error {
-	if err := n.zombie(); err != nil {
-		return err
-	}
-	if d, stale := n.beatStale(); stale {
-		return api.Unavailable("this star has not renewed its registration for %v; retry", d)
-	}
-	return nil
-}
-
-// beatStale reports whether half the dead-after bound has passed since
-// this star's last heartbeat was written (the clock guard), and how long.
-func (n *Node) beatStale() (time.Duration, bool) {
-	d := n.lease.sinceBeat()
-	return d.Truncate(time.Millisecond), d >= n.cfg.DeadAfter/2
-}
+// IsForwarded reports whether ctx is marked Forwarded.
+func IsForwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != nil }
 
 // claimAction is what this star does about a stream's lease.
 type claimAction uint8
@@ -252,7 +275,7 @@ type claimView struct {
 	now        time.Time
 	deadAfter  time.Duration
 	// self is this star as a witness of the metastore's reachability at
-	// now (leadership.witness); zero when it cannot testify.
+	// now (Leadership.witness); zero when it cannot testify.
 	self leader.Witness
 }
 
@@ -304,7 +327,7 @@ func regStar(l meta.Lease, leased bool, me meta.LeaseHolder) string {
 //   - anything else (unled, dead, stopped, superseded, never registered,
 //     an earlier incarnation of this star) is acquired.
 //
-// The table test in lease_internal_test.go covers every case.
+// testdata/claim.txt (TestDecideClaim) covers every case.
 func decideClaim(v claimView) claimDecision {
 	if !v.leased {
 		return claimDecision{act: claimAcquire, from: "unled"}
@@ -345,27 +368,27 @@ func decideClaim(v claimView) claimDecision {
 
 // readClaim reads what decideClaim judges for stream id: the lease (and
 // its version) and the registration regStar names.
-func (n *Node) readClaim(ctx context.Context, id string) (claimView, int64, error) {
-	v := claimView{me: n.lease.me, deadAfter: n.cfg.DeadAfter}
-	l, ver, ok, err := leader.ReadLease(ctx, n.meta, id)
+func (ls *Leadership) readClaim(ctx context.Context, id string) (claimView, int64, error) {
+	v := claimView{me: ls.me, deadAfter: ls.cfg.DeadAfter}
+	l, ver, ok, err := leader.ReadLease(ctx, ls.meta, id)
 	if err != nil {
 		return v, 0, err
 	}
 	v.lease, v.leased = l, ok
-	if star := regStar(l, ok, n.lease.me); star != "" {
-		if v.reg, _, v.registered, err = leader.ReadRegistration(ctx, n.meta, star); err != nil {
+	if star := regStar(l, ok, ls.me); star != "" {
+		if v.reg, _, v.registered, err = leader.ReadRegistration(ctx, ls.meta, star); err != nil {
 			return v, 0, err
 		}
 	}
 	v.now = time.Now()
-	v.self = n.lease.witness(v.now, n.cfg.DeadAfter)
+	v.self = ls.witness(v.now, ls.cfg.DeadAfter)
 	return v, ver, nil
 }
 
 // judge reads and judges stream id's lease; a stale holder is marked dead
 // (the janitor does the same) and the lease judged once more.
-func (n *Node) judge(ctx context.Context, id string) (claimView, int64, claimDecision, error) {
-	v, ver, err := n.readClaim(ctx, id)
+func (ls *Leadership) judge(ctx context.Context, id string) (claimView, int64, claimDecision, error) {
+	v, ver, err := ls.readClaim(ctx, id)
 	if err != nil {
 		return v, 0, claimDecision{}, err
 	}
@@ -373,12 +396,12 @@ func (n *Node) judge(ctx context.Context, id string) (claimView, int64, claimDec
 	if d.act != claimMarkDead {
 		return v, ver, d, nil
 	}
-	r, dead, by, err := leader.MarkPresumedDead(ctx, n.meta, v.lease.Star, []leader.Witness{v.self}, v.now, n.cfg.DeadAfter)
+	r, dead, by, err := leader.MarkPresumedDead(ctx, ls.meta, v.lease.Star, []leader.Witness{v.self}, v.now, ls.cfg.DeadAfter)
 	if err != nil {
 		return v, 0, claimDecision{}, err
 	}
 	if dead && by != "" {
-		n.log.Warn("marked star dead: heartbeat too old", "dead_star", v.lease.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat),
+		ls.log.Warn("marked star dead: heartbeat too old", "dead_star", v.lease.Star, "incarnation", r.Incarnation, "heartbeat", time.UnixMilli(r.Heartbeat),
 			"connected_since", time.UnixMilli(v.self.Reg.ConnectedSince))
 	}
 	// MarkPresumedDead returns the row as it stands: dead or stopped now,
@@ -392,22 +415,23 @@ func (n *Node) judge(ctx context.Context, id string) (claimView, int64, claimDec
 	return v, ver, d, nil
 }
 
-// claim returns the stream's lease once this incarnation holds it,
+// Claim returns the stream's lease once this incarnation holds it,
 // acquiring it by CAS when decideClaim says so. A live peer's lease is a
-// *NotLeaderError.
-func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, error) {
+// *NotLeaderError. draining refuses a new lease of stream id while the
+// star drains (nil: it may take it).
+func (ls *Leadership) Claim(ctx context.Context, id, name string, draining func(id string) error) (meta.Lease, int64, error) {
 	for {
-		v, ver, d, err := n.judge(ctx, id)
+		v, ver, d, err := ls.judge(ctx, id)
 		if err != nil {
-			return meta.Lease{}, 0, n.storageErr("resolve lease", err)
+			return meta.Lease{}, 0, ls.storageErr("resolve lease", err)
 		}
 		switch d.act {
 		case claimHeld:
 			return v.lease, ver, nil
 		case claimForward:
 			f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
-			n.lease.fwd.remember(f, n.cfg.LeaseCacheTTL)
-			n.lease.forwards.Inc()
+			ls.fwd.remember(f, ls.cfg.LeaseCacheTTL)
+			ls.forwards.Inc()
 			return meta.Lease{}, 0, f
 		case claimWait:
 			return meta.Lease{}, 0, api.Unavailable("stream %q is led by star %s, whose heartbeat looks stale, but this star only just regained the metastore; retry", name, v.lease.Star)
@@ -421,7 +445,7 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		}
 		// claimAcquire. A draining star forwards to live leaders but takes
 		// no lease.
-		if err := n.drainingErr(id); err != nil {
+		if err := draining(id); err != nil {
 			return meta.Lease{}, 0, err
 		}
 		var prev *meta.Lease
@@ -430,57 +454,57 @@ func (n *Node) claim(ctx context.Context, id, name string) (meta.Lease, int64, e
 		}
 		// A lease this incarnation released is taken again by CAS like any
 		// released lease: a peer may be taking it at the same time.
-		next := leader.Successor(prev, n.lease.me, time.Now())
-		nv, err := leader.Acquire(ctx, n.meta, id, next, ver)
+		next := leader.Successor(prev, ls.me, time.Now())
+		nv, err := leader.Acquire(ctx, ls.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
 			if err := ctx.Err(); err != nil {
-				return meta.Lease{}, 0, contextError(err)
+				return meta.Lease{}, 0, catalog.ContextError(err)
 			}
 			continue
 		}
 		if err != nil {
-			return meta.Lease{}, 0, n.storageErr("acquire lease", err)
+			return meta.Lease{}, 0, ls.storageErr("acquire lease", err)
 		}
-		n.lease.acquired.WithLabelValues(d.from).Inc()
-		n.log.Info("lease acquired", "stream", name, "id", id, "from", d.from, "version", next.Version, "pending", len(next.Pending))
+		ls.acquired.WithLabelValues(d.from).Inc()
+		ls.log.Info("lease acquired", "stream", name, "id", id, "from", d.from, "version", next.Version, "pending", len(next.Pending))
 		return next, nv, nil
 	}
 }
 
-// gate is the open gate of a lease this star holds (or retired: see
+// Gate is the open gate of a lease this star holds (or retired: see
 // retireLease): every earlier holder on Pending has its chains settled
 // (both classes: the stream's class may have changed since), then Pending
 // is cleared by CAS. Concurrent opens join one settle run per chain; the
 // wait ends with ctx, the run does not.
-func (n *Node) gate(ctx context.Context, id string, l meta.Lease, ver int64) error {
+func (ls *Leadership) Gate(ctx context.Context, id string, l meta.Lease, ver int64) error {
 	holder := l.LeaseHolder
 	for len(l.Pending) > 0 {
 		for _, h := range l.Pending {
 			for _, class := range []meta.Class{meta.Standard, meta.Express} {
 				key := settleKey{star: h.Star, class: class, inc: h.Incarnation}
-				if err := n.lease.runner.wait(ctx, key, n.settleFn); err != nil {
-					if e := contextError(err); e != nil {
+				if err := ls.runner.wait(ctx, key, ls.settleFn); err != nil {
+					if e := catalog.ContextError(err); e != nil {
 						return e
 					}
-					n.log.Error("open gate: settling a previous leader's chain failed", "stream", id, "chain", h.Star+"/"+string(class), "err", err)
+					ls.log.Error("open gate: settling a previous leader's chain failed", "stream", id, "chain", h.Star+"/"+string(class), "err", err)
 					return api.Unavailable("settling the previous leader's chain failed; retry")
 				}
 			}
 		}
 		cleared := l
 		cleared.Pending = nil
-		_, err := leader.Acquire(ctx, n.meta, id, cleared, ver)
+		_, err := leader.Acquire(ctx, ls.meta, id, cleared, ver)
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, leader.ErrLost) {
-			return n.storageErr("clear lease pending", err)
+			return ls.storageErr("clear lease pending", err)
 		}
 		// A concurrent opener here cleared it, or a peer took the lease.
 		var ok bool
-		l, ver, ok, err = leader.ReadLease(ctx, n.meta, id)
+		l, ver, ok, err = leader.ReadLease(ctx, ls.meta, id)
 		if err != nil {
-			return n.storageErr("read lease", err)
+			return ls.storageErr("read lease", err)
 		}
 		if !ok || l.LeaseHolder != holder {
 			return api.Unavailable("the stream's lease moved while this star opened it; retry")
@@ -489,207 +513,6 @@ func (n *Node) gate(ctx context.Context, id string, l meta.Lease, ver int64) err
 	return nil
 }
 
-// settleFn settles what incarnation key.inc (and earlier) of key.star left
-// on its key.class chain. A head owned by a later incarnation needs
-// nothing: that incarnation settled the chain before it minted. The loop
-// covers an epoch minted by a cut-off writer between the settle's read of
-// the head and its fence claim.
-func (n *Node) settleFn(ctx context.Context, key settleKey) error {
-	ch := chain.New(key.star, key.class, chain.Incarnation(n.cfg.StarID, n.regn.Incarnation), n.meta, n.objects)
-	abs := &absorb.Absorber{Star: key.star, Class: key.class, Meta: n.meta, Rip: n.cfg.ripening(key.class), UpdateEpoch: ch.UpdateEpoch}
-	for round := 0; ; round++ {
-		h, _, ok, err := ch.Head(ctx)
-		if err != nil || !ok {
-			return err
-		}
-		owner, err := chain.ParseIncarnation(h.Owner, key.star)
-		if err != nil {
-			return err
-		}
-		if owner > key.inc || h.State == meta.HeadSettled {
-			return nil
-		}
-		if round == maxSettleRounds {
-			return fmt.Errorf("chain %s/%s: head still unsettled after %d settle rounds", key.star, key.class, round)
-		}
-		// Never fence past the head judged here: an epoch minted since by a
-		// later incarnation (a restart) is that incarnation's to write.
-		if err := settle.ChainThrough(ctx, ch, abs, h.Epoch); err != nil {
-			return err
-		}
-		// A marker the closed star left for this epoch is served.
-		if err := settle.ClearDue(ctx, n.meta, settle.ChainRef{Star: key.star, Class: key.class}, h.Epoch); err != nil {
-			n.log.Warn("settled a chain but could not clear its settle marker (the janitor will)", "chain", key.star+"/"+string(key.class), "err", err)
-		}
-	}
-}
-
-const maxSettleRounds = 8
-
-// settleRunTimeout bounds one settle run of the star-local runner, far
-// below forever. A takeover of a few streams' full backlog takes seconds;
-// at 10,000 streams the walk writes a ref per stream per 64 slots, and a
-// full default backlog can take minutes on DynamoDB (docs/bench.md,
-// "Density"). A run the bound cuts off keeps every pass it checkpointed:
-// the next open's run walks on from the checkpoint.
-const settleRunTimeout = 5 * time.Minute
-
-// settleKey names what one settle run covers: the chain (star, class) up
-// to and including incarnation inc's epochs.
-type settleKey struct {
-	star  string
-	class meta.Class
-	inc   uint64
-}
-
-// settleRunner is the star-local settle runner: one run per key at a time,
-// joined by every open that needs it. Runs use the runner's own context
-// (cancelled by Close), so a client that gives up stops only its wait.
-type settleRunner struct {
-	mu      sync.Mutex
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	running map[settleKey]*settleRun
-	done    map[settleKey]bool
-
-	runs   *prometheus.CounterVec
-	nudged *prometheus.CounterVec
-	dur    prometheus.Histogram
-}
-
-type settleRun struct {
-	done  chan struct{}
-	err   error
-	cause string // what started it: "gate" (an open) or "nudge" (a closing peer)
-}
-
-func newSettleRunner() *settleRunner {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &settleRunner{
-		ctx: ctx, cancel: cancel,
-		running: map[settleKey]*settleRun{}, done: map[settleKey]bool{},
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "starlog", Subsystem: "leader", Name: "gate_settles_total",
-			Help: "Open-gate settle runs of a previous leader's chain, by result.",
-		}, []string{"result"}),
-		nudged: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "starlog", Subsystem: "leader", Name: "nudged_settles_total",
-			Help: "Settle runs of a gracefully closed peer's chains that its nudge started, by result.",
-		}, []string{"result"}),
-		dur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "starlog", Subsystem: "leader", Name: "gate_settle_duration_seconds",
-			Help:    "Duration of open-gate settle runs.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5 ms … 41 s
-		}),
-	}
-}
-
-// wait joins or starts the run of key and waits for it or ctx. A key that
-// settled once stays settled: only its incarnation could add epochs, and
-// the run's fence claim stopped that.
-func (r *settleRunner) wait(ctx context.Context, key settleKey, fn func(context.Context, settleKey) error) error {
-	run, err := r.start(key, "gate", fn)
-	if run == nil {
-		return err
-	}
-	select {
-	case <-run.done:
-		return run.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// start joins or starts the run of key without waiting for it; a nil run
-// means the key is settled (nil error) or the runner closed.
-func (r *settleRunner) start(key settleKey, cause string, fn func(context.Context, settleKey) error) (*settleRun, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done[key] {
-		return nil, nil
-	}
-	run := r.running[key]
-	if run == nil {
-		if err := r.ctx.Err(); err != nil {
-			return nil, loglet.ErrClosed
-		}
-		run = &settleRun{done: make(chan struct{}), cause: cause}
-		r.running[key] = run
-		r.wg.Add(1)
-		go r.run(key, run, fn)
-	}
-	return run, nil
-}
-
-func (r *settleRunner) run(key settleKey, run *settleRun, fn func(context.Context, settleKey) error) {
-	defer r.wg.Done()
-	start := time.Now()
-	// A run is bounded, so a settle stuck on a store refusing it (a bucket
-	// down for good, a grant missing) ends as an error the metric counts
-	// and the log names; the next open that needs the chain starts a new
-	// run.
-	ctx, cancel := context.WithTimeout(r.ctx, settleRunTimeout)
-	err := fn(ctx, key)
-	cancel()
-	r.dur.Observe(time.Since(start).Seconds())
-	res := "ok"
-	if err != nil {
-		res = "error"
-	}
-	if run.cause == "nudge" {
-		r.nudged.WithLabelValues(res).Inc()
-	} else {
-		r.runs.WithLabelValues(res).Inc()
-	}
-	r.mu.Lock()
-	delete(r.running, key)
-	if err == nil {
-		r.done[key] = true
-	}
-	run.err = err
-	r.mu.Unlock()
-	close(run.done)
-}
-
-// close cancels the runs and waits for them.
-func (r *settleRunner) close() {
-	r.cancel()
-	r.wg.Wait()
-}
-
-// LeaderOf names the live peer that leads a stream, for requests that
-// change a stream its leader holds open (reconfigure, delete): they are
-// forwarded so the leader applies them to its facade at once. It is nil
-// when the stream is open here, unled, released, led by a star that is
-// not live, or missing; the request then runs here.
-func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError {
-	if api.ValidateStreamName(name) != nil {
-		return nil
-	}
-	b, err := n.liveBasin(ctx, basin)
-	if err != nil {
-		return nil
-	}
-	_, e, err := n.stream(ctx, b, basin, name)
-	if err != nil || e == nil {
-		return nil
-	}
-	id := e.row.ID
-	if n.ledIfOpen(id) != nil {
-		return nil
-	}
-	// A change writes the metastore anyway: an old cache entry is judged
-	// again here rather than trusted, so it reaches the leader of now.
-	if f := n.lease.fwd.fresh(id); f != nil {
-		n.lease.forwards.Inc()
-		return f
-	}
-	_, _, d, err := n.judge(ctx, id)
-	if err != nil || d.act != claimForward {
-		return nil
-	}
-	f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
-	n.lease.fwd.remember(f, n.cfg.LeaseCacheTTL)
-	return f
+func (ls *Leadership) storageErr(what string, err error) error {
+	return catalog.StorageErr(ls.log, what, err)
 }

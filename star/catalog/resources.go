@@ -1,4 +1,4 @@
-package node
+package catalog
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -25,28 +26,31 @@ import (
 // it answers 404, is no longer listed, and its name can be created again
 // (a new id).
 
-type basinEntry struct {
-	row BasinRow
-	ver int64
-	// readAt is when the row was read or written (Deps.Now): the entry is
+// BasinEntry is an immutable snapshot of a basin's config row; writes
+// replace it.
+type BasinEntry struct {
+	Row meta.BasinRow
+	Ver int64
+	// ReadAt is when the row was read or written (Deps.Now): the entry is
 	// trusted for Config.BasinCacheTTL from then.
-	readAt time.Time
+	ReadAt time.Time
 }
 
-type streamKey struct{ basin, name string }
+// StreamKey names a stream: its basin and its name.
+type StreamKey struct{ Basin, Name string }
 
-// streamEntry is an immutable snapshot of a stream row; writes replace it.
-type streamEntry struct {
-	key streamKey
-	row StreamRow
-	ver int64
+// StreamEntry is an immutable snapshot of a stream row; writes replace it.
+type StreamEntry struct {
+	Key StreamKey
+	Row meta.StreamRow
+	Ver int64
 }
 
-// newID draws a random 128-bit id in hex.
-func newID() string {
+// NewID draws a random 128-bit id in hex.
+func NewID() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		panic("node: crypto/rand: " + err.Error())
+		panic("catalog: crypto/rand: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
 }
@@ -78,19 +82,21 @@ func sameCreate(key, token, rowKey, rowToken string) bool {
 	return rowToken == token
 }
 
-// storageErr wraps a metastore failure as the API's 500 storage; the
-// detail goes to the log, not to the client.
-func (n *Node) storageErr(what string, err error) error {
-	if ctxErr := contextError(err); ctxErr != nil {
+func (c *Catalog) storageErr(what string, err error) error { return StorageErr(c.log, what, err) }
+
+// StorageErr wraps a metastore failure as the API's 500 storage; the
+// detail goes to log, not to the client.
+func StorageErr(log *slog.Logger, what string, err error) error {
+	if ctxErr := ContextError(err); ctxErr != nil {
 		return ctxErr
 	}
-	n.log.Error("metastore failure", "op", what, "err", err)
+	log.Error("metastore failure", "op", what, "err", err)
 	return api.Storage("metastore: %s failed", what)
 }
 
-// contextError maps a cancelled or timed-out context to an API error (the
+// ContextError maps a cancelled or timed-out context to an API error (the
 // client is usually gone; if not, it may retry).
-func contextError(err error) error {
+func ContextError(err error) error {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return api.Unavailable("request cancelled")
@@ -105,7 +111,7 @@ func contextError(err error) error {
 // request's prefix and start_after. keep decodes a row and says whether it
 // is listed. It returns at most req.Limit rows, and whether another would
 // have been listed.
-func scanRows[T any](ctx context.Context, n *Node, pk, skPrefix, skEnd string, req api.ListRequest, keep func(name string, it meta.Item) (T, bool, error)) ([]T, bool, error) {
+func scanRows[T any](ctx context.Context, c *Catalog, pk, skPrefix, skEnd string, req api.ListRequest, keep func(name string, it meta.Item) (T, bool, error)) ([]T, bool, error) {
 	from := req.Prefix
 	if req.StartAfter != "" && req.StartAfter >= from {
 		from = req.StartAfter
@@ -113,9 +119,9 @@ func scanRows[T any](ctx context.Context, n *Node, pk, skPrefix, skEnd string, r
 	q := meta.Query{PK: pk, From: skPrefix + from, To: skEnd, Limit: min(req.Limit+1, 1000)}
 	var out []T
 	for {
-		pg, err := n.meta.Query(ctx, q)
+		pg, err := c.meta.Query(ctx, q)
 		if err != nil {
-			return nil, false, n.storageErr("list", err)
+			return nil, false, c.storageErr("list", err)
 		}
 		for _, it := range pg.Items {
 			name, ok := strings.CutPrefix(it.SK, skPrefix)
@@ -127,7 +133,7 @@ func scanRows[T any](ctx context.Context, n *Node, pk, skPrefix, skEnd string, r
 			}
 			v, ok, err := keep(name, it)
 			if err != nil {
-				return nil, false, n.storageErr("list", err)
+				return nil, false, c.storageErr("list", err)
 			}
 			if !ok {
 				continue

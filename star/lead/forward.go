@@ -1,4 +1,4 @@
-package node
+package lead
 
 import (
 	"context"
@@ -169,44 +169,67 @@ func decideForward(cached *NotLeaderError, v claimView, readErr error) (forwardV
 	return forwardDrop, nil
 }
 
-// cachedForward is where to forward a request for stream id, from the
+// CachedForward is where to forward a request for stream id, from the
 // forward cache (nil: not cached); an old entry is refreshed in the
 // background.
-func (n *Node) cachedForward(id string) *NotLeaderError {
-	f, refresh := n.lease.fwd.get(id)
+func (ls *Leadership) CachedForward(id string) *NotLeaderError {
+	f, refresh := ls.fwd.get(id)
 	if f == nil {
 		return nil
 	}
-	n.lease.forwards.Inc()
+	ls.forwards.Inc()
 	if refresh {
-		n.refreshForward(id, f)
+		ls.refreshForward(id, f)
 	}
 	return f
 }
 
 // refreshForward re-reads the lease of stream id in the background and
 // settles its cached entry old.
-func (n *Node) refreshForward(id string, old *NotLeaderError) {
-	ttl := n.cfg.LeaseCacheTTL
-	started := n.lease.fwd.run(func(ctx context.Context) {
+func (ls *Leadership) refreshForward(id string, old *NotLeaderError) {
+	ttl := ls.cfg.LeaseCacheTTL
+	started := ls.fwd.run(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, forwardRefreshTimeout)
 		defer cancel()
-		v, _, err := n.readClaim(ctx, id)
+		v, _, err := ls.readClaim(ctx, id)
 		verdict, next := decideForward(old, v, err)
 		if err != nil {
-			n.log.Debug("forward cache: lease unreadable; forwarding on to the leader last known", "id", id, "leader", old.Leader.Star, "err", err)
+			ls.log.Debug("forward cache: lease unreadable; forwarding on to the leader last known", "id", id, "leader", old.Leader.Star, "err", err)
 		} else if verdict != forwardKeep && (next == nil || next.Leader != old.Leader || next.Address != old.Address) {
-			n.log.Debug("forward cache: leader changed", "id", id, "was", old.Leader.Star, "verdict", verdict)
+			ls.log.Debug("forward cache: leader changed", "id", id, "was", old.Leader.Star, "verdict", verdict)
 		}
-		n.lease.fwd.settle(id, old, verdict, next, ttl)
+		ls.fwd.settle(id, old, verdict, next, ttl)
 	})
 	if !started {
 		// Let a later request try again.
-		n.lease.fwd.settle(id, old, forwardKeep, nil, 0)
+		ls.fwd.settle(id, old, forwardKeep, nil, 0)
 	}
 }
 
-// ForgetLeader drops what this star remembers about who leads streamID,
-// so the next request resolves the lease (a forward failed, or the target
-// said it is not the leader).
-func (n *Node) ForgetLeader(streamID string) { n.lease.fwd.forget(streamID) }
+// ForgetForward drops what this star remembers about who leads stream
+// id, so the next request resolves the lease.
+func (ls *Leadership) ForgetForward(id string) { ls.fwd.forget(id) }
+
+// LeaderNow names the live peer that leads stream id, for a request that
+// changes the stream (it writes the metastore anyway): a cache entry
+// younger than its TTL, else the lease judged again, so it reaches the
+// leader of now; nil when no live peer leads it.
+func (ls *Leadership) LeaderNow(ctx context.Context, id string) *NotLeaderError {
+	if f := ls.fwd.fresh(id); f != nil {
+		ls.forwards.Inc()
+		return f
+	}
+	_, _, d, err := ls.judge(ctx, id)
+	if err != nil || d.act != claimForward {
+		return nil
+	}
+	f := &NotLeaderError{StreamID: id, Leader: d.target, Address: d.address}
+	ls.fwd.remember(f, ls.cfg.LeaseCacheTTL)
+	return f
+}
+
+// RememberForward records target as stream target.StreamID's leader (a
+// handoff, before the stream is dropped here).
+func (ls *Leadership) RememberForward(target *NotLeaderError) {
+	ls.fwd.remember(target, ls.cfg.LeaseCacheTTL)
+}

@@ -1,4 +1,4 @@
-package node
+package lead
 
 import (
 	"context"
@@ -10,47 +10,34 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// Registry states (docs/design.md §5: live, draining, dead). A star that shuts
-// down cleanly writes stopped, so peers need not wait for its heartbeat to
-// age.
-const (
-	StateLive     = meta.StarLive
-	StateDraining = meta.StarDraining
-	StateStopped  = meta.StarStopped
-	StateDead     = meta.StarDead
-)
-
-// Registration is the value of the registry row star#<id>/reg.
-type Registration = meta.Registration
-
-// register starts a new incarnation of star: it reads the registry row and
+// Register starts a new incarnation of star: it reads the registry row and
 // CASes the incarnation counter up by one, retrying on a lost race (two
 // processes started with one id get distinct incarnations; the older one is
 // then deposed by the chain mint). The star is listed in the star directory
 // first, so a peer that lists it may find no registration yet, but never
 // the reverse.
-func register(ctx context.Context, ms meta.Store, star, addr string, now time.Time) (Registration, int64, error) {
+func Register(ctx context.Context, ms meta.Store, star, addr string, now time.Time) (meta.Registration, int64, error) {
 	if err := listStar(ctx, ms, star); err != nil {
-		return Registration{}, 0, err
+		return meta.Registration{}, 0, err
 	}
 	k := meta.RegistryKey(star)
 	for {
-		var prev Registration
+		var prev meta.Registration
 		cond := meta.IfAbsent()
 		it, err := ms.Get(ctx, k.PK, k.SK)
 		switch {
 		case err == nil:
 			if err := meta.Decode(it.Val, &prev); err != nil {
-				return Registration{}, 0, fmt.Errorf("registry %s: %w", star, err)
+				return meta.Registration{}, 0, fmt.Errorf("registry %s: %w", star, err)
 			}
 			cond = meta.IfVer(it.Ver)
 		case !errors.Is(err, meta.ErrNotFound):
-			return Registration{}, 0, fmt.Errorf("registry %s: read: %w", star, err)
+			return meta.Registration{}, 0, fmt.Errorf("registry %s: read: %w", star, err)
 		}
-		reg := Registration{
+		reg := meta.Registration{
 			Incarnation: prev.Incarnation + 1,
 			Address:     addr,
-			State:       StateLive,
+			State:       meta.StarLive,
 			StartedAt:   now.UnixMilli(),
 			Heartbeat:   now.UnixMilli(),
 			// The first run of heartbeats begins at the registration.
@@ -61,10 +48,10 @@ func register(ctx context.Context, ms meta.Store, star, addr string, now time.Ti
 			return reg, ver, nil
 		}
 		if !errors.Is(err, meta.ErrConditionFailed) {
-			return Registration{}, 0, fmt.Errorf("registry %s: register incarnation %d: %w", star, reg.Incarnation, err)
+			return meta.Registration{}, 0, fmt.Errorf("registry %s: register incarnation %d: %w", star, reg.Incarnation, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return Registration{}, 0, err
+			return meta.Registration{}, 0, err
 		}
 	}
 }
@@ -80,21 +67,21 @@ func listStar(ctx context.Context, ms meta.Store, star string) error {
 	return nil
 }
 
-// errSuperseded means the registry row is no longer this incarnation's:
+// ErrSuperseded means the registry row is no longer this incarnation's:
 // another process registered a later incarnation of this star id, or a
 // peer or the janitor marked it dead.
-var errSuperseded = errors.New("registry: this incarnation's row changed: a later incarnation registered or peers presumed it dead")
+var ErrSuperseded = errors.New("registry: this incarnation's row changed: a later incarnation registered or peers presumed it dead")
 
-// beat rewrites the registry row at version ver (ours since we wrote it)
+// Beat rewrites the registry row at version ver (ours since we wrote it)
 // with a fresh heartbeat and state. It never overwrites another
-// incarnation's row: errSuperseded when the row says a later incarnation
+// incarnation's row: ErrSuperseded when the row says a later incarnation
 // registered or peers presumed this one dead. A lost CAS alone does not
 // say so: an earlier beat whose reply was lost (a metastore timeout)
 // moved the row past ver, and a star that read that as its deposition
 // would depose itself after every flaky outage. So the row is read again,
 // and a row that is still this incarnation's, live or draining (only this
 // process writes those), is adopted.
-func beat(ctx context.Context, ms meta.Store, star string, reg Registration, ver int64) (int64, error) {
+func Beat(ctx context.Context, ms meta.Store, star string, reg meta.Registration, ver int64) (int64, error) {
 	k := meta.RegistryKey(star)
 	v, err := ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), meta.IfVer(ver))
 	if err == nil {
@@ -108,7 +95,7 @@ func beat(ctx context.Context, ms meta.Store, star string, reg Registration, ver
 		return ver, fmt.Errorf("registry %s: heartbeat lost its CAS and the row could not be read again: %w", star, err)
 	}
 	if !ok || !ownRow(cur, reg.Incarnation) {
-		return ver, errSuperseded
+		return ver, ErrSuperseded
 	}
 	v, err = ms.Put(ctx, k.PK, k.SK, meta.Encode(reg), meta.IfVer(cver))
 	if err != nil {
@@ -121,6 +108,6 @@ func beat(ctx context.Context, ms meta.Store, star string, reg Registration, ver
 // ownRow reports whether a registry row is still incarnation inc's own:
 // peers and the janitor only ever write dead, and a restart writes a
 // later incarnation.
-func ownRow(cur Registration, inc uint64) bool {
-	return cur.Incarnation == inc && (cur.State == StateLive || cur.State == StateDraining)
+func ownRow(cur meta.Registration, inc uint64) bool {
+	return cur.Incarnation == inc && (cur.State == meta.StarLive || cur.State == meta.StarDraining)
 }

@@ -1,4 +1,4 @@
-package node
+package catalog
 
 import (
 	"bytes"
@@ -11,34 +11,34 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// stream returns the cached or stored row of a stream of basin b; nil when
+// Stream returns the cached or stored row of a stream of basin b; nil when
 // it does not exist in this incarnation of the basin. A row that names
 // another incarnation of the basin than b is judged on the basin row read
 // again after it (b may be a stale cache entry): if that is the row's
 // basin, the row is live in it and the fresh basin comes back with it;
 // otherwise the row is a stream of an earlier basin.
-func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*basinEntry, *streamEntry, error) {
-	key := streamKey{basin, name}
-	n.mu.Lock()
-	e := n.streams[key]
-	n.mu.Unlock()
+func (c *Catalog) Stream(ctx context.Context, b *BasinEntry, basin, name string) (*BasinEntry, *StreamEntry, error) {
+	key := StreamKey{basin, name}
+	c.mu.Lock()
+	e := c.streams[key]
+	c.mu.Unlock()
 	// Only a live row is trusted from the cache: a deleted one (or one of
 	// an earlier basin) may have been re-created by a peer since, and
 	// answering from it would make this star 404 a stream that exists.
-	if e == nil || e.row.DeletedAt != nil || e.row.BasinID != b.row.ID {
+	if e == nil || e.Row.DeletedAt != nil || e.Row.BasinID != b.Row.ID {
 		var err error
-		if e, err = n.readStream(ctx, key); err != nil || e == nil {
+		if e, err = c.readStream(ctx, key); err != nil || e == nil {
 			return b, nil, err
 		}
 	}
-	if e.row.BasinID == b.row.ID {
+	if e.Row.BasinID == b.Row.ID {
 		return b, e, nil
 	}
-	fresh, err := n.rereadBasin(ctx, basin)
+	fresh, err := c.rereadBasin(ctx, basin)
 	if err != nil {
 		return nil, nil, err
 	}
-	if fresh.row.ID != e.row.BasinID {
+	if fresh.Row.ID != e.Row.BasinID {
 		return fresh, nil, nil // a stream of an earlier basin of this name
 	}
 	return fresh, e, nil
@@ -46,21 +46,21 @@ func (n *Node) stream(ctx context.Context, b *basinEntry, basin, name string) (*
 
 // rereadBasin reads a live basin's row again because a row read after the
 // cached one named another incarnation of it (counted as "stale").
-func (n *Node) rereadBasin(ctx context.Context, basin string) (*basinEntry, error) {
-	n.catalog.basinRereads.WithLabelValues("stale").Inc()
-	fresh, err := n.readBasin(ctx, basin)
+func (c *Catalog) rereadBasin(ctx context.Context, basin string) (*BasinEntry, error) {
+	c.m.basinRereads.WithLabelValues("stale").Inc()
+	fresh, err := c.readBasin(ctx, basin)
 	if err != nil {
 		return nil, err
 	}
-	return n.checkBasin(basin, fresh)
+	return c.checkBasin(basin, fresh)
 }
 
 // readStream reads the stream's name row and caches it; nil when there is
 // none.
-func (n *Node) readStream(ctx context.Context, key streamKey) (*streamEntry, error) {
-	e, err := n.fetchStream(ctx, key)
+func (c *Catalog) readStream(ctx context.Context, key StreamKey) (*StreamEntry, error) {
+	e, err := c.fetchStream(ctx, key)
 	if e != nil {
-		n.cacheStream(e)
+		c.cacheStream(e)
 	}
 	return e, err
 }
@@ -68,50 +68,50 @@ func (n *Node) readStream(ctx context.Context, key streamKey) (*streamEntry, err
 // fetchStream is readStream without caching what it read: the row check
 // reads the row of every stream it leads, and a stream the idle release
 // forgets meanwhile must not come back into the cache through it.
-func (n *Node) fetchStream(ctx context.Context, key streamKey) (*streamEntry, error) {
-	k := meta.StreamNameKey(key.basin, key.name)
-	it, err := n.meta.Get(ctx, k.PK, k.SK)
+func (c *Catalog) fetchStream(ctx context.Context, key StreamKey) (*StreamEntry, error) {
+	k := meta.StreamNameKey(key.Basin, key.Name)
+	it, err := c.meta.Get(ctx, k.PK, k.SK)
 	if errors.Is(err, meta.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, n.storageErr("read stream", err)
+		return nil, c.storageErr("read stream", err)
 	}
-	row, err := decodeStreamRow(it)
+	row, err := meta.DecodeStreamRow(it)
 	if err != nil {
-		return nil, n.storageErr("decode stream", err)
+		return nil, c.storageErr("decode stream", err)
 	}
-	return &streamEntry{key: key, row: row, ver: it.Ver}, nil
+	return &StreamEntry{Key: key, Row: row, Ver: it.Ver}, nil
 }
 
-// freshRows reads e's basin and stream rows again, for a star about to
+// FreshRows reads e's basin and stream rows again, for a star about to
 // take the stream on: its cached rows may be stale, since a peer that led
 // the stream may have deleted or reconfigured it. Off the ack path (an
 // open does metastore work anyway), it fails as the request would on the
 // rows as they stand.
-func (n *Node) freshRows(ctx context.Context, e *streamEntry) (*basinEntry, *streamEntry, error) {
-	b, err := n.readBasin(ctx, e.key.basin)
+func (c *Catalog) FreshRows(ctx context.Context, e *StreamEntry) (*BasinEntry, *StreamEntry, error) {
+	b, err := c.readBasin(ctx, e.Key.Basin)
 	if err != nil {
 		return nil, nil, err
 	}
-	if b, err = n.checkBasin(e.key.basin, b); err != nil {
+	if b, err = c.checkBasin(e.Key.Basin, b); err != nil {
 		return nil, nil, err
 	}
-	cur, err := n.readStream(ctx, e.key)
+	cur, err := c.readStream(ctx, e.Key)
 	if err != nil {
 		return nil, nil, err
 	}
-	state := gone
-	if cur != nil && cur.row.BasinID == b.row.ID {
-		state = lifecycleOf(cur.row.DeletedAt, n.cfg.DeletionPending, n.now())
+	state := Gone
+	if cur != nil && cur.Row.BasinID == b.Row.ID {
+		state = LifecycleOf(cur.Row.DeletedAt, c.cfg.DeletionPending, c.now())
 	}
 	switch {
-	case state == deleting:
-		return nil, nil, api.StreamDeletionPending("stream %q is being deleted", e.key.name)
-	case state == gone:
-		return nil, nil, api.StreamNotFound("stream %q not found in basin %q", e.key.name, e.key.basin)
-	case cur.row.ID != e.row.ID:
-		return nil, nil, api.Unavailable("stream %q was replaced while this star opened it; retry", e.key.name)
+	case state == Deleting:
+		return nil, nil, api.StreamDeletionPending("stream %q is being deleted", e.Key.Name)
+	case state == Gone:
+		return nil, nil, api.StreamNotFound("stream %q not found in basin %q", e.Key.Name, e.Key.Basin)
+	case cur.Row.ID != e.Row.ID:
+		return nil, nil, api.Unavailable("stream %q was replaced while this star opened it; retry", e.Key.Name)
 	}
 	return b, cur, nil
 }
@@ -119,83 +119,84 @@ func (n *Node) freshRows(ctx context.Context, e *streamEntry) (*basinEntry, *str
 // A row's version only grows (this package never deletes the row, and a
 // create drops the cache entry before it writes), so a racing reader's
 // older snapshot never replaces a newer one.
-func (n *Node) cacheStream(e *streamEntry) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if cur := n.streams[e.key]; cur == nil || cur.ver <= e.ver {
-		n.streams[e.key] = e
+func (c *Catalog) cacheStream(e *StreamEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.streams[e.Key]; cur == nil || cur.Ver <= e.Ver {
+		c.streams[e.Key] = e
 	}
 }
 
-func (n *Node) dropStream(key streamKey) {
-	n.mu.Lock()
-	delete(n.streams, key)
-	n.mu.Unlock()
+func (c *Catalog) dropStream(key StreamKey) {
+	c.mu.Lock()
+	delete(c.streams, key)
+	c.mu.Unlock()
 }
 
-// autoCreate says whether a missing stream is created, and how.
-type autoCreate struct {
-	onAppend, onRead bool
-	// config is the s2-stream-config header's config, if any.
-	config *api.StreamConfig
-	// admit, if set, is the request's verdict on a new stream of the
-	// resolved config: a request it rejects creates nothing (admitNew).
-	admit func(api.EffectiveStreamConfig) error
-	// lazy: a stream that would be created is not; liveStream returns the
+// AutoCreate says whether a missing stream is created, and how.
+type AutoCreate struct {
+	OnAppend, OnRead bool
+	// Config is the s2-stream-config header's config, if any.
+	Config *api.StreamConfig
+	// Admit, if set, is the request's verdict on a new stream of the
+	// resolved config: a request it rejects creates nothing (the node's
+	// admitNew).
+	Admit func(api.EffectiveStreamConfig) error
+	// Lazy: a stream that would be created is not; LiveStream returns the
 	// basin and a nil stream, for the caller to create it later (an append
 	// session, on its first accepted input).
-	lazy bool
+	Lazy bool
 }
 
 // StreamID is the id of the stream now under the name: a stream deleted
 // and created again under it has another (so state derived from one
 // stream's records can tell it is not the other's).
-func (n *Node) StreamID(ctx context.Context, basin, name string) (string, error) {
-	_, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+func (c *Catalog) StreamID(ctx context.Context, basin, name string) (string, error) {
+	_, e, err := c.LiveStream(ctx, basin, name, AutoCreate{})
 	if err != nil {
 		return "", err
 	}
-	return e.row.ID, nil
+	return e.Row.ID, nil
 }
 
-// liveStream returns a stream that exists and is not being deleted,
+// LiveStream returns a stream that exists and is not being deleted,
 // creating it when the basin's config asks for that on this kind of access.
-func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate) (*basinEntry, *streamEntry, error) {
+func (c *Catalog) LiveStream(ctx context.Context, basin, name string, ac AutoCreate) (*BasinEntry, *StreamEntry, error) {
 	if err := api.ValidateStreamName(name); err != nil {
 		return nil, nil, err
 	}
-	b, err := n.liveBasin(ctx, basin)
+	b, err := c.LiveBasin(ctx, basin)
 	if err != nil {
 		return nil, nil, err
 	}
-	b, e, err := n.stream(ctx, b, basin, name)
+	b, e, err := c.Stream(ctx, b, basin, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	state := gone
+	state := Gone
 	if e != nil {
-		state = lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now())
+		state = LifecycleOf(e.Row.DeletedAt, c.cfg.DeletionPending, c.now())
 	}
 	switch state {
-	case alive:
+	case Alive:
 		return b, e, nil
-	case deleting:
+	case Deleting:
 		return nil, nil, api.StreamDeletionPending("stream %q is being deleted", name)
 	}
-	if ac.onAppend && b.row.Config.CreateStreamOnAppend || ac.onRead && b.row.Config.CreateStreamOnRead {
-		if ac.lazy {
+	if ac.OnAppend && b.Row.Config.CreateStreamOnAppend || ac.OnRead && b.Row.Config.CreateStreamOnRead {
+		if ac.Lazy {
 			return b, nil, nil
 		}
 		var cfg api.StreamConfig
-		if ac.config != nil {
-			cfg = *ac.config
+		if ac.Config != nil {
+			cfg = *ac.Config
 		}
-		if ac.admit != nil {
-			if err := ac.admit(cfg.Resolve(b.row.Config.DefaultStreamConfig)); err != nil {
+		if ac.Admit != nil {
+			if err := ac.Admit(cfg.Resolve(b.Row.Config.DefaultStreamConfig)); err != nil {
 				return nil, nil, err
 			}
 		}
-		b, e, _, err := n.createStream(ctx, b, basin, name, cfg, "")
+		b, e, _, err := c.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -215,30 +216,30 @@ func (n *Node) liveStream(ctx context.Context, basin, name string, ac autoCreate
 // basin since deleted): a row of another basin id is a stream of an
 // earlier basin only if that is not the basin now. It returns the basin
 // it judged by: b, or b's row as it is now.
-func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name string, cfg api.StreamConfig, token string) (*basinEntry, *streamEntry, bool, error) {
-	key := streamKey{basin, name}
+func (c *Catalog) createStream(ctx context.Context, b *BasinEntry, basin, name string, cfg api.StreamConfig, token string) (*BasinEntry, *StreamEntry, bool, error) {
+	key := StreamKey{basin, name}
 	for attempt := 0; ; attempt++ {
-		if attempt == maxCatalogAttempts {
+		if attempt == MaxAttempts {
 			return nil, nil, false, api.Unavailable("stream %q: its rows kept changing while this star created it; retry", name)
 		}
-		n.dropStream(key)
+		c.dropStream(key)
 		k := meta.StreamNameKey(basin, name)
 		cond := meta.IfAbsent()
-		var old *StreamRow // the row this create replaces
-		it, err := n.meta.Get(ctx, k.PK, k.SK)
+		var old *meta.StreamRow // the row this create replaces
+		it, err := c.meta.Get(ctx, k.PK, k.SK)
 		switch {
 		case err == nil:
-			row, err := decodeStreamRow(it)
+			row, err := meta.DecodeStreamRow(it)
 			if err != nil {
-				return nil, nil, false, n.storageErr("decode stream", err)
+				return nil, nil, false, c.storageErr("decode stream", err)
 			}
-			if row.BasinID == b.row.ID {
-				switch lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, n.now()) {
-				case alive:
-					e := &streamEntry{key: key, row: row, ver: it.Ver}
-					n.cacheStream(e)
+			if row.BasinID == b.Row.ID {
+				switch LifecycleOf(row.DeletedAt, c.cfg.DeletionPending, c.now()) {
+				case Alive:
+					e := &StreamEntry{Key: key, Row: row, Ver: it.Ver}
+					c.cacheStream(e)
 					return b, e, false, nil
-				case deleting:
+				case Deleting:
 					if !replacesDeleting(ctx) {
 						return nil, nil, false, api.StreamDeletionPending("stream %q is being deleted", name)
 					}
@@ -246,20 +247,20 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 			}
 			cond, old = meta.IfVer(it.Ver), &row
 		case !errors.Is(err, meta.ErrNotFound):
-			return nil, nil, false, n.storageErr("read stream", err)
+			return nil, nil, false, c.storageErr("read stream", err)
 		}
 		// The basin as it is now, read after the name row: a row of another
 		// basin id is then an earlier basin's (ids are never reused), and
 		// a new row never joins an incarnation of the basin already gone.
-		fresh, err := n.readBasin(ctx, basin)
+		fresh, err := c.readBasin(ctx, basin)
 		if err != nil {
 			return nil, nil, false, err
 		}
-		if fresh, err = n.checkBasin(basin, fresh); err != nil {
+		if fresh, err = c.checkBasin(basin, fresh); err != nil {
 			return nil, nil, false, err
 		}
-		if fresh.row.ID != b.row.ID {
-			n.catalog.basinRereads.WithLabelValues("stale").Inc()
+		if fresh.Row.ID != b.Row.ID {
+			c.m.basinRereads.WithLabelValues("stale").Inc()
 			b = fresh // judge the name row again against the basin of now
 			continue
 		}
@@ -270,21 +271,21 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 			// delete that stopped short is finished here, lest the new row
 			// hide the old id for good), and its lease retired, so no star
 			// acknowledges into it under the name's new stream.
-			at := n.now().UTC()
+			at := c.now().UTC()
 			if old.DeletedAt != nil {
 				at = *old.DeletedAt
 			}
-			if err := n.registerDeleted(ctx, basin, name, old.ID, at); err != nil {
+			if err := c.registerDeleted(ctx, basin, name, old.ID, at); err != nil {
 				return nil, nil, false, err
 			}
-			if err := n.retireLease(ctx, old.ID, name); err != nil {
+			if err := c.lead.RetireLease(ctx, old.ID, name); err != nil {
 				return nil, nil, false, err
 			}
 		}
 		stored := storedConfig(b, cfg)
-		row := StreamRow{ID: n.ids(), BasinID: b.row.ID, Config: stored, CreatedAt: n.now().UTC(),
+		row := meta.StreamRow{ID: c.ids(), BasinID: b.Row.ID, Config: stored, CreatedAt: c.now().UTC(),
 			RequestToken: token, CreateKey: createKey(token, cfg)}
-		if c := b.row.Config.StreamCipher; c != nil {
+		if c := b.Row.Config.StreamCipher; c != nil {
 			row.Cipher = *c
 		}
 		// The identity row goes first: once the name row exists the stream
@@ -293,31 +294,31 @@ func (n *Node) createStream(ctx context.Context, b *basinEntry, basin, name stri
 		// used), which is harmless.
 		ik := meta.StreamMetaKey(row.ID)
 		ident := meta.StreamMeta{Basin: basin, Name: name, Class: meta.Class(*stored.StorageClass)}
-		if _, err := n.meta.Put(ctx, ik.PK, ik.SK, meta.Encode(ident), meta.IfAbsent()); err != nil {
-			return nil, nil, false, n.storageErr("write stream identity", err)
+		if _, err := c.meta.Put(ctx, ik.PK, ik.SK, meta.Encode(ident), meta.IfAbsent()); err != nil {
+			return nil, nil, false, c.storageErr("write stream identity", err)
 		}
-		ver, err := n.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), cond)
+		ver, err := c.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), cond)
 		if errors.Is(err, meta.ErrConditionFailed) {
 			if err := ctx.Err(); err != nil {
-				return nil, nil, false, contextError(err)
+				return nil, nil, false, ContextError(err)
 			}
 			continue
 		}
 		if err != nil {
-			return nil, nil, false, n.storageErr("create stream", err)
+			return nil, nil, false, c.storageErr("create stream", err)
 		}
-		e := &streamEntry{key: key, row: row, ver: ver}
-		n.cacheStream(e)
-		n.log.Info("stream created", "basin", basin, "stream", name, "id", row.ID)
+		e := &StreamEntry{Key: key, Row: row, Ver: ver}
+		c.cacheStream(e)
+		c.log.Info("stream created", "basin", basin, "stream", name, "id", row.ID)
 		return b, e, true, nil
 	}
 }
 
-// maxCatalogAttempts bounds a catalog write's retries of lost races.
-const maxCatalogAttempts = 16
+// MaxAttempts bounds a catalog write's retries of lost races.
+const MaxAttempts = 16
 
-func streamInfo(e *streamEntry) api.StreamInfo {
-	return api.StreamInfo{Name: e.key.name, CreatedAt: e.row.CreatedAt, DeletedAt: e.row.DeletedAt, Cipher: e.row.Cipher}
+func streamInfo(e *StreamEntry) api.StreamInfo {
+	return api.StreamInfo{Name: e.Key.Name, CreatedAt: e.Row.CreatedAt, DeletedAt: e.Row.DeletedAt, Cipher: e.Row.Cipher}
 }
 
 // StreamCipher is the cipher of a stream's records ("" for none): the
@@ -325,8 +326,8 @@ func streamInfo(e *streamEntry) api.StreamInfo {
 // basin's stream_cipher. Errors are those of the lookup (a stream that is
 // missing and would not be created is not an error here: the request's
 // own call answers for it).
-func (n *Node) StreamCipher(ctx context.Context, basin, name string) (string, error) {
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{onAppend: true, onRead: true, lazy: true})
+func (c *Catalog) StreamCipher(ctx context.Context, basin, name string) (string, error) {
+	b, e, err := c.LiveStream(ctx, basin, name, AutoCreate{OnAppend: true, OnRead: true, Lazy: true})
 	if err != nil {
 		if ae, ok := errors.AsType[*api.Error](err); ok && ae.Code == api.CodeStreamNotFound {
 			return "", nil
@@ -334,9 +335,9 @@ func (n *Node) StreamCipher(ctx context.Context, basin, name string) (string, er
 		return "", err
 	}
 	if e != nil {
-		return e.row.Cipher, nil
+		return e.Row.Cipher, nil
 	}
-	if c := b.row.Config.StreamCipher; c != nil {
+	if c := b.Row.Config.StreamCipher; c != nil {
 		return *c, nil
 	}
 	return "", nil
@@ -347,20 +348,20 @@ func (n *Node) StreamCipher(ctx context.Context, basin, name string) (string, er
 // defaults, every field set. S2 copies the basin default into the stream
 // at create and reconfiguration, so changing the default later leaves
 // existing streams as they are.
-func storedConfig(b *basinEntry, cfg api.StreamConfig) api.StreamConfig {
-	return cfg.Resolve(b.row.Config.DefaultStreamConfig).StreamConfig()
+func storedConfig(b *BasinEntry, cfg api.StreamConfig) api.StreamConfig {
+	return cfg.Resolve(b.Row.Config.DefaultStreamConfig).StreamConfig()
 }
 
 // CreateStream creates a stream (POST /streams); see ProvisionStream.
-func (n *Node) CreateStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, error) {
-	info, _, err := n.ProvisionStream(ctx, basin, req, token)
+func (c *Catalog) CreateStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, error) {
+	info, _, err := c.ProvisionStream(ctx, basin, req, token)
 	return info, err
 }
 
 // ProvisionStream creates a stream (POST /streams) and returns the
 // provision result: created, or noop for a retry of the create that made
 // it (same request token, same config, as S2 keys it).
-func (n *Node) ProvisionStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, string, error) {
+func (c *Catalog) ProvisionStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, string, error) {
 	if err := api.ValidateStreamName(req.Stream); err != nil {
 		return api.StreamInfo{}, "", err
 	}
@@ -371,49 +372,49 @@ func (n *Node) ProvisionStream(ctx context.Context, basin string, req api.Create
 			return api.StreamInfo{}, "", err
 		}
 	}
-	b, err := n.liveBasin(ctx, basin)
+	b, err := c.LiveBasin(ctx, basin)
 	if err != nil {
 		return api.StreamInfo{}, "", err
 	}
-	_, e, created, err := n.createStream(ctx, b, basin, req.Stream, cfg, token)
+	_, e, created, err := c.createStream(ctx, b, basin, req.Stream, cfg, token)
 	if err != nil {
 		return api.StreamInfo{}, "", err
 	}
 	if created {
 		return streamInfo(e), api.ProvisionCreated, nil
 	}
-	if !sameCreate(createKey(token, cfg), token, e.row.CreateKey, e.row.RequestToken) {
+	if !sameCreate(createKey(token, cfg), token, e.Row.CreateKey, e.Row.RequestToken) {
 		return api.StreamInfo{}, "", api.ResourceAlreadyExists("stream %q already exists", req.Stream)
 	}
 	return streamInfo(e), api.ProvisionNoop, nil
 }
 
 // StreamConfig returns a stream's fully resolved config (GET /streams/{s}).
-func (n *Node) StreamConfig(ctx context.Context, basin, name string) (api.StreamConfig, error) {
-	b, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+func (c *Catalog) StreamConfig(ctx context.Context, basin, name string) (api.StreamConfig, error) {
+	b, e, err := c.LiveStream(ctx, basin, name, AutoCreate{})
 	if err != nil {
 		return api.StreamConfig{}, err
 	}
-	return e.row.Config.Resolve(b.row.Config.DefaultStreamConfig).StreamConfig(), nil
+	return e.Row.Config.Resolve(b.Row.Config.DefaultStreamConfig).StreamConfig(), nil
 }
 
 // EnsureStream creates the stream with cfg or sets the live stream's
 // config to cfg (PUT /streams/{s}); it returns the provision result.
-func (n *Node) EnsureStream(ctx context.Context, basin, name string, cfg api.StreamConfig) (api.StreamInfo, string, error) {
+func (c *Catalog) EnsureStream(ctx context.Context, basin, name string, cfg api.StreamConfig) (api.StreamInfo, string, error) {
 	if err := api.ValidateStreamName(name); err != nil {
 		return api.StreamInfo{}, "", err
 	}
 	if err := cfg.Validate(); err != nil {
 		return api.StreamInfo{}, "", err
 	}
-	b, err := n.liveBasin(ctx, basin)
+	b, err := c.LiveBasin(ctx, basin)
 	if err != nil {
 		return api.StreamInfo{}, "", err
 	}
 	for {
-		var e *streamEntry
+		var e *StreamEntry
 		var created bool
-		b, e, created, err = n.createStream(ctx, b, basin, name, cfg, "")
+		b, e, created, err = c.createStream(ctx, b, basin, name, cfg, "")
 		if err != nil {
 			return api.StreamInfo{}, "", err
 		}
@@ -421,10 +422,10 @@ func (n *Node) EnsureStream(ctx context.Context, basin, name string, cfg api.Str
 			return streamInfo(e), api.ProvisionCreated, nil
 		}
 		want := storedConfig(b, cfg)
-		if bytes.Equal(meta.Encode(e.row.Config), meta.Encode(want)) {
+		if bytes.Equal(meta.Encode(e.Row.Config), meta.Encode(want)) {
 			return streamInfo(e), api.ProvisionNoop, nil
 		}
-		ne, err := n.updateStream(ctx, b, e, func(r *StreamRow) { r.Config = want })
+		ne, err := c.updateStream(ctx, b, e, func(r *meta.StreamRow) { r.Config = want })
 		if errors.Is(err, meta.ErrConditionFailed) {
 			continue
 		}
@@ -438,71 +439,53 @@ func (n *Node) EnsureStream(ctx context.Context, basin, name string, cfg api.Str
 // updateStream writes a changed stream row over e's version and applies
 // the new timestamping to the led stream. ErrConditionFailed means the row
 // moved: re-read and retry.
-func (n *Node) updateStream(ctx context.Context, b *basinEntry, e *streamEntry, change func(*StreamRow)) (*streamEntry, error) {
-	row := e.row
+func (c *Catalog) updateStream(ctx context.Context, b *BasinEntry, e *StreamEntry, change func(*meta.StreamRow)) (*StreamEntry, error) {
+	row := e.Row
 	change(&row)
-	k := meta.StreamNameKey(e.key.basin, e.key.name)
-	ver, err := n.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfVer(e.ver))
+	k := meta.StreamNameKey(e.Key.Basin, e.Key.Name)
+	ver, err := c.meta.Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfVer(e.Ver))
 	if errors.Is(err, meta.ErrConditionFailed) {
-		n.dropStream(e.key)
+		c.dropStream(e.Key)
 		return nil, err
 	}
 	if err != nil {
-		return nil, n.storageErr("update stream", err)
+		return nil, c.storageErr("update stream", err)
 	}
-	ne := &streamEntry{key: e.key, row: row, ver: ver}
-	n.cacheStream(ne)
-	if l := n.ledIfOpen(row.ID); l != nil && row.DeletedAt == nil {
-		resolved := row.Config.Resolve(b.row.Config.DefaultStreamConfig)
-		l.s.Reconfigure(facadeConfig(resolved)) // timestamping applies at once
-		if meta.Class(resolved.StorageClass) != l.class {
-			// An open stream's chain is pinned until it is next opened:
-			// release it now (a handoff to no one), so the next request
-			// opens it on the new class's chain, here or on a peer.
-			n.reopenOnClass(ctx, l, row.ID)
-		}
+	ne := &StreamEntry{Key: e.Key, Row: row, Ver: ver}
+	c.cacheStream(ne)
+	if row.DeletedAt == nil {
+		// Timestamping applies at once; a new storage class reopens the
+		// stream on its chain (Leader.Reconfigured).
+		c.lead.Reconfigured(ctx, row.ID, row.Config.Resolve(b.Row.Config.DefaultStreamConfig), true)
 	}
 	return ne, nil
 }
 
-// reopenOnClass releases led stream l so that it is opened again on the
-// chain of its new storage class. The config is stored whatever happens
-// here: if the release fails or ctx ends first, the stream keeps its old
-// chain until it is next opened (an idle release, a handoff, a restart).
-func (n *Node) reopenOnClass(ctx context.Context, l *ledStream, id string) {
-	if _, err := n.release(ctx, id, l, nil); err != nil {
-		n.log.Warn("storage class change: the stream keeps its chain until it is next opened",
-			"basin", l.key.basin, "stream", l.name, "id", id, "from", l.class, "err", err)
-		return
-	}
-	n.log.Info("storage class change: stream released to reopen on its new chain", "basin", l.key.basin, "stream", l.name, "id", id, "from", l.class)
-}
-
 // ReconfigureStream patches a stream's config (PATCH /streams/{s}) and
 // returns the fully resolved result.
-func (n *Node) ReconfigureStream(ctx context.Context, basin, name string, r api.StreamReconfiguration) (api.StreamConfig, error) {
+func (c *Catalog) ReconfigureStream(ctx context.Context, basin, name string, r api.StreamReconfiguration) (api.StreamConfig, error) {
 	if err := r.Validate(); err != nil {
 		return api.StreamConfig{}, err
 	}
 	for {
-		b, e, err := n.liveStream(ctx, basin, name, autoCreate{})
+		b, e, err := c.LiveStream(ctx, basin, name, AutoCreate{})
 		if err != nil {
 			return api.StreamConfig{}, err
 		}
-		cfg := e.row.Config.Reconfigure(r)
+		cfg := e.Row.Config.Reconfigure(r)
 		if err := cfg.Validate(); err != nil {
 			return api.StreamConfig{}, err
 		}
 		// A field the patch unsets takes the basin's default as it is now.
 		cfg = storedConfig(b, cfg)
-		ne, err := n.updateStream(ctx, b, e, func(row *StreamRow) { row.Config = cfg })
+		ne, err := c.updateStream(ctx, b, e, func(row *meta.StreamRow) { row.Config = cfg })
 		if errors.Is(err, meta.ErrConditionFailed) {
 			continue
 		}
 		if err != nil {
 			return api.StreamConfig{}, err
 		}
-		return ne.row.Config.Resolve(b.row.Config.DefaultStreamConfig).StreamConfig(), nil
+		return ne.Row.Config.Resolve(b.Row.Config.DefaultStreamConfig).StreamConfig(), nil
 	}
 }
 
@@ -512,44 +495,44 @@ func (n *Node) ReconfigureStream(ctx context.Context, basin, name string, r api.
 // reply, a crash) is finished by any retry, which still answers 409
 // stream_deletion_pending, by a create that takes the name, or by the
 // janitor's retention pass.
-func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
+func (c *Catalog) DeleteStream(ctx context.Context, basin, name string) error {
 	if err := api.ValidateStreamName(name); err != nil {
 		return err
 	}
-	for range maxCatalogAttempts {
-		b, err := n.liveBasin(ctx, basin)
+	for range MaxAttempts {
+		b, err := c.LiveBasin(ctx, basin)
 		if err != nil {
 			return err
 		}
-		b, e, err := n.stream(ctx, b, basin, name)
+		b, e, err := c.Stream(ctx, b, basin, name)
 		if err != nil {
 			return err
 		}
-		state := gone
+		state := Gone
 		if e != nil {
-			state = lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now())
+			state = LifecycleOf(e.Row.DeletedAt, c.cfg.DeletionPending, c.now())
 		}
 		switch state {
-		case gone:
+		case Gone:
 			return api.StreamNotFound("stream %q not found in basin %q", name, basin)
-		case deleting:
-			if err := n.finishDelete(ctx, basin, name, e.row.ID, *e.row.DeletedAt); err != nil {
+		case Deleting:
+			if err := c.finishDelete(ctx, basin, name, e.Row.ID, *e.Row.DeletedAt); err != nil {
 				return err
 			}
 			return api.StreamDeletionPending("stream %q is being deleted", name)
 		}
-		now := n.now().UTC()
-		_, err = n.updateStream(ctx, b, e, func(r *StreamRow) { r.DeletedAt = &now })
+		now := c.now().UTC()
+		_, err = c.updateStream(ctx, b, e, func(r *meta.StreamRow) { r.DeletedAt = &now })
 		if errors.Is(err, meta.ErrConditionFailed) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if err := n.finishDelete(ctx, basin, name, e.row.ID, now); err != nil {
+		if err := c.finishDelete(ctx, basin, name, e.Row.ID, now); err != nil {
 			return err
 		}
-		n.log.Info("stream deleted", "basin", basin, "stream", name, "id", e.row.ID)
+		c.log.Info("stream deleted", "basin", basin, "stream", name, "id", e.Row.ID)
 		return nil
 	}
 	return api.Unavailable("stream %q kept changing while this star deleted it; retry", name)
@@ -559,11 +542,11 @@ func (n *Node) DeleteStream(ctx context.Context, basin, name string) error {
 // tombstone and its reclamation row (registerDeleted), then this star
 // stops leading it and retires its lease (stopDeleted). Any retry may run
 // it.
-func (n *Node) finishDelete(ctx context.Context, basin, name, id string, at time.Time) error {
-	if err := n.registerDeleted(ctx, basin, name, id, at); err != nil {
+func (c *Catalog) finishDelete(ctx context.Context, basin, name, id string, at time.Time) error {
+	if err := c.registerDeleted(ctx, basin, name, id, at); err != nil {
 		return err
 	}
-	n.stopDeleted(ctx, id, name)
+	c.lead.StopDeleted(ctx, id, name)
 	return nil
 }
 
@@ -578,34 +561,34 @@ func (n *Node) finishDelete(ctx context.Context, basin, name, id string, at time
 // retire left. Callers read the name row deleted, or naming an earlier
 // basin on a basin row read after it, first: a live id is never
 // registered.
-func (n *Node) registerDeleted(ctx context.Context, basin, name, id string, at time.Time) error {
-	tk := StreamTombstoneKey(id)
-	ts := Tombstone{Basin: basin, Name: name, DeletedAt: at}
-	if _, err := n.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
-		return n.storageErr("write stream tombstone", err)
+func (c *Catalog) registerDeleted(ctx context.Context, basin, name, id string, at time.Time) error {
+	tk := meta.StreamTombstoneKey(id)
+	ts := meta.Tombstone{Basin: basin, Name: name, DeletedAt: at}
+	if _, err := c.meta.Put(ctx, tk.PK, tk.SK, meta.Encode(ts), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return c.storageErr("write stream tombstone", err)
 	}
 	rk := meta.ReclaimStreamKey(id)
-	if _, err := n.meta.Put(ctx, rk.PK, rk.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: id}), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
-		return n.storageErr("register deleted stream", err)
+	if _, err := c.meta.Put(ctx, rk.PK, rk.SK, meta.Encode(meta.ReclaimStream{Basin: basin, Stream: id}), meta.IfAbsent()); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
+		return c.storageErr("register deleted stream", err)
 	}
 	return nil
 }
 
 // ListStreams lists a basin's streams by name (GET /streams).
-func (n *Node) ListStreams(ctx context.Context, basin string, req api.ListRequest) (api.ListStreamsResponse, error) {
-	b, err := n.liveBasin(ctx, basin)
+func (c *Catalog) ListStreams(ctx context.Context, basin string, req api.ListRequest) (api.ListStreamsResponse, error) {
+	b, err := c.LiveBasin(ctx, basin)
 	if err != nil {
 		return api.ListStreamsResponse{}, err
 	}
-	now := n.now()
+	now := c.now()
 	pk := meta.StreamNameKey(basin, "").PK
 	// "s$" sorts right after every "s#…" key and is never a key itself.
-	list, more, err := scanRows(ctx, n, pk, streamNamePrefix, "s$", req, func(name string, it meta.Item) (api.StreamInfo, bool, error) {
-		row, err := decodeStreamRow(it)
+	list, more, err := scanRows(ctx, c, pk, meta.StreamNamePrefix, meta.StreamNameEnd, req, func(name string, it meta.Item) (api.StreamInfo, bool, error) {
+		row, err := meta.DecodeStreamRow(it)
 		if err != nil {
 			return api.StreamInfo{}, false, err
 		}
-		if row.BasinID != b.row.ID || lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, now) == gone {
+		if row.BasinID != b.Row.ID || LifecycleOf(row.DeletedAt, c.cfg.DeletionPending, now) == Gone {
 			return api.StreamInfo{}, false, nil
 		}
 		return api.StreamInfo{Name: name, CreatedAt: row.CreatedAt, DeletedAt: row.DeletedAt, Cipher: row.Cipher}, true, nil
@@ -620,42 +603,42 @@ func (n *Node) ListStreams(ctx context.Context, basin string, req api.ListReques
 // metered bytes its refs cover, from its oldest ref (counted whole, as its
 // object bytes) to its newest. Records not yet absorbed into refs are not
 // counted, nor what retention has trimmed. It serves S2's storage metric.
-func (n *Node) StreamStorageBytes(ctx context.Context, basin, name string) (uint64, error) {
-	b, err := n.liveBasin(ctx, basin)
+func (c *Catalog) StreamStorageBytes(ctx context.Context, basin, name string) (uint64, error) {
+	b, err := c.LiveBasin(ctx, basin)
 	if err != nil {
 		return 0, err
 	}
-	_, e, err := n.stream(ctx, b, basin, name)
+	_, e, err := c.Stream(ctx, b, basin, name)
 	if err != nil {
 		return 0, err
 	}
-	if e == nil || lifecycleOf(e.row.DeletedAt, n.cfg.DeletionPending, n.now()) != alive {
+	if e == nil || LifecycleOf(e.Row.DeletedAt, c.cfg.DeletionPending, c.now()) != Alive {
 		return 0, api.StreamNotFound("stream %q not found in basin %q", name, basin)
 	}
-	return n.storedBytes(ctx, e.row.ID)
+	return c.storedBytes(ctx, e.Row.ID)
 }
 
 // BasinStorageBytes sums StreamStorageBytes over a basin's live streams.
-func (n *Node) BasinStorageBytes(ctx context.Context, basin string) (uint64, error) {
-	b, err := n.liveBasin(ctx, basin)
+func (c *Catalog) BasinStorageBytes(ctx context.Context, basin string) (uint64, error) {
+	b, err := c.LiveBasin(ctx, basin)
 	if err != nil {
 		return 0, err
 	}
 	pk := meta.StreamNameKey(basin, "").PK
-	q := meta.Query{PK: pk, From: streamNamePrefix, To: "s$", Limit: 500}
-	now := n.now()
+	q := meta.Query{PK: pk, From: meta.StreamNamePrefix, To: meta.StreamNameEnd, Limit: 500}
+	now := c.now()
 	var total uint64
 	for {
-		pg, err := n.meta.Query(ctx, q)
+		pg, err := c.meta.Query(ctx, q)
 		if err != nil {
-			return 0, n.storageErr("list streams", err)
+			return 0, c.storageErr("list streams", err)
 		}
 		for _, it := range pg.Items {
-			row, err := decodeStreamRow(it)
-			if err != nil || row.BasinID != b.row.ID || lifecycleOf(row.DeletedAt, n.cfg.DeletionPending, now) != alive {
+			row, err := meta.DecodeStreamRow(it)
+			if err != nil || row.BasinID != b.Row.ID || LifecycleOf(row.DeletedAt, c.cfg.DeletionPending, now) != Alive {
 				continue
 			}
-			sb, err := n.storedBytes(ctx, row.ID)
+			sb, err := c.storedBytes(ctx, row.ID)
 			if err != nil {
 				return 0, err
 			}
@@ -670,26 +653,26 @@ func (n *Node) BasinStorageBytes(ctx context.Context, basin string) (uint64, err
 
 // storedBytes reads a stream's oldest and newest refs (see
 // StreamStorageBytes).
-func (n *Node) storedBytes(ctx context.Context, id string) (uint64, error) {
+func (c *Catalog) storedBytes(ctx context.Context, id string) (uint64, error) {
 	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Limit: 1}
-	first, err := n.meta.Query(ctx, q)
+	first, err := c.meta.Query(ctx, q)
 	if err != nil {
-		return 0, n.storageErr("read refs", err)
+		return 0, c.storageErr("read refs", err)
 	}
 	if len(first.Items) == 0 {
 		return 0, nil
 	}
 	q.Backward = true
-	last, err := n.meta.Query(ctx, q)
+	last, err := c.meta.Query(ctx, q)
 	if err != nil || len(last.Items) == 0 {
-		return 0, n.storageErr("read refs", cmp.Or(err, errors.New("refs vanished")))
+		return 0, c.storageErr("read refs", cmp.Or(err, errors.New("refs vanished")))
 	}
 	var lo, hi meta.Ref
 	if err := meta.Decode(first.Items[0].Val, &lo); err != nil {
-		return 0, n.storageErr("decode ref", err)
+		return 0, c.storageErr("decode ref", err)
 	}
 	if err := meta.Decode(last.Items[0].Val, &hi); err != nil {
-		return 0, n.storageErr("decode ref", err)
+		return 0, c.storageErr("decode ref", err)
 	}
 	var own uint64 // the oldest ref's own bytes: its cumulative count starts below it
 	switch {

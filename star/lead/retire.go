@@ -1,4 +1,4 @@
-package node
+package lead
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/catalog"
 )
 
 // The delete fence (issue 26): a stream's appends are acknowledged from
@@ -27,15 +28,16 @@ import (
 //     keeps acknowledging by design until it is fenced, and the name is
 //     not reused before.
 
-// retireLease retires deleted stream id's lease (see above). A live star
+// Retire retires deleted stream id's lease (see above). A live star
 // other than this one holding it is a retryable 503: it stops within a
 // row check. The stream's rows must already say it is deleted or
-// replaced: a live stream's lease is never retired.
-func (n *Node) retireLease(ctx context.Context, id, name string) error {
-	for range maxCatalogAttempts {
-		v, ver, d, err := n.judge(ctx, id)
+// replaced: a live stream's lease is never retired. unlead stops this
+// incarnation leading the stream, for good, before its lease is taken.
+func (ls *Leadership) Retire(ctx context.Context, id, name string, unlead func(id string)) error {
+	for range catalog.MaxAttempts {
+		v, ver, d, err := ls.judge(ctx, id)
 		if err != nil {
-			return n.storageErr("resolve lease", err)
+			return ls.storageErr("resolve lease", err)
 		}
 		if v.leased && v.lease.Emptied {
 			return nil
@@ -46,7 +48,7 @@ func (n *Node) retireLease(ctx context.Context, id, name string) error {
 			}
 			// Holders left to fence: a retire that stopped short, or a
 			// lease the janitor's reclamation retired in place.
-			done, err := n.fencePending(ctx, id, name, v.lease, ver)
+			done, err := ls.fencePending(ctx, id, name, v.lease, ver, unlead)
 			if done || err != nil {
 				return err
 			}
@@ -54,10 +56,10 @@ func (n *Node) retireLease(ctx context.Context, id, name string) error {
 		}
 		switch d.act {
 		case claimHeld:
-			n.unlead(id) // this incarnation stops first
+			unlead(id) // this incarnation stops first
 		case claimForward:
 			if !v.lease.Released {
-				return api.Unavailable("the deleted stream %q is still led by star %s, which stops within %v; retry", name, d.target.Star, n.rowCheckEvery())
+				return api.Unavailable("the deleted stream %q is still led by star %s, which stops within %v; retry", name, d.target.Star, ls.cfg.RowCheckEvery)
 			}
 		case claimWait, claimNoAddress:
 			return api.Unavailable("the deleted stream %q is led by star %s, which cannot be judged yet; retry", name, v.lease.Star)
@@ -69,21 +71,21 @@ func (n *Node) retireLease(ctx context.Context, id, name string) error {
 		next := leader.Successor(prev, meta.LeaseHolder{Star: meta.DeletedBy}, time.Now())
 		next.Deleted = true
 		// This incarnation stopped above: its chain needs no fence.
-		next.Pending = slices.DeleteFunc(next.Pending, func(h meta.LeaseHolder) bool { return h == n.lease.me })
-		nv, err := leader.Acquire(ctx, n.meta, id, next, ver)
+		next.Pending = slices.DeleteFunc(next.Pending, func(h meta.LeaseHolder) bool { return h == ls.me })
+		nv, err := leader.Acquire(ctx, ls.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
 			if err := ctx.Err(); err != nil {
-				return contextError(err)
+				return catalog.ContextError(err)
 			}
 			continue
 		}
 		if err != nil {
-			return n.storageErr("retire lease", err)
+			return ls.storageErr("retire lease", err)
 		}
-		n.log.Info("retired the lease of a deleted stream", "stream", name, "id", id, "fenced", len(next.Pending))
+		ls.log.Info("retired the lease of a deleted stream", "stream", name, "id", id, "fenced", len(next.Pending))
 		// Every earlier holder that may still write is fenced before the
 		// name moves.
-		return n.gate(ctx, id, next, nv)
+		return ls.Gate(ctx, id, next, nv)
 	}
 	return api.Unavailable("the lease of deleted stream %q kept changing; retry", name)
 }
@@ -94,42 +96,42 @@ func (n *Node) retireLease(ctx context.Context, id, name string) error {
 // a retryable 503 (it stops within a row check, and takes itself off); the
 // others, judged gone as a takeover judges a holder (a stale one marked
 // dead first, on this star's testimony), are fenced through the open gate.
-func (n *Node) fencePending(ctx context.Context, id, name string, l meta.Lease, ver int64) (done bool, err error) {
-	if slices.Contains(l.Pending, n.lease.me) {
-		n.unlead(id)
+func (ls *Leadership) fencePending(ctx context.Context, id, name string, l meta.Lease, ver int64, unlead func(string)) (done bool, err error) {
+	if slices.Contains(l.Pending, ls.me) {
+		unlead(id)
 		next := l
-		next.Pending = slices.DeleteFunc(slices.Clone(l.Pending), func(h meta.LeaseHolder) bool { return h == n.lease.me })
-		if _, err := leader.Acquire(ctx, n.meta, id, next, ver); err != nil && !errors.Is(err, leader.ErrLost) {
-			return false, n.storageErr("retire lease", err)
+		next.Pending = slices.DeleteFunc(slices.Clone(l.Pending), func(h meta.LeaseHolder) bool { return h == ls.me })
+		if _, err := leader.Acquire(ctx, ls.meta, id, next, ver); err != nil && !errors.Is(err, leader.ErrLost) {
+			return false, ls.storageErr("retire lease", err)
 		}
 		return false, nil
 	}
 	for _, h := range l.Pending {
-		gone, err := n.holderGone(ctx, h)
+		gone, err := ls.holderGone(ctx, h)
 		if err != nil {
-			return false, n.storageErr("judge lease holder", err)
+			return false, ls.storageErr("judge lease holder", err)
 		}
 		if !gone {
-			return false, api.Unavailable("the deleted stream %q may still be led by star %s, which stops within %v; retry", name, h.Star, n.rowCheckEvery())
+			return false, api.Unavailable("the deleted stream %q may still be led by star %s, which stops within %v; retry", name, h.Star, ls.cfg.RowCheckEvery)
 		}
 	}
-	return true, n.gate(ctx, id, l, ver)
+	return true, ls.Gate(ctx, id, l, ver)
 }
 
 // holderGone judges lease holder h as decideClaim judges a lease it holds:
 // gone when dead, stopped, superseded or never registered; a stale one is
 // marked dead first, on this star's testimony (leader.PresumeDead).
-func (n *Node) holderGone(ctx context.Context, h meta.LeaseHolder) (bool, error) {
-	v := claimView{me: n.lease.me, lease: meta.Lease{LeaseHolder: h}, leased: true, deadAfter: n.cfg.DeadAfter}
+func (ls *Leadership) holderGone(ctx context.Context, h meta.LeaseHolder) (bool, error) {
+	v := claimView{me: ls.me, lease: meta.Lease{LeaseHolder: h}, leased: true, deadAfter: ls.cfg.DeadAfter}
 	var err error
-	if v.reg, _, v.registered, err = leader.ReadRegistration(ctx, n.meta, h.Star); err != nil {
+	if v.reg, _, v.registered, err = leader.ReadRegistration(ctx, ls.meta, h.Star); err != nil {
 		return false, err
 	}
 	v.now = time.Now()
-	v.self = n.lease.witness(v.now, n.cfg.DeadAfter)
+	v.self = ls.witness(v.now, ls.cfg.DeadAfter)
 	d := decideClaim(v)
 	if d.act == claimMarkDead {
-		r, _, _, err := leader.MarkPresumedDead(ctx, n.meta, h.Star, []leader.Witness{v.self}, v.now, n.cfg.DeadAfter)
+		r, _, _, err := leader.MarkPresumedDead(ctx, ls.meta, h.Star, []leader.Witness{v.self}, v.now, ls.cfg.DeadAfter)
 		if err != nil {
 			return false, err
 		}
@@ -137,39 +139,4 @@ func (n *Node) holderGone(ctx context.Context, h meta.LeaseHolder) (bool, error)
 		d = decideClaim(v)
 	}
 	return d.act == claimAcquire, nil
-}
-
-// stopDeleted stops leading deleted stream id here for good and, if this
-// star led it, retires its lease so a re-create need not wait for it.
-func (n *Node) stopDeleted(ctx context.Context, id, name string) {
-	wasLed := n.ledIfOpen(id) != nil
-	n.unlead(id)
-	if !wasLed {
-		return
-	}
-	if err := n.retireLease(ctx, id, name); err != nil {
-		n.log.Warn("stopped leading a deleted stream, but could not retire its lease yet (the row check retries)", "stream", name, "id", id, "err", err)
-		n.mu.Lock()
-		n.unretired[id] = name
-		n.mu.Unlock()
-	}
-}
-
-// retryRetires retries the lease retires stopDeleted could not finish: a
-// create of the name waits for this star while its lease names it.
-func (n *Node) retryRetires(ctx context.Context) {
-	n.mu.Lock()
-	todo := make(map[string]string, len(n.unretired))
-	for id, name := range n.unretired {
-		todo[id] = name
-	}
-	n.mu.Unlock()
-	for id, name := range todo {
-		if err := n.retireLease(ctx, id, name); err != nil {
-			continue
-		}
-		n.mu.Lock()
-		delete(n.unretired, id)
-		n.mu.Unlock()
-	}
 }
