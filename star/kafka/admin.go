@@ -99,6 +99,9 @@ func (cs *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) k
 			row, err := cs.s.createTopic(ctx, t.Topic, n, sc)
 			if errors.Is(err, meta.ErrConditionFailed) {
 				fail(kerr.TopicAlreadyExists.Code, "topic %q already exists", t.Topic)
+			} else if ae, ok := asCode(err, api.CodeStreamDeletionPending); ok {
+				// Kafka's answer for a topic still being deleted.
+				fail(kerr.TopicAlreadyExists.Code, "topic %q is still being deleted: %s; retry", t.Topic, ae.Message)
 			} else if err != nil {
 				rt.ErrorCode, rt.ErrorMessage = codeOf(err), msgOf(err)
 			} else {
@@ -120,19 +123,28 @@ func (cs *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) k
 }
 
 // createTopic writes the topic's row (meta.ErrConditionFailed when it
-// exists), then creates its partitions' streams. A crash between the two
-// leaves a topic whose missing partitions are created when first written
-// (produce.go) and read as empty meanwhile.
+// exists), then creates its partitions' streams. When a stream cannot be
+// created (one of a deleted topic still being deleted), the row is taken
+// back and the error returned; a crash between the two leaves a topic
+// whose missing partitions are created when first written (produce.go)
+// and read as empty meanwhile.
 func (s *Server) createTopic(ctx context.Context, topic string, n int32, sc *api.StreamConfig) (topicRow, error) {
 	if err := s.ensureBasin(ctx); err != nil {
 		return topicRow{}, err
 	}
 	row := topicRow{ID: newTopicID(), Partitions: n, Created: time.Now().UTC()}
 	k := topicKey(s.basin, topic)
-	if _, err := s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfAbsent()); err != nil {
+	ver, err := s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfAbsent())
+	if err != nil {
 		return topicRow{}, err
 	}
-	return row, s.createPartitionStreams(ctx, topic, 0, n, sc)
+	if err := s.createPartitionStreams(ctx, topic, 0, n, sc); err != nil {
+		if derr := s.star.Meta().Delete(ctx, k.PK, k.SK, meta.IfVer(ver)); derr != nil {
+			s.log.Warn("kafka create topic: taking back the row", "topic", topic, "err", derr)
+		}
+		return topicRow{}, err
+	}
+	return row, nil
 }
 
 func (cs *conn) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) kmsg.Response {

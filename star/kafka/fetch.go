@@ -132,12 +132,25 @@ func (s *Server) fetchOnce(ctx context.Context, parts []*fetchPart, maxBytes int
 func (s *Server) waitAny(ctx context.Context, parts []*fetchPart, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	if s.fetchWaiting != nil {
+		s.fetchWaiting()
+	}
 	woke := make(chan struct{}, len(parts))
 	for _, fp := range parts {
 		go func() {
-			recs, _ := s.readFrom(ctx, fp.stream, fp.offset, 1, wait)
-			if len(recs) > 0 {
-				woke <- struct{}{}
+			// A follow-read of one record; one that ends empty before the
+			// wait is over (the star's own bound) is made again.
+			for ctx.Err() == nil {
+				left := time.Until(deadlineOf(ctx))
+				b, err := s.star.Read(ctx, s.basin, fp.stream, api.ReadRequest{From: api.FromSeqNum, Value: fp.offset,
+					Count: api.Uint64(1), Wait: &left}, nil)
+				if err == nil && len(b.Records) > 0 {
+					woke <- struct{}{}
+					return
+				}
+				if err != nil {
+					return // the next fetch reports it
+				}
 			}
 		}()
 	}
@@ -145,4 +158,10 @@ func (s *Server) waitAny(ctx context.Context, parts []*fetchPart, wait time.Dura
 	case <-woke:
 	case <-ctx.Done():
 	}
+}
+
+// deadlineOf is ctx's deadline (waitAny's context always has one).
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
 }

@@ -35,8 +35,11 @@ type Server struct {
 	basinMu sync.Mutex
 	basinOK bool
 
-	requests  *prometheus.CounterVec
-	connGauge prometheus.Gauge
+	requests *prometheus.CounterVec
+	// fetchWaiting, when set (tests), runs as a fetch starts to wait for
+	// an append.
+	fetchWaiting func()
+	connGauge    prometheus.Gauge
 }
 
 // New returns a server and registers its metrics with the star's

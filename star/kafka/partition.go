@@ -19,6 +19,15 @@ func isStatus(err error, code int) (*api.Error, bool) {
 	return nil, false
 }
 
+// asCode reports whether err is an *api.Error of the given code.
+func asCode(err error, code string) (*api.Error, bool) {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == code {
+		return ae, true
+	}
+	return nil, false
+}
+
 // tail is a partition's durable tail: its high watermark. A partition
 // whose stream is missing (a create cut short, see createTopic) is empty.
 func (s *Server) tail(ctx context.Context, stream string) (api.StreamPosition, error) {

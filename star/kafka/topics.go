@@ -166,7 +166,7 @@ func (s *Server) createPartitionStreams(ctx context.Context, topic string, from,
 	for p := from; p < to; p++ {
 		_, err := s.star.CreateStream(ctx, s.basin, api.CreateStreamRequest{Stream: partitionStream(topic, p), Config: cfg}, "")
 		var ae *api.Error
-		if err != nil && !(errors.As(err, &ae) && ae.Status == 409) {
+		if err != nil && !(errors.As(err, &ae) && ae.Code == api.CodeResourceAlreadyExists) {
 			return fmt.Errorf("kafka: create partition %d of %s: %w", p, topic, err)
 		}
 	}

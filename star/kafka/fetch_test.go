@@ -1,0 +1,106 @@
+package kafka_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// fetchReq is a fetch of one partition from offset.
+func fetchReq(topic string, p int32, offset int64, maxWait time.Duration, minBytes int32) *kmsg.FetchRequest {
+	req := kmsg.NewPtrFetchRequest()
+	req.Version = 12
+	req.MaxWaitMillis, req.MinBytes, req.MaxBytes = int32(maxWait.Milliseconds()), minBytes, 1<<20
+	req.SessionEpoch = -1
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, offset, 1<<20
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// A fetch at the tail waits (MaxWaitMs) and is answered as soon as a
+// record is produced, not at the end of its wait.
+func TestFetchLongPollWakesOnProduce(t *testing.T) {
+	s := startStar(t, true)
+	c := s.admin()
+	createTopic(t, c, "wake", 1)
+	waiting := make(chan struct{}, 1)
+	s.k.SetFetchWaiting(func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	})
+	const maxWait = 20 * time.Second
+	type result struct {
+		resp    *kmsg.FetchResponse
+		err     error
+		elapsed time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		resp, err := fetchReq("wake", 0, 0, maxWait, 1).RequestWith(ctxT(t), c)
+		done <- result{resp, err, time.Since(start)}
+	}()
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fetch did not start waiting")
+	}
+	p := s.admin(kgo.DefaultProduceTopic("wake"))
+	if err := p.ProduceSync(ctxT(t), kgo.StringRecord("hello")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.elapsed >= maxWait/2 {
+		t.Fatalf("the fetch answered after %v: it did not wake on the produce", r.elapsed)
+	}
+	rp := r.resp.Topics[0].Partitions[0]
+	if rp.ErrorCode != 0 || rp.HighWatermark != 1 || len(rp.RecordBatches) == 0 {
+		t.Fatalf("woken fetch: code %d, high watermark %d, %d batch bytes", rp.ErrorCode, rp.HighWatermark, len(rp.RecordBatches))
+	}
+}
+
+// With nothing to read a fetch waits MaxWaitMs, then answers empty; one
+// past the tail is OFFSET_OUT_OF_RANGE at once.
+func TestFetchWaitsThenAnswersEmpty(t *testing.T) {
+	s := startStar(t, true)
+	c := s.admin()
+	createTopic(t, c, "quiet", 1)
+	const maxWait = 300 * time.Millisecond
+	start := time.Now()
+	resp, err := fetchReq("quiet", 0, 0, maxWait, 1).RequestWith(ctxT(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < maxWait {
+		t.Fatalf("an empty fetch answered after %v, before its wait of %v", el, maxWait)
+	}
+	if rp := resp.Topics[0].Partitions[0]; rp.ErrorCode != 0 || len(rp.RecordBatches) != 0 || rp.HighWatermark != 0 {
+		t.Fatalf("empty fetch: code %d, %d batch bytes, high watermark %d", rp.ErrorCode, len(rp.RecordBatches), rp.HighWatermark)
+	}
+	resp, err = fetchReq("quiet", 0, 5, maxWait, 1).RequestWith(ctxT(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.OffsetOutOfRange.Code {
+		t.Fatalf("fetch past the tail: code %d, want OFFSET_OUT_OF_RANGE", code)
+	}
+	resp, err = fetchReq("nosuch", 0, 0, 0, 1).RequestWith(ctxT(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("fetch of a missing topic: code %d, want UNKNOWN_TOPIC_OR_PARTITION", code)
+	}
+}
