@@ -111,9 +111,8 @@ func TestTopicLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	dt := kmsg.NewPtrDeleteTopicsRequest()
-	dt.TopicNames = []string{"orders"}
-	dt.Topics = []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr("orders")}}
-	dt.Version = 5
+	dt.TopicNames = []string{"orders"}                                             // v0–5
+	dt.Topics = []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr("orders")}} // v6
 	dtr, err := dt.RequestWith(ctx, c)
 	if err != nil || len(dtr.Topics) != 1 || dtr.Topics[0].ErrorCode != 0 {
 		t.Fatalf("DeleteTopics: %v %+v", err, dtr)

@@ -74,7 +74,7 @@ func decodeBatches(data []byte) ([]api.Record, error) {
 		if b.Magic != 2 {
 			return nil, &recordError{code: kerr.UnsupportedForMessageFormat.Code, msg: fmt.Sprintf("record batch magic %d: only v2 is served", b.Magic)}
 		}
-		if uint32(b.CRC) != crc32.Checksum(raw[batchAttrsAt:], crcTable) {
+		if uint32(b.CRC) != crcOf(raw) {
 			return nil, corrupt("record batch CRC mismatch")
 		}
 		if b.Attributes&(attrTransactional|attrControl) != 0 {
@@ -211,6 +211,9 @@ func appendBatch(dst []byte, recs []api.Record) []byte {
 	dst = b.AppendTo(dst)
 	raw := dst[start:]
 	binary.BigEndian.PutUint32(raw[batchLengthAt:], uint32(len(raw)-12))
-	binary.BigEndian.PutUint32(raw[batchCRCAt:], crc32.Checksum(raw[batchAttrsAt:], crcTable))
+	binary.BigEndian.PutUint32(raw[batchCRCAt:], crcOf(raw))
 	return dst
 }
+
+// crcOf is the CRC a record batch must carry.
+func crcOf(raw []byte) uint32 { return crc32.Checksum(raw[batchAttrsAt:], crcTable) }
