@@ -122,26 +122,24 @@ func (cs *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) k
 	return resp
 }
 
-// createTopic writes the topic's row (meta.ErrConditionFailed when it
-// exists), then creates its partitions' streams. When a stream cannot be
-// created (one of a deleted topic still being deleted), the row is taken
-// back and the error returned; a crash between the two leaves a topic
-// whose missing partitions are created when first written (produce.go)
-// and read as empty meanwhile.
+// createTopic creates the partitions' streams, then writes the topic's
+// row (meta.ErrConditionFailed when the topic exists). The row comes
+// last so a topic never names a partition whose stream was not made, and
+// nothing but CreateTopics and CreatePartitions creates a partition's
+// stream (a produce racing a delete cannot bring one back). A crash
+// between the two leaves streams no topic names, which a retry adopts.
 func (s *Server) createTopic(ctx context.Context, topic string, n int32, sc *api.StreamConfig) (topicRow, error) {
-	if err := s.ensureBasin(ctx); err != nil {
+	if _, _, err := s.getTopic(ctx, topic); err == nil {
+		return topicRow{}, meta.ErrConditionFailed
+	} else if !errors.Is(err, errNoTopic) {
+		return topicRow{}, err
+	}
+	if err := s.createPartitionStreams(ctx, topic, 0, n, sc); err != nil {
 		return topicRow{}, err
 	}
 	row := topicRow{ID: newTopicID(), Partitions: n, Created: time.Now().UTC()}
 	k := topicKey(s.basin, topic)
-	ver, err := s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfAbsent())
-	if err != nil {
-		return topicRow{}, err
-	}
-	if err := s.createPartitionStreams(ctx, topic, 0, n, sc); err != nil {
-		if derr := s.star.Meta().Delete(ctx, k.PK, k.SK, meta.IfVer(ver)); derr != nil {
-			s.log.Warn("kafka create topic: taking back the row", "topic", topic, "err", derr)
-		}
+	if _, err := s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfAbsent()); err != nil {
 		return topicRow{}, err
 	}
 	return row, nil
@@ -262,16 +260,16 @@ func (cs *conn) createPartitionsOf(ctx context.Context, t kmsg.CreatePartitionsR
 	if c, err := cs.s.star.StreamConfig(ctx, cs.s.basin, partitionStream(t.Topic, 0)); err == nil {
 		sc = &c
 	}
-	from := row.Partitions
+	// The streams first, then the row, as for a new topic.
+	if err := cs.s.createPartitionStreams(ctx, t.Topic, row.Partitions, t.Count, sc); err != nil {
+		return codeOf(err), msgOf(err)
+	}
 	row.Partitions = t.Count
 	k := topicKey(cs.s.basin, t.Topic)
 	if _, err := cs.s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfVer(ver)); err != nil {
 		if errors.Is(err, meta.ErrConditionFailed) {
 			return fail(kerr.RequestTimedOut.Code, "the topic changed meanwhile; retry")
 		}
-		return codeOf(err), msgOf(err)
-	}
-	if err := cs.s.createPartitionStreams(ctx, t.Topic, from, t.Count, sc); err != nil {
 		return codeOf(err), msgOf(err)
 	}
 	return 0, nil

@@ -231,3 +231,39 @@ func TestListOffsets(t *testing.T) {
 		}
 	}
 }
+
+// A produce to a partition whose stream is gone (its topic being deleted
+// by another star: the streams go first, then the row) does not bring
+// the stream back: it is UNKNOWN_TOPIC_OR_PARTITION, and the stream stays
+// deleted.
+func TestProduceDoesNotRecreateADeletedPartition(t *testing.T) {
+	s := startStar(t, true)
+	c := s.admin()
+	ctx := ctxT(t)
+	createTopic(t, c, "going", 1)
+	if err := s.n.DeleteStream(ctx, kafka.DefaultBasin, "going/0"); err != nil {
+		t.Fatal(err)
+	}
+	// Past the deletion-pending window (300 ms here) the name is free.
+	poll.UntilErr(t, 10*time.Second, "the stream's deletion", func() error {
+		_, err := s.n.StreamConfig(ctx, kafka.DefaultBasin, "going/0")
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Status == 404 {
+			return nil
+		}
+		return fmt.Errorf("stream config: %v", err)
+	})
+	prod := kmsg.NewPtrProduceRequest()
+	prod.Acks, prod.TimeoutMillis = -1, 5000
+	prod.Topics = []kmsg.ProduceRequestTopic{{Topic: "going", Partitions: []kmsg.ProduceRequestTopicPartition{{Partition: 0, Records: kafka.EncodeTestBatch([]byte("late"))}}}}
+	resp, err := prod.RequestWith(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != kerr.UnknownTopicOrPartition.Code {
+		t.Errorf("produce to a deleted partition: code %d, want UNKNOWN_TOPIC_OR_PARTITION", code)
+	}
+	if _, err := s.n.StreamConfig(ctx, kafka.DefaultBasin, "going/0"); err == nil {
+		t.Fatal("the produce brought the deleted partition's stream back")
+	}
+}

@@ -36,6 +36,10 @@ func codeOf(err error) int16 {
 		return kerr.TopicAuthorizationFailed.Code
 	case 404:
 		return kerr.UnknownTopicOrPartition.Code
+	case 409:
+		if ae.Code == api.CodeStreamDeletionPending || ae.Code == api.CodeBasinDeletionPending {
+			return kerr.UnknownTopicOrPartition.Code // being deleted
+		}
 	case 408:
 		return kerr.RequestTimedOut.Code
 	case 416:

@@ -134,14 +134,9 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte)
 		return nil, nil
 	}
 	stream := partitionStream(topic, p)
+	// A missing stream (its topic being deleted) is a 404: the partition
+	// is unknown, and nothing here creates it again.
 	a, err := s.star.OpenAppend(ctx, s.basin, stream, nil)
-	if _, missing := isStatus(err, 404); missing {
-		// The topic's row names the partition but its stream is missing:
-		// a create cut short (createTopic). Create it and go on.
-		if err = s.createPartitionStreams(ctx, topic, p, p+1, nil); err == nil {
-			a, err = s.star.OpenAppend(ctx, s.basin, stream, nil)
-		}
-	}
 	if err != nil {
 		return nil, err
 	}
