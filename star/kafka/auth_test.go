@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/kafka"
 )
 
@@ -202,4 +204,33 @@ func TestAutoPrefixTokenRefused(t *testing.T) {
 func encodeBatch(t *testing.T, values ...[]byte) []byte {
 	t.Helper()
 	return kafka.EncodeTestBatch(values...)
+}
+
+// A token revoked while its connection is open stops it: within the
+// recheck bound the next request is refused, before any effect.
+func TestRevokedTokenStopsTheConnection(t *testing.T) {
+	s := startStar(t, false)
+	tok := s.issue(`{"id":"kafka-revoked","scope":{"basins":{"exact":"` + kafka.DefaultBasin + `"},"streams":{"prefix":""},"op_groups":{"stream":{"read":true,"write":true}}}}`)
+	c := s.client(tok, kgo.RetryTimeout(time.Second))
+	createTopic(t, c, "before", 1)
+	req, _ := http.NewRequest("DELETE", s.base+"/v1/access-tokens/kafka-revoked", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdmin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 204 {
+		t.Fatalf("revoke: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	n := 0
+	poll.UntilErr(t, 10*time.Second, "the revoked token's refusal", func() error {
+		n++
+		topic := fmt.Sprintf("after-%d", n)
+		_, err := createReq(topic).RequestWith(ctxT(t), c)
+		if err == nil {
+			return fmt.Errorf("CreateTopics %s was answered", topic)
+		}
+		if s.topicRowExists(topic) {
+			t.Fatalf("a revoked token's CreateTopics made %s", topic)
+		}
+		return nil
+	})
 }
