@@ -139,6 +139,7 @@ func (s *Server) createTopic(ctx context.Context, topic string, n int32, sc *api
 	}
 	row := topicRow{ID: newTopicID(), Partitions: n, Created: time.Now().UTC()}
 	k := topicKey(s.basin, topic)
+	defer s.topics.forget(topic) // after the put: a read racing it is not kept
 	if _, err := s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfAbsent()); err != nil {
 		return topicRow{}, err
 	}
@@ -211,6 +212,7 @@ func (cs *conn) deleteTopic(ctx context.Context, topic string) (int16, *string) 
 		}
 	}
 	k := topicKey(cs.s.basin, topic)
+	defer cs.s.topics.forget(topic)
 	if err := cs.s.star.Meta().Delete(ctx, k.PK, k.SK, meta.IfVer(ver)); err != nil {
 		if errors.Is(err, meta.ErrConditionFailed) {
 			m := "the topic changed while it was being deleted; retry"
@@ -266,6 +268,7 @@ func (cs *conn) createPartitionsOf(ctx context.Context, t kmsg.CreatePartitionsR
 	}
 	row.Partitions = t.Count
 	k := topicKey(cs.s.basin, t.Topic)
+	defer cs.s.topics.forget(t.Topic)
 	if _, err := cs.s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfVer(ver)); err != nil {
 		if errors.Is(err, meta.ErrConditionFailed) {
 			return fail(kerr.RequestTimedOut.Code, "the topic changed meanwhile; retry")

@@ -24,6 +24,10 @@ func codeOf(err error) int16 {
 	if errors.Is(err, errNoTopic) {
 		return kerr.UnknownTopicOrPartition.Code
 	}
+	var me *metaError
+	if errors.As(err, &me) {
+		return kerr.KafkaStorageError.Code // the metastore: retry
+	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return kerr.RequestTimedOut.Code
 	}

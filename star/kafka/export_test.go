@@ -1,6 +1,10 @@
 package kafka
 
-import "github.com/starlog/starlog/shared/api"
+import (
+	"time"
+
+	"github.com/starlog/starlog/shared/api"
+)
 
 // SetFetchWaiting sets a hook run as a fetch starts its long-poll wait.
 func (s *Server) SetFetchWaiting(f func()) { s.fetchWaiting = f }
@@ -13,4 +17,15 @@ func EncodeTestBatch(values ...[]byte) []byte {
 		recs[i] = api.Record{SeqNum: uint64(i), Body: v, Timestamp: api.Uint64(1)}
 	}
 	return appendBatch(nil, recs)
+}
+
+// ExpireTopicCache makes every cached topic row stale, as topicCacheTTL
+// passing would.
+func (s *Server) ExpireTopicCache() {
+	s.topics.mu.Lock()
+	defer s.topics.mu.Unlock()
+	for k, e := range s.topics.m {
+		e.at = time.Time{}
+		s.topics.m[k] = e
+	}
 }

@@ -42,7 +42,7 @@ func (cs *conn) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
 	for _, t := range r.Topics {
 		rt := kmsg.NewFetchResponseTopic()
 		rt.Topic, rt.TopicID = t.Topic, t.TopicID
-		row, _, rowErr := cs.s.getTopic(ctx, t.Topic)
+		row, rowErr := cs.s.topic(ctx, t.Topic)
 		rt.Partitions = make([]kmsg.FetchResponseTopicPartition, len(t.Partitions))
 		for i, p := range t.Partitions {
 			rp := &rt.Partitions[i]

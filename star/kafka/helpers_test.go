@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
@@ -50,6 +51,12 @@ type star struct {
 // --open), else the admin token is testAdmin.
 func startStar(t testing.TB, open bool) *star {
 	t.Helper()
+	return startStarOn(t, open, testsvc.SQLite(t))
+}
+
+// startStarOn is startStar on the metastore ms.
+func startStarOn(t testing.TB, open bool, ms meta.Store) *star {
+	t.Helper()
 	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +65,7 @@ func startStar(t testing.TB, open bool) *star {
 	cfg.StarID = "kafka-star"
 	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = time.Millisecond, time.Millisecond
 	cfg.DeletionPending = 300 * time.Millisecond
-	n, err := node.Open(context.Background(), cfg, node.Deps{Meta: testsvc.SQLite(t), Objects: objs, Logger: testLog()})
+	n, err := node.Open(context.Background(), cfg, node.Deps{Meta: ms, Objects: objs, Logger: testLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

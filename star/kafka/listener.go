@@ -35,6 +35,8 @@ type Server struct {
 	basinMu sync.Mutex
 	basinOK bool
 
+	topics topicCache // topic rows for the data path (topiccache.go)
+
 	requests *prometheus.CounterVec
 	// fetchWaiting, when set (tests), runs as a fetch starts to wait for
 	// an append.

@@ -84,10 +84,10 @@ func (cs *conn) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Resp
 		case !cs.visible(name):
 			mt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		default:
-			row, _, err := cs.s.getTopic(ctx, name)
+			row, err := cs.s.topic(ctx, name)
 			if err != nil {
 				mt.ErrorCode = codeOf(err)
-				if mt.ErrorCode == kerr.UnknownServerError.Code {
+				if mt.ErrorCode == kerr.KafkaStorageError.Code {
 					// A metastore outage: the client asks again.
 					mt.ErrorCode = kerr.LeaderNotAvailable.Code
 				}

@@ -20,7 +20,7 @@ func (cs *conn) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kms
 	for _, t := range r.Topics {
 		rt := kmsg.NewListOffsetsResponseTopic()
 		rt.Topic = t.Topic
-		row, _, rowErr := cs.s.getTopic(ctx, t.Topic)
+		row, rowErr := cs.s.topic(ctx, t.Topic)
 		for _, p := range t.Partitions {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition, rp.Timestamp, rp.Offset, rp.LeaderEpoch = p.Partition, -1, -1, 0

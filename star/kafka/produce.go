@@ -39,7 +39,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 	for _, t := range r.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
-		row, _, rowErr := cs.s.getTopic(ctx, t.Topic)
+		row, rowErr := cs.s.topic(ctx, t.Topic)
 		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(t.Partitions))
 		for i, p := range t.Partitions {
 			rp := &rt.Partitions[i]

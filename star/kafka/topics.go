@@ -47,6 +47,12 @@ func (t topicRow) uuid() (id [16]byte) {
 
 var errNoTopic = errors.New("kafka: no such topic")
 
+// metaError is a metastore failure reading topic rows: retryable.
+type metaError struct{ err error }
+
+func (e *metaError) Error() string { return e.err.Error() }
+func (e *metaError) Unwrap() error { return e.err }
+
 // partitionStream is the stream of partition p of topic.
 func partitionStream(topic string, p int32) string { return topic + "/" + strconv.Itoa(int(p)) }
 
@@ -74,7 +80,7 @@ func (s *Server) getTopic(ctx context.Context, topic string) (topicRow, int64, e
 		return topicRow{}, 0, errNoTopic
 	}
 	if err != nil {
-		return topicRow{}, 0, fmt.Errorf("kafka: read topic %s: %w", topic, err)
+		return topicRow{}, 0, &metaError{fmt.Errorf("kafka: read topic %s: %w", topic, err)}
 	}
 	var row topicRow
 	if err := json.Unmarshal(it.Val, &row); err != nil {
@@ -99,7 +105,7 @@ func (s *Server) listTopics(ctx context.Context) ([]namedTopic, error) {
 	for range maxListPages {
 		pg, err := s.star.Meta().Query(ctx, q)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: list topics: %w", err)
+			return nil, &metaError{fmt.Errorf("kafka: list topics: %w", err)}
 		}
 		for _, it := range pg.Items {
 			var row topicRow
