@@ -18,6 +18,7 @@ import (
 
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/kafka"
 )
 
@@ -233,4 +234,31 @@ func TestRevokedTokenStopsTheConnection(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A connection that does not authenticate within AuthTimeout is closed;
+// past MaxConns a new connection is closed at once.
+func TestConnectionBounds(t *testing.T) {
+	s := startStarOn(t, false, testsvc.SQLite(t), func(c *kafka.Config) {
+		c.AuthTimeout, c.MaxConns = 200*time.Millisecond, 2
+	})
+	a := dialRaw(t, s.kafka)
+	if _, err := a.send(kmsg.NewPtrApiVersionsRequest()); err != nil {
+		t.Fatal(err)
+	}
+	b := dialRaw(t, s.kafka)
+	if _, err := b.send(kmsg.NewPtrApiVersionsRequest()); err != nil {
+		t.Fatal(err)
+	}
+	third := dialRaw(t, s.kafka)
+	if _, err := third.send(kmsg.NewPtrApiVersionsRequest()); err == nil {
+		t.Fatal("a connection past MaxConns was served")
+	}
+	start := time.Now()
+	if _, err := a.c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("an unauthenticated connection got bytes it did not ask for")
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("an unauthenticated connection was closed after %v, bound 200ms", el)
+	}
 }

@@ -35,6 +35,13 @@ const (
 	// DefaultIOTimeout bounds reading the rest of a frame once its size
 	// has arrived, and writing one response.
 	DefaultIOTimeout = 30 * time.Second
+	// DefaultMaxConns bounds the listener's open connections (the S2
+	// listener's default); past it a new one is closed at once.
+	DefaultMaxConns = 1024
+	// DefaultAuthTimeout is how long a connection may take to
+	// authenticate on a star that requires it (the S2 listener's bound
+	// on a connection that has carried no authenticated request).
+	DefaultAuthTimeout = 10 * time.Second
 	// MaxFetchWait caps a fetch's MaxWaitMs (clients send 500 ms–5 s).
 	MaxFetchWait = 30 * time.Second
 	// RequestTimeout bounds the work of one request other than a fetch's
@@ -81,8 +88,10 @@ type Config struct {
 	// ClusterID is what Metadata and DescribeCluster name the cluster
 	// ("starlog" when empty).
 	ClusterID string
-	// IdleTimeout and IOTimeout (defaults above).
+	// IdleTimeout, IOTimeout, MaxConns and AuthTimeout (defaults above).
 	IdleTimeout, IOTimeout time.Duration
+	MaxConns               int
+	AuthTimeout            time.Duration
 	Logger                 *slog.Logger
 }
 
@@ -104,6 +113,8 @@ func (c *Config) fill() error {
 	c.ClusterID = cmp.Or(c.ClusterID, "starlog")
 	c.IdleTimeout = cmp.Or(max(c.IdleTimeout, 0), DefaultIdleTimeout)
 	c.IOTimeout = cmp.Or(max(c.IOTimeout, 0), DefaultIOTimeout)
+	c.MaxConns = cmp.Or(max(c.MaxConns, 0), DefaultMaxConns)
+	c.AuthTimeout = cmp.Or(max(c.AuthTimeout, 0), DefaultAuthTimeout)
 	if c.Logger == nil {
 		c.Logger = c.Star.Logger()
 	}

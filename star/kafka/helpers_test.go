@@ -54,8 +54,9 @@ func startStar(t testing.TB, open bool) *star {
 	return startStarOn(t, open, testsvc.SQLite(t))
 }
 
-// startStarOn is startStar on the metastore ms.
-func startStarOn(t testing.TB, open bool, ms meta.Store) *star {
+// startStarOn is startStar on the metastore ms, with the Kafka config
+// changed by opts.
+func startStarOn(t testing.TB, open bool, ms meta.Store, opts ...func(*kafka.Config)) *star {
 	t.Helper()
 	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
 	if err != nil {
@@ -83,7 +84,11 @@ func startStarOn(t testing.TB, open bool, ms meta.Store) *star {
 	}
 	hs := srv.HTTPServer(ln.Addr().String())
 	go hs.Serve(srv.Listener(ln))
-	k, err := kafka.New(kafka.Config{Star: n, Open: open, Authenticate: srv.Authenticate})
+	kc := kafka.Config{Star: n, Open: open, Authenticate: srv.Authenticate}
+	for _, o := range opts {
+		o(&kc)
+	}
+	k, err := kafka.New(kc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,11 +37,13 @@ type Server struct {
 
 	topics topicCache // topic rows for the data path (topiccache.go)
 
-	requests *prometheus.CounterVec
+	requests  *prometheus.CounterVec
+	connGauge prometheus.Gauge
+	refused   prometheus.Counter
+
 	// fetchWaiting, when set (tests), runs as a fetch starts to wait for
 	// an append.
 	fetchWaiting func()
-	connGauge    prometheus.Gauge
 }
 
 // New returns a server and registers its metrics with the star's
@@ -61,7 +63,11 @@ func New(cfg Config) (*Server, error) {
 		Namespace: "starlog", Subsystem: "kafka", Name: "connections",
 		Help: "Open Kafka client connections.",
 	})
-	for _, c := range []prometheus.Collector{s.requests, s.connGauge} {
+	s.refused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "starlog", Subsystem: "kafka", Name: "connections_refused_total",
+		Help: "Kafka connections closed at once: the listener held MaxConns already.",
+	})
+	for _, c := range []prometheus.Collector{s.requests, s.connGauge, s.refused} {
 		if err := cfg.Star.Registry().Register(c); err != nil {
 			cancel()
 			return nil, err
@@ -107,6 +113,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.mu.Unlock()
 			c.Close()
 			return net.ErrClosed
+		}
+		if len(s.conns) >= s.cfg.MaxConns {
+			s.mu.Unlock()
+			c.Close() // over the bound: the client retries elsewhere or later
+			s.refused.Inc()
+			continue
 		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
@@ -174,8 +186,13 @@ func (s *Server) serveConn(c net.Conn) {
 	fr := &frameReader{r: bufio.NewReaderSize(c, 64<<10), max: MaxFrameBytes,
 		onSize: func() { _ = c.SetReadDeadline(time.Now().Add(s.cfg.IOTimeout)) }}
 	var out []byte
+	authBy := time.Now().Add(s.cfg.AuthTimeout)
 	for {
-		_ = c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+		next := time.Now().Add(s.cfg.IdleTimeout)
+		if cs.principal == nil && authBy.Before(next) {
+			next = authBy // authenticate within AuthTimeout, or go
+		}
+		_ = c.SetReadDeadline(next)
 		frame, err := fr.next()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
