@@ -262,3 +262,40 @@ func TestConnectionBounds(t *testing.T) {
 		t.Fatalf("an unauthenticated connection was closed after %v, bound 200ms", el)
 	}
 }
+
+// SaslHandshake v0, then the PLAIN message as a bare frame answered by
+// an empty one: the exchange librdkafka (kcat) needs advertised before it
+// authenticates at all. A wrong token closes the connection.
+func TestSaslHandshakeV0(t *testing.T) {
+	s := startStar(t, false)
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{{testAdmin, true}, {"stl_wrong", false}} {
+		r := dialRaw(t, s.kafka)
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 0, "PLAIN"
+		resp, err := r.send(hs)
+		if err != nil || resp.(*kmsg.SASLHandshakeResponse).ErrorCode != 0 {
+			t.Fatalf("SaslHandshake v0: %v %+v", err, resp)
+		}
+		msg := []byte("\x00user\x00" + tc.token)
+		if _, err := r.c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(msg))), msg...)); err != nil {
+			t.Fatal(err)
+		}
+		var size [4]byte
+		_, err = io.ReadFull(r.c, size[:])
+		if !tc.ok {
+			if err == nil {
+				t.Fatal("a wrong token was answered")
+			}
+			continue
+		}
+		if err != nil || binary.BigEndian.Uint32(size[:]) != 0 {
+			t.Fatalf("the answer to PLAIN: %v %v", err, size)
+		}
+		if _, err := r.send(createReq("after-v0")); err != nil || !s.topicRowExists("after-v0") {
+			t.Fatalf("a request after the v0 exchange: %v", err)
+		}
+	}
+}

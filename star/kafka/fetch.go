@@ -49,6 +49,9 @@ func (cs *conn) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
 			*rp = kmsg.NewFetchResponseTopicPartition()
 			rp.Partition, rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = p.Partition, -1, -1, -1
 			rp.PreferredReadReplica = -1
+			// Empty, not null: librdkafka fails a fetch whose record set
+			// is null (before v12, where it is nullable).
+			rp.RecordBatches = []byte{}
 			fp := &fetchPart{stream: partitionStream(t.Topic, p.Partition), offset: uint64(max(p.FetchOffset, 0)),
 				limit: int(max(p.PartitionMaxBytes, 1)), rp: rp}
 			switch {
@@ -97,7 +100,7 @@ func (s *Server) fetchOnce(ctx context.Context, parts []*fetchPart, maxBytes int
 			continue
 		}
 		total -= fp.bytes // a read again replaces what it answered
-		fp.bytes, fp.rp.RecordBatches = 0, nil
+		fp.bytes, fp.rp.RecordBatches = 0, []byte{}
 		t, err := s.tail(ctx, fp.stream)
 		if err != nil {
 			fp.rp.ErrorCode = codeOf(err)
@@ -119,7 +122,7 @@ func (s *Server) fetchOnce(ctx context.Context, parts []*fetchPart, maxBytes int
 			fp.rp.ErrorCode = codeOf(err)
 			continue
 		}
-		fp.rp.RecordBatches = appendBatch(nil, recs)
+		fp.rp.RecordBatches = appendBatch([]byte{}, recs)
 		fp.bytes = len(fp.rp.RecordBatches)
 		total += fp.bytes
 	}

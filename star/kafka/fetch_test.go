@@ -104,3 +104,22 @@ func TestFetchWaitsThenAnswersEmpty(t *testing.T) {
 		t.Fatalf("fetch of a missing topic: code %d, want UNKNOWN_TOPIC_OR_PARTITION", code)
 	}
 }
+
+// A partition with nothing to answer carries empty record bytes, not
+// null: librdkafka (kcat) fails the whole fetch on a null record set
+// before v12 ("invalid MessageSetSize -1").
+func TestFetchEmptyRecordsAreNotNull(t *testing.T) {
+	s := startStar(t, true)
+	createTopic(t, s.admin(), "empty", 1)
+	r := dialRaw(t, s.kafka)
+	req := fetchReq("empty", 0, 0, 0, 1)
+	req.Version = 11
+	resp, err := r.send(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := resp.(*kmsg.FetchResponse).Topics[0].Partitions[0]
+	if rp.ErrorCode != 0 || rp.RecordBatches == nil {
+		t.Fatalf("an empty partition's fetch v11: code %d, records nil %v", rp.ErrorCode, rp.RecordBatches == nil)
+	}
+}

@@ -159,6 +159,9 @@ type conn struct {
 	// so a revoked or expired token stops the connection (recheck).
 	token   string
 	checked time.Time
+	// rawSASL: a SaslHandshake v0 made the next frame a bare SASL
+	// message.
+	rawSASL bool
 	// closeAfter closes the connection once the current response is out
 	// (a failed authentication).
 	closeAfter bool
@@ -199,6 +202,17 @@ func (s *Server) serveConn(c net.Conn) {
 				s.log.Debug("kafka connection read", "client", cs.client, "err", err)
 			}
 			return
+		}
+		if cs.rawSASL {
+			if err := cs.rawAuthenticate(frame); err != nil {
+				s.log.Debug("kafka connection closed by the star", "client", cs.client, "err", err)
+				return
+			}
+			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.IOTimeout))
+			if _, err := c.Write([]byte{0, 0, 0, 0}); err != nil {
+				return
+			}
+			continue
 		}
 		h, resp, err := cs.handle(frame)
 		if err != nil {

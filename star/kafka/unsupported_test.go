@@ -32,7 +32,7 @@ func TestApiVersionsAdvertisesExactlyWhatIsServed(t *testing.T) {
 			t.Errorf("key %d v%d is advertised beyond what kmsg encodes", k.ApiKey, k.MaxVersion)
 		}
 	}
-	want := []kv{{0, 3, 11}, {1, 4, 12}, {2, 1, 6}, {3, 0, 12}, {17, 1, 1}, {18, 0, 3},
+	want := []kv{{0, 3, 11}, {1, 4, 12}, {2, 1, 6}, {3, 0, 12}, {17, 0, 1}, {18, 0, 3},
 		{19, 0, 7}, {20, 0, 6}, {32, 0, 4}, {36, 0, 2}, {37, 0, 3}, {60, 0, 1}}
 	if av.ErrorCode != 0 || !slices.Equal(got, want) {
 		t.Fatalf("ApiVersions: code %d, keys %v\nwant %v", av.ErrorCode, got, want)

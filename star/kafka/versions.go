@@ -11,14 +11,15 @@ import (
 // what ApiVersions advertises (docs/kafka.md lists them with reasons).
 // Produce starts at 3 and Fetch at 4, the first versions of record batch
 // v2; Fetch stops at 12 and Produce at 11, the last that name topics
-// (later ones name topic ids only); SaslHandshake is served at 1 only,
-// the version whose exchange then runs in SaslAuthenticate frames.
+// (later ones name topic ids only). After SaslHandshake v0 the SASL
+// message comes as a bare frame, after v1 in SaslAuthenticate: both are
+// served (librdkafka will not authenticate with a broker that lacks v0).
 var served = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 0, MinVersion: 3, MaxVersion: 11}, // Produce
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 12}, // Fetch
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 6},  // ListOffsets
 	{ApiKey: 3, MinVersion: 0, MaxVersion: 12}, // Metadata
-	{ApiKey: 17, MinVersion: 1, MaxVersion: 1}, // SaslHandshake
+	{ApiKey: 17, MinVersion: 0, MaxVersion: 1}, // SaslHandshake
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 3}, // ApiVersions
 	{ApiKey: 19, MinVersion: 0, MaxVersion: 7}, // CreateTopics
 	{ApiKey: 20, MinVersion: 0, MaxVersion: 6}, // DeleteTopics
