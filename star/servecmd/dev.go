@@ -136,7 +136,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 							return err
 						}
 					}
-					printBanner(out, n, addr, data, basin, authCfg, c.durableConfig(), kf.banner())
+					printBanner(out, n, addr, data, basin, authCfg, c.durableConfig(), kf.banner(authCfg.Open))
 					return nil
 				},
 			}

@@ -77,9 +77,13 @@ func (f *kafkaFace) start(n *node.Node, srv *server.Server, ln net.Listener, ope
 }
 
 // banner is the dev banner's Kafka line ("" when not served).
-func (f *kafkaFace) banner() string {
+func (f *kafkaFace) banner(open bool) string {
 	if f.addr == nil {
 		return ""
 	}
-	return fmt.Sprintf("%s (bootstrap server; topics in basin %s; SASL/PLAIN with the token as password; docs/kafka.md)", f.addr, f.basin)
+	how := "SASL/PLAIN with the token as password"
+	if open {
+		how = "no authentication"
+	}
+	return fmt.Sprintf("%s (bootstrap server; topics in basin %s; %s; docs/kafka.md)", f.addr, f.basin, how)
 }
