@@ -23,8 +23,8 @@ type fetchPart struct {
 	offset uint64
 	limit  int // PartitionMaxBytes
 	rp     *kmsg.FetchResponseTopicPartition
-	ok     bool // authorized and known: read it
-	bytes  int  // the record batch bytes answered
+	ok     bool   // authorized and known: read it
+	next   uint64 // past what it answers: where a wait for more follows
 }
 
 // fetch answers from each partition what its stream holds from the fetch
@@ -76,13 +76,14 @@ func (cs *conn) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
 	}
 	deadline := time.Now().Add(fetchWait(r))
 	for {
-		got, atTail := cs.s.fetchOnce(ctx, parts, maxBytes)
+		got, waitOn := cs.s.fetchOnce(ctx, parts, maxBytes)
 		left := time.Until(deadline)
-		if got >= int(max(r.MinBytes, 1)) || left <= 0 || len(atTail) == 0 || ctx.Err() != nil {
+		if got >= int(max(r.MinBytes, 1)) || left <= 0 || len(waitOn) == 0 || ctx.Err() != nil {
 			return resp
 		}
-		// Nothing yet: wait for an append to any partition at its tail.
-		cs.s.waitAny(ctx, atTail, left)
+		// Short of MinBytes: wait for an append past what any partition
+		// answers, then read them all again.
+		cs.s.waitAny(ctx, waitOn, left)
 		if time.Until(deadline) <= 0 {
 			cs.s.fetchOnce(ctx, parts, maxBytes)
 			return resp
@@ -91,45 +92,49 @@ func (cs *conn) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
 }
 
 // fetchOnce reads every partition without waiting: the bytes answered in
-// all, and the partitions read at their tail (the ones to wait on).
+// all, and the partitions a wait for more may follow (every one read
+// without an error).
 func (s *Server) fetchOnce(ctx context.Context, parts []*fetchPart, maxBytes int) (int, []*fetchPart) {
 	total := 0
-	var atTail []*fetchPart
+	var waitOn []*fetchPart
 	for _, fp := range parts {
 		if !fp.ok {
 			continue
 		}
-		total -= fp.bytes // a read again replaces what it answered
-		fp.bytes, fp.rp.RecordBatches = 0, []byte{}
+		fp.rp.RecordBatches = []byte{}
 		t, err := s.tail(ctx, fp.stream)
 		if err != nil {
 			fp.rp.ErrorCode = codeOf(err)
 			continue
 		}
 		fp.rp.HighWatermark, fp.rp.LastStableOffset, fp.rp.ErrorCode = int64(t.SeqNum), int64(t.SeqNum), 0
+		fp.next = t.SeqNum
 		switch {
 		case fp.offset > t.SeqNum:
 			fp.rp.ErrorCode = kerr.OffsetOutOfRange.Code
 			continue
-		case fp.offset == t.SeqNum:
-			atTail = append(atTail, fp)
+		case fp.offset == t.SeqNum || total >= maxBytes:
+			// Nothing to read, or the response is full (the next fetch
+			// reads it).
+			waitOn = append(waitOn, fp)
 			continue
-		case total >= maxBytes:
-			continue // the response is full; the next fetch reads it
 		}
 		recs, err := s.readFrom(ctx, fp.stream, fp.offset, min(fp.limit, maxBytes-total), 0)
 		if err != nil {
 			fp.rp.ErrorCode = codeOf(err)
 			continue
 		}
+		if len(recs) > 0 {
+			fp.next = recs[len(recs)-1].SeqNum + 1
+		}
 		fp.rp.RecordBatches = appendBatch([]byte{}, recs)
-		fp.bytes = len(fp.rp.RecordBatches)
-		total += fp.bytes
+		total += len(fp.rp.RecordBatches)
+		waitOn = append(waitOn, fp)
 	}
-	return total, atTail
+	return total, waitOn
 }
 
-// waitAny returns once any of parts has a record past its offset, or
+// waitAny returns once any of parts has a record at or past its next, or
 // wait has passed, or ctx ends: one follow-read per partition, the first
 // to see a record ending the others.
 func (s *Server) waitAny(ctx context.Context, parts []*fetchPart, wait time.Duration) {
@@ -145,7 +150,7 @@ func (s *Server) waitAny(ctx context.Context, parts []*fetchPart, wait time.Dura
 			// wait is over (the star's own bound) is made again.
 			for ctx.Err() == nil {
 				left := time.Until(deadlineOf(ctx))
-				b, err := s.star.Read(ctx, s.basin, fp.stream, api.ReadRequest{From: api.FromSeqNum, Value: fp.offset,
+				b, err := s.star.Read(ctx, s.basin, fp.stream, api.ReadRequest{From: api.FromSeqNum, Value: fp.next,
 					Count: api.Uint64(1), Wait: &left}, nil)
 				if err == nil && len(b.Records) > 0 {
 					woke <- struct{}{}

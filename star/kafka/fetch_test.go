@@ -123,3 +123,27 @@ func TestFetchEmptyRecordsAreNotNull(t *testing.T) {
 		t.Fatalf("an empty partition's fetch v11: code %d, records nil %v", rp.ErrorCode, rp.RecordBatches == nil)
 	}
 }
+
+// MinBytes counts what every partition answers: short of it, a fetch
+// waits its MaxWaitMs for more, also when what it has is not at a tail,
+// and then answers what it has.
+func TestFetchMinBytesWaitsForMore(t *testing.T) {
+	s := startStar(t, true)
+	c := s.admin()
+	createTopic(t, c, "some", 1)
+	if err := s.admin(kgo.DefaultProduceTopic("some")).ProduceSync(ctxT(t), kgo.StringRecord("one")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	const maxWait = 300 * time.Millisecond
+	start := time.Now()
+	resp, err := fetchReq("some", 0, 0, maxWait, 1<<20).RequestWith(ctxT(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < maxWait {
+		t.Errorf("a fetch short of MinBytes answered after %v, before its wait of %v", el, maxWait)
+	}
+	if rp := resp.Topics[0].Partitions[0]; rp.ErrorCode != 0 || len(rp.RecordBatches) == 0 {
+		t.Fatalf("code %d, %d batch bytes", rp.ErrorCode, len(rp.RecordBatches))
+	}
+}
