@@ -42,6 +42,10 @@ const (
 	// authenticate on a star that requires it (the S2 listener's bound
 	// on a connection that has carried no authenticated request).
 	DefaultAuthTimeout = 10 * time.Second
+	// MaxFetchBytes caps a fetch's MaxBytes: what one response may hold
+	// in the star's memory (Kafka's own broker cap, fetch.max.bytes, is
+	// 55 MiB).
+	MaxFetchBytes = 32 << 20
 	// MaxFetchWait caps a fetch's MaxWaitMs (clients send 500 ms–5 s).
 	MaxFetchWait = 30 * time.Second
 	// RequestTimeout bounds the work of one request other than a fetch's

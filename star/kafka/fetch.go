@@ -70,7 +70,7 @@ func (cs *conn) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
-	maxBytes := int(r.MaxBytes)
+	maxBytes := min(int(r.MaxBytes), MaxFetchBytes)
 	if maxBytes <= 0 {
 		maxBytes = api.MaxBatchMeteredBytes
 	}
