@@ -48,6 +48,7 @@ func Dev() *cobra.Command {
 		stars    int
 		open     bool
 		internal string
+		kf       kafkaFace
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -59,6 +60,9 @@ func Dev() *cobra.Command {
                       express-b, express-c (one directory each)
   <data>/star-id      this star's id, kept so a restart on the same data
                       settles what the previous run left
+
+It also serves the Kafka protocol on --kafka-listen (127.0.0.1:9092 when
+that port is free): topics are streams of --kafka-basin (docs/kafka.md).
 
 On first start it creates the basin --basin (streams are created on first
 append or read). Stop it with Ctrl-C (or kill -9) and start it again on the
@@ -90,6 +94,9 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				if open {
 					return errors.New("--open runs one star: a cluster's stars always authenticate")
 				}
+				if cmd.Flags().Changed("kafka-listen") {
+					return errors.New("--kafka-listen runs one star (a cluster's Kafka face is not built yet)")
+				}
 				return runCluster(cmd.OutOrStdout(), log, cmd.Flags(), data, c.listen, basin, stars, authCfg)
 			}
 			cfg := c.nodeConfig()
@@ -111,10 +118,12 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 			var audit auditorHandle
 			defer audit.wait() // before the metastore closes
 			out := cmd.OutOrStdout()
+			kf.optional = !cmd.Flags().Changed("kafka-listen")
 			o := runOptions{
 				listen: c.listen, internalListen: internal, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				deps: node.Deps{Meta: ms, Objects: objs},
-				srv:  c.serverOptions(authCfg),
+				deps:  node.Deps{Meta: ms, Objects: objs},
+				srv:   c.serverOptions(authCfg),
+				kafka: &kf,
 				ready: func(ctx context.Context, n *node.Node, addr net.Addr) error {
 					if basin != "" {
 						if err := ensureDevBasin(ctx, n, basin); err != nil {
@@ -127,7 +136,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 							return err
 						}
 					}
-					printBanner(out, n, addr, data, basin, authCfg, c.durableConfig())
+					printBanner(out, n, addr, data, basin, authCfg, c.durableConfig(), kf.banner(authCfg.Open))
 					return nil
 				},
 			}
@@ -146,6 +155,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 	fs.IntVar(&stars, "stars", 1, "run this many star processes on consecutive ports from --listen's, sharing the data folder's stores (a local cluster; no in-process auditor)")
 	fs.StringVar(&internal, "internal-listen", "", "address to serve operators on (/metrics, the /v1/starlog/ endpoints and the Go profiler under /debug/pprof/); when set, --listen serves only the S2 API and /health (one star only)")
 	c.register(fs, DefaultDevListen)
+	kf.register(fs, DefaultDevKafkaListen)
 	diskFlushDefaults(fs, true) // the directory store: no per-request price
 	return withEnv(cmd)
 }
@@ -233,7 +243,7 @@ func devSecret(path, env, prefix string) (string, error) {
 	return v, nil
 }
 
-func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, authCfg auth.Config, ds *durable.Config) {
+func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, authCfg auth.Config, ds *durable.Config, kafkaLine string) {
 	url := "http://" + addr.String()
 	fmt.Fprintf(w, "\nstarlog dev: star %s (incarnation %d) serving the S2 API on %s\n", n.StarID(), n.Incarnation(), url)
 	fmt.Fprintf(w, "  data:    %s (SQLite metastore; object store with buckets standard, express-a, express-b, express-c)\n", data)
@@ -253,6 +263,9 @@ func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, a
 	fmt.Fprintf(w, "  metrics: %s/metrics   health: %s/health\n", url, url)
 	if ds != nil {
 		fmt.Fprintf(w, "  durable streams: %s%s/<stream> (basin %s; docs/durable-streams.md)\n", url, ds.Prefix, ds.Basin)
+	}
+	if kafkaLine != "" {
+		fmt.Fprintf(w, "  kafka:   %s\n", kafkaLine)
 	}
 	fmt.Fprintf(w, "\nTry it:\n")
 	fmt.Fprintf(w, "  export S2_ACCOUNT_ENDPOINT=%s S2_BASIN_ENDPOINT=%s S2_ACCESS_TOKEN=%s\n", url, url, tok)

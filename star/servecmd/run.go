@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/kafka"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
 )
@@ -35,6 +36,8 @@ type runOptions struct {
 	deps            node.Deps
 	srv             server.Options
 	shutdownTimeout time.Duration
+	// kafka, when set, serves the Kafka protocol too (kafka.go).
+	kafka *kafkaFace
 	// tls, when set, serves every listener over TLS (tls.go) and makes
 	// the advertised address https.
 	tls *tls.Config
@@ -89,10 +92,21 @@ func run(o runOptions) error {
 			return fmt.Errorf("listen on %s (--internal-listen): %w", o.internalListen, err)
 		}
 	}
+	kln, err := o.kafka.listenOn(o.log)
+	if err != nil {
+		ln.Close()
+		if iln != nil {
+			iln.Close()
+		}
+		return err
+	}
 	closeListeners := func() {
 		ln.Close()
 		if iln != nil {
 			iln.Close()
+		}
+		if kln != nil {
+			kln.Close()
 		}
 	}
 	o.deps.Logger = o.log
@@ -122,6 +136,14 @@ func run(o runOptions) error {
 		closeListeners()
 		n.Close(context.Background())
 		return err
+	}
+	var ks *kafka.Server
+	if kln != nil {
+		if ks, err = o.kafka.start(n, srv, kln, o.srv.Auth.Open, o.tls, o.log); err != nil {
+			closeListeners()
+			n.Close(context.Background())
+			return err
+		}
 	}
 	httpServer := srv.HTTPServer
 	if o.tls != nil {
@@ -170,6 +192,9 @@ func run(o runOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	srv.Drain()
+	if ks != nil {
+		ks.Close() // its produces in flight are cancelled, as on a broken connection
+	}
 	// Release the leases while the server still forwards: successors take
 	// the streams over without a settle and without waiting for this
 	// star's remaining requests (Close releases any stream left).

@@ -27,6 +27,7 @@ func Serve() *cobra.Command {
 		recordOps      string
 		tlsF           tlsFlags
 		keys           credentials
+		kf             kafkaFace
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -45,6 +46,10 @@ Credentials come from the AWS default chain unless given.
 With --internal-listen, peers and operators (forwarding between stars, the
 settle nudge, drain, handoff, /metrics) use that address and --listen serves
 only S2's API and /health, so a load balancer in front exposes nothing else.
+
+With --kafka-listen it also serves the Kafka protocol there: topics are
+streams of --kafka-basin, SASL/PLAIN takes an access token as the password
+(docs/kafka.md).
 
 Every request is authenticated (S2 access tokens, docs/security.md): the
 star needs the admin token (--admin-token-file, --admin-token-secret, or
@@ -99,8 +104,9 @@ Every flag can also be set by its environment variable, shown with it.`,
 			cfg.PeerTLS = ts.peer
 			o := runOptions{
 				listen: c.listen, internalListen: internalListen, cfg: cfg, log: log, shutdownTimeout: c.shutdownTimeout,
-				srv: c.serverOptions(authCfg),
-				tls: ts.serve,
+				srv:   c.serverOptions(authCfg),
+				tls:   ts.serve,
+				kafka: &kf,
 			}
 			o.srv.PeerTLS = ts.peer
 			if err := o.setPeerCredential(); err != nil {
@@ -120,6 +126,7 @@ Every flag can also be set by its environment variable, shown with it.`,
 	fs.SortFlags = false
 	c.register(fs, "0.0.0.0:7480")
 	keys.register(fs)
+	kf.register(fs, "")
 	fs.StringVar(&internalListen, "internal-listen", "", "address to serve peers and operators on (forwarding, settle nudges, drain, handoff, /metrics, the Go profiler under /debug/pprof/); when set, --listen serves only the S2 API and /health, and --address defaults to this one")
 	fs.StringVar(&meta.table, "dynamo-table", "", "metastore: DynamoDB table name")
 	fs.StringVar(&meta.endpoint, "dynamo-endpoint", "", "DynamoDB endpoint URL (empty: AWS; set for DynamoDB Local or dynalite)")

@@ -1,0 +1,106 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handle decodes one request frame and answers it: the response to
+// write (nil: none, for acks=0), or errClose (wrapped) to close the
+// connection without one.
+func (cs *conn) handle(frame []byte) (header, kmsg.Response, error) {
+	h, req, body, err := parseHeader(frame)
+	if err != nil {
+		cs.count("unknown", "refused")
+		return h, nil, err
+	}
+	if req == nil {
+		cs.count("unknown", "refused")
+		return h, nil, fmt.Errorf("%w: unknown API key %d", errClose, h.key)
+	}
+	name := kmsg.NameForKey(h.key)
+	if h.key == 18 && !servedVersion(18, h.version) {
+		// Answered without reading the body: a newer version's may not
+		// parse at all (KIP-511).
+		cs.count(name, "error")
+		return h, apiVersions(h.version), nil
+	}
+	if err := req.ReadFrom(body); err != nil {
+		cs.count(name, "refused")
+		return h, nil, fmt.Errorf("%w: malformed %s v%d: %v", errClose, name, h.version, err)
+	}
+	// Nothing but the handshake before authentication: a Kafka broker
+	// closes such a connection ("unexpected request during SASL").
+	if cs.principal == nil && h.key != 18 && h.key != 17 && h.key != 36 {
+		cs.count(name, "refused")
+		return h, nil, fmt.Errorf("%w: %s before authenticating", errClose, name)
+	}
+	if h.key != 18 && h.key != 17 && h.key != 36 {
+		if err := cs.recheck(); err != nil {
+			cs.count(name, "refused")
+			return h, nil, err
+		}
+	}
+	if !servedVersion(h.key, h.version) {
+		if resp := unsupported(req); resp != nil {
+			cs.count(name, "error")
+			return h, resp, nil
+		}
+		cs.count(name, "refused")
+		return h, nil, fmt.Errorf("%w: %s v%d is not served", errClose, name, h.version)
+	}
+	ctx, cancel := context.WithTimeout(cs.s.ctx, RequestTimeout+fetchWaitOf(req))
+	defer cancel()
+	resp, err := cs.dispatch(ctx, req)
+	if err != nil {
+		cs.count(name, "refused")
+		return h, nil, err
+	}
+	cs.count(name, "ok")
+	return h, resp, nil
+}
+
+// fetchWaitOf is how long req may wait beyond RequestTimeout: a fetch's
+// long-poll.
+func fetchWaitOf(req kmsg.Request) time.Duration {
+	if f, ok := req.(*kmsg.FetchRequest); ok {
+		return fetchWait(f)
+	}
+	return 0
+}
+
+func (cs *conn) count(api, result string) { cs.s.requests.WithLabelValues(api, result).Inc() }
+
+// dispatch runs a served request.
+func (cs *conn) dispatch(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	switch r := req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return apiVersions(r.Version), nil
+	case *kmsg.SASLHandshakeRequest:
+		return cs.saslHandshake(r), nil
+	case *kmsg.SASLAuthenticateRequest:
+		return cs.saslAuthenticate(ctx, r)
+	case *kmsg.MetadataRequest:
+		return cs.metadata(ctx, r), nil
+	case *kmsg.DescribeClusterRequest:
+		return cs.describeCluster(r), nil
+	case *kmsg.CreateTopicsRequest:
+		return cs.createTopics(ctx, r), nil
+	case *kmsg.DeleteTopicsRequest:
+		return cs.deleteTopics(ctx, r), nil
+	case *kmsg.CreatePartitionsRequest:
+		return cs.createPartitions(ctx, r), nil
+	case *kmsg.DescribeConfigsRequest:
+		return cs.describeConfigs(ctx, r), nil
+	case *kmsg.ListOffsetsRequest:
+		return cs.listOffsets(ctx, r), nil
+	case *kmsg.ProduceRequest:
+		return cs.produce(ctx, r), nil
+	case *kmsg.FetchRequest:
+		return cs.fetch(ctx, r), nil
+	}
+	return nil, fmt.Errorf("%w: %s has no handler", errClose, kmsg.NameForKey(req.Key()))
+}

@@ -1,0 +1,160 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/node"
+)
+
+// admitTimeout bounds the wait for the star's write buffer of one
+// submitted chunk (node.Config.AdmitTimeout's role for a unary append).
+const admitTimeout = 5 * time.Second
+
+// pendingPart is one produce partition on its way: the batches submitted
+// to its stream, waited on after every partition is submitted, so the
+// partitions of one request become durable together, not one by one.
+type pendingPart struct {
+	rp      *kmsg.ProduceResponseTopicPartition
+	a       *node.Appender
+	pending []*node.PendingAppend
+}
+
+// produce appends each partition's records to its stream and answers
+// once every one is durable: the S2 face's acknowledgement, for acks=-1
+// and acks=1 alike (a star has nothing less durable to acknowledge).
+// acks=0 is appended the same way and answered with nothing, as Kafka
+// answers it.
+func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	badAcks := r.Acks != -1 && r.Acks != 0 && r.Acks != 1
+	var parts []*pendingPart
+	for _, t := range r.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		row, rowErr := cs.s.topic(ctx, t.Topic)
+		rt.Partitions = make([]kmsg.ProduceResponseTopicPartition, len(t.Partitions))
+		for i, p := range t.Partitions {
+			rp := &rt.Partitions[i]
+			*rp = kmsg.NewProduceResponseTopicPartition()
+			rp.Partition, rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = p.Partition, -1, -1, -1
+			stream := partitionStream(t.Topic, p.Partition)
+			switch {
+			case badAcks:
+				rp.ErrorCode = kerr.InvalidRequiredAcks.Code
+				continue
+			case r.TransactionID != nil:
+				rp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+				rp.ErrorMessage = new("transactions are not served (docs/kafka.md)")
+				continue
+			case cs.authorize(auth.Append, stream) != nil:
+				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+				continue
+			case rowErr != nil:
+				rp.ErrorCode = codeOf(rowErr)
+				continue
+			case p.Partition < 0 || p.Partition >= row.Partitions:
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				continue
+			}
+			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records)
+			if pp != nil {
+				pp.rp = rp
+				parts = append(parts, pp)
+			}
+			if err != nil {
+				rp.ErrorCode, rp.ErrorMessage = produceCode(err), msgOf(err)
+			}
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	for _, pp := range parts {
+		for i, p := range pp.pending {
+			ack, err := p.Wait(ctx)
+			if err != nil {
+				if pp.rp.ErrorCode == 0 {
+					pp.rp.ErrorCode, pp.rp.ErrorMessage = produceCode(err), msgOf(err)
+				}
+				continue
+			}
+			if i == 0 && pp.rp.ErrorCode == 0 {
+				pp.rp.BaseOffset = int64(ack.Start.SeqNum)
+			}
+		}
+		pp.a.Close()
+	}
+	if r.Acks == 0 {
+		return nil
+	}
+	return resp
+}
+
+// produceCode is codeOf for a produce partition: a record the star
+// refused is INVALID_RECORD, one over a batch's size MESSAGE_TOO_LARGE.
+func produceCode(err error) int16 {
+	var re *recordError
+	if errors.As(err, &re) {
+		return re.code
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case 413:
+			return kerr.MessageTooLarge.Code
+		case 400, 422:
+			return kerr.InvalidRecord.Code
+		}
+	}
+	return codeOf(err)
+}
+
+// submit decodes one partition's batches and submits them to its stream
+// in chunks of at most one S2 batch (1,000 records, 1 MiB metered): a
+// Kafka batch larger than that is appended as consecutive batches, each
+// atomic. A decode failure appends nothing.
+func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte) (*pendingPart, error) {
+	recs, err := decodeBatches(data)
+	if err != nil {
+		return nil, err
+	}
+	for i := range recs {
+		if sz := recs[i].MeteredSize(); sz > api.MaxBatchMeteredBytes {
+			return nil, &recordError{code: kerr.MessageTooLarge.Code,
+				msg: fmt.Sprintf("a record of %d metered bytes is over an S2 batch's %d", sz, api.MaxBatchMeteredBytes)}
+		}
+	}
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	stream := partitionStream(topic, p)
+	// A missing stream (its topic being deleted) is a 404: the partition
+	// is unknown, and nothing here creates it again.
+	a, err := s.star.OpenAppend(ctx, s.basin, stream, nil)
+	if err != nil {
+		return nil, err
+	}
+	pp := &pendingPart{a: a}
+	for len(recs) > 0 {
+		n, bytes := 0, uint64(0)
+		for n < len(recs) && n < api.MaxBatchRecords && bytes+recs[n].MeteredSize() <= api.MaxBatchMeteredBytes {
+			bytes += recs[n].MeteredSize()
+			n++
+		}
+		sctx, cancel := context.WithTimeout(ctx, admitTimeout)
+		pa, err := a.Submit(sctx, &api.AppendInput{Records: recs[:n]})
+		cancel()
+		if err != nil {
+			return pp, err
+		}
+		pp.pending = append(pp.pending, pa)
+		recs = recs[n:]
+	}
+	return pp, nil
+}

@@ -1,0 +1,219 @@
+package kafka
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/starlog/starlog/shared/api"
+)
+
+// HeaderKey is the record header that holds a Kafka record's key: the
+// first header of a record produced with a key (an empty value is an
+// empty key; no such header is a null key). Kafka headers follow it,
+// name for name; a Kafka header may not be named HeaderKey, nor have an
+// empty name (a starlog record whose one header has an empty name is a
+// command record).
+const HeaderKey = "kafka.key"
+
+// Record batch v2 layout (the offsets kmsg.RecordBatch reads at).
+const (
+	batchHeaderLen    = 61 // FirstOffset … NumRecords
+	batchLengthAt     = 8  // Length: the bytes after it
+	batchCRCAt        = 17 // CRC-32C of everything after it
+	batchAttrsAt      = 21
+	attrCompression   = 0x07
+	attrLogAppend     = 0x08
+	attrTransactional = 0x10
+	attrControl       = 0x20
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// decompressor is kgo's own: gzip, snappy (both framings), lz4 and zstd
+// with the libraries franz-go depends on.
+var decompressor = kgo.DefaultDecompressor()
+
+// recordError is a produce partition refused for its records: nothing of
+// it was appended.
+type recordError struct {
+	code int16
+	msg  string
+}
+
+func (e *recordError) Error() string { return e.msg }
+
+func corrupt(format string, args ...any) *recordError {
+	return &recordError{code: kerr.CorruptMessage.Code, msg: fmt.Sprintf(format, args...)}
+}
+
+// decodeBatches reads the record batches of one produce partition into
+// starlog records, in order. Only magic 2 is accepted; every batch's CRC
+// is checked; transactional and control batches are refused (no
+// transactions are served).
+func decodeBatches(data []byte) ([]api.Record, error) {
+	var out []api.Record
+	for len(data) > 0 {
+		if len(data) < batchHeaderLen {
+			return nil, corrupt("record batch truncated: %d bytes", len(data))
+		}
+		n := int32(binary.BigEndian.Uint32(data[batchLengthAt:]))
+		if n < batchHeaderLen-12 || int(n) > len(data)-12 {
+			return nil, corrupt("record batch length %d out of bounds", n)
+		}
+		raw := data[:12+int(n)]
+		data = data[12+int(n):]
+		var b kmsg.RecordBatch
+		if err := b.ReadFrom(raw); err != nil {
+			return nil, corrupt("record batch: %v", err)
+		}
+		if b.Magic != 2 {
+			return nil, &recordError{code: kerr.UnsupportedForMessageFormat.Code, msg: fmt.Sprintf("record batch magic %d: only v2 is served", b.Magic)}
+		}
+		if uint32(b.CRC) != crcOf(raw) {
+			return nil, corrupt("record batch CRC mismatch")
+		}
+		if b.Attributes&(attrTransactional|attrControl) != 0 {
+			return nil, &recordError{code: kerr.UnsupportedVersion.Code, msg: "transactional and control batches are not served"}
+		}
+		recs, err := decompressor.Decompress(b.Records, kgo.CompressionCodecType(b.Attributes&attrCompression))
+		if err != nil {
+			return nil, corrupt("record batch decompression: %v", err)
+		}
+		if out, err = appendRecords(out, &b, recs); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// appendRecords decodes a batch's (uncompressed) records onto out.
+func appendRecords(out []api.Record, b *kmsg.RecordBatch, recs []byte) ([]api.Record, error) {
+	if b.NumRecords < 0 || int(b.NumRecords) > len(recs) {
+		return nil, corrupt("record batch claims %d records in %d bytes", b.NumRecords, len(recs))
+	}
+	for range b.NumRecords {
+		l, w := binary.Varint(recs)
+		if w <= 0 || l < 0 || int64(len(recs)-w) < l {
+			return nil, corrupt("record length out of bounds")
+		}
+		var kr kmsg.Record
+		if err := kr.ReadFrom(recs[:w+int(l)]); err != nil {
+			return nil, corrupt("record: %v", err)
+		}
+		recs = recs[w+int(l):]
+		r, err := fromKafka(b, &kr)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if len(recs) != 0 {
+		return nil, corrupt("record batch has %d bytes after its records", len(recs))
+	}
+	return out, nil
+}
+
+// fromKafka maps one Kafka record onto a starlog record: the key (if not
+// null) as the first header, the Kafka headers after it, the value as the
+// body (a null value reads back as empty), the timestamp as the record's
+// (a LogAppendTime batch, or a negative timestamp, leaves it to the star).
+func fromKafka(b *kmsg.RecordBatch, kr *kmsg.Record) (api.Record, error) {
+	var r api.Record
+	if kr.Key != nil {
+		r.Headers = append(r.Headers, api.Header{Name: []byte(HeaderKey), Value: kr.Key})
+	}
+	for _, h := range kr.Headers {
+		if h.Key == "" || h.Key == HeaderKey {
+			return api.Record{}, &recordError{code: kerr.InvalidRecord.Code,
+				msg: fmt.Sprintf("a record header may not be named %q (docs/kafka.md)", h.Key)}
+		}
+		r.Headers = append(r.Headers, api.Header{Name: []byte(h.Key), Value: h.Value})
+	}
+	r.Body = kr.Value
+	if r.Body == nil {
+		r.Body = []byte{}
+	}
+	if b.Attributes&attrLogAppend == 0 {
+		if ts := b.FirstTimestamp + kr.TimestampDelta64; ts >= 0 {
+			r.Timestamp = api.Uint64(uint64(ts))
+		}
+	}
+	return r, nil
+}
+
+// toKafka maps a starlog record back: a first header named HeaderKey is
+// the key, the other headers are Kafka headers.
+func toKafka(r *api.Record) (key []byte, headers []kmsg.Header) {
+	hs := r.Headers
+	if len(hs) > 0 && string(hs[0].Name) == HeaderKey {
+		key, hs = hs[0].Value, hs[1:]
+		if key == nil {
+			key = []byte{}
+		}
+	}
+	for _, h := range hs {
+		headers = append(headers, kmsg.Header{Key: string(h.Name), Value: h.Value})
+	}
+	return key, headers
+}
+
+// appendBatch appends one uncompressed record batch v2 holding recs (seq
+// nums ascending, as read) to dst. Command records (fence, trim) are left
+// out: their offsets are gaps, as in a compacted Kafka topic, and
+// lastSeq (the last seq num read, command or not) ends the batch so a
+// consumer moves past them. No records and no commands: dst unchanged.
+func appendBatch(dst []byte, recs []api.Record) []byte {
+	if len(recs) == 0 {
+		return dst
+	}
+	first, last := recs[0].SeqNum, recs[len(recs)-1].SeqNum
+	b := kmsg.RecordBatch{
+		FirstOffset: int64(first), Magic: 2,
+		LastOffsetDelta: int32(last - first),
+		ProducerID:      -1, ProducerEpoch: -1, FirstSequence: -1,
+	}
+	var firstTS, maxTS int64 = -1, -1
+	var body []byte
+	var tmp []byte
+	for i := range recs {
+		r := &recs[i]
+		if api.IsCommand(r.Headers) {
+			continue
+		}
+		ts := int64(0)
+		if r.Timestamp != nil {
+			ts = int64(*r.Timestamp)
+		}
+		if firstTS < 0 {
+			firstTS = ts
+		}
+		maxTS = max(maxTS, ts)
+		key, headers := toKafka(r)
+		kr := kmsg.Record{TimestampDelta64: ts - firstTS, OffsetDelta: int32(r.SeqNum - first),
+			Key: key, Value: r.Body, Headers: headers}
+		// Length is what follows it: encode with a zero length (one
+		// byte), then prefix the real one.
+		tmp = kr.AppendTo(tmp[:0])
+		body = binary.AppendVarint(body, int64(len(tmp)-1))
+		body = append(body, tmp[1:]...)
+		b.NumRecords++
+	}
+	if firstTS < 0 {
+		firstTS, maxTS = 0, 0
+	}
+	b.FirstTimestamp, b.MaxTimestamp, b.Records = firstTS, maxTS, body
+	start := len(dst)
+	dst = b.AppendTo(dst)
+	raw := dst[start:]
+	binary.BigEndian.PutUint32(raw[batchLengthAt:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[batchCRCAt:], crcOf(raw))
+	return dst
+}
+
+// crcOf is the CRC a record batch must carry.
+func crcOf(raw []byte) uint32 { return crc32.Checksum(raw[batchAttrsAt:], crcTable) }
