@@ -154,7 +154,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *basinEntry, e *stre
 		return nil, err
 	}
 	if h := n.hooks.BeforeOpen; h != nil {
-		h(id)
+		h(ctx, id)
 	}
 
 	slot.mu.Lock()

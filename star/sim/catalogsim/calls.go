@@ -32,6 +32,7 @@ type call struct {
 	key     string
 	digest  uint64 // of the value: orders calls that tie on the rest
 	write   bool
+	park    bool // a pause at a decision point of star/node (hooks.go), not a metastore call
 	arrival uint64
 	apply   func() (any, error) // the effect, run on the scheduler goroutine
 	reply   chan result

@@ -251,6 +251,18 @@ func (s *Sim) serve(c *call) {
 	c.done = true
 	s.unpendLocked(c)
 	s.mu.Unlock()
+	if c.park {
+		// A pause, not a metastore call: no fault but being parked.
+		if s.chance(s.sw.PPark) {
+			s.faultCounts["parked"]++
+			s.held = append(s.held, held{c: c, since: time.Now()})
+			s.trace.add(s, fmt.Sprintf("%s %s %s parked", c.who, c.op, abbrev(c.key)))
+			return
+		}
+		s.trace.add(s, fmt.Sprintf("%s %s %s", c.who, c.op, abbrev(c.key)))
+		c.reply <- result{}
+		return
+	}
 	var r result
 	outcome := "ok"
 	switch {
@@ -284,7 +296,11 @@ func (s *Sim) serve(c *call) {
 func (s *Sim) release(i int) {
 	h := s.held[i]
 	s.held = slices.Delete(s.held, i, i+1)
-	s.trace.add(s, fmt.Sprintf("%s %s %s: held reply delivered", h.c.who, h.c.op, abbrev(h.c.key)))
+	what := "held reply delivered"
+	if h.c.park {
+		what = "unparked"
+	}
+	s.trace.add(s, fmt.Sprintf("%s %s %s: %s", h.c.who, h.c.op, abbrev(h.c.key), what))
 	h.c.reply <- h.r
 }
 
@@ -323,10 +339,11 @@ func (s *Sim) idle(now time.Time) {
 	// Nothing is ready: a held reply comes now rather than after fake
 	// time passes (a goroutine the passing time wakes may wait for a
 	// lock its caller holds, and then no time passes at all).
-	// A lease read may stay held while time passes: star/node never reads
-	// a lease under a stream's slot lock (leadIn claims before it locks),
-	// so no goroutine the time wakes waits for its caller.
-	if i := slices.IndexFunc(s.held, func(h held) bool { return !leaseRead(h.c) }); i >= 0 {
+	// A lease read, and a request parked before it opens a stream, may
+	// stay held while time passes: star/node never reads a lease under a
+	// stream's slot lock (leadIn claims before it locks) and parks before
+	// it takes the lock, so no goroutine the time wakes waits for them.
+	if i := slices.IndexFunc(s.held, func(h held) bool { return !leaseRead(h.c) && !h.c.park }); i >= 0 {
 		s.release(i)
 		return
 	}

@@ -95,7 +95,7 @@ func (s *Sim) startStar(star string) *incarnation {
 	s.trace.add(s, "open "+inc.name)
 	s.task("open-"+inc.name, func() string {
 		deps := node.Deps{Meta: metaView(s, inc), Objects: gated{s, inc}, Registry: prometheus.NewRegistry(),
-			Logger: s.logger().With("inc", inc.name), NewID: s.newID}
+			Logger: s.logger().With("inc", inc.name), NewID: s.newID, Hooks: s.hooks(inc)}
 		n, err := node.Open(inc.ctx, s.config(star), deps)
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -64,6 +64,12 @@ type Swarm struct {
 	PMetaDown, PMetaLost, PHold float64
 
 	ClientSeeds [8]uint64
+
+	// PPark: how likely a request that judged a stream's lease and is
+	// about to open it (node.Hooks.BeforeOpen) is parked there, as a held
+	// reply is, so releases can run between its judgment and its open.
+	// Drawn after ClientSeeds, so the draws before it keep their values.
+	PPark float64
 }
 
 // Draw derives a run's swarm from its seed.
@@ -96,6 +102,7 @@ func Draw(seed uint64) Swarm {
 	for i := range s.ClientSeeds {
 		s.ClientSeeds[i] = rng.Uint64()
 	}
+	s.PPark = on(0.5)
 	return s
 }
 
@@ -107,6 +114,6 @@ func (s Swarm) String() string {
 			env = append(env, k.String())
 		}
 	}
-	return fmt.Sprintf("seed=%d stars=%d clients=%d names=%dx%d think≤%v deletion-pending=%v idle-release=%v fault-steps=%d fault-time=%v p-env=%.4f env=[%s] p-meta-down=%.3f p-meta-lost=%.3f p-hold=%.3f",
-		s.Seed, s.Stars, s.Clients, s.Basins, s.Streams, s.Think, s.DeletionPending, s.IdleRelease, s.FaultSteps, s.FaultTime, s.PEnv, strings.Join(env, ","), s.PMetaDown, s.PMetaLost, s.PHold)
+	return fmt.Sprintf("seed=%d stars=%d clients=%d names=%dx%d think≤%v deletion-pending=%v idle-release=%v fault-steps=%d fault-time=%v p-env=%.4f env=[%s] p-meta-down=%.3f p-meta-lost=%.3f p-hold=%.3f p-park=%.3f",
+		s.Seed, s.Stars, s.Clients, s.Basins, s.Streams, s.Think, s.DeletionPending, s.IdleRelease, s.FaultSteps, s.FaultTime, s.PEnv, strings.Join(env, ","), s.PMetaDown, s.PMetaLost, s.PHold, s.PPark)
 }
