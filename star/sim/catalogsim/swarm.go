@@ -102,7 +102,7 @@ func Draw(seed uint64) Swarm {
 	for i := range s.ClientSeeds {
 		s.ClientSeeds[i] = rng.Uint64()
 	}
-	s.PPark = on(0.5)
+	s.PPark = 0.2 + 0.6*rng.Float64()
 	return s
 }
 
