@@ -11,10 +11,20 @@ import (
 	"github.com/starlog/starlog/star/node"
 )
 
+// parkedEnvBoost multiplies the chance of an environment event while a
+// request is parked before it opens a stream.
+const parkedEnvBoost = 5
+
 // envEvent maybe injects one environment event; it reports whether one
 // happened.
 func (s *Sim) envEvent(now time.Time) bool {
-	if !s.ch.Chance(s.sw.PEnv) {
+	p := s.sw.PEnv
+	if len(s.parkedOpens()) > 0 {
+		// A request waits between its lease judgment and its open: the
+		// moment a release (handoff, leave, drain) matters most.
+		p = min(1, parkedEnvBoost*p)
+	}
+	if !s.ch.Chance(p) {
 		return false
 	}
 	var kinds []EnvKind
