@@ -66,6 +66,10 @@ type held struct {
 	c     *call
 	r     result
 	since time.Time
+	// beside: a parked open (call.park) beside which another request of
+	// the same incarnation went through the same pause, so the stream is
+	// likely open there now.
+	beside bool
 }
 
 // do hands a call to the scheduler and blocks until it is served, or ctx

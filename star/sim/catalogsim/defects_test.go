@@ -74,6 +74,12 @@ func TestCatalogDefects(t *testing.T) {
 	}{
 		{"stale-basin-cache", defect1, 51, nil, "ack-named"},
 		{"basin-delete-unfenced", defect2, 2, nil, "ack-into-deleted"},
+		// Found with node's fix of defect 8 reverted on a scratch branch
+		// (the hook kept): b1 hands s0 to a while a request on b1 is
+		// parked between its lease judgment and its open; it reopens s0
+		// on b1, which acknowledges seqs 2–30 into its own chain until a2
+		// takes the released lease and both acknowledge seq 31.
+		{"release-reopens", defect8, 5, nil, "seq-unique"},
 		// Seed 22 (defect2b: a stream delete served past a leader cut off
 		// from the metastore, which then acknowledged into the deleted id)
 		// was found under a stricter ack-into-deleted than the design

@@ -3,33 +3,38 @@ package catalogsim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/starlog/starlog/star/node"
 )
 
-// parkedEnvBoost multiplies the chance of an environment event while a
-// request is parked before it opens a stream.
-const parkedEnvBoost = 5
+// parkedEnvBoost multiplies the chance of a release (handoff, leave,
+// drain) while a request is parked before it opens a stream.
+const parkedEnvBoost = 10
 
 // envEvent maybe injects one environment event; it reports whether one
 // happened.
 func (s *Sim) envEvent(now time.Time) bool {
-	p := s.sw.PEnv
-	if len(s.parkedOpens()) > 0 {
-		// A request waits between its lease judgment and its open: the
-		// moment a release (handoff, leave, drain) matters most.
-		p = min(1, parkedEnvBoost*p)
-	}
-	if !s.ch.Chance(p) {
-		return false
-	}
 	var kinds []EnvKind
 	for k := range numEnvKinds {
 		if s.sw.Env[k] {
 			kinds = append(kinds, k)
 		}
+	}
+	// While a request waits between its lease judgment and its open and
+	// another request opened the stream beside it, a release (handoff,
+	// leave, drain) is what matters (issue 26 defect 8): more likely, the
+	// only kinds drawn then (if the swarm has any), and a handoff is of
+	// that stream, to a peer.
+	releases := slices.DeleteFunc(slices.Clone(kinds), func(k EnvKind) bool { return k != EnvHandoff && k != EnvLeave && k != EnvDrain })
+	beside := s.parkedBeside()
+	focus := len(beside) > 0 && len(releases) > 0 && s.ch.Chance(min(1, parkedEnvBoost*s.sw.PEnv))
+	if focus {
+		kinds = releases
+	} else if !s.ch.Chance(s.sw.PEnv) {
+		return false
 	}
 	if len(kinds) == 0 {
 		return false
@@ -46,6 +51,15 @@ func (s *Sim) envEvent(now time.Time) bool {
 			return nil
 		}
 		return up[s.ch.Pick(len(up))]
+	}
+	// A leave or drain in focus is of the parked open's incarnation.
+	pickRelease := func() *incarnation {
+		if focus {
+			inc := beside[s.ch.Pick(len(beside))].c.inc
+			s.focused(inc, "")
+			return inc
+		}
+		return pickUp()
 	}
 	s.faultCounts[k.String()]++
 	switch k {
@@ -79,16 +93,15 @@ func (s *Sim) envEvent(now time.Time) bool {
 				basin, stream = k[0], k[1]
 			}
 		}
-		// Half the time while a request is parked before it opens a
-		// stream, that stream, by the parked request's incarnation, to a
-		// peer: the release (and a successor elsewhere) between a lease
-		// judgment and the open that issue 26 defect 8 is about. It is
-		// refused unless another request opened the stream meanwhile.
+		// In focus (above): the stream of a parked open, by its
+		// incarnation, to a peer: the release, and a successor elsewhere,
+		// between a lease judgment and the open.
 		toPeer := false
-		if parked := s.parkedOpens(); len(parked) > 0 && s.ch.Chance(0.5) {
-			h := parked[s.ch.Pick(len(parked))]
-			if st := s.chk.ids[strings.TrimPrefix(h.c.key, "stream#")]; st != nil && h.c.inc.serving() && !h.c.inc.dead {
+		if focus {
+			h := beside[s.ch.Pick(len(beside))]
+			if st := s.chk.ids[strings.TrimPrefix(h.c.key, "stream#")]; st != nil {
 				inc, basin, stream, toPeer = h.c.inc, st.basin, st.name, true
+				s.focused(inc, h.c.key)
 			}
 		}
 		if inc == nil {
@@ -118,7 +131,7 @@ func (s *Sim) envEvent(now time.Time) bool {
 			return fmt.Sprintf("handoff: %s released at %d to %q", abbrev(res.StreamID), res.Frontier, res.To)
 		})
 	case EnvLeave:
-		inc := pickUp()
+		inc := pickRelease()
 		if inc == nil {
 			return false
 		}
@@ -127,7 +140,7 @@ func (s *Sim) envEvent(now time.Time) bool {
 			return fmt.Sprintf("left: %d released, %d failed", released, failed)
 		})
 	case EnvDrain:
-		inc := pickUp()
+		inc := pickRelease()
 		if inc == nil {
 			return false
 		}
@@ -164,13 +177,24 @@ func (s *Sim) envEvent(now time.Time) bool {
 	return true
 }
 
-// parkedOpens are the held pauses of requests about to open a stream.
-func (s *Sim) parkedOpens() []held {
+// parkedBeside are the held pauses of requests about to open a stream
+// that another request of their incarnation opened meanwhile (held.beside).
+func (s *Sim) parkedBeside() []held {
 	var out []held
 	for _, h := range s.held {
-		if h.c.park && h.c.op == "hook.open" {
+		if h.beside && h.c.inc.serving() && !h.c.inc.dead {
 			out = append(out, h)
 		}
 	}
 	return out
+}
+
+// focused says a release in focus struck the parked opens of inc (of
+// stream key, or of every stream when key is ""): one release each.
+func (s *Sim) focused(inc *incarnation, key string) {
+	for i := range s.held {
+		if c := s.held[i].c; c.park && c.inc == inc && (key == "" || c.key == key) {
+			s.held[i].beside = false
+		}
+	}
 }

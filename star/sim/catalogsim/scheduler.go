@@ -259,6 +259,11 @@ func (s *Sim) serve(c *call) {
 			s.trace.add(s, fmt.Sprintf("%s %s %s parked", c.who, c.op, abbrev(c.key)))
 			return
 		}
+		for i := range s.held {
+			if h := s.held[i].c; h.park && h.inc == c.inc && h.op == c.op && h.key == c.key {
+				s.held[i].beside = true
+			}
+		}
 		s.trace.add(s, fmt.Sprintf("%s %s %s", c.who, c.op, abbrev(c.key)))
 		c.reply <- result{}
 		return
