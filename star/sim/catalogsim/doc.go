@@ -59,20 +59,19 @@
 //   - refs-disjoint: a stream's catalog rows (refs) never overlap;
 //   - no-panic: no goroutine of the run panics.
 //
-// Not found yet: defect 8 (a request that judged the lease before a
-// release reopens the stream after it). Its window is a request whose
-// lease read was answered before the release's CAS and which reaches the
-// slot lock after the drop: the reply must stay held across the whole
-// release, or the request's gate settle must be starved as long. A held
-// reply is delivered as soon as nothing else is ready, rather than after
-// fake time passes, because a goroutine the passing time wakes (the
-// heartbeat counting led streams) may wait for the slot lock the held
-// caller holds, and then no time passes at all (see settle); only lease
-// reads, which star/node never makes under a slot lock, stay held while
-// time passes (up to 5 s). Even so, a narrowed world
-// (-catalogsim.narrow=release: one stream nobody deletes, four clients,
-// handoffs, leaves, 15% held replies) ran 320 seeds over four variants of
-// it without a breach of seq-unique.
+// Defect 8 (a request that judged the lease before a release reopens
+// the stream after it) is found through node.Deps.Hooks.BeforeOpen
+// (hooks.go): a request that reaches the step between its lease judgment
+// and its open waits there as a pending call (hook.open, labelled like
+// its metastore calls), which the scheduler may park (Swarm.PPark) and
+// keep parked while fake time passes (the request holds no slot lock
+// there), up to maxHold. While a parked request waits beside an open of
+// its stream by another request of its incarnation (held.beside), the
+// scheduler draws a release (handoff, leave, drain) ten times as often,
+// of that incarnation, and a handoff of that stream to a peer. One swarm
+// in four works busily on one stream nobody deletes. With the fix's
+// checks reverted (the hook kept), seed 5 breaks seq-unique
+// (TestCatalogDefects, release-reopens).
 //
 // Not yet: the janitor and settle passes (shared/auditjob, shared/settle
 // as star/auditor runs them), so "every deleted id is eventually
