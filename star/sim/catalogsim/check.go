@@ -29,7 +29,11 @@ import (
 //     the window a leader not yet told acknowledges into the deleted id);
 //   - read-matches-ack: a read returns every acknowledged record of the id
 //     it read at its acknowledged seq num, up to the tail it saw;
-//   - refs-disjoint: the catalog rows (refs) of a stream never overlap.
+//   - refs-disjoint: the span refs of a stream never overlap, nor its
+//     catalog rows (settled objects);
+//   - reclaimed (swarms with the auditor, at the end of the run): every
+//     id no longer under its name has no ref row and no registration for
+//     reclamation left once the janitor found nothing more to reclaim.
 type checker struct {
 	s      *Sim
 	checks int
@@ -253,18 +257,26 @@ func (c *checker) checkRefs(id string) {
 		}
 	}
 	slices.Sort(sks)
-	var prev meta.Ref
-	for i, sk := range sks {
+	// Span refs never overlap each other, nor catalog rows (settled
+	// objects) each other; a catalog row overlaps the span refs it
+	// covers between its commit's pivot CAS and their deletes
+	// (docs/settle.md, "Catalog rows and the commit order").
+	var prev [2]*meta.Ref // the last span ref, the last catalog row
+	for _, sk := range sks {
 		var r meta.Ref
 		if err := meta.Decode(items[sk].Val, &r); err != nil {
 			c.fail("refs-disjoint", fmt.Sprintf("stream %s: ref %s undecodable: %v", abbrev(id), sk, err))
 			return
 		}
-		if i > 0 && r.FirstSeq < prev.EndSeq {
-			c.fail("refs-disjoint", fmt.Sprintf("stream %s: refs [%d,%d) and [%d,%d) overlap", abbrev(id), prev.FirstSeq, prev.EndSeq, r.FirstSeq, r.EndSeq))
+		kind, what := 0, "span refs"
+		if r.Settled != nil {
+			kind, what = 1, "catalog rows"
+		}
+		if p := prev[kind]; p != nil && r.FirstSeq < p.EndSeq {
+			c.fail("refs-disjoint", fmt.Sprintf("stream %s: %s [%d,%d) and [%d,%d) overlap", abbrev(id), what, p.FirstSeq, p.EndSeq, r.FirstSeq, r.EndSeq))
 			return
 		}
-		prev = r
+		prev[kind] = &r
 	}
 }
 

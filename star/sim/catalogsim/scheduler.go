@@ -3,6 +3,7 @@ package catalogsim
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing/synctest"
@@ -36,6 +37,8 @@ type event struct {
 
 	zombied *incarnation
 	closed  *incarnation
+
+	janitor, clean bool // a janitor pass ended (note: what it did); clean: nothing deleted was left to reclaim
 }
 
 func (s *Sim) emit(ev event) {
@@ -73,6 +76,9 @@ func (s *Sim) run() Result {
 		s.startStar(st)
 	}
 	s.startClients()
+	if s.sw.Audit {
+		s.startAudit()
+	}
 	quiesceAt := time.Time{}
 	for time.Since(s.start) < maxFake {
 		s.settle()
@@ -87,7 +93,21 @@ func (s *Sim) run() Result {
 			quiesceAt = now
 			continue
 		}
-		if !s.faulty && (s.quiet() || now.Sub(quiesceAt) >= quiesceFor) {
+		if !s.faulty && !s.reclaiming && (s.quiet() || now.Sub(quiesceAt) >= quiesceFor) {
+			if !s.sw.Audit {
+				break
+			}
+			// The clients stopped: the settle runs stop, and the janitor
+			// runs until a pass finds no deleted stream left to reclaim.
+			s.reclaiming, quiesceAt = true, now
+			for _, inc := range s.settlers {
+				inc.cancel()
+			}
+			s.trace.add(s, "clients stopped: the janitor reclaims")
+			continue
+		}
+		if s.reclaiming && (s.reclaimed || now.Sub(quiesceAt) >= reclaimFor) {
+			s.chk.checkReclaimed()
 			break
 		}
 		if s.restartDue(now) {
@@ -163,7 +183,7 @@ func (s *Sim) quiet() bool {
 		return false
 	}
 	for name := range s.tasks {
-		if !strings.HasPrefix(name, "open-") {
+		if !strings.HasPrefix(name, "open-") && !strings.HasPrefix(name, "audit-") {
 			return false
 		}
 	}
@@ -222,6 +242,13 @@ func (s *Sim) drainEvents() {
 		case ev.zombied != nil:
 			s.trace.add(s, ev.zombied.name+" zombied: exits")
 			s.closeGracefully(ev.zombied, "exit", nil)
+		case ev.janitor:
+			if !ev.clean {
+				s.trace.add(s, ev.src+" "+ev.note)
+			}
+			if s.reclaiming && ev.clean {
+				s.reclaimed = true
+			}
 		case ev.closed != nil:
 			if s.cur[ev.closed.star] == ev.closed && s.faulty {
 				s.restartAt[ev.closed.star] = time.Now().Add(restartAfter)
@@ -287,7 +314,11 @@ func (s *Sim) serve(c *call) {
 	if outcome == "meta-down" || outcome == "meta-lost-reply" {
 		s.faultCounts[outcome]++
 	}
-	if outcome != "cut-off" && s.chance(s.sw.PHold) {
+	pHold := s.sw.PHold
+	if settleRun(c) {
+		pHold = s.sw.PStall // a settle run stalls (its process paused) with the reply in hand
+	}
+	if outcome != "cut-off" && s.chance(pHold) {
 		s.faultCounts["held"]++
 		s.held = append(s.held, held{c: c, r: r, since: time.Now()})
 		s.trace.add(s, fmt.Sprintf("%s %s %s %s, reply held", c.who, c.op, abbrev(c.key), outcome))
@@ -348,7 +379,8 @@ func (s *Sim) idle(now time.Time) {
 	// stay held while time passes: star/node never reads a lease under a
 	// stream's slot lock (leadIn claims before it locks) and parks before
 	// it takes the lock, so no goroutine the time wakes waits for them.
-	if i := slices.IndexFunc(s.held, func(h held) bool { return !leaseRead(h.c) && !h.c.park }); i >= 0 {
+	// So may a settle run's reply: it holds no lock of a star.
+	if i := slices.IndexFunc(s.held, func(h held) bool { return !leaseRead(h.c) && !h.c.park && !settleRun(h.c) }); i >= 0 {
 		s.release(i)
 		return
 	}
@@ -389,6 +421,10 @@ func (s *Sim) idle(now time.Time) {
 func (s *Sim) shutdown() {
 	for _, c := range s.clients {
 		c.cancel()
+	}
+	s.auditCancel()
+	if s.scratch != "" {
+		defer os.RemoveAll(s.scratch)
 	}
 	for len(s.held) > 0 {
 		s.release(0)
@@ -433,4 +469,9 @@ func (s *Sim) shutdown() {
 // leaseRead says whether c reads a stream's lease.
 func leaseRead(c *call) bool {
 	return c.op == "m.get" && strings.HasPrefix(c.key, "stream#") && strings.HasSuffix(c.key, " lease")
+}
+
+// settleRun says whether c is a settle run's call (the auditor's s1, s2).
+func settleRun(c *call) bool {
+	return c.inc.star == "auditor" && c.inc.name != "j"
 }

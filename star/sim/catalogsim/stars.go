@@ -71,6 +71,9 @@ func (s *Sim) config(star string) node.Config {
 	c.HeartbeatEvery = heartbeat
 	c.DeadAfter = deadAfter
 	c.LeaseCacheTTL = time.Second
+	if s.sw.Audit {
+		c.Settle = s.settleCfg // the markers ripen as the auditor expects
+	}
 	return c
 }
 

@@ -70,6 +70,13 @@ type Swarm struct {
 	// reply is, so releases can run between its judgment and its open.
 	// Drawn after ClientSeeds, so the draws before it keep their values.
 	PPark float64
+
+	// Audit: the auditor runs (audit.go): two settle runs, whose replies
+	// are held (a paused process) with probability PStall, and the
+	// janitor; the run ends once the janitor has reclaimed every deleted
+	// id. Drawn last.
+	Audit  bool
+	PStall float64
 }
 
 // Draw derives a run's swarm from its seed.
@@ -111,6 +118,8 @@ func Draw(seed uint64) Swarm {
 		s.Basins, s.Streams, s.NoDeletes = 1, 1, true
 		s.Think = min(s.Think, 200*time.Millisecond)
 	}
+	s.Audit = rng.IntN(2) == 1
+	s.PStall = 0.05 + 0.25*rng.Float64()
 	return s
 }
 
@@ -122,6 +131,6 @@ func (s Swarm) String() string {
 			env = append(env, k.String())
 		}
 	}
-	return fmt.Sprintf("seed=%d stars=%d clients=%d names=%dx%d think≤%v deletion-pending=%v idle-release=%v fault-steps=%d fault-time=%v p-env=%.4f env=[%s] p-meta-down=%.3f p-meta-lost=%.3f p-hold=%.3f p-park=%.3f",
-		s.Seed, s.Stars, s.Clients, s.Basins, s.Streams, s.Think, s.DeletionPending, s.IdleRelease, s.FaultSteps, s.FaultTime, s.PEnv, strings.Join(env, ","), s.PMetaDown, s.PMetaLost, s.PHold, s.PPark)
+	return fmt.Sprintf("seed=%d stars=%d clients=%d names=%dx%d think≤%v deletion-pending=%v idle-release=%v fault-steps=%d fault-time=%v p-env=%.4f env=[%s] p-meta-down=%.3f p-meta-lost=%.3f p-hold=%.3f p-park=%.3f audit=%v p-stall=%.3f",
+		s.Seed, s.Stars, s.Clients, s.Basins, s.Streams, s.Think, s.DeletionPending, s.IdleRelease, s.FaultSteps, s.FaultTime, s.PEnv, strings.Join(env, ","), s.PMetaDown, s.PMetaLost, s.PHold, s.PPark, s.Audit, s.PStall)
 }
