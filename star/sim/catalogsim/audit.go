@@ -23,13 +23,15 @@ const (
 )
 
 // settleConfig is the settlement policy of the stars and the auditor: a
-// second or so to ripen, a small output cap so tails are extended a few
-// times and then followed (issue 26 defect 3 needs both), a one-second
-// read grace.
+// second at most to ripen, a small output cap and a one-second read
+// grace, so a tail is extended every second or so until the revisions it
+// superseded within the last two seconds fill the cap, then followed
+// (issue 26 defect 3 needs both, and a settle stalled past that window
+// deciding afresh).
 func settleConfig(scratch string) settle.Config {
 	c := settle.DefaultConfig()
 	c.Trigger = 256
-	timers := settle.ClassTimers{Linger: time.Second, AgeCap: 3 * time.Second, Gather: -1}
+	timers := settle.ClassTimers{Linger: 500 * time.Millisecond, AgeCap: time.Second, Gather: -1}
 	c.Standard, c.Express = timers, timers
 	c.OutputCap = 2 << 10
 	c.ReadGrace = time.Second

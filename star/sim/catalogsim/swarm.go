@@ -119,7 +119,7 @@ func Draw(seed uint64) Swarm {
 		s.Think = min(s.Think, 200*time.Millisecond)
 	}
 	s.Audit = rng.IntN(2) == 1
-	s.PStall = 0.05 + 0.25*rng.Float64()
+	s.PStall = 0.005 + 0.03*rng.Float64()
 	return s
 }
 
