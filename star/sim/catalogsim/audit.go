@@ -58,7 +58,7 @@ func (s *Sim) startAudit() {
 		s.settlers = append(s.settlers, inc)
 		offset := time.Duration(i) * settleEvery / 2
 		s.task("audit-"+name, func() string {
-			s.settleLoop(inc.ctx, st, offset)
+			s.settleLoop(inc.ctx, name, st, offset)
 			return "stopped"
 		})
 	}
@@ -85,7 +85,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // planned era (settle.Settle, without the era's claim, so the two runs
 // can work on one era at once: what the claim avoids, a stall past its
 // TTL allows).
-func (s *Sim) settleLoop(ctx context.Context, st *settle.Stores, offset time.Duration) {
+func (s *Sim) settleLoop(ctx context.Context, name string, st *settle.Stores, offset time.Duration) {
 	if !sleep(ctx, offset) {
 		return
 	}
@@ -98,7 +98,10 @@ func (s *Sim) settleLoop(ctx context.Context, st *settle.Stores, offset time.Dur
 			if j.Kind != settle.KindSettle || ctx.Err() != nil {
 				continue
 			}
-			_, _ = settle.Settle(ctx, st, j)
+			rep, err := settle.Settle(ctx, st, j)
+			if err != nil || rep.Objects > 0 || rep.Failed > 0 {
+				s.emit(event{src: name, note: fmt.Sprintf("settle %s: %d streams settled, %d objects committed, %d failed: %s", j, rep.Settled, rep.Objects, rep.Failed, errString(err))})
+			}
 		}
 	}
 }
