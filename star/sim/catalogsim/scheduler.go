@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing/synctest"
 	"time"
+
+	"github.com/starlog/starlog/shared/meta"
 )
 
 // Bounds of a run in fake time and steps.
@@ -315,8 +317,10 @@ func (s *Sim) serve(c *call) {
 		s.faultCounts[outcome]++
 	}
 	pHold := s.sw.PHold
-	if settleRun(c) {
-		pHold = s.sw.PStall // a settle run stalls (its process paused) with the reply in hand
+	if settleRun(c) && rowsRead(c) {
+		// A settle run stalls (its process paused) with a stream's rows
+		// in hand, before it decides and commits.
+		pHold = s.sw.PStall
 	}
 	if outcome != "cut-off" && s.chance(pHold) {
 		s.faultCounts["held"]++
@@ -474,4 +478,10 @@ func leaseRead(c *call) bool {
 // settleRun says whether c is a settle run's call (the auditor's s1, s2).
 func settleRun(c *call) bool {
 	return c.inc.star == "auditor" && c.inc.name != "j"
+}
+
+// rowsRead says whether c reads a stream's rows backwards from the
+// greatest (a settle's view of the stream's tail).
+func rowsRead(c *call) bool {
+	return c.op == "m.query" && strings.HasPrefix(c.key, "stream#") && strings.Contains(c.key, " "+meta.RefPrefix+"..") && strings.Contains(c.key, "back=true")
 }

@@ -71,10 +71,10 @@ type Swarm struct {
 	// Drawn after ClientSeeds, so the draws before it keep their values.
 	PPark float64
 
-	// Audit: the auditor runs (audit.go): two settle runs, whose replies
-	// are held (a paused process) with probability PStall, and the
-	// janitor; the run ends once the janitor has reclaimed every deleted
-	// id. Drawn last.
+	// Audit: the auditor runs (audit.go): two settle runs, whose reads
+	// of a stream's rows are held (a paused process) with probability
+	// PStall, and the janitor; the run ends once the janitor has
+	// reclaimed every deleted id. Drawn last.
 	Audit  bool
 	PStall float64
 }
@@ -119,7 +119,7 @@ func Draw(seed uint64) Swarm {
 		s.Think = min(s.Think, 200*time.Millisecond)
 	}
 	s.Audit = rng.IntN(2) == 1
-	s.PStall = 0.005 + 0.03*rng.Float64()
+	s.PStall = 0.1 + 0.4*rng.Float64()
 	return s
 }
 
