@@ -252,7 +252,7 @@ func (s *Sim) drainEvents() {
 				s.reclaimed = true
 			}
 		case ev.closed != nil:
-			if s.cur[ev.closed.star] == ev.closed && s.faulty {
+			if s.cur[ev.closed.star] == ev.closed && s.faulty && !ev.closed.dead {
 				s.restartAt[ev.closed.star] = time.Now().Add(restartAfter)
 			}
 		default:

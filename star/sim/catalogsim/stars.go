@@ -172,7 +172,10 @@ func (s *Sim) crash(inc *incarnation) {
 func (s *Sim) closeGracefully(inc *incarnation, what string, fn func(context.Context, *node.Node) string) {
 	s.mu.Lock()
 	n := inc.n
-	if n == nil || !inc.serving() {
+	if n == nil || inc.state != incUp {
+		// Not up, or already leaving: a second leave, drain or exit of
+		// one incarnation would race the first one's close (which of
+		// the two ends first is the runtime's choice).
 		s.mu.Unlock()
 		return
 	}
@@ -194,7 +197,15 @@ func (s *Sim) closeGracefully(inc *incarnation, what string, fn func(context.Con
 		err := n.Close(ctx)
 		s.mu.Lock()
 		inc.state = incDown
+		dead := inc.dead
 		s.mu.Unlock()
+		if dead {
+			// A crash cut the close short: how far it got and what it
+			// answered depend on when each goroutine saw the process
+			// gone, so the trace says only that (the crash restarts the
+			// star).
+			return "cut short by a crash"
+		}
 		s.emit(event{src: inc.name, closed: inc})
 		return note + "closed: " + errString(err)
 	})
