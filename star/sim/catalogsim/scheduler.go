@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing/synctest"
@@ -389,7 +390,9 @@ func (s *Sim) idle(now time.Time) {
 		return
 	}
 	before := map[*call]bool{}
-	if s.bubbleState() == bubbleParked {
+	if st := s.bubbleState(); st == bubbleParked && !s.lockBound() {
+		return // a waiter was only being woken: look again
+	} else if st == bubbleParked {
 		// A goroutine waits for a lock whose holder waits for a held
 		// reply or a timer: fake time cannot pass (synctest counts a lock
 		// wait as running), so the oldest held reply comes now.
@@ -485,3 +488,27 @@ func settleRun(c *call) bool {
 func rowsRead(c *call) bool {
 	return c.op == "m.query" && strings.HasPrefix(c.key, "stream#") && strings.Contains(c.key, " "+meta.RefPrefix+"..") && strings.Contains(c.key, "back=true")
 }
+
+// lockBound says whether the bubble stays parked with a goroutine waiting
+// for a mutex and no call pending, judged over many yields: a waiter
+// whose holder has just unlocked shows as waiting for a moment, and a
+// judgment on that moment would end a run (or deliver a held reply)
+// where another run of the seed goes on.
+func (s *Sim) lockBound() bool {
+	for range lockLooks {
+		runtime.Gosched()
+		if s.bubbleState() != bubbleParked {
+			return false
+		}
+		s.mu.Lock()
+		n := len(s.pending)
+		s.mu.Unlock()
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// lockLooks is how many yields lockBound looks through.
+const lockLooks = 50
