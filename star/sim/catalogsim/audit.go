@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/starlog/starlog/shared/auditjob"
@@ -131,29 +132,38 @@ func newScratch() string {
 	return dir
 }
 
-// checkReclaimed is the end of a run's check that every deleted id was
-// reclaimed: an id no longer under its name has no ref row left (span
-// refs, catalog rows) and no registration for reclamation.
-func (c *checker) checkReclaimed() {
+// unreclaimed describes the first id no longer under its name that
+// still has a ref row (span ref, catalog row) or a registration for
+// reclamation ("" when there is none).
+func (c *checker) unreclaimed() string {
 	t := c.s.meta
 	for _, id := range c.order {
 		st := c.ids[id]
-		c.checks++
 		if c.namedNow(st) {
 			continue
 		}
 		rows := 0
 		for sk := range t.Items["stream#"+id] {
-			if len(sk) >= len(meta.RefPrefix) && sk[:len(meta.RefPrefix)] == meta.RefPrefix {
+			if strings.HasPrefix(sk, meta.RefPrefix) {
 				rows++
 			}
 		}
 		rk := meta.ReclaimStreamKey(id)
 		_, registered := t.Lookup(rk.PK, rk.SK)
 		if rows > 0 || registered {
-			c.fail("reclaimed", fmt.Sprintf("stream %s/%s id %s is deleted (the name now: %s), but %v after the clients stopped it still has %d ref rows (registered for reclamation: %v)",
-				st.basin, st.name, abbrev(id), c.describe(st.basin, st.name), reclaimFor, rows, registered))
-			return
+			return fmt.Sprintf("stream %s/%s id %s is deleted (the name now: %s), but has %d ref rows (registered for reclamation: %v)",
+				st.basin, st.name, abbrev(id), c.describe(st.basin, st.name), rows, registered)
 		}
+	}
+	return ""
+}
+
+// checkReclaimed is the end of a run's check that every deleted id was
+// reclaimed (unreclaimed), once the janitor ran reclaimFor after the
+// clients stopped without a pass that left nothing deleted.
+func (c *checker) checkReclaimed() {
+	c.checks++
+	if d := c.unreclaimed(); d != "" {
+		c.fail("reclaimed", fmt.Sprintf("%v after the clients stopped, the janitor has not reclaimed every deleted id: %s", reclaimFor, d))
 	}
 }

@@ -250,7 +250,10 @@ func (s *Sim) drainEvents() {
 				s.trace.add(s, ev.src+" "+ev.note)
 			}
 			if s.reclaiming && ev.clean {
-				s.reclaimed = true
+				// Quiet only if nothing deleted holds rows now: a star's
+				// chain settlement may write a deleted stream's span
+				// ref after the pass, which a later pass registers again.
+				s.reclaimed = s.chk.unreclaimed() == ""
 			}
 		case ev.closed != nil:
 			if s.cur[ev.closed.star] == ev.closed && s.faulty && !ev.closed.dead {
