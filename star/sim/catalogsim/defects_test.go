@@ -49,7 +49,6 @@ func narrowRelease(sw *Swarm) {
 // settle runs stalling after half their reads of the stream's rows, no
 // other fault.
 func narrowSettle(sw *Swarm) {
-	sw.Basins, sw.Streams = 1, 1
 	settleWorld(sw)
 	sw.FaultSteps, sw.FaultTime = 3000, time.Minute
 }
