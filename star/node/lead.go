@@ -156,7 +156,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 		return nil, err
 	}
 	if h := n.hooks.BeforeOpen; h != nil {
-		h(id)
+		h(ctx, id)
 	}
 
 	slot.mu.Lock()

@@ -70,8 +70,9 @@ type Deps struct {
 type Hooks struct {
 	// BeforeOpen runs in a request that judged a stream's lease held by
 	// this star and passed the open gate, before it takes the stream's
-	// slot lock to open it.
-	BeforeOpen func(streamID string)
+	// slot lock to open it; ctx is the request's (a simulation labels the
+	// pause with the client it carries).
+	BeforeOpen func(ctx context.Context, streamID string)
 }
 
 // Node is one running star.

@@ -29,7 +29,7 @@ func newHeldOpens(n int) *heldOpens {
 	return h
 }
 
-func (h *heldOpens) beforeOpen(string) {
+func (h *heldOpens) beforeOpen(context.Context, string) {
 	h.mu.Lock()
 	i := h.calls
 	h.calls++

@@ -32,6 +32,7 @@ type call struct {
 	key     string
 	digest  uint64 // of the value: orders calls that tie on the rest
 	write   bool
+	park    bool // a pause at a decision point of star/node (hooks.go), not a metastore call
 	arrival uint64
 	apply   func() (any, error) // the effect, run on the scheduler goroutine
 	reply   chan result
@@ -65,6 +66,10 @@ type held struct {
 	c     *call
 	r     result
 	since time.Time
+	// beside: a parked open (call.park) beside which another request of
+	// the same incarnation went through the same pause, so the stream is
+	// likely open there now.
+	beside bool
 }
 
 // do hands a call to the scheduler and blocks until it is served, or ctx

@@ -30,6 +30,7 @@ const (
 	defect1 = "issue 26 defect 1 (a stale basin cache overwrites a live stream): star/node/streams.go stream() trusts the cached basin entry, sees the live name row carry another basin id, takes it for a stream of an earlier basin and createStream replaces it (IfVer) with a new id of the deleted basin; the acknowledged records are under no name"
 	defect2 = "issue 26 defect 2 (a basin delete never reaches the leaders of its streams): DeleteBasin tombstones and unleads on the serving star only (star/node/basins.go tombstoneStreams), so a peer leading a stream of the basin acknowledges appends into its tombstoned id from its open slot after the delete answered"
 	_       = "issue 26 defect 2, stream delete (the leader lookup returns nothing while the leader still runs): a star cut off from the metastore keeps leading its stream and acknowledging from its open slot; a peer's LeaderOf judges its lease stale and serves the delete itself, and the cut-off leader acknowledges appends into the tombstoned id after the delete answered"
+	defect3 = "issue 26 defect 3 (a stalled settler extends a tail another settler already followed): run A reads the stream's rows and stalls, run B decides not to extend tail T and commits N at T's end, the janitor's reclaim pass deletes T's decision, A decides afresh and extends T by CAS on T's row, which nobody changed (shared/settle seal)"
 	defect8 = "issue 26 defect 8 (a request reopens a stream after its star released it): star/node/lead.go leadIn judges the lease and runs the gate without the slot lock; a request whose lease read was answered before a release's CAS reopens the dropped stream, and the releasing star and the successor both acknowledge the same seq nums"
 )
 
@@ -43,7 +44,16 @@ func narrowRelease(sw *Swarm) {
 	sw.PEnv, sw.PHold, sw.PMetaDown, sw.PMetaLost = 0.03, 0.15, 0, 0
 }
 
-var narrowings = map[string]func(*Swarm){"release": narrowRelease}
+// narrowSettle narrows a seed to the world of defect 3: two stars, four
+// busy clients on one stream nobody deletes, the auditor on with its
+// settle runs stalling after half their reads of the stream's rows, no
+// other fault.
+func narrowSettle(sw *Swarm) {
+	settleWorld(sw)
+	sw.FaultSteps, sw.FaultTime = 3000, time.Minute
+}
+
+var narrowings = map[string]func(*Swarm){"release": narrowRelease, "settle": narrowSettle}
 
 // draw is a seed's swarm, narrowed as -catalogsim.narrow asks.
 func draw(seed uint64) Swarm {
@@ -59,7 +69,7 @@ func draw(seed uint64) Swarm {
 
 var flagNoIdle = flag.Bool("catalogsim.noidle", false, "turn the idle release off in every seed (as TestCatalogDeterminism does)")
 
-var flagNarrow = flag.String("catalogsim.narrow", "", "narrow every seed's swarm: release (defect 8's world)")
+var flagNarrow = flag.String("catalogsim.narrow", "", "narrow every seed's swarm: release (defect 8's world), settle (defect 3's)")
 
 // TestCatalogDefects replays, for each defect the simulation found, the
 // seed that found it (and its shrunk tape, when kept in testdata): once
@@ -74,6 +84,19 @@ func TestCatalogDefects(t *testing.T) {
 	}{
 		{"stale-basin-cache", defect1, 51, nil, "ack-named"},
 		{"basin-delete-unfenced", defect2, 2, nil, "ack-into-deleted"},
+		// Found with node's fix of defect 8 reverted on a scratch branch
+		// (the hook kept): b1 hands s0 to a while a request on b1 is
+		// parked between its lease judgment and its open; it reopens s0
+		// on b1, which acknowledges seqs 2–30 into its own chain until a2
+		// takes the released lease and both acknowledge seq 31.
+		{"release-reopens", defect8, 5, nil, "seq-unique"},
+		// Found in defect 3's narrowed world (-catalogsim.narrow=settle)
+		// with the seal skipped on a scratch branch: s1 extends T =
+		// [59,94) and reads the rows again, stalled 5 s; s2 decides not
+		// to extend T and commits N at 94; the janitor deletes that
+		// decision; s1 resumes, decides afresh to extend and its CAS on
+		// T's row succeeds: catalog rows [59,108) and [94,121) overlap.
+		{"stalled-settler-extends-followed-tail", defect3, 2, narrowSettle, "refs-disjoint"},
 		// Seed 22 (defect2b: a stream delete served past a leader cut off
 		// from the metastore, which then acknowledged into the deleted id)
 		// was found under a stricter ack-into-deleted than the design

@@ -3,10 +3,14 @@ package catalogsim
 import (
 	"cmp"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing/synctest"
 	"time"
+
+	"github.com/starlog/starlog/shared/meta"
 )
 
 // Bounds of a run in fake time and steps.
@@ -36,6 +40,8 @@ type event struct {
 
 	zombied *incarnation
 	closed  *incarnation
+
+	janitor, clean bool // a janitor pass ended (note: what it did); clean: nothing deleted was left to reclaim
 }
 
 func (s *Sim) emit(ev event) {
@@ -73,6 +79,9 @@ func (s *Sim) run() Result {
 		s.startStar(st)
 	}
 	s.startClients()
+	if s.sw.Audit {
+		s.startAudit()
+	}
 	quiesceAt := time.Time{}
 	for time.Since(s.start) < maxFake {
 		s.settle()
@@ -87,7 +96,21 @@ func (s *Sim) run() Result {
 			quiesceAt = now
 			continue
 		}
-		if !s.faulty && (s.quiet() || now.Sub(quiesceAt) >= quiesceFor) {
+		if !s.faulty && !s.reclaiming && (s.quiet() || now.Sub(quiesceAt) >= quiesceFor) {
+			if !s.sw.Audit {
+				break
+			}
+			// The clients stopped: the settle runs stop, and the janitor
+			// runs until a pass finds no deleted stream left to reclaim.
+			s.reclaiming, quiesceAt = true, now
+			for _, inc := range s.settlers {
+				inc.cancel()
+			}
+			s.trace.add(s, "clients stopped: the janitor reclaims")
+			continue
+		}
+		if s.reclaiming && (s.reclaimed || now.Sub(quiesceAt) >= reclaimFor) {
+			s.chk.checkReclaimed()
 			break
 		}
 		if s.restartDue(now) {
@@ -163,7 +186,7 @@ func (s *Sim) quiet() bool {
 		return false
 	}
 	for name := range s.tasks {
-		if !strings.HasPrefix(name, "open-") {
+		if !strings.HasPrefix(name, "open-") && !strings.HasPrefix(name, "audit-") {
 			return false
 		}
 	}
@@ -222,8 +245,18 @@ func (s *Sim) drainEvents() {
 		case ev.zombied != nil:
 			s.trace.add(s, ev.zombied.name+" zombied: exits")
 			s.closeGracefully(ev.zombied, "exit", nil)
+		case ev.janitor:
+			if !ev.clean {
+				s.trace.add(s, ev.src+" "+ev.note)
+			}
+			if s.reclaiming && ev.clean {
+				// Quiet only if nothing deleted holds rows now: a star's
+				// chain settlement may write a deleted stream's span
+				// ref after the pass, which a later pass registers again.
+				s.reclaimed = s.chk.unreclaimed() == ""
+			}
 		case ev.closed != nil:
-			if s.cur[ev.closed.star] == ev.closed && s.faulty {
+			if s.cur[ev.closed.star] == ev.closed && s.faulty && !ev.closed.dead {
 				s.restartAt[ev.closed.star] = time.Now().Add(restartAfter)
 			}
 		default:
@@ -251,6 +284,23 @@ func (s *Sim) serve(c *call) {
 	c.done = true
 	s.unpendLocked(c)
 	s.mu.Unlock()
+	if c.park {
+		// A pause, not a metastore call: no fault but being parked.
+		if s.chance(s.sw.PPark) {
+			s.faultCounts["parked"]++
+			s.held = append(s.held, held{c: c, since: time.Now()})
+			s.trace.add(s, fmt.Sprintf("%s %s %s parked", c.who, c.op, abbrev(c.key)))
+			return
+		}
+		for i := range s.held {
+			if h := s.held[i].c; h.park && h.inc == c.inc && h.op == c.op && h.key == c.key {
+				s.held[i].beside = true
+			}
+		}
+		s.trace.add(s, fmt.Sprintf("%s %s %s", c.who, c.op, abbrev(c.key)))
+		c.reply <- result{}
+		return
+	}
 	var r result
 	outcome := "ok"
 	switch {
@@ -270,7 +320,13 @@ func (s *Sim) serve(c *call) {
 	if outcome == "meta-down" || outcome == "meta-lost-reply" {
 		s.faultCounts[outcome]++
 	}
-	if outcome != "cut-off" && s.chance(s.sw.PHold) {
+	pHold := s.sw.PHold
+	if settleRun(c) && rowsRead(c) {
+		// A settle run stalls (its process paused) with a stream's rows
+		// in hand, before it decides and commits.
+		pHold = s.sw.PStall
+	}
+	if outcome != "cut-off" && s.chance(pHold) {
 		s.faultCounts["held"]++
 		s.held = append(s.held, held{c: c, r: r, since: time.Now()})
 		s.trace.add(s, fmt.Sprintf("%s %s %s %s, reply held", c.who, c.op, abbrev(c.key), outcome))
@@ -284,7 +340,11 @@ func (s *Sim) serve(c *call) {
 func (s *Sim) release(i int) {
 	h := s.held[i]
 	s.held = slices.Delete(s.held, i, i+1)
-	s.trace.add(s, fmt.Sprintf("%s %s %s: held reply delivered", h.c.who, h.c.op, abbrev(h.c.key)))
+	what := "held reply delivered"
+	if h.c.park {
+		what = "unparked"
+	}
+	s.trace.add(s, fmt.Sprintf("%s %s %s: %s", h.c.who, h.c.op, abbrev(h.c.key), what))
 	h.c.reply <- h.r
 }
 
@@ -323,15 +383,19 @@ func (s *Sim) idle(now time.Time) {
 	// Nothing is ready: a held reply comes now rather than after fake
 	// time passes (a goroutine the passing time wakes may wait for a
 	// lock its caller holds, and then no time passes at all).
-	// A lease read may stay held while time passes: star/node never reads
-	// a lease under a stream's slot lock (leadIn claims before it locks),
-	// so no goroutine the time wakes waits for its caller.
-	if i := slices.IndexFunc(s.held, func(h held) bool { return !leaseRead(h.c) }); i >= 0 {
+	// A lease read, and a request parked before it opens a stream, may
+	// stay held while time passes: star/node never reads a lease under a
+	// stream's slot lock (leadIn claims before it locks) and parks before
+	// it takes the lock, so no goroutine the time wakes waits for them.
+	// So may a settle run's reply: it holds no lock of a star.
+	if i := slices.IndexFunc(s.held, func(h held) bool { return !leaseRead(h.c) && !h.c.park && !settleRun(h.c) }); i >= 0 {
 		s.release(i)
 		return
 	}
 	before := map[*call]bool{}
-	if s.bubbleState() == bubbleParked {
+	if st := s.bubbleState(); st == bubbleParked && !s.lockBound() {
+		return // a waiter was only being woken: look again
+	} else if st == bubbleParked {
 		// A goroutine waits for a lock whose holder waits for a held
 		// reply or a timer: fake time cannot pass (synctest counts a lock
 		// wait as running), so the oldest held reply comes now.
@@ -367,6 +431,10 @@ func (s *Sim) idle(now time.Time) {
 func (s *Sim) shutdown() {
 	for _, c := range s.clients {
 		c.cancel()
+	}
+	s.auditCancel()
+	if s.scratch != "" {
+		defer os.RemoveAll(s.scratch)
 	}
 	for len(s.held) > 0 {
 		s.release(0)
@@ -412,3 +480,38 @@ func (s *Sim) shutdown() {
 func leaseRead(c *call) bool {
 	return c.op == "m.get" && strings.HasPrefix(c.key, "stream#") && strings.HasSuffix(c.key, " lease")
 }
+
+// settleRun says whether c is a settle run's call (the auditor's s1, s2).
+func settleRun(c *call) bool {
+	return c.inc.star == "auditor" && c.inc.name != "j"
+}
+
+// rowsRead says whether c reads a stream's rows backwards from the
+// greatest (a settle's view of the stream's tail).
+func rowsRead(c *call) bool {
+	return c.op == "m.query" && strings.HasPrefix(c.key, "stream#") && strings.Contains(c.key, " "+meta.RefPrefix+"..") && strings.Contains(c.key, "back=true")
+}
+
+// lockBound says whether the bubble stays parked with a goroutine waiting
+// for a mutex and no call pending, judged over many yields: a waiter
+// whose holder has just unlocked shows as waiting for a moment, and a
+// judgment on that moment would end a run (or deliver a held reply)
+// where another run of the seed goes on.
+func (s *Sim) lockBound() bool {
+	for range lockLooks {
+		runtime.Gosched()
+		if s.bubbleState() != bubbleParked {
+			return false
+		}
+		s.mu.Lock()
+		n := len(s.pending)
+		s.mu.Unlock()
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// lockLooks is how many yields lockBound looks through.
+const lockLooks = 50

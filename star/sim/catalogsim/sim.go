@@ -1,6 +1,7 @@
 package catalogsim
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/sim/chainsim"
 	"github.com/starlog/starlog/star/sim/simmeta"
 )
@@ -139,6 +141,18 @@ type Sim struct {
 	lastEnv     time.Time
 	over        bool // shutting down: the trace is closed
 
+	// The auditor (Swarm.Audit): its actors' context, the settle runs,
+	// the settlement policy and its scratch folder; reclaiming: the
+	// clients stopped and the janitor reclaims, until a pass finds
+	// nothing deleted left (reclaimed).
+	auditCtx    context.Context
+	auditCancel context.CancelFunc
+	settlers    []*incarnation
+	settleCfg   settle.Config
+	scratch     string
+	reclaiming  bool
+	reclaimed   bool
+
 	bubble, self string // this run's bubble id, the scheduler's dump header
 	dump         []byte // the goroutine dump's buffer
 	dumpLen      int    // … and how much of it the last dump filled
@@ -157,6 +171,11 @@ func newSim(sw Swarm, ch chainsim.Chooser, o options) *Sim {
 		start: time.Now(),
 	}
 	s.chk = newChecker(s)
+	s.auditCtx, s.auditCancel = context.WithCancel(context.Background())
+	if sw.Audit {
+		s.scratch = newScratch()
+		s.settleCfg = settleConfig(s.scratch)
+	}
 	return s
 }
 

@@ -71,6 +71,9 @@ func (s *Sim) config(star string) node.Config {
 	c.HeartbeatEvery = heartbeat
 	c.DeadAfter = deadAfter
 	c.LeaseCacheTTL = time.Second
+	if s.sw.Audit {
+		c.Settle = s.settleCfg // the markers ripen as the auditor expects
+	}
 	return c
 }
 
@@ -95,7 +98,7 @@ func (s *Sim) startStar(star string) *incarnation {
 	s.trace.add(s, "open "+inc.name)
 	s.task("open-"+inc.name, func() string {
 		deps := node.Deps{Meta: metaView(s, inc), Objects: gated{s, inc}, Registry: prometheus.NewRegistry(),
-			Logger: s.logger().With("inc", inc.name), NewID: s.newID}
+			Logger: s.logger().With("inc", inc.name), NewID: s.newID, Hooks: s.hooks(inc)}
 		n, err := node.Open(inc.ctx, s.config(star), deps)
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -169,7 +172,10 @@ func (s *Sim) crash(inc *incarnation) {
 func (s *Sim) closeGracefully(inc *incarnation, what string, fn func(context.Context, *node.Node) string) {
 	s.mu.Lock()
 	n := inc.n
-	if n == nil || !inc.serving() {
+	if n == nil || inc.state != incUp {
+		// Not up, or already leaving: a second leave, drain or exit of
+		// one incarnation would race the first one's close (which of
+		// the two ends first is the runtime's choice).
 		s.mu.Unlock()
 		return
 	}
@@ -191,7 +197,15 @@ func (s *Sim) closeGracefully(inc *incarnation, what string, fn func(context.Con
 		err := n.Close(ctx)
 		s.mu.Lock()
 		inc.state = incDown
+		dead := inc.dead
 		s.mu.Unlock()
+		if dead {
+			// A crash cut the close short: how far it got and what it
+			// answered depend on when each goroutine saw the process
+			// gone, so the trace says only that (the crash restarts the
+			// star).
+			return "cut short by a crash"
+		}
 		s.emit(event{src: inc.name, closed: inc})
 		return note + "closed: " + errString(err)
 	})
