@@ -10,6 +10,7 @@ import (
 
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
@@ -109,8 +110,17 @@ func TestJanitorRetention(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(pg.Items) != 1 || pg.Items[0].SK != "deleted" {
-				t.Errorf("rows of deleted stream %s: %v, want its tombstone only", id, pg.Items)
+			// The tombstone and the retired lease stay (no star may take
+			// a fresh lease of a deleted id: shared/reclaim's retireLease).
+			var sks []string
+			for _, it := range pg.Items {
+				sks = append(sks, it.SK)
+			}
+			if strings.Join(sks, ",") != "deleted,lease" {
+				t.Errorf("rows of deleted stream %s: %v, want its tombstone and its retired lease only", id, sks)
+			}
+			if l, _, ok, err := leader.ReadLease(ctx, ms, id); err != nil || !ok || !l.Deleted {
+				t.Errorf("lease of deleted stream %s: %+v (found %v, %v), want retired", id, l, ok, err)
 			}
 		}
 		if pg, err := ms.Query(ctx, meta.Query{PK: meta.ReclaimStreamsPK}); err != nil || len(pg.Items) != 0 {

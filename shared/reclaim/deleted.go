@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/starlog/starlog/shared/leader"
@@ -103,13 +104,17 @@ func reclaimStream(ctx context.Context, st *settle.Stores, it meta.Item, now tim
 		return fmt.Errorf("settle: deleted-stream row %s is malformed", it.SK)
 	}
 	id := rs.Stream
+	// The lease is retired before any row goes: a star that opens the
+	// stream checks after reading its rows that it still holds the lease
+	// (star/lead's StillHeld), so rows it read under a lease not yet
+	// retired were whole, never a remainder this pass left.
+	if err := retireLease(ctx, st.Meta, id, now); err != nil {
+		return err
+	}
 	n, err := deleteRefRows(ctx, st.Meta, id)
 	rep.Rows += n
 	st.Instruments().RowsReclaimed("deleted", n)
 	if err != nil {
-		return err
-	}
-	if err := retireLease(ctx, st.Meta, id); err != nil {
 		return err
 	}
 	switch {
@@ -143,33 +148,32 @@ func reclaimStream(ctx context.Context, st *settle.Stores, it meta.Item, now tim
 	return nil
 }
 
-// retireLease is what the reclamation does with a deleted stream's lease.
-// One nobody holds (released, emptied, or retired by the delete with no
-// holder left to fence) is deleted. One a star still holds is retired in
-// place (meta.Lease.Deleted, the holder put on Pending): deleting it would
-// let a create take the stream's name without waiting for that holder to
-// stop, or fencing it, while, cut off from the metastore, it acknowledges
-// into the deleted id (star/node's retireLease, docs/write-path.md,
-// "Catalog invariants"). A retired lease with holders pending stays until
-// such a create has fenced them.
-func retireLease(ctx context.Context, ms meta.Store, id string) error {
+// retireLease retires a deleted stream's lease in place (meta.Lease.Deleted,
+// the holder, if any, put on Pending), whoever held it: no star takes a
+// retired lease, so none opens the stream once its rows start to go. The
+// row stays, as the stream's identity row and tombstone do: deleting it
+// would let a star whose judgment of the stream row predates the delete
+// take a fresh lease and open the id on whatever rows are left. A retired
+// lease with holders pending is what a create under the name fences
+// (star/lead's retire, docs/write-path.md, "Catalog invariants").
+func retireLease(ctx context.Context, ms meta.Store, id string, now time.Time) error {
 	l, ver, ok, err := leader.ReadLease(ctx, ms, id)
-	if err != nil || !ok {
+	if err != nil || ok && l.Deleted {
 		return err
 	}
-	if l.Emptied || l.Released || l.Deleted && len(l.Pending) == 0 {
-		lk := meta.LeaseKey(id)
-		if err := ms.Delete(ctx, lk.PK, lk.SK, meta.IfVer(ver)); err != nil && !errors.Is(err, meta.ErrConditionFailed) {
-			return fmt.Errorf("settle: delete lease of deleted stream %s: %w", id, err)
-		}
-		return nil
+	var prev *meta.Lease // a stream never led gets a retired lease too
+	if ok {
+		prev = &l
 	}
-	if l.Deleted {
-		return nil
+	next := leader.Successor(prev, meta.LeaseHolder{Star: meta.DeletedBy}, now)
+	if ok && l.Emptied {
+		// The auditor's delete_on_empty holder is no star to fence.
+		next.Pending = slices.DeleteFunc(next.Pending, func(h meta.LeaseHolder) bool { return h == l.LeaseHolder })
 	}
-	next := leader.Successor(&l, meta.LeaseHolder{Star: meta.DeletedBy}, time.Now())
 	next.Deleted = true
-	if _, err := leader.Acquire(ctx, ms, id, next, ver); err != nil && !errors.Is(err, leader.ErrLost) {
+	if _, err := leader.Acquire(ctx, ms, id, next, ver); err != nil {
+		// Lost to a star taking the lease: its rows stay this pass (the
+		// next one retires the lease again before it deletes any).
 		return fmt.Errorf("settle: retire lease of deleted stream %s: %w", id, err)
 	}
 	return nil

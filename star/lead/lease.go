@@ -516,3 +516,22 @@ func (ls *Leadership) Gate(ctx context.Context, id string, l meta.Lease, ver int
 func (ls *Leadership) storageErr(what string, err error) error {
 	return catalog.StorageErr(ls.log, what, err)
 }
+
+// StillHeld is the check an open makes after it read the stream's rows:
+// nil while this incarnation holds stream id's lease. The janitor retires
+// a deleted stream's lease before it deletes any of the stream's rows
+// (shared/reclaim), so rows read under a lease still held after the read
+// were whole; a retired, released or taken lease refuses the open, which
+// would otherwise start at whatever remainder of the rows it read.
+func (ls *Leadership) StillHeld(ctx context.Context, id, name string) error {
+	l, _, ok, err := leader.ReadLease(ctx, ls.meta, id)
+	switch {
+	case err != nil:
+		return ls.storageErr("read lease", err)
+	case ok && l.Deleted:
+		return api.StreamNotFound("stream %q was deleted", name)
+	case !ok || l.LeaseHolder != ls.me || l.Released || l.Emptied:
+		return api.Unavailable("the stream's lease moved while this star opened it; retry")
+	}
+	return nil
+}

@@ -198,6 +198,12 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 	if err != nil {
 		return nil, n.storageErr("open stream", err)
 	}
+	// The rows just read are whole only if the lease is still ours: the
+	// janitor retires a deleted stream's lease before deleting its rows.
+	if err := n.lease.StillHeld(ctx, id, e.Key.Name); err != nil {
+		l.Absorber().Forget(id)
+		return nil, err
+	}
 	slot.l = &ledStream{s: s, key: e.Key, name: e.Key.Name, class: class, loglet: l, lost: n.zombie}
 	slot.l.touch()
 	n.log.Debug("leading stream", "basin", e.Key.Basin, "stream", e.Key.Name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/auditjob"
+	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -133,5 +135,43 @@ func TestLeavingStarOpensNothing(t *testing.T) {
 	}
 	if st := a.DrainStatus(); st.Leading != 0 {
 		t.Fatalf("a leads %d streams after Leave", st.Leading)
+	}
+}
+
+// A request that took a stream's lease reaches its open after the stream's
+// basin was deleted on a peer and the janitor reclaimed the stream's rows
+// (the catalog simulation's seed 8 with a 1 KiB output cap). It must not
+// open the deleted id on the empty chain the reclaim left: it would
+// acknowledge seq 0 again, a seq b acknowledged before the delete.
+func TestOpenAfterItsRowsWereReclaimedIsRefused(t *testing.T) {
+	ctx := context.Background()
+	st := newStores(t)
+	h := newHeldOpens(1)
+	a := openHooked(t, st, clusterConfig("a"), h)
+	b := open(t, st, clusterConfig("b"))
+	if _, err := b.CreateBasin(ctx, api.CreateBasinRequest{Basin: "basin-one", Config: &api.BasinConfig{CreateStreamOnAppend: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	bAck, err := b.Append(ctx, "basin-one", "s", records("b", 3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Handoff(ctx, "basin-one", "s", "a"); err != nil {
+		t.Logf("handoff: %v", err)
+	}
+	r := appendAsync(a, "s", "late")
+	h.wait(t, 0) // a holds the lease, not yet opened
+	if err := b.DeleteBasin(ctx, "basin-one"); err != nil {
+		t.Fatal(err)
+	}
+	js := &settle.Stores{Meta: st.meta, Objects: st.objects, SettledBucket: "standard", Streams: settle.MetaStreams{Meta: st.meta},
+		Config: settle.Config{ScratchDir: t.TempDir()}, Logger: testLog()}
+	if _, err := auditjob.Janitor(ctx, js); err != nil {
+		t.Logf("janitor: %v", err)
+	}
+	close(h.proceed[0])
+	if res := <-r; res.err == nil {
+		t.Fatalf("a opened s after its rows were reclaimed and acknowledged seq %d; b acknowledged seqs %d..%d before the delete",
+			res.ack.Start.SeqNum, bAck.Start.SeqNum, bAck.End.SeqNum-1)
 	}
 }
