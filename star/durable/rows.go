@@ -26,8 +26,12 @@ type streamRow struct {
 	TTLSecs uint64 `json:"ttl_secs,omitempty"`
 	HasTTL  bool   `json:"has_ttl,omitempty"`
 	// ExpiresAt is the absolute expiry as the client sent it (RFC 3339).
-	ExpiresAt string    `json:"expires_at,omitempty"`
-	Created   time.Time `json:"created"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+	// RetentionSecs is the retention age its PUT asked for
+	// (Stream-Retention-Seconds; 0: none, the basin's default applies),
+	// set as the starlog stream's retention_policy.age.
+	RetentionSecs uint64    `json:"retention_secs,omitempty"`
+	Created       time.Time `json:"created"`
 	// Fork origin: the source's name, the divergence seq and sub-offset
 	// as requested (idempotent PUTs compare them).
 	ForkedFrom   string `json:"forked_from,omitempty"`
