@@ -141,5 +141,26 @@ func TestJanitorForgetsIdleStreams(t *testing.T) {
 		if pg, err := ms.Query(ctx, meta.Query{PK: meta.ReclaimPK}); err != nil || len(pg.Items) != 0 {
 			t.Errorf("reclaim entries left: %v %v", pg.Items, err)
 		}
+		// Appended to again: the settle commits a new object after the
+		// marked row (it is sealed), and the next pass deletes the marked
+		// row, whose object is gone already; the new row stays.
+		body := []byte("object 1 of s-idle")
+		key := format.SettledKey("b1", "s-idle", 2, 10, 0)
+		if _, err := objs.Bucket("std").PutIfAbsent(ctx, key, body); err != nil {
+			t.Fatal(err)
+		}
+		fresh := meta.Ref{FirstSeq: 10, EndSeq: 12, CumBytes: 120, MinTimestamp: uint64(now.UnixMilli()), MaxTimestamp: uint64(now.UnixMilli()),
+			FencingToken: "tok", TrimPoint: 3, Settled: &meta.Settled{Epoch: 2, FirstSeq: 10, Bytes: uint64(len(body))}}
+		k := meta.RefKey("s-idle", 10)
+		put(k.PK, k.SK, string(meta.Encode(fresh)))
+		if rep, err := auditjob.Janitor(ctx, st); err != nil || rep.Retention.Rows != 1 || rep.Retention.Marked != 0 {
+			t.Fatalf("the pass after an append: %+v %v, want the marked row deleted and nothing marked", rep.Retention, err)
+		}
+		if rs := rows("s-idle"); len(rs) != 1 || rs[0].FirstSeq != 10 || rs[0].Settled.Trimmed {
+			t.Fatalf("rows of s-idle after an append: %+v, want only the new row, unmarked", rs)
+		}
+		if _, err := objs.Bucket("std").Head(ctx, key); err != nil {
+			t.Fatalf("the new object: %v", err)
+		}
 	})
 }

@@ -221,4 +221,16 @@ func TestStreamRetentionHeader(t *testing.T) {
 			t.Errorf("PUT again with %v: %d %q, want 409", h, c.code, c.body)
 		}
 	}
+	// A stream made through the S2 API gets the age when a PUT gives it
+	// its Durable Streams face.
+	ctx := context.Background()
+	if _, err := s.h.n.CreateStream(ctx, DefaultBasin, api.CreateStreamRequest{Stream: "from-s2"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if c := retainCall(t, http.MethodPut, s.url+"/from-s2", map[string]string{"Content-Type": "text/plain", hStreamRetention: "3600"}, ""); c.code != http.StatusCreated {
+		t.Fatalf("PUT on an S2 stream: %d %q", c.code, c.body)
+	}
+	if sc, err := s.h.n.StreamConfig(ctx, DefaultBasin, "from-s2"); err != nil || sc.RetentionPolicy == nil || sc.RetentionPolicy.AgeSecs != 3600 {
+		t.Fatalf("the S2 stream's config after the PUT: %+v %v, want retention_policy.age 3600", sc.RetentionPolicy, err)
+	}
 }
