@@ -325,6 +325,9 @@ func (h *Handler) initStream(ctx context.Context, name string, row *streamRow, p
 	if err != nil {
 		return 0, err
 	}
+	if closed {
+		h.recordClose(ctx, name, row.Incarnation, ack.End.SeqNum)
+	}
 	return ack.End.SeqNum, nil
 }
 

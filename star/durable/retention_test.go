@@ -127,6 +127,11 @@ func TestDurableRetention(t *testing.T) {
 			t.Fatalf("the stream's S2 config: %+v %v, want retention_policy.age %s", sc.RetentionPolicy, err, v)
 		}
 	}
+	// A stream closed at its creation: its closing marker ages out too.
+	closed := url + "/closed"
+	if c := retainCall(t, http.MethodPut, closed, map[string]string{"Content-Type": "text/plain", hStreamRetention: "1", hStreamClosed: "true"}, "z"); c.code != http.StatusCreated {
+		t.Fatalf("PUT %s closed: %d %q", closed, c.code, c.body)
+	}
 	// The basin's default: without the header.
 	if c := retainCall(t, http.MethodPut, dflt, text, "a"); c.code != http.StatusCreated || c.hdr.Get(hStreamRetention) != "" {
 		t.Fatalf("PUT %s: %d %q, %s %q", dflt, c.code, c.body, hStreamRetention, c.hdr.Get(hStreamRetention))
@@ -161,6 +166,26 @@ func TestDurableRetention(t *testing.T) {
 		if c := retainCall(t, http.MethodGet, u+at(2), nil, ""); c.code != http.StatusOK || c.body != "" {
 			t.Errorf("GET %s at the tail: %d %q, want 200 and nothing", u, c.code, c.body)
 		}
+	}
+	// A star that has not folded them (restarted, or taking them over)
+	// folds from the first retained record: none. The tail stays, and so
+	// does the closure, though its marker is gone.
+	poll.Until(t, 30*time.Second, closed+" from 0 answers 410", func() bool {
+		return retainCall(t, http.MethodGet, closed+at(0), nil, "").code == http.StatusGone
+	})
+	for _, name := range []string{"hdr", "dflt", "closed"} {
+		h.states.drop(name)
+	}
+	for _, u := range []string{hdr, dflt} {
+		if c := retainCall(t, http.MethodHead, u, nil, ""); c.code != http.StatusOK || c.hdr.Get(hStreamNext) != offsets.Format(2) || c.hdr.Get(hStreamClosed) != "" {
+			t.Errorf("HEAD %s on a cold fold: %d %q, next %q, closed %q; want 200 at the tail %s, open", u, c.code, c.body, c.hdr.Get(hStreamNext), c.hdr.Get(hStreamClosed), offsets.Format(2))
+		}
+	}
+	if c := retainCall(t, http.MethodHead, closed, nil, ""); c.code != http.StatusOK || c.hdr.Get(hStreamNext) != offsets.Format(2) || c.hdr.Get(hStreamClosed) != "true" {
+		t.Errorf("HEAD %s on a cold fold: %d %q, next %q, closed %q; want 200 at %s, closed", closed, c.code, c.body, c.hdr.Get(hStreamNext), c.hdr.Get(hStreamClosed), offsets.Format(2))
+	}
+	if c := retainCall(t, http.MethodPost, closed, text, "more"); c.code != http.StatusConflict || c.hdr.Get(hStreamClosed) != "true" {
+		t.Errorf("POST to %s after its marker aged out: %d %q, closed %q; want 409, closed", closed, c.code, c.body, c.hdr.Get(hStreamClosed))
 	}
 	// Appends go on at the tail, and read back from it and from -1.
 	if c := retainCall(t, http.MethodPost, hdr, text, "c"); c.code != http.StatusNoContent || c.hdr.Get(hStreamNext) != offsets.Format(3) {
