@@ -19,10 +19,14 @@ import (
 
 // RetentionReport says what one retention pass did.
 type RetentionReport struct {
-	Streams int    // live streams visited
-	Trimmed int    // of which some rows were trimmed
-	Rows    int    // catalog rows deleted
-	Bytes   uint64 // bytes of their objects (deleted a read grace later)
+	Streams int // live streams visited
+	Trimmed int // of which some rows were trimmed
+	Rows    int // catalog rows deleted
+	// Marked counts streams whose greatest catalog row was marked Trimmed
+	// (every record they had settled is past their policy; the row keeps
+	// the tail).
+	Marked int
+	Bytes  uint64 // bytes of their objects (deleted a read grace later)
 	// Forgotten counts deleted streams seen (registered for reclamation
 	// with reclaim.ForgetStream; registering twice is a no-op).
 	Forgotten int
@@ -88,10 +92,13 @@ func Retention(ctx context.Context, st *settle.Stores, now time.Time) (Retention
 				before = now.Add(-age)
 			}
 			tr, err := reclaim.TrimStream(ctx, st, s.ID, b.name, before)
-			if tr.Rows > 0 {
+			if tr.Rows > 0 || tr.Marked {
 				rep.Trimmed++
 				rep.Rows += tr.Rows
 				rep.Bytes += tr.Bytes
+			}
+			if tr.Marked {
+				rep.Marked++
 			}
 			if err == nil {
 				name := strings.TrimPrefix(it.SK, "s#")

@@ -276,6 +276,15 @@ type Settled struct {
 	// (written by CAS before that object commits), so this row is never
 	// extended again and, once followed, never changes (docs/settle.md).
 	Sealed bool `json:"sealed,omitempty"`
+	// Trimmed: every record of the object is below the stream's trim
+	// point or past its retention age, and the row is the stream's
+	// greatest catalog row when the trim marked it (written with Sealed,
+	// by CAS, after the object's reclaim entry is marked Drop). The row
+	// stays for the stream's tail (next seq, last timestamp, fencing
+	// token, trim point); readers skip its records and the reclaim deletes
+	// its object a read grace later (docs/settle.md, "Retention and
+	// trims").
+	Trimmed bool `json:"trimmed,omitempty"`
 }
 
 // Superseded is a revision of a settled object replaced at unix ms At.

@@ -51,7 +51,8 @@ var reclaimCursor = meta.Key{PK: meta.ReclaimPK + "-cursor", SK: "pass"}
 //
 //   - the row names a later revision of the object (an extension
 //     superseded it), or no row is left (a trim or retention deleted it,
-//     after marking the entry Drop). The first pass that sees this
+//     after marking the entry Drop), or the row is marked Trimmed (the
+//     stream's greatest catalog row, kept for its tail). The first pass that sees this
 //     arms the entry (Armed = now); a pass a read grace later deletes the
 //     object, then the entry. A reader holding the old row therefore
 //     keeps its bytes for a whole grace after the commit landed.
@@ -202,6 +203,10 @@ func reclaimOne(ctx context.Context, st *settle.Stores, it meta.Item, now time.T
 			unreferenced = true
 		case rc.Extend && s.Sealed:
 			return staleExtension(ctx, st, it, rc, rep)
+		case rc.Drop && s.Trimmed:
+			// The stream's greatest catalog row, marked Trimmed: it keeps
+			// the tail and names no record a reader may read.
+			unreferenced = true
 		case !rc.Extend && !rc.Drop:
 			if done, err = followed(ctx, st, rc.Stream, ref.EndSeq); err != nil {
 				return err

@@ -13,7 +13,11 @@ import (
 // StreamTrimReport is what one trim of a stream's catalog rows did.
 type StreamTrimReport struct {
 	Rows  int    // catalog rows deleted
-	Bytes uint64 // bytes of the objects they named (reclaimed a grace later)
+	Bytes uint64 // bytes of the objects they and a marked row named (reclaimed a grace later)
+	// Marked: the stream's greatest catalog row was marked Trimmed (every
+	// record the stream had settled is past its policy; the row stays for
+	// the stream's tail).
+	Marked bool
 	// Deferred: a trimmable row was kept because its object, on top of
 	// what the stream already has waiting for the reclaim, would pass the
 	// output cap the storage bound allows; a later pass trims it.
@@ -65,6 +69,16 @@ const maxTrimRows = 1024
 // extension, or the seal before a follower commits: settle's seal), and this
 // deletes only rows another catalog row follows, so it never races one.
 //
+// When every row before it goes and all its records are past the policy
+// too (an idle stream, or one trimmed to its tail), the greatest catalog
+// row is marked Trimmed and Sealed instead (markTrimmed): readers skip
+// it, the reclaim deletes its object a grace later, and the row keeps
+// the tail. That is a CAS on the row, so it races a settle's extension or
+// seal as two settlers do: whichever writes first wins, the other fails
+// its CAS and reads again (the settle then sees the row sealed and starts
+// a new object after it; this pass returns settle.ErrRows and a later
+// one marks or trims what is then there).
+//
 // Rows go before objects: the row's object first gets a reclaim entry
 // marked Drop, then the row is deleted, and the reclaim pass deletes the
 // object a read grace after it first sees no row name it. A reader that
@@ -101,7 +115,7 @@ func TrimStream(ctx context.Context, st *settle.Stores, id, basin string, before
 	// Read on past the first page only when the first row goes: the
 	// retained bytes the trim rule needs are read for a trim, not on every
 	// pass over a stream with nothing to trim.
-	rows, err := catalogRows(ctx, st.Meta, id, func(rows []refRow) bool {
+	rows, complete, err := catalogRows(ctx, st.Meta, id, func(rows []refRow) bool {
 		return len(rows) < 2 || trimmable(rows[0].Ref, rows[1].Ref, trim, cut)
 	})
 	if err != nil {
@@ -121,6 +135,11 @@ func TrimStream(ctx context.Context, st *settle.Stores, id, basin string, before
 		refs[i] = r.Ref
 	}
 	p := PlanTrim(id, refs, trim, cut, w, st.Config.WithDefaults().OutputCap)
+	if !complete {
+		// The last catalog row read may not be the stream's greatest: a
+		// later pass, with fewer rows left, marks it.
+		p.MarkTrimmed = false
+	}
 	for _, r := range rows[:p.Drop] {
 		if err := dropRow(ctx, st, id, basin, r); err != nil {
 			return rep, err
@@ -140,33 +159,67 @@ func TrimStream(ctx context.Context, st *settle.Stores, id, basin string, before
 		rep.Deferred = true
 		st.Instruments().TrimDeferred()
 	}
+	if p.MarkTrimmed {
+		if err := markTrimmed(ctx, st, id, basin, rows[p.Drop]); err != nil {
+			return rep, err
+		}
+		rep.Marked = true
+		rep.Bytes += rows[p.Drop].Ref.Settled.Bytes
+	}
 	return rep, nil
+}
+
+// markTrimmed marks the stream's greatest catalog row Trimmed and Sealed,
+// by CAS on the version read, after marking its object's reclaim entry
+// Drop: the row keeps every field of the tail, and the reclaim deletes
+// the object a grace after it sees the mark. A lost CAS (a settle
+// extended or sealed the row meanwhile) is settle.ErrRows.
+func markTrimmed(ctx context.Context, st *settle.Stores, id, basin string, row refRow) error {
+	if err := markDrop(ctx, st, id, basin, row.Ref.Settled); err != nil {
+		return err
+	}
+	r := row.Ref
+	s := *r.Settled
+	s.Sealed, s.Trimmed = true, true
+	r.Settled = &s
+	rk := meta.RefKey(id, r.FirstSeq)
+	_, err := st.Meta.Put(ctx, rk.PK, rk.SK, meta.Encode(r), meta.IfVer(row.Ver))
+	if errors.Is(err, meta.ErrConditionFailed) {
+		return fmt.Errorf("%w: greatest catalog row %s/%s changed", settle.ErrRows, rk.PK, rk.SK)
+	}
+	if err != nil {
+		return fmt.Errorf("settle: mark catalog row %s/%s trimmed: %w", rk.PK, rk.SK, err)
+	}
+	return nil
 }
 
 // catalogRows reads a stream's ref rows in seq order, up to maxTrimRows
 // (a stream with more counts only those as retained, which errs on the
-// safe side), page by page while more says so.
-func catalogRows(ctx context.Context, ms meta.Store, id string, more func([]refRow) bool) ([]refRow, error) {
-	var rows []refRow
+// safe side), page by page while more says so; complete reports that it
+// read them all (so the last catalog row read is the greatest).
+func catalogRows(ctx context.Context, ms meta.Store, id string, more func([]refRow) bool) (rows []refRow, complete bool, err error) {
 	q := meta.Query{PK: meta.RefKey(id, 0).PK, From: meta.RefPrefix, To: meta.RefPrefix + "~", Limit: 64}
 	for len(rows) < maxTrimRows {
 		pg, err := ms.Query(ctx, q)
 		if err != nil {
-			return nil, fmt.Errorf("settle: rows of stream %s: %w", id, err)
+			return nil, false, fmt.Errorf("settle: rows of stream %s: %w", id, err)
 		}
 		for _, it := range pg.Items {
 			var r meta.Ref
 			if err := meta.Decode(it.Val, &r); err != nil {
-				return nil, fmt.Errorf("settle: row %s/%s: %w", it.PK, it.SK, err)
+				return nil, false, fmt.Errorf("settle: row %s/%s: %w", it.PK, it.SK, err)
 			}
 			rows = append(rows, refRow{Ver: it.Ver, Ref: r})
 		}
-		if pg.Next == "" || !more(rows) {
+		if pg.Next == "" {
+			return rows, true, nil
+		}
+		if !more(rows) {
 			break
 		}
 		q.PageToken = pg.Next
 	}
-	return rows, nil
+	return rows, false, nil
 }
 
 // trimPoint is the stream's trim point: the greatest over its rows from

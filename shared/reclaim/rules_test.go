@@ -19,10 +19,12 @@ import (
 //	trim [point=<seq>] [cut=<ms>] [cap=<bytes>] [superseded=<bytes>] [dropped=<bytes>]
 //
 // with one input line per row of the stream, in seq order: `row <first>
-// <end> [bytes=<n>] [max-ts=<ms>] [span] [marked]` (span: a span ref, not
-// a catalog row; marked: its object's reclaim entry is already marked
-// Drop, a reservation, and counts in what waits). The output is the rows
-// that go and the row reserved, if any.
+// <end> [bytes=<n>] [max-ts=<ms>] [span] [marked] [trimmed]` (span: a
+// span ref, not a catalog row; marked: its object's reclaim entry is
+// already marked Drop, a reservation, and counts in what waits; trimmed: a
+// greatest catalog row an earlier trim marked Trimmed, its entry marked
+// too). The output is the rows that go, the row reserved or the greatest
+// catalog row marked Trimmed, if any.
 func TestTrimScenarios(t *testing.T) {
 	datadriven.RunTest(t, "testdata/trim.txt", func(t *testing.T, d *datadriven.TestData) string {
 		if d.Cmd != "trim" {
@@ -45,7 +47,7 @@ func TestTrimScenarios(t *testing.T) {
 			}
 			r := meta.Ref{FirstSeq: atou(t, f[1]), EndSeq: atou(t, f[2])}
 			var bytes uint64
-			span, marked := false, false
+			span, marked, trimmed := false, false, false
 			for _, kv := range f[3:] {
 				k, v, _ := strings.Cut(kv, "=")
 				switch k {
@@ -57,6 +59,8 @@ func TestTrimScenarios(t *testing.T) {
 					span = true
 				case "marked":
 					marked = true
+				case "trimmed":
+					trimmed, marked = true, true
 				default:
 					t.Fatalf("row: unknown field %q", kv)
 				}
@@ -64,7 +68,7 @@ func TestTrimScenarios(t *testing.T) {
 			if span {
 				r.Span = &meta.Span{Class: meta.Express, Star: "c1", Epoch: 1}
 			} else {
-				r.Settled = &meta.Settled{Epoch: 1, FirstSeq: r.FirstSeq, Bytes: bytes}
+				r.Settled = &meta.Settled{Epoch: 1, FirstSeq: r.FirstSeq, Bytes: bytes, Sealed: trimmed, Trimmed: trimmed}
 			}
 			if marked {
 				w.Drops[meta.ReclaimKey("s", 1, r.FirstSeq, 0).SK] = bytes
@@ -81,6 +85,10 @@ func TestTrimScenarios(t *testing.T) {
 			r := rows[p.Drop]
 			fmt.Fprintf(&out, "reserve [%d,%d) %d B\n", r.FirstSeq, r.EndSeq, r.Settled.Bytes)
 		}
+		if p.MarkTrimmed {
+			r := rows[p.Drop]
+			fmt.Fprintf(&out, "mark trimmed [%d,%d) %d B\n", r.FirstSeq, r.EndSeq, r.Settled.Bytes)
+		}
 		if out.Len() == 0 {
 			return "keep all\n"
 		}
@@ -90,7 +98,10 @@ func TestTrimScenarios(t *testing.T) {
 
 // No trim removes a record its policy still keeps, nor the stream's
 // greatest catalog row; what goes is a prefix, and the rows left chain
-// from a catalog row.
+// from a catalog row. The greatest catalog row is marked Trimmed only
+// when every row before it goes and its own records are all below the
+// trim point or older than the cut, and then always (unless the storage
+// bound reserves it): retention forgets an idle stream's records too.
 func TestTrimKeepsWhatThePolicyKeeps(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(0, 8).Draw(t, "rows")
@@ -110,6 +121,10 @@ func TestTrimKeepsWhatThePolicyKeeps(t *testing.T) {
 				r.Span = &meta.Span{Class: meta.Express, Star: "c1", Epoch: 1}
 			} else {
 				r.Settled = &meta.Settled{Epoch: 1, FirstSeq: r.FirstSeq, Bytes: uint64(rapid.IntRange(1, 1000).Draw(t, fmt.Sprint("bytes", i)))}
+				if i == 0 && rapid.IntRange(0, 3).Draw(t, "trimmed first") == 0 {
+					// An earlier pass marked it Trimmed as the greatest row.
+					r.Settled.Sealed, r.Settled.Trimmed = true, true
+				}
 			}
 			rows = append(rows, r)
 		}
@@ -127,16 +142,35 @@ func TestTrimKeepsWhatThePolicyKeeps(t *testing.T) {
 		if p.Drop > 0 && p.Drop > greatest {
 			t.Fatalf("dropped %d rows, the greatest catalog row is row %d", p.Drop, greatest)
 		}
+		kept := func(r meta.Ref) bool { return r.EndSeq > trim && (cut == 0 || r.MaxTimestamp >= cut) }
 		for i, r := range rows[:p.Drop] {
-			if r.EndSeq > trim && (cut == 0 || r.MaxTimestamp >= cut) {
+			if !r.Settled.Trimmed && kept(r) {
 				t.Fatalf("row %d [%d,%d) at %d dropped: below neither the trim point %d nor the cut %d", i, r.FirstSeq, r.EndSeq, r.MaxTimestamp, trim, cut)
 			}
 			if next := rows[i+1]; next.Settled == nil || next.FirstSeq != r.EndSeq {
 				t.Fatalf("row %d dropped without a catalog row chained after it", i)
 			}
 		}
-		if p.Reserve && !trimmable(rows[p.Drop], rows[p.Drop+1], trim, cut) {
+		if p.Reserve && p.MarkTrimmed {
+			t.Fatalf("row %d both reserved and marked Trimmed", p.Drop)
+		}
+		if p.Reserve && p.Drop != greatest && !trimmable(rows[p.Drop], rows[p.Drop+1], trim, cut) {
 			t.Fatalf("reserved row %d may not go by its policy", p.Drop)
+		}
+		if p.Reserve && p.Drop == greatest && (kept(rows[greatest]) || rows[greatest].Settled.Trimmed) {
+			t.Fatalf("greatest catalog row %d reserved though its policy keeps it or it is marked already", greatest)
+		}
+		if p.MarkTrimmed {
+			r := rows[p.Drop]
+			if p.Drop != greatest || r.Settled.Trimmed || kept(r) {
+				t.Fatalf("row %d [%d,%d) at %d marked Trimmed (greatest catalog row %d, trim point %d, cut %d)", p.Drop, r.FirstSeq, r.EndSeq, r.MaxTimestamp, greatest, trim, cut)
+			}
+		}
+		// Forgets: every row before the greatest catalog row went, and its
+		// own records are past the policy: it is marked (or reserved).
+		if greatest >= 0 && p.Drop == greatest && !p.Reserve && !p.MarkTrimmed && !rows[greatest].Settled.Trimmed && !kept(rows[greatest]) {
+			t.Fatalf("greatest catalog row %d [%d,%d) at %d is past its policy (trim point %d, cut %d) and keeps its records", greatest,
+				rows[greatest].FirstSeq, rows[greatest].EndSeq, rows[greatest].MaxTimestamp, trim, cut)
 		}
 	})
 }

@@ -87,7 +87,8 @@ func trimAll(ctx context.Context, st *settle.Stores, id string, before, now time
 
 // readFrom reads stream id from seq 0 up to end and checks every record
 // against what was acknowledged at its seq; it returns where the read
-// started (past whatever was trimmed).
+// started (past whatever was trimmed: end, when every record up to end
+// is).
 func (e *env) readFrom(ctx context.Context, rd *reader.Reader, id string, end uint64) (uint64, error) {
 	e.mu.Lock()
 	acked := e.acked[id]
@@ -102,6 +103,9 @@ func (e *env) readFrom(ctx context.Context, rd *reader.Reader, id string, end ui
 			start = res.Start
 		} else if res.Start < next {
 			return start, fmt.Errorf("read from %d started at %d", next, res.Start)
+		}
+		if len(res.Records) == 0 && first && res.Start >= end {
+			return res.Start, nil // every record below end is trimmed
 		}
 		if len(res.Records) == 0 {
 			return start, fmt.Errorf("read %s from %d: no records (stop %s)", id, next, res.Stop)
@@ -123,7 +127,9 @@ func (e *env) readFrom(ctx context.Context, rd *reader.Reader, id string, end ui
 // reads from below start at the first retained record and every record
 // read is the one acknowledged at its seq, while readers race the trim
 // and the reclaim; the objects go a grace after the rows; the greatest
-// catalog row (the stream's tail) always stays.
+// catalog row (the stream's tail) always stays, marked Trimmed once its
+// records are past their age too, when a read from below starts at the
+// tail and its object goes as well.
 func TestRetention(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	ctx := context.Background()
@@ -166,7 +172,8 @@ func TestRetention(t *testing.T) {
 	if n != 2 || first != cat[2].FirstSeq {
 		t.Fatalf("trim by age before row 2: %d rows deleted, first seq %d; want 2 and %d", n, first, cat[2].FirstSeq)
 	}
-	// Past every record's age: all but the greatest catalog row go.
+	// Past every record's age: all but the greatest catalog row go, and
+	// it is marked Trimmed.
 	n, first, _, err = trimAll(ctx, e.st, "r", now.Add(24*time.Hour), now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +181,9 @@ func TestRetention(t *testing.T) {
 	last := cat[len(cat)-1]
 	if first != last.FirstSeq || n != len(cat)-3 {
 		t.Fatalf("trim past every age: %d rows deleted, first seq %d; want %d and first seq %d", n, first, len(cat)-3, last.FirstSeq)
+	}
+	if rows := rowsOf(t, e.meta, "r"); len(rows) != 1 || !rows[0].ref.Settled.Trimmed {
+		t.Fatalf("trim past every age: rows %+v, want the greatest catalog row alone, marked Trimmed", rows)
 	}
 	// Let the readers race on into the trimmed rows: a read that started
 	// after the trims has finished (the one under way at n, then the next).
@@ -186,8 +196,8 @@ func TestRetention(t *testing.T) {
 	}
 	t.Logf("%d racing reads started at %v…", len(starts), starts[:min(len(starts), 8)])
 	start, err := e.readFrom(ctx, e.rd, "r", end)
-	if err != nil || start != last.FirstSeq {
-		t.Fatalf("read from 0 after the trim: start %d (want %d), %v", start, last.FirstSeq, err)
+	if err != nil || start != end {
+		t.Fatalf("read from 0 after the trim: start %d (want the tail, %d), %v", start, end, err)
 	}
 	if f := frontier(t, e.meta, "r"); f != end {
 		t.Fatalf("the stream's tail moved: %d, was %d", f, end)
@@ -196,7 +206,7 @@ func TestRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored, retained, objects := storage(t, e, "r")
-	if stored != retained || objects != 1 {
+	if stored != retained || objects != 0 {
 		t.Fatalf("after the reclaim: %d B stored in %d objects for %d B retained", stored, objects, retained)
 	}
 	if left := entries(t, e); len(left) != 0 {

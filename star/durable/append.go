@@ -180,6 +180,7 @@ func (h *Handler) appendReq(w http.ResponseWriter, r *http.Request, name string)
 		}
 		w.Header().Set(hStreamNext, offsets.Format(ack.End.SeqNum))
 		if closing {
+			h.recordClose(ctx, name, row.Incarnation, ack.End.SeqNum)
 			w.Header().Set(hStreamClosed, "true")
 		}
 		if prod != nil {

@@ -197,7 +197,7 @@ func (h *Handler) existingFork(w http.ResponseWriter, r *http.Request, name stri
 	}
 	if row.ForkedFrom != want.ForkedFrom || row.ForkOffset != want.ForkOffset || row.ForkSub != want.ForkSub ||
 		mediaType(row.ContentType) != mediaType(want.ContentType) || row.HasTTL != want.HasTTL ||
-		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || s.Closed != closed {
+		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || row.RetentionSecs != want.RetentionSecs || s.Closed != closed {
 		httpError(w, http.StatusConflict, "stream exists with a different configuration")
 		return
 	}
@@ -258,7 +258,7 @@ func (h *Handler) subRecords(ctx context.Context, src string, srow *streamRow, p
 // below seq and then tailRecs, and appends the initial body (and marker);
 // it returns the fork's tail.
 func (h *Handler) copyFork(ctx context.Context, src, name string, row *streamRow, seq uint64, tailRecs []api.Record, payload [][]byte, closed bool) (uint64, error) {
-	if _, _, err := h.n.EnsureStream(node.ReplaceDeleting(ctx), h.basin, name, api.StreamConfig{}); err != nil {
+	if _, _, err := h.n.EnsureStream(node.ReplaceDeleting(ctx), h.basin, name, streamConfig(row)); err != nil {
 		return 0, err
 	}
 	h.states.drop(name)

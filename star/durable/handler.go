@@ -500,8 +500,8 @@ const allowMethods = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 // the protocol's request headers, and its response headers exposed. The
 // origin is echoed rather than "*" so credentialed requests work.
 const (
-	corsAllowHeaders  = "Authorization, Content-Type, If-None-Match, Stream-TTL, Stream-Expires-At, Stream-Closed, Stream-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq"
-	corsExposeHeaders = "ETag, Location, Stream-Next-Offset, Stream-Up-To-Date, Stream-Cursor, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-Sse-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Retry-After"
+	corsAllowHeaders  = "Authorization, Content-Type, If-None-Match, Stream-TTL, Stream-Expires-At, Stream-Retention-Seconds, Stream-Closed, Stream-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, Producer-Epoch, Producer-Seq"
+	corsExposeHeaders = "ETag, Location, Stream-Next-Offset, Stream-Up-To-Date, Stream-Cursor, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-Retention-Seconds, Stream-Sse-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Retry-After"
 )
 
 func cors(hd http.Header, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 // The protocol's headers.
 const (
 	hStreamTTL       = "Stream-TTL"
+	hStreamRetention = "Stream-Retention-Seconds" // starlog's: the protocol names none
 	hStreamExpiresAt = "Stream-Expires-At"
 	hStreamClosed    = "Stream-Closed"
 	hStreamNext      = "Stream-Next-Offset"
@@ -74,6 +76,28 @@ func parseStreamTTL(v []string) (uint64, bool) {
 		return 0, false
 	}
 	return parseUintStrict(v[0], MaxStreamTTLSecs)
+}
+
+// parseStreamRetention reads the Stream-Retention-Seconds header's
+// values: one, in Stream-TTL's form, above 0. Any u64 is taken: it is the
+// starlog stream's retention_policy.age, stored as given and applied
+// saturating (api.Seconds), as the S2 API takes an age.
+func parseStreamRetention(v []string) (uint64, bool) {
+	if len(v) != 1 {
+		return 0, false
+	}
+	n, ok := parseUintStrict(v[0], math.MaxUint64)
+	return n, ok && n > 0
+}
+
+// streamConfig is the starlog stream config a Durable Streams row asks
+// for: its retention age when the PUT gave one, else nothing (the basin's
+// default stream config applies).
+func streamConfig(row *streamRow) api.StreamConfig {
+	if row.RetentionSecs == 0 {
+		return api.StreamConfig{}
+	}
+	return api.StreamConfig{RetentionPolicy: &api.RetentionPolicy{AgeSecs: row.RetentionSecs}}
 }
 
 // expired reports whether the row's TTL or expiry has passed; a read or
@@ -164,9 +188,14 @@ func (h *Handler) liveRow(ctx context.Context, w http.ResponseWriter, name strin
 	return row, ver, true
 }
 
+// setTTLHeaders echoes the stream's lifetime headers: TTL or expiry, and
+// the retention age its PUT gave.
 func setTTLHeaders(w http.ResponseWriter, row *streamRow) {
 	if row.HasTTL {
 		w.Header().Set(hStreamTTL, strconv.FormatUint(row.TTLSecs, 10))
+	}
+	if row.RetentionSecs > 0 {
+		w.Header().Set(hStreamRetention, strconv.FormatUint(row.RetentionSecs, 10))
 	}
 	if row.ExpiresAt != "" {
 		w.Header().Set(hStreamExpiresAt, row.ExpiresAt)
@@ -196,6 +225,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, name string) {
 	if want.HasTTL && want.ExpiresAt != "" {
 		httpError(w, http.StatusBadRequest, "Stream-TTL and Stream-Expires-At are exclusive")
 		return
+	}
+	if v := r.Header.Values(hStreamRetention); len(v) > 0 {
+		n, ok := parseStreamRetention(v)
+		if !ok {
+			httpError(w, http.StatusBadRequest, hStreamRetention+" must be one integer of seconds above 0, without sign or leading zeros")
+			return
+		}
+		want.RetentionSecs = n
 	}
 	closed := closedHeader(r)
 	body, ok := readBody(w, r)
@@ -260,12 +297,18 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, name string) {
 func (h *Handler) initStream(ctx context.Context, name string, row *streamRow, payload [][]byte, closed bool) (uint64, error) {
 	// An existing starlog stream (made through the S2 API) keeps its
 	// config and records: this PUT gives it its Durable Streams face.
+	// Its retention age, when the PUT gave one, is set on it either way.
 	if _, err := h.n.CheckTail(ctx, h.basin, name, nil); isStatus(err, http.StatusNotFound) || isStatus(err, http.StatusConflict) {
-		if _, _, err := h.n.EnsureStream(node.ReplaceDeleting(ctx), h.basin, name, api.StreamConfig{}); err != nil {
+		if _, _, err := h.n.EnsureStream(node.ReplaceDeleting(ctx), h.basin, name, streamConfig(row)); err != nil {
 			return 0, err
 		}
 	} else if err != nil {
 		return 0, err
+	} else if row.RetentionSecs > 0 {
+		rp := api.RetentionPolicy{AgeSecs: row.RetentionSecs}
+		if _, err := h.n.ReconfigureStream(ctx, h.basin, name, api.StreamReconfiguration{RetentionPolicy: api.SetTo(rp)}); err != nil {
+			return 0, err
+		}
 	}
 	h.states.drop(name)
 	if len(payload) == 0 && !closed {
@@ -281,6 +324,9 @@ func (h *Handler) initStream(ctx context.Context, name string, row *streamRow, p
 	}, nil)
 	if err != nil {
 		return 0, err
+	}
+	if closed {
+		h.recordClose(ctx, name, row.Incarnation, ack.End.SeqNum)
 	}
 	return ack.End.SeqNum, nil
 }
@@ -311,7 +357,8 @@ func (h *Handler) existing(w http.ResponseWriter, r *http.Request, name string, 
 		return
 	}
 	if mediaType(row.ContentType) != mediaType(want.ContentType) || row.HasTTL != want.HasTTL ||
-		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || s.Closed != closed || row.ForkedFrom != "" {
+		row.TTLSecs != want.TTLSecs || !sameInstant(row.ExpiresAt, want.ExpiresAt) || row.RetentionSecs != want.RetentionSecs ||
+		s.Closed != closed || row.ForkedFrom != "" {
 		httpError(w, http.StatusConflict, "stream exists with a different configuration")
 		return
 	}

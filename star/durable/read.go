@@ -20,11 +20,43 @@ import (
 
 // chunk is what one read found from an offset: payloads of data records,
 // the offset after the records scanned, and whether the closing marker
-// was reached.
+// was reached; skipped and empty say where the read started: above the
+// offset (the records there were trimmed or past retention), or nowhere
+// (no record at all).
 type chunk struct {
 	payload [][]byte
 	next    uint64
 	closed  bool
+	skipped bool
+	empty   bool
+}
+
+// gone reports that a read from seq below the stream's tail found the
+// records at seq removed by retention or a trim: it started above seq, or
+// found nothing below the tail.
+func (c chunk) gone(seq, tail uint64) bool {
+	return seq < tail && !c.closed && (c.skipped || c.empty)
+}
+
+// errGone answers a read at an offset below the retained range (protocol
+// §5.5: 410 Gone).
+const errGone = "offset is before the earliest retained position: retention or a trim removed the records there"
+
+// firstRetained is the seq a read from seq (below tail) starts at: seq
+// itself, or the first record left above it when retention or a trim
+// removed those at seq, or the tail when none is left. One record read.
+func (h *Handler) firstRetained(ctx context.Context, name string, seq, tail uint64) (uint64, error) {
+	if seq >= tail {
+		return seq, nil
+	}
+	b, err := h.n.Read(ctx, h.basin, name, api.ReadRequest{From: api.FromSeqNum, Value: seq, Count: api.Uint64(1)}, nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(b.Records) == 0 {
+		return tail, nil
+	}
+	return b.Records[0].SeqNum, nil
 }
 
 // readFrom reads one batch from seq, waiting up to wait for records when
@@ -38,7 +70,7 @@ func (h *Handler) readFrom(ctx context.Context, name string, seq uint64, wait ti
 	if err != nil {
 		return chunk{}, err
 	}
-	c := chunk{next: seq}
+	c := chunk{next: seq, empty: len(b.Records) == 0, skipped: len(b.Records) > 0 && b.Records[0].SeqNum > seq}
 	for i := range b.Records {
 		rec := &b.Records[i]
 		c.next = rec.SeqNum + 1
@@ -148,6 +180,20 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 		httpError(w, http.StatusBadRequest, "offset is past the stream's tail")
 		return
 	}
+	if live != "" && from < s.Next {
+		// A live read resolves its start first: SSE has answered 200
+		// before its first read.
+		first, err := h.firstRetained(ctx, name, from, s.Next)
+		if err != nil {
+			h.writeErr(w, err)
+			return
+		}
+		if first > from && off != "-1" {
+			httpError(w, http.StatusGone, errGone)
+			return
+		}
+		from = first
+	}
 	w.Header().Set("Content-Type", row.ContentType)
 	switch live {
 	case "sse":
@@ -178,6 +224,16 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, name string) {
 		if c, err = h.readFrom(ctx, name, from, 0); err != nil {
 			h.writeErr(w, err)
 			return
+		}
+		if c.gone(from, s.Next) {
+			if off != "-1" {
+				w.Header().Del("Content-Type")
+				httpError(w, http.StatusGone, errGone)
+				return
+			}
+			if c.empty {
+				c.next = s.Next // every record below the tail is gone: the read starts there
+			}
 		}
 	}
 	h.writeChunk(w, r, &row, s, from, c, "")

@@ -26,8 +26,17 @@ type streamRow struct {
 	TTLSecs uint64 `json:"ttl_secs,omitempty"`
 	HasTTL  bool   `json:"has_ttl,omitempty"`
 	// ExpiresAt is the absolute expiry as the client sent it (RFC 3339).
-	ExpiresAt string    `json:"expires_at,omitempty"`
-	Created   time.Time `json:"created"`
+	ExpiresAt string `json:"expires_at,omitempty"`
+	// RetentionSecs is the retention age its PUT asked for
+	// (Stream-Retention-Seconds; 0: none, the basin's default applies),
+	// set as the starlog stream's retention_policy.age.
+	RetentionSecs uint64 `json:"retention_secs,omitempty"`
+	// ClosedAt is the closed stream's final offset (its closing marker's
+	// seq + 1; 0: not closed, or not recorded yet), copied from the
+	// records once a close is acknowledged or folded (recordClose): the
+	// marker is a record, which retention may remove.
+	ClosedAt uint64    `json:"closed_at,omitempty"`
+	Created  time.Time `json:"created"`
 	// Fork origin: the source's name, the divergence seq and sub-offset
 	// as requested (idempotent PUTs compare them).
 	ForkedFrom   string `json:"forked_from,omitempty"`
@@ -101,6 +110,26 @@ func (h *Handler) putRow(ctx context.Context, name string, row streamRow, cond m
 		err = &metaError{err}
 	}
 	return ver, err
+}
+
+// recordClose copies a stream's closure into its row (ClosedAt = end, the
+// final offset), by CAS, at most a few tries and best effort: the closing
+// marker is in the records until retention removes it, and every fold
+// that finds it closed without the row saying so tries again.
+func (h *Handler) recordClose(ctx context.Context, name, incarnation string, end uint64) {
+	for range 4 {
+		row, ver, err := h.getRow(ctx, name)
+		if err != nil || row.Incarnation != incarnation || row.ClosedAt != 0 {
+			return
+		}
+		row.ClosedAt = end
+		if _, err = h.putRow(ctx, name, row, meta.IfVer(ver)); !errors.Is(err, meta.ErrConditionFailed) {
+			if err != nil {
+				h.log.Debug("closure not recorded in the stream row", "stream", name, "err", err)
+			}
+			return
+		}
+	}
 }
 
 func (h *Handler) deleteRow(ctx context.Context, name string, ver int64) error {

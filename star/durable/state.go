@@ -3,7 +3,6 @@ package durable
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 
@@ -143,13 +142,25 @@ func (h *Handler) fold(ctx context.Context, name string, row *streamRow, anyLead
 			return nil, err
 		}
 		if len(b.Records) == 0 {
-			return nil, fmt.Errorf("durable: fold of %s stopped at %d below the tail %d", name, s.Next, tail)
+			// Retention or a trim removed every record from s.Next to
+			// the tail (the stream keeps its tail): nothing left to fold.
+			s.Next = tail
+			break
 		}
 		s.Apply(b.Records)
 		h.folded.Add(float64(len(b.Records)))
 		if last := b.Records[len(b.Records)-1].SeqNum; last+1 > s.Next {
 			s.Next = last + 1 // records below a trim point are gone
 		}
+	}
+	switch {
+	case !s.Closed && row.ClosedAt > 0 && row.ClosedAt <= s.Next:
+		// The closing marker is gone (retention): the row remembers it.
+		// Who closed it is not kept (a retry of the closing producer's
+		// append is then 409, not its 204).
+		s.Closed, s.CloseSeq = true, row.ClosedAt-1
+	case s.Closed && row.ClosedAt == 0 && !anyLeader:
+		h.recordClose(ctx, name, row.Incarnation, s.End())
 	}
 	h.maybeCheckpoint(name, s)
 	h.states.put(name, s)

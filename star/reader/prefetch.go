@@ -376,6 +376,9 @@ func (p *Prefetch) next(at uint64) (*unit, func(context.Context) ([]format.Recor
 			func(ctx context.Context) ([]format.Record, error) { return p.r.extent(ctx, sp, s) }, true
 	}
 	st := row.Settled
+	if st.Trimmed {
+		return nil, nil, false // no record to read ahead: the reader skips the row
+	}
 	key := SettledKey(p.stream.Basin, p.stream.ID, st.Epoch, st.FirstSeq, st.Revision)
 	f, err := p.r.footer(p.ctx, key, st.Bytes)
 	if err != nil {

@@ -733,3 +733,33 @@ func TestReadWaitsForTheLastBucket(t *testing.T) {
 	fs.SetSlow(expressBuckets[2], 150*time.Millisecond)
 	readSlot(t, f, r, 0)
 }
+
+// A catalog row marked Trimmed (retention or a trim took every record of
+// a stream's greatest catalog row: docs/settle.md, "Retention and trims")
+// keeps only the stream's tail: a read below it starts at its end, never
+// reads its object (reclaimed a grace later), and reads on into the rows
+// that follow.
+func TestReadSkipsTrimmedRow(t *testing.T) {
+	f := newFixture(t)
+	f.recs("s", 30)
+	husk := f.settled("s", 1, 0, 10, 4, 0)
+	husk.Settled.Sealed, husk.Settled.Trimmed = true, true
+	f.putRef("s", husk)
+	if err := f.mem.Bucket(settledBkt).Delete(f.ctx, SettledKey(testBasin, "s", 1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	r := f.reader(Config{})
+	// An emptied stream: nothing below its tail, and the read ends there.
+	res := f.read(r, "s", AtSeq(3), Limits{}, nil)
+	if len(res.Records) != 0 || res.Start != 10 || res.Stop != StopFrontier {
+		t.Fatalf("read of an emptied stream: %d records (%s), start %d, stop %s; want none, start 10, at the frontier",
+			len(res.Records), seqRange(res.Records), res.Start, res.Stop)
+	}
+	// Appended to since: the read starts at the trimmed row's end.
+	f.putRef("s", f.settled("s", 1, 10, 30, 4, 0))
+	res = f.read(r, "s", AtSeq(0), Limits{}, nil)
+	f.want("s", res.Records, 10, 30)
+	if res.Start != 10 {
+		t.Fatalf("start %d, want 10", res.Start)
+	}
+}

@@ -163,6 +163,18 @@ func isStale(row meta.Ref, err error) bool {
 // readRow reads the records of row from the accumulator's next seq on.
 func (w *walk) readRow(ctx context.Context, row meta.Ref) error {
 	a := &w.acc
+	if row.Settled != nil && row.Settled.Trimmed {
+		// Every record of the row is trimmed or past retention; the row
+		// stays for the stream's tail and its object is being reclaimed
+		// (docs/settle.md, "Retention and trims"). A read below it starts
+		// at its end; one that has records ends its batch there.
+		if len(a.recs) > 0 {
+			a.stop = StopBatch
+		} else {
+			a.next = row.EndSeq
+		}
+		return nil
+	}
 	if a.until != nil && row.MinTimestamp >= *a.until {
 		a.stop = StopUntil
 		return nil
