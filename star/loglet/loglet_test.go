@@ -326,16 +326,17 @@ func TestStorageOutageAnswersAppends(t *testing.T) {
 			}
 			// The answered batches were kept and committed: the new append
 			// lands after them, and the rows are dense.
-			if ack.Start.SeqNum != 50 {
-				t.Fatalf("append after the outage at %d, want 50 (the 20 answered batches kept their seq nums)", ack.Start.SeqNum)
+			if want := uint64(10 + 2*len(tickets)); ack.Start.SeqNum != want {
+				t.Fatalf("append after the outage at %d, want %d (the %d answered batches kept their seq nums)", ack.Start.SeqNum, want, len(tickets))
 			}
-			h.checkRows(map[string]uint64{"a": 51})
+			h.checkRows(map[string]uint64{"a": uint64(11 + 2*len(tickets))})
 		})
 	}
 }
 
 // twoZonesDownWithPending acks 5 batches of 2 records on stream "a", takes
-// az2 and az3 down (hanging), and submits 20 more: seqs 10 to 50 pending.
+// az2 and az3 down (hanging), and submits 20 more: seqs 10 to 50 pending
+// (fewer when the class degrades first: then the rest are refused).
 func (h *harness) twoZonesDownWithPending() (*streams.Stream, []*streams.Ticket) {
 	h.t.Helper()
 	s := h.stream("a")
@@ -350,6 +351,11 @@ func (h *harness) twoZonesDownWithPending() (*streams.Stream, []*streams.Ticket)
 	var tickets []*streams.Ticket
 	for i := 5; i < 25; i++ {
 		tk, err := s.Submit(ctx, batch("a", i, 2))
+		if errors.Is(err, loglet.ErrUnavailable) && len(tickets) > 0 {
+			// A loaded machine took past the recovery deadline to submit
+			// them: the class degraded, as it should, with these pending.
+			break
+		}
 		if err != nil {
 			h.t.Fatal(err)
 		}
