@@ -36,6 +36,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	badAcks := r.Acks != -1 && r.Acks != 0 && r.Acks != 1
 	var parts []*pendingPart
+	budget := int64(MaxProduceRecordBytes)
 	for _, t := range r.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
@@ -64,7 +65,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
-			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records)
+			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records, &budget)
 			if pp != nil {
 				pp.rp = rp
 				parts = append(parts, pp)
@@ -118,9 +119,10 @@ func produceCode(err error) int16 {
 // submit decodes one partition's batches and submits them to its stream
 // in chunks of at most one S2 batch (1,000 records, 1 MiB metered): a
 // Kafka batch larger than that is appended as consecutive batches, each
-// atomic. A decode failure appends nothing.
-func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte) (*pendingPart, error) {
-	recs, err := decodeBatches(data)
+// atomic. A decode failure appends nothing. budget is what is left of
+// the request's MaxProduceRecordBytes.
+func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte, budget *int64) (*pendingPart, error) {
+	recs, err := decodeBatches(data, budget)
 	if err != nil {
 		return nil, err
 	}
