@@ -27,12 +27,27 @@ type pendingPart struct {
 	pending []*node.PendingAppend
 }
 
+// produceWait is how long a produce with timeout ms (its TimeoutMillis)
+// waits for durability: that, at most RequestTimeout; no wait when it is
+// zero or negative (Kafka times such a produce out at once).
+func produceWait(ms int32) time.Duration {
+	return min(time.Duration(max(ms, 0))*time.Millisecond, RequestTimeout)
+}
+
 // produce appends each partition's records to its stream and answers
 // once every one is durable: the S2 face's acknowledgement, for acks=-1
 // and acks=1 alike (a star has nothing less durable to acknowledge).
-// acks=0 is appended the same way and answered with nothing, as Kafka
-// answers it.
+// The wait for durability ends at the request's own timeout (from its
+// arrival; produceWait), after which a partition not yet durable is
+// REQUEST_TIMED_OUT. acks=0 is appended the same way and answered with
+// nothing, as Kafka answers it.
 func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Response {
+	waitCtx := ctx
+	if r.Acks != 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, produceWait(r.TimeoutMillis))
+		defer cancel()
+	}
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	badAcks := r.Acks != -1 && r.Acks != 0 && r.Acks != 1
 	var parts []*pendingPart
@@ -78,7 +93,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 	}
 	for _, pp := range parts {
 		for i, p := range pp.pending {
-			ack, err := p.Wait(ctx)
+			ack, err := p.Wait(waitCtx)
 			if err != nil {
 				if pp.rp.ErrorCode == 0 {
 					pp.rp.ErrorCode, pp.rp.ErrorMessage = produceCode(err), msgOf(err)
