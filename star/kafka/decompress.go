@@ -68,8 +68,8 @@ func decompress(src []byte, codec int16, limit int64) ([]byte, error) {
 		// may not ask for a window larger than what it may produce.
 		zr, err := zstd.NewReader(bytes.NewReader(src), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 			zstd.WithDecoderMaxWindow(MaxProduceRecordBytes), zstd.WithDecoderMaxMemory(MaxProduceRecordBytes))
-		if err != nil {
-			return nil, fmt.Errorf("zstd decoder: %w", err)
+		if err != nil { // it may read the first frame's header
+			return nil, decompressErr(err, limit)
 		}
 		defer zr.Close()
 		r = zr
@@ -77,15 +77,22 @@ func decompress(src []byte, codec int16, limit int64) ([]byte, error) {
 		return nil, corrupt("unknown compression codec %d", codec)
 	}
 	out, err := io.ReadAll(io.LimitReader(r, limit+1))
-	switch {
-	case errors.Is(err, zstd.ErrDecoderSizeExceeded), errors.Is(err, zstd.ErrWindowSizeExceeded):
-		return nil, tooLarge(limit)
-	case err != nil:
-		return nil, corrupt("decompression: %v", err)
-	case int64(len(out)) > limit:
+	if err != nil {
+		return nil, decompressErr(err, limit)
+	}
+	if int64(len(out)) > limit {
 		return nil, tooLarge(limit)
 	}
 	return out, nil
+}
+
+// decompressErr classifies a codec's failure: over zstd's bounds is too
+// large, anything else a corrupt batch.
+func decompressErr(err error, limit int64) error {
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return tooLarge(limit)
+	}
+	return corrupt("decompression: %v", err)
 }
 
 // unsnappy decodes a raw snappy block, or the xerial framing of blocks.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -38,5 +39,26 @@ func TestUnsnappyXerialBounded(t *testing.T) {
 	}
 	if _, err := decompress(src[:len(src)-3], codecSnappy, 1<<20); !errors.As(err, &re) || re.code != kerr.CorruptMessage.Code {
 		t.Fatalf("truncated: %v, want CORRUPT_MESSAGE", err)
+	}
+}
+
+// A zstd frame that asks for a window over the bound is refused as too
+// large, whether the decoder finds it opening the stream or reading it.
+func TestUnzstdWindowBounded(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := zstd.NewWriter(&buf, zstd.WithWindowSize(64<<20), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(make([]byte, 20<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = decompress(buf.Bytes(), codecZstd, MaxProduceRecordBytes)
+	var re *recordError
+	if !errors.As(err, &re) || re.code != kerr.MessageTooLarge.Code {
+		t.Fatalf("a 64 MiB window: %v, want MESSAGE_TOO_LARGE", err)
 	}
 }
