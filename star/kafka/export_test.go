@@ -1,7 +1,10 @@
 package kafka
 
 import (
+	"encoding/binary"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/starlog/starlog/shared/api"
 )
@@ -28,4 +31,16 @@ func (s *Server) ExpireTopicCache() {
 		e.at = time.Time{}
 		s.topics.m[k] = e
 	}
+}
+
+// EncodeTestCompressedBatch is a record batch v2 of n records whose
+// record bytes, compressed with codec (kgo.CompressionCodecType's
+// numbering), are records; its length and CRC are set.
+func EncodeTestCompressedBatch(codec int8, n int32, records []byte) []byte {
+	b := kmsg.RecordBatch{Magic: 2, Attributes: int16(codec), LastOffsetDelta: n - 1,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: n, Records: records}
+	raw := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[batchLengthAt:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint32(raw[batchCRCAt:], crcOf(raw))
+	return raw
 }

@@ -103,7 +103,7 @@ func FuzzFrameReader(f *testing.F) {
 			if p, ok := req.(*kmsg.ProduceRequest); ok && servedVersion(0, h.version) && req.ReadFrom(body) == nil {
 				for _, tp := range p.Topics {
 					for _, pp := range tp.Partitions {
-						_, _ = decodeBatches(pp.Records)
+						_, _ = decodeBatches(pp.Records, new(int64(MaxProduceRecordBytes)))
 					}
 				}
 			}
@@ -116,6 +116,6 @@ func FuzzDecodeBatches(f *testing.F) {
 	f.Add(appendBatch(nil, testRecs{{seq: 0, body: "a"}, {seq: 1, key: "k", body: "b"}}.records()))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		_, _ = decodeBatches(in)
+		_, _ = decodeBatches(in, new(int64(MaxProduceRecordBytes)))
 	})
 }

@@ -58,6 +58,13 @@ func startStar(t testing.TB, open bool) *star {
 // changed by opts.
 func startStarOn(t testing.TB, open bool, ms meta.Store, opts ...func(*kafka.Config)) *star {
 	t.Helper()
+	return startStarNode(t, open, ms, nil, opts...)
+}
+
+// startStarNode is startStarOn with the node's config and dependencies
+// changed by nodeOpt too (nil: unchanged).
+func startStarNode(t testing.TB, open bool, ms meta.Store, nodeOpt func(*node.Config, *node.Deps), opts ...func(*kafka.Config)) *star {
+	t.Helper()
 	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,11 @@ func startStarOn(t testing.TB, open bool, ms meta.Store, opts ...func(*kafka.Con
 	cfg.StarID = "kafka-star"
 	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = time.Millisecond, time.Millisecond
 	cfg.DeletionPending = 300 * time.Millisecond
-	n, err := node.Open(context.Background(), cfg, node.Deps{Meta: ms, Objects: objs, Logger: testLog()})
+	deps := node.Deps{Meta: ms, Objects: objs, Logger: testLog()}
+	if nodeOpt != nil {
+		nodeOpt(&cfg, &deps)
+	}
+	n, err := node.Open(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

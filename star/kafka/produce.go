@@ -27,15 +27,31 @@ type pendingPart struct {
 	pending []*node.PendingAppend
 }
 
+// produceWait is how long a produce with timeout ms (its TimeoutMillis)
+// waits for durability: that, at most RequestTimeout; no wait when it is
+// zero or negative (Kafka times such a produce out at once).
+func produceWait(ms int32) time.Duration {
+	return min(time.Duration(max(ms, 0))*time.Millisecond, RequestTimeout)
+}
+
 // produce appends each partition's records to its stream and answers
 // once every one is durable: the S2 face's acknowledgement, for acks=-1
 // and acks=1 alike (a star has nothing less durable to acknowledge).
-// acks=0 is appended the same way and answered with nothing, as Kafka
-// answers it.
+// The wait for durability ends at the request's own timeout (from its
+// arrival; produceWait), after which a partition not yet durable is
+// REQUEST_TIMED_OUT. acks=0 is appended the same way and answered with
+// nothing, as Kafka answers it.
 func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Response {
+	waitCtx := ctx
+	if r.Acks != 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, produceWait(r.TimeoutMillis))
+		defer cancel()
+	}
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	badAcks := r.Acks != -1 && r.Acks != 0 && r.Acks != 1
 	var parts []*pendingPart
+	budget := int64(MaxProduceRecordBytes)
 	for _, t := range r.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
@@ -64,7 +80,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
-			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records)
+			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records, &budget)
 			if pp != nil {
 				pp.rp = rp
 				parts = append(parts, pp)
@@ -77,7 +93,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 	}
 	for _, pp := range parts {
 		for i, p := range pp.pending {
-			ack, err := p.Wait(ctx)
+			ack, err := p.Wait(waitCtx)
 			if err != nil {
 				if pp.rp.ErrorCode == 0 {
 					pp.rp.ErrorCode, pp.rp.ErrorMessage = produceCode(err), msgOf(err)
@@ -118,9 +134,10 @@ func produceCode(err error) int16 {
 // submit decodes one partition's batches and submits them to its stream
 // in chunks of at most one S2 batch (1,000 records, 1 MiB metered): a
 // Kafka batch larger than that is appended as consecutive batches, each
-// atomic. A decode failure appends nothing.
-func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte) (*pendingPart, error) {
-	recs, err := decodeBatches(data)
+// atomic. A decode failure appends nothing. budget is what is left of
+// the request's MaxProduceRecordBytes.
+func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte, budget *int64) (*pendingPart, error) {
+	recs, err := decodeBatches(data, budget)
 	if err != nil {
 		return nil, err
 	}

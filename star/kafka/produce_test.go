@@ -6,10 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/starlog/starlog/shared/objstore/faults"
+	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/kafka"
+	"github.com/starlog/starlog/star/node"
 )
 
 // Records produced with each compression codec read back from the start
@@ -127,5 +131,44 @@ func TestProduceBatchOverOneS2Batch(t *testing.T) {
 			}
 			n++
 		}
+	}
+}
+
+// A produce waits for durability no longer than its own TimeoutMillis:
+// with the Express buckets hanging, a produce with a 200 ms timeout is
+// answered REQUEST_TIMED_OUT well before the face's 30 s bound or the
+// flight's deadline.
+func TestProduceTimeoutBoundsDurabilityWait(t *testing.T) {
+	const flight = 2 * time.Second
+	var objs *faults.Store
+	s := startStarNode(t, true, testsvc.SQLite(t), func(c *node.Config, d *node.Deps) {
+		c.Express.FlightDeadline = flight // the hung flight's end: a failed ack then, and a quick close
+		objs = faults.Wrap(d.Objects)
+		d.Objects = objs
+	})
+	c := s.admin()
+	createTopic(t, c, "slow", 1)
+	buckets := []string{"express-a", "express-b", "express-c"}
+	for _, b := range buckets {
+		objs.SetDown(b, faults.Down{Hang: true})
+	}
+	t.Cleanup(func() { // before the star closes
+		for _, b := range buckets {
+			objs.SetUp(b)
+		}
+	})
+	req := produceReq("slow", -1, kafka.EncodeTestBatch([]byte("late")))
+	req.TimeoutMillis = 200
+	start := time.Now()
+	resp, err := req.RequestWith(ctxT(t), c)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("after %v: %v", took, err)
+	}
+	if rp := resp.Topics[0].Partitions[0]; rp.ErrorCode != kerr.RequestTimedOut.Code {
+		t.Fatalf("code %d (%s) after %v, want REQUEST_TIMED_OUT", rp.ErrorCode, deref(rp.ErrorMessage), took)
+	}
+	if took < 200*time.Millisecond || took >= flight*3/4 {
+		t.Fatalf("answered after %v: want the request's 200 ms timeout", took)
 	}
 }

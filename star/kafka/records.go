@@ -6,7 +6,6 @@ import (
 	"hash/crc32"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/starlog/starlog/shared/api"
@@ -34,10 +33,6 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// decompressor is kgo's own: gzip, snappy (both framings), lz4 and zstd
-// with the libraries franz-go depends on.
-var decompressor = kgo.DefaultDecompressor()
-
 // recordError is a produce partition refused for its records: nothing of
 // it was appended.
 type recordError struct {
@@ -54,8 +49,10 @@ func corrupt(format string, args ...any) *recordError {
 // decodeBatches reads the record batches of one produce partition into
 // starlog records, in order. Only magic 2 is accepted; every batch's CRC
 // is checked; transactional and control batches are refused (no
-// transactions are served).
-func decodeBatches(data []byte) ([]api.Record, error) {
+// transactions are served). The batches' records, decompressed, take
+// from *budget (the bytes left of the request's MaxProduceRecordBytes);
+// past it the partition is refused.
+func decodeBatches(data []byte, budget *int64) ([]api.Record, error) {
 	var out []api.Record
 	for len(data) > 0 {
 		if len(data) < batchHeaderLen {
@@ -80,10 +77,11 @@ func decodeBatches(data []byte) ([]api.Record, error) {
 		if b.Attributes&(attrTransactional|attrControl) != 0 {
 			return nil, &recordError{code: kerr.UnsupportedVersion.Code, msg: "transactional and control batches are not served"}
 		}
-		recs, err := decompressor.Decompress(b.Records, kgo.CompressionCodecType(b.Attributes&attrCompression))
+		recs, err := decompress(b.Records, b.Attributes&attrCompression, *budget)
 		if err != nil {
-			return nil, corrupt("record batch decompression: %v", err)
+			return nil, err
 		}
+		*budget -= int64(len(recs))
 		if out, err = appendRecords(out, &b, recs); err != nil {
 			return nil, err
 		}

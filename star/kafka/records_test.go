@@ -58,7 +58,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	if b.FirstOffset != 10 || b.LastOffsetDelta != 3 || b.NumRecords != 3 || b.FirstTimestamp != 1000 || b.MaxTimestamp != 1005 {
 		t.Fatalf("batch header %+v", b)
 	}
-	out, err := decodeBatches(raw)
+	out, err := decodeBatches(raw, new(int64(MaxProduceRecordBytes)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestDecodeBatchesRefusals(t *testing.T) {
 		{"header with no name", withHeader(""), kerr.InvalidRecord.Code},
 	}
 	for _, tc := range cases {
-		_, err := decodeBatches(tc.in)
+		_, err := decodeBatches(tc.in, new(int64(MaxProduceRecordBytes)))
 		var re *recordError
 		if !errors.As(err, &re) || re.code != tc.code {
 			t.Errorf("%s: %v, want code %d", tc.name, err, tc.code)
