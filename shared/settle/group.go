@@ -106,7 +106,7 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 		m.erasSettled.WithLabelValues(class).Inc()
 	}()
 	now := st.now()
-	rec, err := readEpoch(ctx, st.Meta, job.Chain, job.Epoch)
+	rec, err := ReadEpoch(ctx, st.Meta, job.Chain, job.Epoch)
 	if err != nil {
 		return rep, err
 	}
@@ -409,6 +409,20 @@ func reread(ctx context.Context, st *Stores, era *eraSet, w *streamWork) error {
 	return era.learn(ctx, st.Meta, v.standing)
 }
 
+// ReadRefs reads a stream's ref rows from the greatest down (readRows
+// without their versions).
+func ReadRefs(ctx context.Context, ms meta.Store, id string) ([]meta.Ref, error) {
+	rows, err := readRows(ctx, ms, id)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]meta.Ref, len(rows))
+	for i, r := range rows {
+		refs[i] = r.Ref
+	}
+	return refs, nil
+}
+
 // readRows reads a stream's ref rows from the greatest down to the
 // greatest catalog row (or all when there is none), ascending.
 func readRows(ctx context.Context, ms meta.Store, id string) ([]refRow, error) {
@@ -633,8 +647,8 @@ func forEach(ctx context.Context, n, workers int, fn func(ctx context.Context, i
 	wg.Wait()
 }
 
-// readEpoch reads one epoch record.
-func readEpoch(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (meta.Epoch, error) {
+// ReadEpoch reads one epoch record.
+func ReadEpoch(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (meta.Epoch, error) {
 	k := meta.EpochKey(ch.Star, ch.Class, epoch)
 	it, err := ms.Get(ctx, k.PK, k.SK)
 	if err != nil {
@@ -718,7 +732,7 @@ func resolveMarkers(ctx context.Context, st *Stores, era *eraSet, works []*strea
 // before the markers: a marker is written before the checkpoint passes its
 // pass, so none below the checkpoint read can be missed.
 func advanceFrontier(ctx context.Context, st *Stores, ch ChainRef, epoch uint64) error {
-	e, err := readEpoch(ctx, st.Meta, ch, epoch)
+	e, err := ReadEpoch(ctx, st.Meta, ch, epoch)
 	if err != nil {
 		return err
 	}
