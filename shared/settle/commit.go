@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle/assemble"
@@ -114,7 +113,7 @@ func commitObject(ctx context.Context, st *Stores, cache *jobCache, w *streamWor
 	if straddle != nil {
 		newRefs = append(newRefs, straddle.Ref)
 	}
-	scanned, err := trimThrough(ctx, cache, w.id, newRefs, end)
+	scanned, err := cache.TrimThrough(ctx, w.id, newRefs, end)
 	if err != nil {
 		return err
 	}
@@ -186,50 +185,6 @@ func cumAt(r meta.Ref, at uint64) uint64 {
 		}
 	}
 	return c
-}
-
-// trimThrough is the greatest trim point the trim command records of
-// stream id below seq end set, over the slot refs of span refs refs
-// (0 when there is none). The records come from the fetch cache. A trim
-// command keeps min(point, its seq+1), as the facade applies it.
-func trimThrough(ctx context.Context, cache *jobCache, id string, refs []meta.Ref, end uint64) (uint64, error) {
-	var trim uint64
-	for _, r := range refs {
-		sp := r.Span
-		if sp == nil {
-			continue
-		}
-		for _, sl := range sp.Slots {
-			if sl.FirstSeq >= end {
-				break
-			}
-			ws, err := cache.Get(ctx, slotOf(sp, sl.Slot))
-			if err != nil {
-				return 0, err
-			}
-			xs, err := ws.Blocks(id, sl)
-			if err != nil {
-				return 0, err
-			}
-			for _, x := range xs {
-				b, err := ws.ReadAt(int64(x.Offset), int64(x.Length))
-				if err != nil {
-					return 0, err
-				}
-				recs, _, err := format.DecodeBlock(b)
-				if err != nil {
-					return 0, fmt.Errorf("settle: slot %d: block at %d: %w", sl.Slot, x.Offset, err)
-				}
-				for _, rec := range recs {
-					if rec.SeqNum >= end {
-						break
-					}
-					trim = api.ApplyTrim(trim, rec.Headers, rec.Body, rec.SeqNum)
-				}
-			}
-		}
-	}
-	return trim, nil
 }
 
 // tokenAt is the stream's fencing token after seq at−1, from the bundle

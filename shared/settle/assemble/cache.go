@@ -6,7 +6,8 @@
 // (publish.go) lays an object's pieces out as one PUT or a multipart
 // upload of server-side copies and staged parts, create-once, adopting
 // an object already standing at its key; SettledFooter (footer.go) reads
-// a settled object's footer back. What goes in an object, and committing
+// a settled object's footer back, and TrimThrough (trim.go) the trim
+// commands of the warm bundles. What goes in an object, and committing
 // it to the catalog, stay in shared/settle.
 package assemble
 
