@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 )
 
 // auditorID names the auditor in chain handles: it never mints, and on an
@@ -30,8 +31,8 @@ var ErrHeadEpoch = errors.New("auditjob: epoch is the mint head of a star that m
 // and the epoch is marked settled. Every step is idempotent and
 // CAS-guarded; a settled epoch is a no-op.
 //
-// The steps are settle.Epoch's; SettleEpoch adds the guard. It is
-// settle.Chain restricted to one epoch below the head: settle.Chain also
+// The steps are chainsettle.Epoch's; SettleEpoch adds the guard. It is
+// chainsettle.Chain restricted to one epoch below the head: chainsettle.Chain also
 // fences the head epoch, which must not happen to a live star.
 func SettleEpoch(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoch uint64) error {
 	if st.Meta == nil || st.Objects == nil {
@@ -57,7 +58,7 @@ func SettleEpoch(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epo
 	}
 	abs := &absorb.Absorber{Star: ch.Star, Class: ch.Class, Meta: st.Meta,
 		Rip: st.Config.WithDefaults().Ripening(ch.Class), UpdateEpoch: c.UpdateEpoch}
-	if err := settle.Epoch(ctx, c, abs, epoch); err != nil {
+	if err := chainsettle.Epoch(ctx, c, abs, epoch); err != nil {
 		return fmt.Errorf("auditjob: chain-settle: %w", err)
 	}
 	return nil
@@ -68,7 +69,7 @@ func SettleEpoch(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epo
 // dead-star duty and its settling of a closed star's settle marker. An
 // epoch the head has moved past since the job was queued is settled like
 // any epoch below the head; a head minted since by a later incarnation is
-// left alone (settle.ChainThrough never fences above epoch). The chain's
+// left alone (chainsettle.ChainThrough never fences above epoch). The chain's
 // settle marker, if it names this epoch, is removed afterwards.
 func SettleHead(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoch uint64, owner string) error {
 	if st.Meta == nil || st.Objects == nil {
@@ -94,7 +95,7 @@ func SettleHead(ctx context.Context, st *settle.Stores, ch settle.ChainRef, epoc
 	}
 	abs := &absorb.Absorber{Star: ch.Star, Class: ch.Class, Meta: st.Meta,
 		Rip: st.Config.WithDefaults().Ripening(ch.Class), UpdateEpoch: c.UpdateEpoch}
-	if err := settle.ChainThrough(ctx, c, abs, epoch); err != nil {
+	if err := chainsettle.ChainThrough(ctx, c, abs, epoch); err != nil {
 		return fmt.Errorf("auditjob: chain-settle: %w", err)
 	}
 	return settle.ClearDue(ctx, st.Meta, ch, epoch)

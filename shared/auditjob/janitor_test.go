@@ -19,6 +19,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
 )
@@ -426,7 +427,7 @@ func TestSettleClaimLapses(t *testing.T) {
 	s.checkSettled(t)
 }
 
-// settle.ChainThrough never fences above the epoch it is given: an epoch
+// chainsettle.ChainThrough never fences above the epoch it is given: an epoch
 // a later incarnation minted after the caller judged the chain stays
 // open, while the epochs up to it settle.
 func TestChainThroughLeavesLaterEpoch(t *testing.T) {
@@ -434,7 +435,7 @@ func TestChainThroughLeavesLaterEpoch(t *testing.T) {
 	h := newHalted(t) // epoch 1 halted at cut 5, epoch 2 open
 	abs := &absorb.Absorber{Star: h.ch.Star, Class: h.ch.Class, Meta: h.st.Meta, Rip: h.st.Config.WithDefaults().Ripening(h.ch.Class), UpdateEpoch: h.c.UpdateEpoch}
 	other := chain.New(h.ch.Star, h.ch.Class, "star2:1", h.st.Meta, h.st.Objects)
-	if err := settle.ChainThrough(ctx, other, abs, 1); err != nil {
+	if err := chainsettle.ChainThrough(ctx, other, abs, 1); err != nil {
 		t.Fatal(err)
 	}
 	h.checkSettled(t)

@@ -19,6 +19,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/star/reader"
 )
 
@@ -227,7 +228,7 @@ func TestCrashInALargePassThenOtherBoundaries(t *testing.T) {
 		"walk": func(e *env, _ int) error {
 			succ := chain.New(e.cfg.Star, e.cfg.Class, chain.Incarnation("star2", 1), e.meta, e.objs)
 			abs := &absorb.Absorber{Star: e.cfg.Star, Class: e.cfg.Class, Meta: e.meta, Rip: e.cfg.Ripening, UpdateEpoch: succ.UpdateEpoch}
-			return settle.Epoch(ctx, succ, abs, rc.epoch)
+			return chainsettle.Epoch(ctx, succ, abs, rc.epoch)
 		},
 	}
 	for _, name := range []string{"smaller", "larger", "walk"} {
@@ -549,7 +550,7 @@ func TestPausedLeaderAfterSuccessorSettled(t *testing.T) {
 			// every stream and trims past the grace.
 			succ := chain.New(e.cfg.Star, e.cfg.Class, chain.Incarnation("star2", 1), e.meta, e.objs)
 			abs := &absorb.Absorber{Star: e.cfg.Star, Class: e.cfg.Class, Meta: e.meta, Rip: e.cfg.Ripening, UpdateEpoch: succ.UpdateEpoch}
-			if err := settle.Epoch(ctx, succ, abs, rc.epoch); err != nil {
+			if err := chainsettle.Epoch(ctx, succ, abs, rc.epoch); err != nil {
 				t.Fatalf("successor's chain settlement: %v", err)
 			}
 			settleTrimCheck(t, e, rc.epoch, now)

@@ -6,166 +6,64 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/objstore"
+	"github.com/starlog/starlog/shared/settle/assemble"
 )
 
-// source is where a piece's bytes are: a warm slot (read from scratch,
-// copied from its bucket), an object in storage, or bytes in memory.
-type source struct {
-	bucket, key string
-	off         int64 // of the piece in the source object
-	warm        *warmSlot
-	data        []byte
-}
-
-// publish assembles p's object (one PUT below the part size, else one
-// multipart upload) and publishes it create-once. When the key is already there (a concurrent settler, or an
-// earlier run that crashed before its commit), the standing object's
-// footer is read back and describes the durable bytes instead: they are
-// never replaced.
-func publish(ctx context.Context, st *Stores, cache *fetchCache, w *streamWork, p objPlan) (f format.SettledFooter, size uint64, adopted bool, err error) {
+// publish assembles p's object from the tail's blocks and the items'
+// slot refs (warm in the fetch cache) and publishes it create-once
+// (assemble.Publish); an object already standing at the key is adopted
+// when it is this stream's from p's first seq and begins with the tail's
+// blocks.
+func publish(ctx context.Context, st *Stores, cache *jobCache, w *streamWork, p objPlan) (f format.SettledFooter, size uint64, adopted bool, err error) {
 	key := format.SettledKey(w.basin, w.id, p.epoch, p.first, p.rev)
 	var blocks []format.BlockInfo
-	var pieces []piece
-	var srcs []source
+	var srcs []assemble.Source
 	if t := p.tail; t != nil {
 		for _, e := range t.footer.Entries {
 			blocks = append(blocks, e.BlockInfo())
 		}
-		pieces = append(pieces, piece{n: int64(t.footer.BlocksLen()), copyable: true})
-		srcs = append(srcs, source{bucket: st.SettledBucket, key: t.key})
+		srcs = append(srcs, assemble.Source{Bucket: st.SettledBucket, Key: t.key, N: int64(t.footer.BlocksLen())})
 	}
 	for _, it := range p.items {
-		id := slotID{it.span.Star, it.span.Class, it.span.Epoch, it.sl.Slot}
-		ws, err := cache.get(ctx, id)
+		id := slotOf(it.span, it.sl.Slot)
+		ws, err := cache.Get(ctx, id)
 		if err != nil {
 			return f, 0, false, err
 		}
-		xs, err := ws.blocks(w.id, it.sl)
+		xs, err := ws.Blocks(w.id, it.sl)
 		if err != nil {
 			return f, 0, false, err
 		}
 		for _, x := range xs {
 			blocks = append(blocks, x.BlockInfo())
 		}
-		pieces = append(pieces, piece{n: int64(it.sl.Length), copyable: true})
-		srcs = append(srcs, source{bucket: ws.bucket, key: id.key(), off: int64(it.sl.Offset), warm: ws})
+		srcs = append(srcs, assemble.Source{Bucket: ws.Bucket(), Key: id.Key(), Off: int64(it.sl.Offset), N: int64(it.sl.Length), Warm: ws})
 	}
 	f, err = format.NewSettledFooter(w.id, blocks)
 	if err != nil {
 		return f, 0, false, fmt.Errorf("settle: footer of %s: %w", key, err)
 	}
-	fb, err := format.AppendSettledFooter(nil, f)
+	res, err := assemble.Publish(ctx, st.Objects, st.SettledBucket, key, f, srcs, func(got format.SettledFooter) error {
+		if got.StreamID != w.id || got.FirstSeq != p.first {
+			return fmt.Errorf("%w: %s holds [%d,%d) of %s", ErrRows, key, got.FirstSeq, got.EndSeq, got.StreamID)
+		}
+		if t := p.tail; t != nil && (len(got.Entries) < len(t.footer.Entries) || !slices.Equal(got.Entries[:len(t.footer.Entries)], t.footer.Entries)) {
+			return fmt.Errorf("%w: %s does not begin with the blocks of the tail object %s", ErrRows, key, t.key)
+		}
+		return nil
+	})
 	if err != nil {
-		return f, 0, false, fmt.Errorf("settle: footer of %s: %w", key, err)
+		return f, 0, false, err
 	}
-	pieces = append(pieces, piece{n: int64(len(fb))})
-	srcs = append(srcs, source{data: fb})
-	size = uint64(f.BlocksLen()) + uint64(len(fb))
-
-	b := st.Objects.Bucket(st.SettledBucket)
-	parts := planParts(pieces, objstore.MinPartSize)
-	var copied, staged int64
-	var mp objstore.Multipart
-	if len(parts) == 1 && !parts[0].copy {
-		// Below the part size nothing can be copied server-side: one
-		// create-once PUT instead of a three-request upload (at 10,000
-		// streams most eras settle kilobytes per stream).
-		var body []byte
-		if body, err = partBody(ctx, st, srcs, parts[0]); err != nil {
-			return f, 0, false, fmt.Errorf("settle: body of %s: %w", key, err)
-		}
-		_, err = b.PutIfAbsent(ctx, key, body)
-		staged = int64(len(body))
+	if res.Adopted {
+		w.adopted++
 	} else {
-		if mp, err = b.NewMultipart(ctx, key); err != nil {
-			return f, 0, false, fmt.Errorf("settle: start upload of %s: %w", key, err)
-		}
-		for i, pt := range parts {
-			if pt.copy {
-				s, sg := srcs[pt.segs[0].piece], pt.segs[0]
-				err = mp.AddCopyPart(ctx, s.bucket, s.key, s.off+sg.off, sg.n)
-				copied += sg.n
-			} else {
-				var body []byte
-				if body, err = partBody(ctx, st, srcs, pt); err == nil {
-					err = mp.AddPart(ctx, body)
-					staged += int64(len(body))
-				}
-			}
-			if err != nil {
-				return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: part %d of %s: %w", i+1, key, err))
-			}
-		}
-		_, err = mp.Complete(ctx)
+		w.copied += res.Copied
+		w.staged += res.Staged
 	}
-	switch {
-	case err == nil:
-		w.copied += copied
-		w.staged += staged
-		return f, size, false, nil
-	case errors.Is(err, objstore.ErrExists):
-	case objstore.IsIndefinite(err):
-		// Published or not: the footer read below decides.
-	default:
-		return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: publish %s: %w", key, err))
-	}
-	got, gotSize, ferr := settledFooter(ctx, b, key, 0)
-	if ferr != nil {
-		return f, 0, false, abort(ctx, mp, fmt.Errorf("settle: publish %s: %w; reading the standing object: %w", key, err, ferr))
-	}
-	if got.StreamID != w.id || got.FirstSeq != p.first {
-		return f, 0, false, fmt.Errorf("%w: %s holds [%d,%d) of %s", ErrRows, key, got.FirstSeq, got.EndSeq, got.StreamID)
-	}
-	if t := p.tail; t != nil && (len(got.Entries) < len(t.footer.Entries) || !slices.Equal(got.Entries[:len(t.footer.Entries)], t.footer.Entries)) {
-		return f, 0, false, fmt.Errorf("%w: %s does not begin with the blocks of the tail object %s", ErrRows, key, t.key)
-	}
-	w.adopted++
-	return got, gotSize, true, nil
-}
-
-// abort discards an upload after a failure, keeping the failure (a
-// single PUT, mp nil, has nothing to discard).
-func abort(ctx context.Context, mp objstore.Multipart, cause error) error {
-	if mp == nil {
-		return cause
-	}
-	if err := mp.Abort(ctx); err != nil {
-		return errors.Join(cause, fmt.Errorf("settle: abort upload: %w", err))
-	}
-	return cause
-}
-
-// partBody gathers an uploaded part's bytes: from the fetch cache, from
-// memory, or (a small tail object's blocks) by a ranged GET.
-func partBody(ctx context.Context, st *Stores, srcs []source, pt part) ([]byte, error) {
-	body := make([]byte, 0, pt.size())
-	for _, sg := range pt.segs {
-		s := srcs[sg.piece]
-		switch {
-		case s.data != nil:
-			body = append(body, s.data[sg.off:sg.off+sg.n]...)
-		case s.warm != nil:
-			b, err := s.warm.readAt(s.off+sg.off, sg.n)
-			if err != nil {
-				return nil, err
-			}
-			body = append(body, b...)
-		default:
-			b, err := st.Objects.Bucket(s.bucket).Get(ctx, s.key, s.off+sg.off, sg.n)
-			if err != nil {
-				return nil, fmt.Errorf("settle: read %s/%s [%d,+%d): %w", s.bucket, s.key, s.off+sg.off, sg.n, err)
-			}
-			if int64(len(b)) != sg.n {
-				return nil, fmt.Errorf("settle: read %s/%s [%d,+%d): %w: got %d bytes", s.bucket, s.key, s.off+sg.off, sg.n, format.ErrCorrupt, len(b))
-			}
-			body = append(body, b...)
-		}
-	}
-	return body, nil
+	return res.Footer, res.Size, res.Adopted, nil
 }
 
 // commitObject makes a published object visible and retires what it
@@ -176,7 +74,7 @@ func partBody(ctx context.Context, st *Stores, srcs []source, pt part) ([]byte, 
 // end; (3) delete the covered span refs in ascending order. A lookup
 // between steps meets a surviving span ref (its slots outlive it) or the
 // catalog row. A lost CAS is errRaced.
-func commitObject(ctx context.Context, st *Stores, cache *fetchCache, w *streamWork, p objPlan, f format.SettledFooter, size uint64, adopted bool) error {
+func commitObject(ctx context.Context, st *Stores, cache *jobCache, w *streamWork, p objPlan, f format.SettledFooter, size uint64, adopted bool) error {
 	end := f.EndSeq
 	standing := w.view.standing
 	k := 0
@@ -215,7 +113,7 @@ func commitObject(ctx context.Context, st *Stores, cache *fetchCache, w *streamW
 	if straddle != nil {
 		newRefs = append(newRefs, straddle.Ref)
 	}
-	scanned, err := trimThrough(ctx, cache, w.id, newRefs, end)
+	scanned, err := cache.TrimThrough(ctx, w.id, newRefs, end)
 	if err != nil {
 		return err
 	}
@@ -289,62 +187,18 @@ func cumAt(r meta.Ref, at uint64) uint64 {
 	return c
 }
 
-// trimThrough is the greatest trim point the trim command records of
-// stream id below seq end set, over the slot refs of span refs refs
-// (0 when there is none). The records come from the fetch cache. A trim
-// command keeps min(point, its seq+1), as the facade applies it.
-func trimThrough(ctx context.Context, cache *fetchCache, id string, refs []meta.Ref, end uint64) (uint64, error) {
-	var trim uint64
-	for _, r := range refs {
-		sp := r.Span
-		if sp == nil {
-			continue
-		}
-		for _, sl := range sp.Slots {
-			if sl.FirstSeq >= end {
-				break
-			}
-			ws, err := cache.get(ctx, slotID{sp.Star, sp.Class, sp.Epoch, sl.Slot})
-			if err != nil {
-				return 0, err
-			}
-			xs, err := ws.blocks(id, sl)
-			if err != nil {
-				return 0, err
-			}
-			for _, x := range xs {
-				b, err := ws.readAt(int64(x.Offset), int64(x.Length))
-				if err != nil {
-					return 0, err
-				}
-				recs, _, err := format.DecodeBlock(b)
-				if err != nil {
-					return 0, fmt.Errorf("settle: slot %d: block at %d: %w", sl.Slot, x.Offset, err)
-				}
-				for _, rec := range recs {
-					if rec.SeqNum >= end {
-						break
-					}
-					trim = api.ApplyTrim(trim, rec.Headers, rec.Body, rec.SeqNum)
-				}
-			}
-		}
-	}
-	return trim, nil
-}
-
 // tokenAt is the stream's fencing token after seq at−1, from the bundle
 // footer of the slot holding it.
-func tokenAt(ctx context.Context, cache *fetchCache, id string, sp *meta.Span, at uint64) (string, error) {
+func tokenAt(ctx context.Context, cache *jobCache, id string, sp *meta.Span, at uint64) (string, error) {
 	for _, sl := range sp.Slots {
 		if sl.FirstSeq+sl.Count != at {
 			continue
 		}
-		ws, err := cache.get(ctx, slotID{sp.Star, sp.Class, sp.Epoch, sl.Slot})
+		ws, err := cache.Get(ctx, slotOf(sp, sl.Slot))
 		if err != nil {
 			return "", err
 		}
-		xs, err := ws.blocks(id, sl)
+		xs, err := ws.Blocks(id, sl)
 		if err != nil {
 			return "", err
 		}

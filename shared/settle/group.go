@@ -13,6 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle/assemble"
 )
 
 // Report is what one settle job did.
@@ -105,7 +106,7 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 		m.erasSettled.WithLabelValues(class).Inc()
 	}()
 	now := st.now()
-	rec, err := readEpoch(ctx, st.Meta, job.Chain, job.Epoch)
+	rec, err := ReadEpoch(ctx, st.Meta, job.Chain, job.Epoch)
 	if err != nil {
 		return rep, err
 	}
@@ -245,38 +246,46 @@ func Settle(ctx context.Context, st *Stores, job Job) (rep Report, err error) {
 // ErrScratchBudget: its own window passes the limits).
 func settleBatch(ctx context.Context, st *Stores, job Job, era *eraSet, round []*streamWork, rep *Report) (deferred []*streamWork, err error) {
 	cfg, log := st.cfg(), st.Log()
-	cache, err := newFetchCache(st, job.Chain.Class)
+	only := map[string]bool{}
+	for _, w := range round {
+		only[w.id] = true
+	}
+	class := string(job.Chain.Class)
+	m := st.metrics()
+	fc, err := assemble.New(assemble.Options{Meta: st.Meta, Objects: st.Objects, ScratchDir: cfg.ScratchDir,
+		MaxBytes: cfg.ScratchBytes, MaxFooter: cfg.FooterBytes, Only: only,
+		Warmed: func(n int) {
+			m.bundles.WithLabelValues(class).Inc()
+			m.bundleBytes.WithLabelValues(class).Add(float64(n))
+		}})
 	if err != nil {
 		return nil, err
 	}
+	cache := &jobCache{Cache: fc, class: class}
 	defer func() {
-		if cerr := cache.close(); cerr != nil {
-			log.Warn("settle: removing the fetch cache", "dir", cache.dir, "err", cerr)
+		if cerr := cache.Close(); cerr != nil {
+			log.Warn("settle: removing the fetch cache", "dir", cache.Dir(), "err", cerr)
 		}
 	}()
-	cache.only = map[string]bool{}
-	for _, w := range round {
-		cache.only[w.id] = true
-	}
 	need := neededSlots(era, round)
-	refused := map[slotID]bool{}
+	refused := map[assemble.SlotID]bool{}
 	var mu sync.Mutex
 	forEach(ctx, len(need), cfg.Workers, func(ctx context.Context, i int) {
 		// A failure is not fatal here: the stream that needs the slot tries
 		// once more and fails alone.
-		if _, err := cache.get(ctx, need[i]); err != nil {
+		if _, err := cache.Get(ctx, need[i]); err != nil {
 			if errors.Is(err, ErrScratchBudget) {
 				mu.Lock()
 				refused[need[i]] = true
 				mu.Unlock()
 				return
 			}
-			log.Warn("settle: warming a bundle", "job", job.String(), "slot", need[i].slot, "err", err)
+			log.Warn("settle: warming a bundle", "job", job.String(), "slot", need[i].Slot, "err", err)
 		}
 	})
 	var run []*streamWork
 	for _, w := range round {
-		if len(round) > 1 && len(refused) > 0 && slices.ContainsFunc(neededSlots(era, []*streamWork{w}), func(id slotID) bool { return refused[id] }) {
+		if len(round) > 1 && len(refused) > 0 && slices.ContainsFunc(neededSlots(era, []*streamWork{w}), func(id assemble.SlotID) bool { return refused[id] }) {
 			deferred = append(deferred, w)
 			continue
 		}
@@ -285,23 +294,39 @@ func settleBatch(ctx context.Context, st *Stores, job Job, era *eraSet, round []
 	forEach(ctx, len(run), cfg.Workers, func(ctx context.Context, i int) {
 		run[i].err = settleStream(ctx, st, cache, era, run[i])
 	})
-	cache.mu.Lock()
-	rep.Bundles += cache.bundles
-	rep.BundleBytes += cache.bytes
-	rep.PeakScratch = max(rep.PeakScratch, cache.bytes)
-	rep.PeakFooter = max(rep.PeakFooter, cache.footer)
-	cache.mu.Unlock()
+	held := cache.Stats()
+	rep.Bundles += held.Bundles
+	rep.BundleBytes += held.Bytes
+	rep.PeakScratch = max(rep.PeakScratch, held.Bytes)
+	rep.PeakFooter = max(rep.PeakFooter, held.Footer)
 	return deferred, nil
 }
 
+// jobCache is a settle job's fetch cache, with the chain class its
+// metrics are labelled by.
+type jobCache struct {
+	*assemble.Cache
+	class string
+}
+
+// ErrScratchBudget means a bundle would pass a settle job's scratch or
+// footer-memory limit (Config.ScratchBytes, FooterBytes): assemble's error,
+// named here for settle's callers.
+var ErrScratchBudget = assemble.ErrScratchBudget
+
+// slotOf names slot sl of span ref sp's chain epoch.
+func slotOf(sp *meta.Span, slot uint64) assemble.SlotID {
+	return assemble.SlotID{Star: sp.Star, Class: sp.Class, Epoch: sp.Epoch, Slot: slot}
+}
+
 // neededSlots lists the slots the streams' windows read, ascending.
-func neededSlots(era *eraSet, ws []*streamWork) []slotID {
-	var need []slotID
-	seen := map[slotID]bool{}
+func neededSlots(era *eraSet, ws []*streamWork) []assemble.SlotID {
+	var need []assemble.SlotID
+	seen := map[assemble.SlotID]bool{}
 	for _, w := range ws {
 		for _, r := range era.window(w.view.standing) {
 			for _, sl := range r.Ref.Span.Slots {
-				id := slotID{r.Ref.Span.Star, r.Ref.Span.Class, r.Ref.Span.Epoch, sl.Slot}
+				id := slotOf(r.Ref.Span, sl.Slot)
 				if !seen[id] {
 					seen[id] = true
 					need = append(need, id)
@@ -309,8 +334,8 @@ func neededSlots(era *eraSet, ws []*streamWork) []slotID {
 			}
 		}
 	}
-	slices.SortFunc(need, func(a, b slotID) int {
-		return cmp.Or(cmp.Compare(a.epoch, b.epoch), cmp.Compare(a.slot, b.slot))
+	slices.SortFunc(need, func(a, b assemble.SlotID) int {
+		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Slot, b.Slot))
 	})
 	return need
 }
@@ -321,14 +346,14 @@ func neededSlots(era *eraSet, ws []*streamWork) []slotID {
 // memory, fit the limits; at least one stream. The fetch cache enforces
 // the limits on the real sizes.
 func nextRound(era *eraSet, queue []*streamWork, maxBytes, maxFooter int64) (round, rest []*streamWork) {
-	size := map[slotID]int64{}
+	size := map[assemble.SlotID]int64{}
 	var bytes, footer int64
 	for i, w := range queue {
-		add := map[slotID]int64{}
+		add := map[assemble.SlotID]int64{}
 		var f int64
 		for _, r := range era.window(w.view.standing) {
 			for _, sl := range r.Ref.Span.Slots {
-				id := slotID{r.Ref.Span.Star, r.Ref.Span.Class, r.Ref.Span.Epoch, sl.Slot}
+				id := slotOf(r.Ref.Span, sl.Slot)
 				end := int64(sl.Offset + sl.Length)
 				if end > size[id] && end > add[id] {
 					add[id] = end
@@ -384,6 +409,20 @@ func reread(ctx context.Context, st *Stores, era *eraSet, w *streamWork) error {
 	return era.learn(ctx, st.Meta, v.standing)
 }
 
+// ReadRefs reads a stream's ref rows from the greatest down (readRows
+// without their versions).
+func ReadRefs(ctx context.Context, ms meta.Store, id string) ([]meta.Ref, error) {
+	rows, err := readRows(ctx, ms, id)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]meta.Ref, len(rows))
+	for i, r := range rows {
+		refs[i] = r.Ref
+	}
+	return refs, nil
+}
+
 // readRows reads a stream's ref rows from the greatest down to the
 // greatest catalog row (or all when there is none), ascending.
 func readRows(ctx context.Context, ms meta.Store, id string) ([]refRow, error) {
@@ -418,7 +457,7 @@ func readRows(ctx context.Context, ms meta.Store, id string) ([]refRow, error) {
 }
 
 // settleStream settles a qualifying stream's window, one object per round.
-func settleStream(ctx context.Context, st *Stores, cache *fetchCache, era *eraSet, w *streamWork) error {
+func settleStream(ctx context.Context, st *Stores, cache *jobCache, era *eraSet, w *streamWork) error {
 	for range maxRounds {
 		done, err := settleRound(ctx, st, cache, era, w)
 		if errors.Is(err, errRaced) {
@@ -436,7 +475,7 @@ func settleStream(ctx context.Context, st *Stores, cache *fetchCache, era *eraSe
 
 // settleRound finishes any half-done commit, then assembles and commits
 // the next object of the stream's window; done when the window is empty.
-func settleRound(ctx context.Context, st *Stores, cache *fetchCache, era *eraSet, w *streamWork) (done bool, err error) {
+func settleRound(ctx context.Context, st *Stores, cache *jobCache, era *eraSet, w *streamWork) (done bool, err error) {
 	if err := finishLeftovers(ctx, st, w); err != nil {
 		return false, err
 	}
@@ -577,7 +616,7 @@ func loadTail(ctx context.Context, st *Stores, w *streamWork, outputCap uint64) 
 	}
 	s := b.Ref.Settled
 	key := format.SettledKey(w.basin, w.id, s.Epoch, s.FirstSeq, s.Revision)
-	f, size, err := settledFooter(ctx, st.Objects.Bucket(st.SettledBucket), key, s.Bytes)
+	f, size, err := assemble.SettledFooter(ctx, st.Objects.Bucket(st.SettledBucket), key, s.Bytes)
 	if err != nil {
 		return nil, err
 	}
@@ -608,8 +647,8 @@ func forEach(ctx context.Context, n, workers int, fn func(ctx context.Context, i
 	wg.Wait()
 }
 
-// readEpoch reads one epoch record.
-func readEpoch(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (meta.Epoch, error) {
+// ReadEpoch reads one epoch record.
+func ReadEpoch(ctx context.Context, ms meta.Store, ch ChainRef, epoch uint64) (meta.Epoch, error) {
 	k := meta.EpochKey(ch.Star, ch.Class, epoch)
 	it, err := ms.Get(ctx, k.PK, k.SK)
 	if err != nil {
@@ -693,7 +732,7 @@ func resolveMarkers(ctx context.Context, st *Stores, era *eraSet, works []*strea
 // before the markers: a marker is written before the checkpoint passes its
 // pass, so none below the checkpoint read can be missed.
 func advanceFrontier(ctx context.Context, st *Stores, ch ChainRef, epoch uint64) error {
-	e, err := readEpoch(ctx, st.Meta, ch, epoch)
+	e, err := ReadEpoch(ctx, st.Meta, ch, epoch)
 	if err != nil {
 		return err
 	}

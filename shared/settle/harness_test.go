@@ -27,6 +27,7 @@ import (
 	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
 	"github.com/starlog/starlog/star/facade"
@@ -125,7 +126,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		Config: sc, Metrics: settle.NewMetrics(o.registry), Logger: quietLog()}
 	c := chain.New(e.cfg.Star, e.cfg.Class, e.cfg.Incarnation, e.meta, e.objs)
 	abs := &absorb.Absorber{Star: e.cfg.Star, Class: e.cfg.Class, Meta: e.meta, Rip: e.cfg.Ripening, UpdateEpoch: c.UpdateEpoch}
-	l, err := loglet.Open(context.Background(), e.cfg, c, func(ctx context.Context) error { return settle.Chain(ctx, c, abs) },
+	l, err := loglet.Open(context.Background(), e.cfg, c, func(ctx context.Context) error { return chainsettle.Chain(ctx, c, abs) },
 		loglet.NewMetrics(nil), quietLog())
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 )
 
 // ChainRef names one chain: a star's per-class write log.
@@ -124,7 +125,7 @@ func Do(ctx context.Context, st *Stores, j Job) error {
 func millis(t time.Time) int64 { return t.UnixMilli() }
 
 // RunSettle runs a settle job once at a time per era: it takes the era's
-// in-flight claim (meta.JobClaimKey, a CAS'd row held ClaimTTL past its
+// in-flight claim (meta.JobClaimKey, a CAS'd row held chainsettle.ClaimTTL past its
 // last renewal) and settles; when another run holds the claim it returns
 // ran = false at once, without reading the era: that run is doing the
 // work, and should it fail, the era stays ripe and the next plan queues it
@@ -141,7 +142,7 @@ func RunSettle(ctx context.Context, st *Stores, j Job) (rep Report, ran bool, er
 		return rep, false, err
 	}
 	k := meta.JobClaimKey(j.Chain.Star, j.Chain.Class, j.Epoch, j.From)
-	ran, err = holdClaim(ctx, st.Meta, k, AuditorID+"/"+token(), false, func(ctx context.Context) error {
+	ran, err = chainsettle.HoldClaim(ctx, st.Meta, k, chainsettle.Holder(AuditorID), false, func(ctx context.Context) error {
 		var err error
 		rep, err = Settle(ctx, st, j)
 		return err

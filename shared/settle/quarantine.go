@@ -17,11 +17,10 @@ import (
 // meta.SettleFailPK pins the slots of the markers it rides, the markers
 // resolve without it, and the trim-check retires every slot but the
 // pinned ones, so one bad stream no longer holds back its epoch's trim.
-// Its bytes stay readable from the pinned slots until Retry settles it
-// (or Force finds nothing of it left standing in them).
-
-// ErrNotQuarantined means the stream has no quarantine row.
-var ErrNotQuarantined = errors.New("settle: the stream is not quarantined")
+// Its bytes stay readable from the pinned slots until the operator's
+// Retry settles it (or Force finds nothing of it left standing in them):
+// shared/settle/quarantine, through Failures, PutFailure, SettlePinned,
+// ReadEpoch and ReadRefs below and in group.go.
 
 // failRow is one stream's row of meta.SettleFailPK.
 type failRow struct {
@@ -52,8 +51,21 @@ func readFailures(ctx context.Context, ms meta.Store) (map[string]failRow, error
 	}
 }
 
-// putFail writes a stream's row over the version read (0: absent).
-func putFail(ctx context.Context, ms meta.Store, id string, ver int64, f meta.SettleFail) error {
+// Failures reads every failing stream's row (meta.SettleFailPK), by id.
+func Failures(ctx context.Context, ms meta.Store) (map[string]meta.SettleFail, error) {
+	fails, err := readFailures(ctx, ms)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]meta.SettleFail, len(fails))
+	for id, r := range fails {
+		out[id] = r.f
+	}
+	return out, nil
+}
+
+// PutFailure writes a stream's row over the version read (0: absent).
+func PutFailure(ctx context.Context, ms meta.Store, id string, ver int64, f meta.SettleFail) error {
 	k := meta.SettleFailKey(id)
 	cond := meta.IfAbsent()
 	if ver != 0 {
@@ -94,7 +106,7 @@ func setAside(ctx context.Context, st *Stores, era *eraSet, works []*streamWork,
 		if len(pins) != len(row.f.Pins) {
 			f := row.f
 			f.Pins = pins
-			if err := putFail(ctx, st.Meta, w.id, row.ver, f); err != nil {
+			if err := PutFailure(ctx, st.Meta, w.id, row.ver, f); err != nil {
 				w.err = fmt.Errorf("settle: pin the slots of quarantined stream %s: %w", w.id, err)
 				continue
 			}
@@ -118,7 +130,7 @@ func noteOutcomes(ctx context.Context, st *Stores, era *eraSet, works []*streamW
 			}
 			f := row.f
 			f.Failures++
-			f.Err, f.At = truncate(w.err.Error(), 500), millis(now)
+			f.Err, f.At = FailureText(w.err), millis(now)
 			if w.basin != "" {
 				f.Basin = w.basin
 			}
@@ -126,7 +138,7 @@ func noteOutcomes(ctx context.Context, st *Stores, era *eraSet, works []*streamW
 				f.Quarantined = millis(now)
 				f.Pins = pinsFor(f.Pins, era, w.id)
 			}
-			if err := putFail(ctx, st.Meta, w.id, row.ver, f); err != nil {
+			if err := PutFailure(ctx, st.Meta, w.id, row.ver, f); err != nil {
 				st.Log().Warn("settle: count a failed stream", "stream", w.id, "err", err)
 				continue
 			}
@@ -144,7 +156,10 @@ func noteOutcomes(ctx context.Context, st *Stores, era *eraSet, works []*streamW
 	}
 }
 
-func truncate(s string, n int) string {
+// FailureText is err as a failure row keeps it: its first 500 bytes.
+func FailureText(err error) string {
+	const n = 500
+	s := err.Error()
 	if len(s) <= n {
 		return s
 	}
@@ -201,85 +216,30 @@ func DeleteSlots(ctx context.Context, st *Stores, ch ChainRef, e meta.Epoch, fro
 	return nil
 }
 
-// Quarantined is one quarantined (or failing) stream, for the operator.
-type Quarantined struct {
-	Stream string
-	meta.SettleFail
-}
-
-// ListQuarantine returns the streams with failed settles, quarantined or
-// still counting, by id.
-func ListQuarantine(ctx context.Context, ms meta.Store) ([]Quarantined, error) {
-	fails, err := readFailures(ctx, ms)
+// PublishQuarantine sets the quarantined-streams gauge from the failure
+// rows (one query of a partition that holds the failing streams only).
+func (st *Stores) PublishQuarantine(ctx context.Context) error {
+	fails, err := readFailures(ctx, st.Meta)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]Quarantined, 0, len(fails))
-	for id, r := range fails {
-		out = append(out, Quarantined{Stream: id, SettleFail: r.f})
-	}
-	slices.SortFunc(out, func(a, b Quarantined) int { return cmp.Compare(a.Stream, b.Stream) })
-	return out, nil
-}
-
-// Retry settles a quarantined stream now, over the slots its row pins
-// (each pinned chain epoch as an era of cap-ripe markers naming only it).
-// Success lifts the quarantine and releases the pins (slots the trim-check
-// already passed are deleted here, unless another row pins them); failure
-// leaves it quarantined with the new error.
-func Retry(ctx context.Context, st *Stores, id string) (Report, error) {
-	var rep Report
-	if err := st.Check(); err != nil {
-		return rep, err
-	}
-	k := meta.SettleFailKey(id)
-	it, err := st.Meta.Get(ctx, k.PK, k.SK)
-	if errors.Is(err, meta.ErrNotFound) {
-		return rep, fmt.Errorf("%w: %s", ErrNotQuarantined, id)
-	}
-	if err != nil {
-		return rep, fmt.Errorf("settle: read quarantine of %s: %w", id, err)
-	}
-	var f meta.SettleFail
-	if err := meta.Decode(it.Val, &f); err != nil {
-		return rep, err
-	}
-	now := st.now()
-	var errs []error
-	for _, g := range pinGroups(f.Pins) {
-		if err := retryEra(ctx, st, id, g, now, &rep); err != nil {
-			errs = append(errs, err)
+	n := 0
+	for _, r := range fails {
+		if r.f.Quarantined != 0 {
+			n++
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		f.Err, f.At = truncate(err.Error(), 500), millis(now)
-		if perr := putFail(ctx, st.Meta, id, it.Ver, f); perr != nil {
-			st.Log().Warn("settle: record a failed retry", "stream", id, "err", perr)
-		}
-		return rep, fmt.Errorf("settle: retry %s: %w", id, err)
-	}
-	return rep, release(ctx, st, id, it.Ver, f)
+	st.metrics().quarantinedNow.Set(float64(n))
+	return nil
 }
 
-// pinGroups splits pins by chain epoch, each ascending by slot.
-func pinGroups(pins []meta.SlotPin) [][]meta.SlotPin {
-	var out [][]meta.SlotPin
-	for _, p := range pins {
-		if n := len(out); n > 0 {
-			if q := out[n-1][0]; q.Star == p.Star && q.Class == p.Class && q.Epoch == p.Epoch {
-				out[n-1] = append(out[n-1], p)
-				continue
-			}
-		}
-		out = append(out, []meta.SlotPin{p})
-	}
-	return out
-}
-
-// retryEra settles stream id's window in one pinned chain epoch.
-func retryEra(ctx context.Context, st *Stores, id string, pins []meta.SlotPin, now time.Time, rep *Report) error {
+// SettlePinned settles stream id's window in one pinned chain epoch
+// (pins: one group of a quarantine row's pins, ascending by slot), as an
+// era of cap-ripe markers naming only it: the operator's retry of a
+// quarantined stream.
+func SettlePinned(ctx context.Context, st *Stores, id string, pins []meta.SlotPin, now time.Time, rep *Report) error {
 	ch := ChainRef{Star: pins[0].Star, Class: pins[0].Class}
-	rec, err := readEpoch(ctx, st.Meta, ch, pins[0].Epoch)
+	rec, err := ReadEpoch(ctx, st.Meta, ch, pins[0].Epoch)
 	if err != nil {
 		return err
 	}
@@ -306,101 +266,5 @@ func retryEra(ctx context.Context, st *Stores, id string, pins []meta.SlotPin, n
 	}
 	rep.Settled++
 	rep.Objects += w.objects
-	return nil
-}
-
-// Force lifts a quarantine without a settle: it deletes the row and
-// releases its pins, but only when no standing span ref of the stream
-// rides a pinned slot (the stream is deleted, or its bytes there were
-// settled or trimmed since), so no byte a reader can reach is dropped.
-func Force(ctx context.Context, st *Stores, id string) error {
-	if err := st.Check(); err != nil {
-		return err
-	}
-	k := meta.SettleFailKey(id)
-	it, err := st.Meta.Get(ctx, k.PK, k.SK)
-	if errors.Is(err, meta.ErrNotFound) {
-		return fmt.Errorf("%w: %s", ErrNotQuarantined, id)
-	}
-	if err != nil {
-		return fmt.Errorf("settle: read quarantine of %s: %w", id, err)
-	}
-	var f meta.SettleFail
-	if err := meta.Decode(it.Val, &f); err != nil {
-		return err
-	}
-	alive, _, err := st.Streams.StreamState(ctx, id)
-	if err != nil {
-		return fmt.Errorf("settle: force %s: %w", id, err)
-	}
-	if alive {
-		rows, err := readRows(ctx, st.Meta, id)
-		if err != nil {
-			return fmt.Errorf("settle: force %s: %w", id, err)
-		}
-		for _, r := range rows {
-			sp := r.Ref.Span
-			if sp == nil {
-				continue
-			}
-			for _, sl := range sp.Slots {
-				for _, p := range f.Pins {
-					if p.Star == sp.Star && p.Class == sp.Class && p.Epoch == sp.Epoch && p.From <= sl.Slot && sl.Slot < p.End {
-						return fmt.Errorf("settle: force %s: refused: its span ref at seq %d still reads pinned slot %d of %s/%s epoch %d (retry it instead)",
-							id, r.Ref.FirstSeq, sl.Slot, sp.Star, sp.Class, sp.Epoch)
-					}
-				}
-			}
-		}
-	}
-	return release(ctx, st, id, it.Ver, f)
-}
-
-// release deletes a stream's row (by version) and then the pinned slots
-// the trim-check passed while they were pinned, unless another row pins
-// them; slots above the trimmed cursor are left to the trim-check.
-func release(ctx context.Context, st *Stores, id string, ver int64, f meta.SettleFail) error {
-	k := meta.SettleFailKey(id)
-	if err := st.Meta.Delete(ctx, k.PK, k.SK, meta.IfVer(ver)); err != nil {
-		return fmt.Errorf("settle: lift quarantine of %s: %w", id, err)
-	}
-	fails, err := readFailures(ctx, st.Meta)
-	if err != nil {
-		return err
-	}
-	for _, g := range pinGroups(f.Pins) {
-		ch := ChainRef{Star: g[0].Star, Class: g[0].Class}
-		e, err := readEpoch(ctx, st.Meta, ch, g[0].Epoch)
-		if err != nil {
-			return err
-		}
-		others := pinnedIn(fails, ch, e.Epoch)
-		for _, p := range g {
-			if p.From >= e.Trimmed {
-				continue
-			}
-			if err := DeleteSlots(ctx, st, ch, e, p.From, min(p.End, e.Trimmed), others); err != nil {
-				return err
-			}
-		}
-	}
-	st.Log().Info("settle: quarantine lifted", "stream", id)
-	return nil
-}
-
-// PublishQuarantine sets the quarantined-streams gauge from the failure
-// rows (one query of a partition that holds the failing streams only).
-func (st *Stores) PublishQuarantine(ctx context.Context) error {
-	fails, err := readFailures(ctx, st.Meta)
-	if err != nil {
-		return err
-	}
-	n := 0
-	for _, r := range fails {
-		if r.f.Quarantined != 0 {
-			n++
-		}
-	}
-	st.metrics().quarantinedNow.Set(float64(n))
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/quarantine"
 	"github.com/starlog/starlog/star/reader"
 )
 
@@ -107,7 +108,7 @@ func TestQuarantineLetsTrimProceed(t *testing.T) {
 	if len(errs) == 0 {
 		t.Fatal("first tick: the bad stream's settle did not fail")
 	}
-	q, err := settle.ListQuarantine(ctx, e.meta)
+	q, err := quarantine.List(ctx, e.meta)
 	if err != nil || len(q) != 1 || q[0].Stream != "bad" || q[0].Failures != 1 || q[0].Quarantined != 0 {
 		t.Fatalf("after one failure: %+v, %v; want bad counted once, not quarantined", q, err)
 	}
@@ -122,7 +123,7 @@ func TestQuarantineLetsTrimProceed(t *testing.T) {
 	if quarantined != 1 {
 		t.Fatalf("second tick quarantined %d streams, want 1: %+v", quarantined, reps)
 	}
-	q, err = settle.ListQuarantine(ctx, e.meta)
+	q, err = quarantine.List(ctx, e.meta)
 	if err != nil || len(q) != 1 || q[0].Quarantined == 0 || len(q[0].Pins) == 0 || !strings.Contains(q[0].Err, errInjected.Error()) {
 		t.Fatalf("after two failures: %+v, %v; want bad quarantined with pins and its error", q, err)
 	}
@@ -160,20 +161,20 @@ func TestQuarantineLetsTrimProceed(t *testing.T) {
 	e.checkReads(rd)
 
 	// Retry while still broken: it stays quarantined.
-	if _, err := settle.Retry(ctx, e.st, "bad"); !errors.Is(err, errInjected) {
+	if _, err := quarantine.Retry(ctx, e.st, "bad"); !errors.Is(err, errInjected) {
 		t.Fatalf("retry while broken: %v, want the injected error", err)
 	}
 	// Fixed: force refuses (its span refs still read the pinned slots);
 	// retry settles it and lifts the quarantine.
 	fs.broken.Store(false)
-	if err := settle.Force(ctx, e.st, "bad"); err == nil || !strings.Contains(err.Error(), "refused") {
+	if err := quarantine.Force(ctx, e.st, "bad"); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("force with standing refs in pinned slots: %v, want refused", err)
 	}
-	rep, err := settle.Retry(ctx, e.st, "bad")
+	rep, err := quarantine.Retry(ctx, e.st, "bad")
 	if err != nil || rep.Settled != 1 || rep.Objects == 0 {
 		t.Fatalf("retry: %+v, %v; want the stream settled", rep, err)
 	}
-	if q, err := settle.ListQuarantine(ctx, e.meta); err != nil || len(q) != 0 {
+	if q, err := quarantine.List(ctx, e.meta); err != nil || len(q) != 0 {
 		t.Fatalf("after retry: %+v, %v; want no quarantine", q, err)
 	}
 	if left := slotKeys(t, e); len(left) != 0 {
@@ -184,7 +185,7 @@ func TestQuarantineLetsTrimProceed(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkReads(rd2)
-	if _, err := settle.Retry(ctx, e.st, "bad"); !errors.Is(err, settle.ErrNotQuarantined) {
+	if _, err := quarantine.Retry(ctx, e.st, "bad"); !errors.Is(err, quarantine.ErrNotQuarantined) {
 		t.Fatalf("second retry: %v, want ErrNotQuarantined", err)
 	}
 }

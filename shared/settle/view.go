@@ -165,7 +165,7 @@ func (e *eraSet) learn(ctx context.Context, ms meta.Store, standing []refRow) er
 		if ok {
 			continue
 		}
-		rec, err := readEpoch(ctx, ms, k.ch, k.epoch)
+		rec, err := ReadEpoch(ctx, ms, k.ch, k.epoch)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/star/loglet"
 )
 
@@ -40,7 +41,7 @@ func (ls *Leadership) settleFn(ctx context.Context, key settleKey) error {
 		}
 		// Never fence past the head judged here: an epoch minted since by a
 		// later incarnation (a restart) is that incarnation's to write.
-		if err := settle.ChainThrough(ctx, ch, abs, h.Epoch); err != nil {
+		if err := chainsettle.ChainThrough(ctx, ch, abs, h.Epoch); err != nil {
 			return err
 		}
 		// A marker the closed star left for this epoch is served.

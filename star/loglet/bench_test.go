@@ -17,7 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/objstore/mem"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
@@ -36,7 +36,7 @@ func newRig(b *testing.B, inner objstore.Store, cfg loglet.Config) *benchRig {
 	r := &benchRig{meta: mfaults.New(testsvc.SQLite(b), 1), store: faults.Wrap(inner, faults.WithSeed(7)), cfg: cfg}
 	c := chain.New(cfg.Star, cfg.Class, cfg.Incarnation, r.meta, r.store)
 	abs := &absorb.Absorber{Star: cfg.Star, Class: cfg.Class, Meta: r.meta, Rip: cfg.Ripening, UpdateEpoch: c.UpdateEpoch}
-	l, err := loglet.Open(context.Background(), cfg, c, func(ctx context.Context) error { return settle.Chain(ctx, c, abs) }, nil, quietLog())
+	l, err := loglet.Open(context.Background(), cfg, c, func(ctx context.Context) error { return chainsettle.Chain(ctx, c, abs) }, nil, quietLog())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	mfaults "github.com/starlog/starlog/shared/meta/faults"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/fs"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
 	"github.com/starlog/starlog/star/facade"
@@ -55,7 +55,7 @@ func densityEnv(name string, def int) int {
 // target runs them, else the peak of every row so far) and peak Go heap,
 // and the takeover: once ingest stops the loglet is closed without
 // absorbing (as a kill leaves it) and a successor settles its chain as a
-// node's open gate does (settle.ChainThrough: fence, walk, absorb, probe),
+// node's open gate does (chainsettle.ChainThrough: fence, walk, absorb, probe),
 // timed, with the flights it walked and the metastore writes it made.
 // Object store: a directory store with a 5 ms PUT (not mem: its objects
 // would count in the RSS); metastore: SQLite or DynamoDB Local.
@@ -100,7 +100,7 @@ func densityRun(b *testing.B, backend string, n int) {
 	r.store.SetLatency("std", faults.Constant(5*time.Millisecond))
 	c := chain.New(cfg.Star, cfg.Class, cfg.Incarnation, r.meta, r.store)
 	abs := &absorb.Absorber{Star: cfg.Star, Class: cfg.Class, Meta: r.meta, Rip: cfg.Ripening, UpdateEpoch: c.UpdateEpoch}
-	l, err := loglet.Open(context.Background(), cfg, c, func(ctx context.Context) error { return settle.Chain(ctx, c, abs) }, loglet.NewMetrics(reg), quietLog())
+	l, err := loglet.Open(context.Background(), cfg, c, func(ctx context.Context) error { return chainsettle.Chain(ctx, c, abs) }, loglet.NewMetrics(reg), quietLog())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func densityRun(b *testing.B, backend string, n int) {
 // the chain so: the fence finds the same slots) and times a successor
 // settling the chain as a node's open gate does (Node.settleFn): a chain
 // handle of another star's incarnation, a fresh absorber of the chain's
-// star, settle.ChainThrough up to the head it read. It returns the time,
+// star, chainsettle.ChainThrough up to the head it read. It returns the time,
 // the flights the walk covered (the cut less the checkpoint) and the
 // metastore writes it made.
 func densityTakeover(b *testing.B, l *loglet.Loglet, c *chain.Chain, r *benchRig, cfg loglet.Config) (time.Duration, uint64, int64) {
@@ -293,7 +293,7 @@ func densityTakeover(b *testing.B, l *loglet.Loglet, c *chain.Chain, r *benchRig
 	if err != nil || !ok {
 		b.Fatalf("successor: read the head: %v (found %v)", err, ok)
 	}
-	if err := settle.ChainThrough(ctx, succ, abs, h.Epoch); err != nil {
+	if err := chainsettle.ChainThrough(ctx, succ, abs, h.Epoch); err != nil {
 		b.Fatalf("successor: settle the chain: %v", err)
 	}
 	took := time.Since(start)

@@ -21,7 +21,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/poll"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
 	"github.com/starlog/starlog/star/facade"
@@ -125,7 +125,7 @@ func (h *harness) open() {
 	h.chain.AttemptTimeout = 200 * time.Millisecond
 	h.chain.OwnFenceWait = h.ownFenceWait
 	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: h.chain.UpdateEpoch}
-	l, err := loglet.Open(context.Background(), h.cfg, h.chain, func(ctx context.Context) error { return settle.Chain(ctx, h.chain, abs) }, loglet.NewMetrics(h.reg), quietLog())
+	l, err := loglet.Open(context.Background(), h.cfg, h.chain, func(ctx context.Context) error { return chainsettle.Chain(ctx, h.chain, abs) }, loglet.NewMetrics(h.reg), quietLog())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -5,10 +5,11 @@ import (
 	"fmt"
 
 	"errors"
-	"github.com/prometheus/client_golang/prometheus"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
@@ -17,7 +18,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/poll"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
@@ -156,7 +157,7 @@ func TestZombieLogletIsDeposed(t *testing.T) {
 	}
 	next := chain.New(h.cfg.Star, h.cfg.Class, chain.Incarnation(h.cfg.Star, 2), h.meta, h.store)
 	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: next.UpdateEpoch}
-	if err := settle.Chain(ctx, next, abs); err != nil {
+	if err := chainsettle.Chain(ctx, next, abs); err != nil {
 		t.Fatal(err)
 	}
 	if ep, err := next.Mint(ctx, meta.EpochParams{Buckets: zones, W: 2, Window: 8}); err != nil || ep.Epoch != 2 {
@@ -277,7 +278,7 @@ func (h *harness) denseRows(ids []string) map[string]uint64 {
 	h.loglet.Close()
 	succ := chain.New(h.cfg.Star, h.cfg.Class, chain.Incarnation(h.cfg.Star, 99), h.meta, h.store)
 	abs := &absorb.Absorber{Star: h.cfg.Star, Class: h.cfg.Class, Meta: h.meta, Rip: h.cfg.Ripening, UpdateEpoch: succ.UpdateEpoch}
-	if err := settle.Chain(ctx, succ, abs); err != nil {
+	if err := chainsettle.Chain(ctx, succ, abs); err != nil {
 		h.t.Fatalf("settle: %v", err)
 	}
 	ends := map[string]uint64{}

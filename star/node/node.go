@@ -34,7 +34,7 @@ import (
 	metametrics "github.com/starlog/starlog/shared/meta/metrics"
 	"github.com/starlog/starlog/shared/objstore"
 	objmetrics "github.com/starlog/starlog/shared/objstore/metrics"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
@@ -274,7 +274,7 @@ func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*l
 	ch := chain.New(n.cfg.StarID, class, inc, n.meta, n.objects)
 	settleFn := func(ctx context.Context) error {
 		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: rip, UpdateEpoch: ch.UpdateEpoch}
-		return settle.Chain(ctx, ch, abs)
+		return chainsettle.Chain(ctx, ch, abs)
 	}
 	lcfg := loglet.Config{
 		Star:            n.cfg.StarID,

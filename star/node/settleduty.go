@@ -8,7 +8,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 )
 
 // The settle duties of a star leaving (docs/design.md §9): a graceful close
@@ -53,7 +53,7 @@ func (n *Node) settleOwn(ctx context.Context) error {
 		l.Close()
 		ch := chain.New(n.cfg.StarID, class, me, n.meta, n.objects)
 		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: n.cfg.ripening(class), UpdateEpoch: ch.UpdateEpoch}
-		if err := settle.ChainThrough(ctx, ch, abs, l.Epoch()); err != nil {
+		if err := chainsettle.ChainThrough(ctx, ch, abs, l.Epoch()); err != nil {
 			return fmt.Errorf("decommission: settle own %s chain: %w", class, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/starlog/starlog/shared/auditjob/awsenv"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/quarantine"
 )
 
 // Settle is `star settle`: operator commands on the auditor's state,
@@ -100,7 +101,7 @@ STARLOG_STANDARD_BUCKETS, ...).`,
 		Args:  cobra.NoArgs,
 	}
 	list.RunE = run(func(ctx context.Context, st *settle.Stores, out io.Writer) error {
-		qs, err := settle.ListQuarantine(ctx, st.Meta)
+		qs, err := quarantine.List(ctx, st.Meta)
 		if err != nil {
 			return err
 		}
@@ -110,7 +111,7 @@ STARLOG_STANDARD_BUCKETS, ...).`,
 	retry := &cobra.Command{Use: "retry <stream-id>", Short: "Settle a quarantined stream now", Args: cobra.ExactArgs(1),
 		PreRun: func(_ *cobra.Command, args []string) { id = args[0] }}
 	retry.RunE = run(func(ctx context.Context, st *settle.Stores, out io.Writer) error {
-		rep, err := settle.Retry(ctx, st, id)
+		rep, err := quarantine.Retry(ctx, st, id)
 		if err != nil {
 			return err
 		}
@@ -120,8 +121,8 @@ STARLOG_STANDARD_BUCKETS, ...).`,
 	force := &cobra.Command{Use: "force <stream-id>", Short: "Lift a quarantine without a settle (refused while its bytes need the pins)", Args: cobra.ExactArgs(1),
 		PreRun: func(_ *cobra.Command, args []string) { id = args[0] }}
 	force.RunE = run(func(ctx context.Context, st *settle.Stores, out io.Writer) error {
-		if err := settle.Force(ctx, st, id); err != nil {
-			if errors.Is(err, settle.ErrNotQuarantined) {
+		if err := quarantine.Force(ctx, st, id); err != nil {
+			if errors.Is(err, quarantine.ErrNotQuarantined) {
 				return err
 			}
 			return fmt.Errorf("%w\n(retry the stream, or delete it, first)", err)
@@ -138,7 +139,7 @@ STARLOG_STANDARD_BUCKETS, ...).`,
 	return withEnv(cmd)
 }
 
-func printQuarantine(out io.Writer, qs []settle.Quarantined) error {
+func printQuarantine(out io.Writer, qs []quarantine.Quarantined) error {
 	if len(qs) == 0 {
 		fmt.Fprintln(out, "no failing streams")
 		return nil

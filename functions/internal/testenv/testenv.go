@@ -30,6 +30,7 @@ import (
 	s3store "github.com/starlog/starlog/shared/objstore/s3"
 	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
@@ -114,7 +115,7 @@ func New(t testing.TB, dyn *testsvc.SharedDynamo) *Env {
 	}
 	c := chain.New(cfg.Star, cfg.Class, cfg.Incarnation, e.Meta, e.Objects)
 	abs := &absorb.Absorber{Star: cfg.Star, Class: cfg.Class, Meta: e.Meta, Rip: cfg.Ripening, UpdateEpoch: c.UpdateEpoch}
-	l, err := loglet.Open(ctx, cfg, c, func(ctx context.Context) error { return settle.Chain(ctx, c, abs) }, loglet.NewMetrics(nil), Log())
+	l, err := loglet.Open(ctx, cfg, c, func(ctx context.Context) error { return chainsettle.Chain(ctx, c, abs) }, loglet.NewMetrics(nil), Log())
 	if err != nil {
 		t.Fatal(err)
 	}

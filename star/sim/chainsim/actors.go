@@ -11,7 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/chainsettle"
 )
 
 // role is what an actor does.
@@ -173,7 +173,7 @@ func (s *Sim) startWriter() *actor {
 				if err != nil {
 					return err
 				}
-				return settle.Chain(ctx, c, abs)
+				return chainsettle.Chain(ctx, c, abs)
 			},
 			NewAbsorber: func() *absorb.Absorber {
 				return &absorb.Absorber{Star: chainStar, Class: chainClass, Meta: metaView(s, a), UpdateEpoch: c.UpdateEpoch, Concurrency: 4,
@@ -219,7 +219,7 @@ func (s *Sim) settleOnce(ctx context.Context, a *actor, c *chain.Chain) error {
 	if err != nil {
 		return err
 	}
-	return settle.ChainThrough(ctx, c, abs, h.Epoch)
+	return chainsettle.ChainThrough(ctx, c, abs, h.Epoch)
 }
 
 // isUndecidable reports the fence's typed refusal to guess.

@@ -38,7 +38,7 @@ type WriterEnv struct {
 	MaxRecords  int              // records per batch, at most
 	Rand        *rand.Rand       // this actor's own randomness (batch shapes, pacing)
 	// Settle restores "rows cover every acknowledged byte" on the chain
-	// before a mint: settle.Chain with a fresh absorber (what the node
+	// before a mint: chainsettle.Chain with a fresh absorber (what the node
 	// hands loglet.Open).
 	Settle func(context.Context) error
 	// NewAbsorber returns an absorber on Meta for the live absorb.

@@ -1,4 +1,4 @@
-package settle
+package chainsettle
 
 import (
 	"context"
@@ -30,18 +30,20 @@ const (
 // (its holder died; clocks disagree) costs a duplicate walk, never a
 // wrong row.
 func serialised(ctx context.Context, c *chain.Chain, fn func(context.Context) error) error {
-	ran, err := holdClaim(ctx, c.Meta, meta.SettleClaimKey(c.Star, c.Class), c.Me+"/"+token(), true, fn)
+	ran, err := HoldClaim(ctx, c.Meta, meta.SettleClaimKey(c.Star, c.Class), Holder(c.Me), true, fn)
 	if err != nil && !ran {
 		return fmt.Errorf("settle %s/%s: %w", c.Star, c.Class, err)
 	}
 	return err
 }
 
-// holdClaim runs fn while holding the claim row at k, renewing it in the
+// HoldClaim runs fn while holding the claim row at k, renewing it in the
 // background and deleting it after. With wait it polls while another
 // holder has the claim; without, it returns ran = false at once (the
-// other holder is doing the work).
-func holdClaim(ctx context.Context, ms meta.Store, k meta.Key, holder string, wait bool, fn func(context.Context) error) (ran bool, err error) {
+// other holder is doing the work). holder names the claimant (Holder).
+// shared/settle's era jobs hold their in-flight claim (meta.JobClaimKey)
+// through it too.
+func HoldClaim(ctx context.Context, ms meta.Store, k meta.Key, holder string, wait bool, fn func(context.Context) error) (ran bool, err error) {
 	ver, ok, err := acquireClaim(ctx, ms, k, holder, wait)
 	if err != nil {
 		return false, fmt.Errorf("claim: %w", err)
@@ -129,8 +131,11 @@ func claimUntil(holder string) meta.SettleClaim {
 	return meta.SettleClaim{Holder: holder, Until: time.Now().Add(ClaimTTL).UnixMilli()}
 }
 
-// token tells apart two settlers of one actor id (two jobs of one
-// auditor process, two gate runs of one star).
+// Holder is a claimant's name: the actor id and a random token, which
+// tells apart two settlers of one actor id (two jobs of one auditor
+// process, two gate runs of one star).
+func Holder(id string) string { return id + "/" + token() }
+
 func token() string {
 	var b [6]byte
 	rand.Read(b[:])

@@ -1,4 +1,15 @@
-package settle
+// Package assemble builds a settle job's settled objects: the fetch
+// cache (cache.go) reads each transit bundle the job needs once, from the
+// first bucket of its epoch's set that holds a good copy, verifies it,
+// keeps it on scratch under the job's limits (bundle bytes, footer-entry
+// memory) and serves one stream's blocks of a slot ref from disk; Publish
+// (publish.go) lays an object's pieces out as one PUT or a multipart
+// upload of server-side copies and staged parts, create-once, adopting
+// an object already standing at its key; SettledFooter (footer.go) reads
+// a settled object's footer back, and TrimThrough (trim.go) the trim
+// commands of the warm bundles. What goes in an object, and committing
+// it to the catalog, stay in shared/settle.
+package assemble
 
 import (
 	"context"
@@ -17,19 +28,20 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 )
 
-// slotID names one slot of one chain epoch.
-type slotID struct {
-	star  string
-	class meta.Class
-	epoch uint64
-	slot  uint64
+// SlotID names one slot of one chain epoch.
+type SlotID struct {
+	Star  string
+	Class meta.Class
+	Epoch uint64
+	Slot  uint64
 }
 
-func (s slotID) key() string { return chain.SlotKey(s.star, s.class, s.epoch, s.slot) }
+// Key is the slot's object key.
+func (s SlotID) Key() string { return chain.SlotKey(s.Star, s.Class, s.Epoch, s.Slot) }
 
-// warmSlot is a bundle in the fetch cache: verified, on local disk, with
+// Slot is a bundle in the fetch cache: verified, on local disk, with
 // its footer indexed by stream.
-type warmSlot struct {
+type Slot struct {
 	ready chan struct{}
 	err   error
 
@@ -40,8 +52,11 @@ type warmSlot struct {
 	extents map[string][]format.Extent
 }
 
-// readAt reads n bytes at object offset off.
-func (w *warmSlot) readAt(off, n int64) ([]byte, error) {
+// Bucket is the bucket the verified copy came from: a copy source.
+func (w *Slot) Bucket() string { return w.bucket }
+
+// ReadAt reads n bytes at object offset off.
+func (w *Slot) ReadAt(off, n int64) ([]byte, error) {
 	b := make([]byte, n)
 	if _, err := w.file.ReadAt(b, off); err != nil {
 		return nil, fmt.Errorf("settle: fetch cache read [%d,+%d): %w", off, n, err)
@@ -49,8 +64,8 @@ func (w *warmSlot) readAt(off, n int64) ([]byte, error) {
 	return b, nil
 }
 
-// blocks returns the extents of stream id that tile slot ref sl exactly.
-func (w *warmSlot) blocks(id string, sl meta.SlotRef) ([]format.Extent, error) {
+// Blocks returns the extents of stream id that tile slot ref sl exactly.
+func (w *Slot) Blocks(id string, sl meta.SlotRef) ([]format.Extent, error) {
 	xs := w.extents[id]
 	i := sort.Search(len(xs), func(i int) bool { return xs[i].Offset >= sl.Offset })
 	off, seq := sl.Offset, sl.FirstSeq
@@ -75,15 +90,15 @@ type epochInfo struct {
 	nonce   format.Nonce
 }
 
-// fetchCache warms bundles into a scratch directory, each read once
+// Cache warms bundles into a scratch directory, each read once
 // however many streams need it, and serves ranges from disk.
-type fetchCache struct {
+type Cache struct {
 	dir     string
-	st      *Stores
-	m       *Metrics
-	class   string
+	meta    meta.Store
+	objects objstore.Store
+	warmed  func(bytes int)
 	mu      sync.Mutex
-	slots   map[slotID]*warmSlot
+	slots   map[SlotID]*Slot
 	epochs  map[string]epochInfo
 	bytes   int64 // bundle bytes read (and held on scratch)
 	bundles int
@@ -106,18 +121,50 @@ func extentMem(x format.Extent) int64 {
 	return int64(unsafe.Sizeof(x)) + int64(len(x.StreamID)+len(x.FencingToken))
 }
 
-func newFetchCache(st *Stores, class meta.Class) (*fetchCache, error) {
-	dir, err := os.MkdirTemp(st.cfg().ScratchDir, "settle-*")
+// Options are a cache's stores, scratch and limits.
+type Options struct {
+	Meta    meta.Store     // the epoch records (bucket set, nonce)
+	Objects objstore.Store // the transit buckets
+	// ScratchDir holds the cache's own temporary directory ("": the
+	// system's); MaxBytes and MaxFooter bound the bundle bytes on scratch
+	// and the footer-entry memory (a bundle past either: ErrScratchBudget).
+	ScratchDir          string
+	MaxBytes, MaxFooter int64
+	// Only, when not nil, names the streams whose extents are indexed.
+	Only map[string]bool
+	// Warmed, when not nil, is told the size of each bundle read.
+	Warmed func(bytes int)
+}
+
+// New makes a cache in a fresh directory under o.ScratchDir.
+func New(o Options) (*Cache, error) {
+	dir, err := os.MkdirTemp(o.ScratchDir, "settle-*")
 	if err != nil {
 		return nil, fmt.Errorf("settle: fetch cache: %w", err)
 	}
-	cfg := st.cfg()
-	return &fetchCache{dir: dir, st: st, m: st.metrics(), class: string(class), slots: map[slotID]*warmSlot{}, epochs: map[string]epochInfo{},
-		maxBytes: cfg.ScratchBytes, maxFooter: cfg.FooterBytes}, nil
+	return &Cache{dir: dir, meta: o.Meta, objects: o.Objects, warmed: o.Warmed, slots: map[SlotID]*Slot{}, epochs: map[string]epochInfo{},
+		maxBytes: o.MaxBytes, maxFooter: o.MaxFooter, only: o.Only}, nil
 }
 
-// close removes the scratch directory.
-func (c *fetchCache) close() error {
+// Dir is the cache's scratch directory.
+func (c *Cache) Dir() string { return c.dir }
+
+// Stats are the bundles the cache holds, their bytes on scratch and the
+// memory of their indexed footer entries.
+type Stats struct {
+	Bundles       int
+	Bytes, Footer int64
+}
+
+// Stats reads the cache's holdings.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Bundles: c.bundles, Bytes: c.bytes, Footer: c.footer}
+}
+
+// Close removes the scratch directory.
+func (c *Cache) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, w := range c.slots {
@@ -133,7 +180,7 @@ func (c *fetchCache) close() error {
 }
 
 // epoch reads (once) the bucket set and nonce of a chain epoch.
-func (c *fetchCache) epoch(ctx context.Context, star string, class meta.Class, epoch uint64) (epochInfo, error) {
+func (c *Cache) epoch(ctx context.Context, star string, class meta.Class, epoch uint64) (epochInfo, error) {
 	k := meta.EpochKey(star, class, epoch)
 	c.mu.Lock()
 	info, ok := c.epochs[k.PK+k.SK]
@@ -141,7 +188,7 @@ func (c *fetchCache) epoch(ctx context.Context, star string, class meta.Class, e
 	if ok {
 		return info, nil
 	}
-	it, err := c.st.Meta.Get(ctx, k.PK, k.SK)
+	it, err := c.meta.Get(ctx, k.PK, k.SK)
 	if err != nil {
 		return info, fmt.Errorf("settle: epoch record %s/%s: %w", k.PK, k.SK, err)
 	}
@@ -163,12 +210,12 @@ func (c *fetchCache) epoch(ctx context.Context, star string, class meta.Class, e
 	return info, nil
 }
 
-// get returns the warm slot, reading it first if no one has.
-func (c *fetchCache) get(ctx context.Context, id slotID) (*warmSlot, error) {
+// Get returns the warm slot, reading it first if no one has.
+func (c *Cache) Get(ctx context.Context, id SlotID) (*Slot, error) {
 	c.mu.Lock()
 	w, ok := c.slots[id]
 	if !ok {
-		w = &warmSlot{ready: make(chan struct{})}
+		w = &Slot{ready: make(chan struct{})}
 		c.slots[id] = w
 	}
 	c.mu.Unlock()
@@ -195,16 +242,16 @@ func (c *fetchCache) get(ctx context.Context, id slotID) (*warmSlot, error) {
 // warm reads the whole bundle from the first bucket of the set holding a
 // good copy (its epoch, slot and nonce, every block's CRC), writes it to
 // scratch, and indexes its footer.
-func (c *fetchCache) warm(ctx context.Context, id slotID, w *warmSlot) error {
-	info, err := c.epoch(ctx, id.star, id.class, id.epoch)
+func (c *Cache) warm(ctx context.Context, id SlotID, w *Slot) error {
+	info, err := c.epoch(ctx, id.Star, id.Class, id.Epoch)
 	if err != nil {
 		return err
 	}
-	key := id.key()
+	key := id.Key()
 	var errs []error
 	for i := range info.buckets {
-		name := info.buckets[(int(id.slot)+i)%len(info.buckets)] // spread reads over the set
-		body, err := c.st.Objects.Bucket(name).Get(ctx, key, 0, -1)
+		name := info.buckets[(int(id.Slot)+i)%len(info.buckets)] // spread reads over the set
+		body, err := c.objects.Bucket(name).Get(ctx, key, 0, -1)
 		if err == nil {
 			err = c.accept(id, info.nonce, name, body, w)
 		}
@@ -222,12 +269,12 @@ func (c *fetchCache) warm(ctx context.Context, id slotID, w *warmSlot) error {
 	return fmt.Errorf("settle: warm slot %s: no good copy in the set: %w", key, errors.Join(errs...))
 }
 
-func (c *fetchCache) accept(id slotID, nonce format.Nonce, bucket string, body []byte, w *warmSlot) error {
+func (c *Cache) accept(id SlotID, nonce format.Nonce, bucket string, body []byte, w *Slot) error {
 	env, f, err := format.VerifyBundle(body)
 	if err != nil {
 		return err
 	}
-	if env.Epoch != id.epoch || env.Slot != id.slot || env.Nonce != nonce {
+	if env.Epoch != id.Epoch || env.Slot != id.Slot || env.Nonce != nonce {
 		return fmt.Errorf("%w: envelope names epoch %d slot %d, not this epoch's flight", format.ErrCorrupt, env.Epoch, env.Slot)
 	}
 	var footer int64
@@ -243,7 +290,7 @@ func (c *fetchCache) accept(id slotID, nonce format.Nonce, bucket string, body [
 		held, heldF := c.bytes, c.footer
 		c.mu.Unlock()
 		return fmt.Errorf("%w: slot %d (%d bytes, %d of footer entries) on top of %d bytes and %d of entries held (limits %d, %d)",
-			ErrScratchBudget, id.slot, len(body), footer, held, heldF, c.maxBytes, c.maxFooter)
+			ErrScratchBudget, id.Slot, len(body), footer, held, heldF, c.maxBytes, c.maxFooter)
 	}
 	c.bytes += int64(len(body))
 	c.footer += footer
@@ -256,7 +303,7 @@ func (c *fetchCache) accept(id slotID, nonce format.Nonce, bucket string, body [
 		c.bundles--
 		c.mu.Unlock()
 	}
-	path := filepath.Join(c.dir, strconv.FormatUint(id.epoch, 10)+"-"+strconv.FormatUint(id.slot, 10)+"-"+id.star+"-"+string(id.class))
+	path := filepath.Join(c.dir, strconv.FormatUint(id.Epoch, 10)+"-"+strconv.FormatUint(id.Slot, 10)+"-"+id.Star+"-"+string(id.Class))
 	if err := os.WriteFile(path, body, 0o600); err != nil {
 		unreserve()
 		return fmt.Errorf("settle: fetch cache: %w", err)
@@ -273,50 +320,8 @@ func (c *fetchCache) accept(id slotID, nonce format.Nonce, bucket string, body [
 			w.extents[x.StreamID] = append(w.extents[x.StreamID], x)
 		}
 	}
-	c.m.bundles.WithLabelValues(c.class).Inc()
-	c.m.bundleBytes.WithLabelValues(c.class).Add(float64(len(body)))
+	if c.warmed != nil {
+		c.warmed(len(body))
+	}
 	return nil
-}
-
-// settledFooter reads the footer of a settled object in bucket b (size 0:
-// unknown, one HEAD finds it): a suffix GET, and a second GET when the
-// footer is larger than the suffix.
-func settledFooter(ctx context.Context, b objstore.Bucket, key string, size uint64) (format.SettledFooter, uint64, error) {
-	fail := func(err error) (format.SettledFooter, uint64, error) {
-		return format.SettledFooter{}, 0, fmt.Errorf("settle: footer of %s/%s: %w", b.Name(), key, err)
-	}
-	if size == 0 {
-		info, err := b.Head(ctx, key)
-		if err != nil {
-			return fail(err)
-		}
-		size = uint64(info.Size)
-	}
-	const suffix = 64 << 10
-	n := min(size, suffix)
-	tail, err := b.Get(ctx, key, int64(size-n), int64(n))
-	if err != nil {
-		return fail(err)
-	}
-	if uint64(len(tail)) != n {
-		return fail(fmt.Errorf("%w: object shorter than %d bytes", format.ErrCorrupt, size))
-	}
-	off, flen, err := format.LocateSettledFooter(size, tail)
-	if err != nil {
-		return fail(err)
-	}
-	var fb []byte
-	if uint64(flen)+format.SettledTrailerSize <= n {
-		fb = tail[n-format.SettledTrailerSize-uint64(flen) : n-format.SettledTrailerSize]
-	} else if fb, err = b.Get(ctx, key, int64(off), int64(flen)); err != nil {
-		return fail(err)
-	}
-	f, err := format.DecodeSettledFooter(fb)
-	if err != nil {
-		return fail(err)
-	}
-	if f.BlocksLen() != off {
-		return fail(fmt.Errorf("%w: blocks end at %d, footer starts at %d", format.ErrCorrupt, f.BlocksLen(), off))
-	}
-	return f, size, nil
 }

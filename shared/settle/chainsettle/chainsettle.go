@@ -1,12 +1,12 @@
-// Package settle holds the auditor's settling: chain settlement (fence,
-// walk, absorb, probe, mark settled), the plan (read each chain, then
-// PlanOf, which is pure), group settle and catalog commit, and the
-// quarantine of streams that keep failing. What settling leaves to delete
-// (slots, superseded and trimmed objects, deleted streams) is
-// shared/reclaim's, which runs on the Stores and Metrics defined here.
-// Every job is a function of the stores, idempotent and safe to run twice
-// at once.
-package settle
+// Package chainsettle settles a chain whose writer is gone (a dead or
+// stopped star, or a restarting one settling its own): fence each
+// unsettled epoch to its cut, walk the committed slots through the same
+// absorb consumer the live leader uses, make the garbage window dead, and
+// mark the epoch settled. Concurrent settlers of one chain take turns on
+// its settle claim (claim.go), the CAS'd row shared/settle's jobs also
+// hold per era. Group settle, the plan and quarantine stay in
+// shared/settle, which runs after this has restored the refs.
+package chainsettle
 
 import (
 	"context"
