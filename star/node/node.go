@@ -4,8 +4,8 @@
 // its chain), keeps basins and streams in the metastore (star/catalog,
 // embedded: its resource API is the node's), leads streams (star/lead
 // decides; the node holds their slots and sequences their appends through
-// the facade and the loglet) and serves reads through star/reader and the
-// loglets' flight indexes.
+// the facade and the loglet) and opens reads on the streams it leads (the
+// cursor is star/reader's, over the loglets' flight indexes).
 //
 // Layering: star/catalog below star/lead below star/node; neither of the
 // two imports the node (the catalog asks it through catalog.Leader).
