@@ -50,7 +50,7 @@ type ReadOptions struct {
 // CheckTail returns a stream's durable tail: one past its last
 // acknowledged record, with that record's timestamp (0, 0 when empty).
 func (n *Node) CheckTail(ctx context.Context, basin, name string, create *api.StreamConfig) (api.StreamPosition, error) {
-	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: create})
+	b, e, err := n.cat.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: create})
 	if err != nil {
 		return api.StreamPosition{}, err
 	}
@@ -96,7 +96,7 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 		}
 		return nil
 	}
-	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: opts.Create, Admit: admit})
+	b, e, err := n.cat.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: opts.Create, Admit: admit})
 	if err != nil {
 		return nil, err
 	}
