@@ -35,7 +35,7 @@ func (n *Node) OpenAppend(ctx context.Context, basin, name string, create *api.S
 }
 
 func (n *Node) openAppend(ctx context.Context, basin, name string, create *api.StreamConfig, ac catalog.AutoCreate) (*Appender, error) {
-	b, e, err := n.LiveStream(ctx, basin, name, ac)
+	b, e, err := n.cat.LiveStream(ctx, basin, name, ac)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func (n *Node) openAppend(ctx context.Context, basin, name string, create *api.S
 // createFor creates and leads the stream of a lazily opened appender, if
 // a new stream accepts in.
 func (a *Appender) createFor(ctx context.Context, in *api.AppendInput) error {
-	b, e, err := a.n.LiveStream(ctx, a.basin, a.name, catalog.AutoCreate{OnAppend: true, Config: a.create, Admit: a.n.admitNew(in)})
+	b, e, err := a.n.cat.LiveStream(ctx, a.basin, a.name, catalog.AutoCreate{OnAppend: true, Config: a.create, Admit: a.n.admitNew(in)})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ func (n *Node) StandInCommit(class meta.Class, commitErr func() error) {
 func (n *Node) Kept() (slots, rows int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return len(n.led), n.Cached()
+	return len(n.led), n.cat.Cached()
 }
 
 type commitFunc func() error

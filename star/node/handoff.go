@@ -45,7 +45,7 @@ func (n *Node) Handoff(ctx context.Context, basin, name, to string) (HandoffResu
 			return HandoffResult{}, err
 		}
 	}
-	_, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{})
+	_, e, err := n.cat.LiveStream(ctx, basin, name, catalog.AutoCreate{})
 	if err != nil {
 		return HandoffResult{}, err
 	}

@@ -44,7 +44,7 @@ func (n *Node) admitNew(in *api.AppendInput) func(api.EffectiveStreamConfig) err
 // slot is still the current one (slotIs), so a request that took the slot
 // before it was forgotten never opens a second facade beside a new slot.
 func (n *Node) forget(id string, key catalog.StreamKey) {
-	n.Forget(key, id)
+	n.cat.Forget(key, id)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	slot := n.led[id]

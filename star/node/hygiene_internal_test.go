@@ -37,7 +37,7 @@ func TestForgottenSlotIsNotOpened(t *testing.T) {
 	if _, err := n.Append(ctx, "slot-basin", "s", &api.AppendInput{Records: []api.Record{{Body: []byte("a")}}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	b, e, err := n.LiveStream(ctx, "slot-basin", "s", catalog.AutoCreate{})
+	b, e, err := n.cat.LiveStream(ctx, "slot-basin", "s", catalog.AutoCreate{})
 	if err != nil {
 		t.Fatal(err)
 	}

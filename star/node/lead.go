@@ -144,7 +144,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 	if err := n.selfLive(); err != nil {
 		return nil, err
 	}
-	b, e, err = n.FreshRows(ctx, e)
+	b, e, err = n.cat.FreshRows(ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 func (n *Node) Route(ctx context.Context, basin, name string, create *api.StreamConfig, onAppend bool) error {
 	// A missing stream is not created here: the request creates it once
 	// it passes its own checks (a new stream has no leader to forward to).
-	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnAppend: onAppend, OnRead: !onAppend, Config: create, Lazy: true})
+	b, e, err := n.cat.LiveStream(ctx, basin, name, catalog.AutoCreate{OnAppend: onAppend, OnRead: !onAppend, Config: create, Lazy: true})
 	if err != nil || e == nil {
 		return err
 	}

@@ -98,11 +98,11 @@ func (n *Node) LeaderOf(ctx context.Context, basin, name string) *NotLeaderError
 	if api.ValidateStreamName(name) != nil {
 		return nil
 	}
-	b, err := n.LiveBasin(ctx, basin)
+	b, err := n.cat.LiveBasin(ctx, basin)
 	if err != nil {
 		return nil
 	}
-	_, e, err := n.Stream(ctx, b, basin, name)
+	_, e, err := n.cat.Stream(ctx, b, basin, name)
 	if err != nil || e == nil {
 		return nil
 	}

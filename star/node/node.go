@@ -1,11 +1,11 @@
 // Package node is the star process core, independent of HTTP: it
 // registers a new incarnation of the star, opens one loglet per storage
 // class (each first settles what the star's earlier incarnations left on
-// its chain), keeps basins and streams in the metastore (star/catalog,
-// embedded: its resource API is the node's), leads streams (star/lead
+// its chain), keeps basins and streams in the metastore (star/catalog: the
+// node's resource API delegates to it), leads streams (star/lead
 // decides; the node holds their slots and sequences their appends through
-// the facade and the loglet) and serves reads through star/reader and the
-// loglets' flight indexes.
+// the facade and the loglet) and opens reads on the streams it leads (the
+// cursor is star/reader's, over the loglets' flight indexes).
 //
 // Layering: star/catalog below star/lead below star/node; neither of the
 // two imports the node (the catalog asks it through catalog.Leader).
@@ -77,9 +77,9 @@ type Hooks struct {
 
 // Node is one running star.
 type Node struct {
-	// The catalog (basins and streams) serves the resource API: its
-	// exported methods are the node's.
-	*catalog.Catalog
+	// cat is the catalog (basins and streams): the node's resource API
+	// delegates to it (resources.go).
+	cat *catalog.Catalog
 
 	cfg Config
 	log *slog.Logger
@@ -196,7 +196,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	if n.meta, err = metametrics.Wrap(ms, n.reg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.Catalog = catalog.New(catalog.Config{DeletionPending: cfg.DeletionPending, BasinCacheTTL: cfg.BasinCacheTTL}, catalog.Deps{
+	n.cat = catalog.New(catalog.Config{DeletionPending: cfg.DeletionPending, BasinCacheTTL: cfg.BasinCacheTTL}, catalog.Deps{
 		Meta: n.meta, Now: n.now, NewID: deps.NewID, Logger: n.log, Registry: n.reg, Leader: catalogLeader{n},
 	})
 	objs := deps.Objects

@@ -37,7 +37,7 @@ func TestUnretiredLeaseIsRetried(t *testing.T) {
 	if _, err := n.Append(ctx, "retire-basin", "s", &api.AppendInput{Records: []api.Record{{Body: []byte("a")}}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, e, err := n.LiveStream(ctx, "retire-basin", "s", catalog.AutoCreate{})
+	_, e, err := n.cat.LiveStream(ctx, "retire-basin", "s", catalog.AutoCreate{})
 	if err != nil {
 		t.Fatal(err)
 	}

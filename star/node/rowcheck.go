@@ -61,7 +61,7 @@ func (n *Node) checkLedRows(ctx context.Context, only string) int {
 		}
 		s.mu.Unlock()
 	}
-	return n.CheckRows(ctx, led, func(l catalog.Led) { n.stopDeleted(ctx, l.ID, l.Key.Name) })
+	return n.cat.CheckRows(ctx, led, func(l catalog.Led) { n.stopDeleted(ctx, l.ID, l.Key.Name) })
 }
 
 // RecheckBasin runs the row check of basin's streams now, at a peer's word

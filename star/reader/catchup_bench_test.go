@@ -25,7 +25,7 @@ import (
 )
 
 // The catch-up benchmark (make bench-read) reads whole streams of 1 KiB
-// records from seq 0 the way a read session does (node.Cursor: a plain
+// records from seq 0 the way a read session does (Cursor: a plain
 // Read, then a read-ahead from the first full batch on), encoding every
 // batch as an S2S frame or an SSE event into io.Discard. It measures the
 // star's side of a catch-up read minus HTTP: the metastore, the object
@@ -219,23 +219,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// benchAPIRecords is node's apiRecords (star/node/read.go): the conversion
-// every served batch pays.
-func benchAPIRecords(recs []format.Record) []api.Record {
-	out := make([]api.Record, len(recs))
-	ts := make([]uint64, len(recs))
-	for i := range recs {
-		r := &recs[i]
-		ts[i] = r.Timestamp
-		var rh []api.Header
-		for _, h := range r.Headers {
-			rh = append(rh, api.Header(h))
-		}
-		out[i] = api.Record{SeqNum: r.SeqNum, Timestamp: &ts[i], Headers: rh, Body: r.Body}
-	}
-	return out
-}
-
 // BenchmarkCatchUp reads each stream whole from seq 0, per store (the
 // directory store; the same behind S3-like GET latency: log-normal p50 30
 // / p99 100 ms on the Standard bucket, 5 / 20 ms on the Express one), with
@@ -315,7 +298,7 @@ func catchupRead(b *testing.B, env *catchupEnv, objs objstore.Store, id, enc str
 		if len(res.Records) == 0 {
 			b.Fatalf("no records at %d (stop %s)", next, res.Stop)
 		}
-		batch := api.ReadBatch{Records: benchAPIRecords(res.Records)}
+		batch := api.ReadBatch{Records: apiRecords(res.Records)}
 		switch enc {
 		case "s2s":
 			buf = api.AppendReadBatchProto(buf[:0], &batch)

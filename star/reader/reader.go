@@ -8,6 +8,12 @@
 // ascending key order (one page query per few rows), each row read from
 // object storage through a bounded cache, then the tail window. Rows that
 // leave a hole below the stream's greatest row are an error, never a skip.
+//
+// A Cursor (Open) is one read in progress over a led stream: its start
+// placed by S2's rules (ResolveStart), its limits, catch-up batches through
+// the rows and a read-ahead, then the follow of the tail window, woken by
+// each release, with heartbeats and the long-poll wait. It sees the stream
+// only through Led, which star/node's led slot implements.
 package reader
 
 import (

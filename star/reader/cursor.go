@@ -1,4 +1,4 @@
-package node
+package reader
 
 import (
 	"context"
@@ -8,13 +8,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
-	"github.com/starlog/starlog/star/catalog"
-	"github.com/starlog/starlog/star/loglet"
-	"github.com/starlog/starlog/star/reader"
 )
-
-// The flight index is the tail window a led stream's reads pass.
-var _ reader.TailWindow = (*loglet.Index)(nil)
 
 // Heartbeat bounds of sessions: S2 sends one on entering live follow and
 // then every random 5–15 s while idle (the TypeScript SDK gives up after 20
@@ -24,106 +18,66 @@ const (
 	DefaultHeartbeatMax = 15 * time.Second
 )
 
-// ReadOptions shape a read.
-type ReadOptions struct {
+// Led is the stream a cursor reads as its leader holds it (star/node's led
+// slot): the cursor holds it from Open until Close.
+type Led interface {
+	// Gone fails once the stream is being deleted or this star no longer
+	// leads it.
+	Gone() error
+	// Live is the clock guard: nil while this star's memory (the tail, the
+	// tail window) may be served.
+	Live() error
+	// Tail is the stream's acknowledged tail.
+	Tail() api.StreamPosition
+	// Window is the stream's tail window.
+	Window() FollowWindow
+	// Release ends the cursor's hold on the stream.
+	Release()
+}
+
+// FollowWindow is a tail window that signals releases (*loglet.Index):
+// Released's channel closes at the next release into it.
+type FollowWindow interface {
+	TailWindow
+	Released() <-chan struct{}
+}
+
+// CursorOptions shape a cursor's follow.
+type CursorOptions struct {
 	// Heartbeats makes the cursor report the tail on entering live follow
 	// and then every HeartbeatMin–HeartbeatMax while idle (sessions).
 	Heartbeats                 bool
 	HeartbeatMin, HeartbeatMax time.Duration
-	// Create is the config of a stream auto-created by this read (the
-	// s2-stream-config header), when the basin creates streams on read.
-	Create *api.StreamConfig
 }
 
-// CheckTail returns a stream's durable tail: one past its last
-// acknowledged record, with that record's timestamp (0, 0 when empty).
-func (n *Node) CheckTail(ctx context.Context, basin, name string, create *api.StreamConfig) (api.StreamPosition, error) {
-	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: create})
-	if err != nil {
-		return api.StreamPosition{}, err
-	}
-	l, err := n.lead(ctx, b, e)
-	if err != nil {
-		return api.StreamPosition{}, err
-	}
-	l.touch()
-	// The tail is this star's memory: the clock guard (selfLive).
-	if err := n.selfLive(); err != nil {
-		return api.StreamPosition{}, err
-	}
-	return position(l.s.Tail()), nil
-}
-
-// Read serves a unary read (JSON or protobuf): one batch, after waiting up
-// to req.Wait for records when the read starts at the tail.
-func (n *Node) Read(ctx context.Context, basin, name string, req api.ReadRequest, create *api.StreamConfig) (api.ReadBatch, error) {
-	c, err := n.OpenRead(ctx, basin, name, req, ReadOptions{Create: create})
-	if err != nil {
-		return api.ReadBatch{}, err
-	}
-	defer c.Close()
-	ev, err := c.Next(ctx)
-	if err != nil {
-		return api.ReadBatch{}, err
-	}
-	if ev.Kind == EventBatch {
-		return ev.Batch, nil
-	}
-	return api.ReadBatch{}, nil
-}
-
-// OpenRead resolves the stream (auto-creating it when the basin creates
-// streams on read, unless the read would fail 416 on the new stream), leads
-// it, and places the read's start by S2's rules (docs/design.md §16.1): past the tail
-// is 416 unless clamped (then at the tail); at the tail is 416 unless the
-// read can follow; a tail offset saturates at 0. Close the cursor when
-// done: a stream with an open cursor is not released as idle.
-func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadRequest, opts ReadOptions) (*Cursor, error) {
-	admit := func(api.EffectiveStreamConfig) error {
-		if _, err := ResolveStart(req, api.StreamPosition{}); err != nil {
-			return err
-		}
-		return nil
-	}
-	b, e, err := n.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: opts.Create, Admit: admit})
-	if err != nil {
-		return nil, err
-	}
-	l, err := n.lead(ctx, b, e)
-	if err != nil {
-		return nil, err
-	}
-	l.acquire()
-	ok := false
-	defer func() {
-		if !ok {
-			l.release()
-		}
-	}()
-	var start reader.Start
+// Open places a read's start by S2's rules (docs/design.md §16.1,
+// ResolveStart) against led's tail and returns the cursor that serves it.
+// Under a failed clock guard a start by seq num or timestamp is placed on
+// the rows alone and resolved against the tail later (Next); a tail offset
+// needs the tail now and fails. The cursor holds led from here on (Close
+// releases it); on an error it does not.
+func (r *Reader) Open(led Led, stream Stream, req api.ReadRequest, opts CursorOptions) (*Cursor, error) {
+	var start Start
 	var unresolved *api.ReadRequest
-	if guard := n.selfLive(); guard == nil {
+	if guard := led.Live(); guard == nil {
 		var aerr *api.Error
-		if start, aerr = ResolveStart(req, position(l.s.Tail())); aerr != nil {
+		if start, aerr = ResolveStart(req, led.Tail()); aerr != nil {
 			return nil, aerr
 		}
 	} else {
-		// This star's tail may be stale (the clock guard): a start by seq
-		// num or timestamp is placed on the rows alone and resolved against
-		// the tail later (Next); a tail offset needs the tail now.
 		if req.From != api.FromSeqNum && req.From != api.FromTimestamp {
 			return nil, guard
 		}
-		start = reader.AtSeq(req.Value)
+		start = AtSeq(req.Value)
 		if req.From == api.FromTimestamp {
-			start = reader.AtTimestamp(req.Value)
+			start = AtTimestamp(req.Value)
 		}
 		unresolved = &req
 	}
 	wait, forever := req.EffectiveWait()
 	c := &Cursor{
-		n: n, l: l,
-		stream:     reader.Stream{ID: e.Row.ID, Basin: basin},
+		r: r, led: led,
+		stream:     stream,
 		start:      start,
 		unresolved: unresolved,
 		count:      req.Count,
@@ -142,7 +96,6 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 	if c.hbMax < c.hbMin {
 		c.hbMax = max(DefaultHeartbeatMax, c.hbMin)
 	}
-	ok = true
 	return c, nil
 }
 
@@ -151,7 +104,7 @@ func (c *Cursor) Close() {
 	if !c.closed {
 		c.closed = true
 		c.pf.Close()
-		c.l.release()
+		c.led.Release()
 	}
 }
 
@@ -159,14 +112,14 @@ func (c *Cursor) Close() {
 // with the 416 that carries the tail. A timestamp start at or below the
 // tail's timestamp stays a timestamp (the reader finds the first record at
 // or after it); every other start becomes a seq num.
-func ResolveStart(req api.ReadRequest, tail api.StreamPosition) (reader.Start, *api.Error) {
+func ResolveStart(req api.ReadRequest, tail api.StreamPosition) (Start, *api.Error) {
 	var seq uint64
 	switch req.From {
 	case api.FromSeqNum:
 		seq = req.Value
 		if seq > tail.SeqNum {
 			if !req.Clamp {
-				return reader.Start{}, api.RangeNotSatisfiable(tail)
+				return Start{}, api.RangeNotSatisfiable(tail)
 			}
 			seq = tail.SeqNum
 		}
@@ -174,19 +127,19 @@ func ResolveStart(req api.ReadRequest, tail api.StreamPosition) (reader.Start, *
 		seq = tail.SeqNum - min(req.Value, tail.SeqNum)
 	case api.FromTimestamp:
 		if tail.SeqNum > 0 && req.Value <= tail.Timestamp {
-			return reader.AtTimestamp(req.Value), nil
+			return AtTimestamp(req.Value), nil
 		}
 		if req.Value > tail.Timestamp && !req.Clamp {
-			return reader.Start{}, api.RangeNotSatisfiable(tail)
+			return Start{}, api.RangeNotSatisfiable(tail)
 		}
 		seq = tail.SeqNum
 	default:
-		return reader.Start{}, api.Invalid("unknown read start")
+		return Start{}, api.Invalid("unknown read start")
 	}
 	if seq == tail.SeqNum && !req.CanFollow() {
-		return reader.Start{}, api.RangeNotSatisfiable(tail)
+		return Start{}, api.RangeNotSatisfiable(tail)
 	}
-	return reader.AtSeq(seq), nil
+	return AtSeq(seq), nil
 }
 
 // EventKind tells what a cursor step produced.
@@ -215,10 +168,10 @@ type Event struct {
 // rows and then follows the tail window, woken by each release. Not safe
 // for concurrent use.
 type Cursor struct {
-	n      *Node
-	l      *ledStream
-	stream reader.Stream
-	start  reader.Start
+	r      *Reader
+	led    Led
+	stream Stream
+	start  Start
 	// unresolved is the request whose start was placed without the tail
 	// (the clock guard failed at open): resolved once the guard passes,
 	// or settled by the rows returning records from it.
@@ -239,7 +192,7 @@ type Cursor struct {
 	closed    bool
 	// pf is the read-ahead, made when a batch ends with more to read (a
 	// catch-up): a unary read, one batch, never makes one.
-	pf *reader.Prefetch
+	pf *Prefetch
 	// unacked counts consecutive reads that found only records released
 	// but not yet acknowledged (bounded by maxUnackedWaits).
 	unacked int
@@ -254,35 +207,35 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			c.done = true
 			return Event{Kind: EventEnd}, nil
 		}
-		if err := c.l.gone(); err != nil {
+		if err := c.led.Gone(); err != nil {
 			return Event{}, err
 		}
 		// The tail and the tail window are this star's memory, served only
 		// under the clock guard (selfLive); the rows need none: what they
 		// cover is acknowledged and never changes.
-		guard := c.n.selfLive()
+		guard := c.led.Live()
 		// Take the wake channel before reading, so a release between the
 		// read and the wait is not missed.
-		idx := c.l.loglet.Index()
+		idx := c.led.Window()
 		wake := idx.Released()
-		tail := c.l.s.Tail()
-		var window *reader.Tail
+		tail := c.led.Tail()
+		var window *Tail
 		if guard == nil {
 			if c.unresolved != nil {
-				start, aerr := ResolveStart(*c.unresolved, position(tail))
+				start, aerr := ResolveStart(*c.unresolved, tail)
 				if aerr != nil {
 					return Event{}, aerr
 				}
 				c.start, c.unresolved = start, nil
 			}
-			window = &reader.Tail{Window: idx, End: tail.SeqNum}
+			window = &Tail{Window: idx, End: tail.SeqNum}
 		}
-		lim := reader.Limits{Count: limitInt(c.count), Bytes: limitInt(c.bytes), Until: c.until}
+		lim := Limits{Count: limitInt(c.count), Bytes: limitInt(c.bytes), Until: c.until}
 		res, err := c.read(ctx, lim, window)
 		if err != nil {
-			return Event{}, c.n.readErr(err)
+			return Event{}, c.readErr(err)
 		}
-		if ackedOnly(&res, c.l.s.Tail().SeqNum) && len(res.Records) == 0 {
+		if ackedOnly(&res, c.led.Tail().SeqNum) && len(res.Records) == 0 {
 			// Released but not yet acknowledged: the ack follows at once
 			// (the release's callbacks run next); a second without it is
 			// a fault, not a wait.
@@ -298,9 +251,9 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			continue
 		}
 		c.unacked = 0
-		c.start = reader.AtSeq(res.Next)
-		if res.Stop == reader.StopBatch && c.pf == nil {
-			c.pf = c.n.reader.NewPrefetch(c.stream)
+		c.start = AtSeq(res.Next)
+		if res.Stop == StopBatch && c.pf == nil {
+			c.pf = c.r.NewPrefetch(c.stream)
 		}
 		if len(res.Records) > 0 {
 			// Records from the start on: it lies below the tail.
@@ -308,7 +261,7 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			sub(c.count, uint64(len(res.Records)))
 			sub(c.bytes, uint64(res.Bytes))
 			switch res.Stop {
-			case reader.StopCount, reader.StopBytes, reader.StopUntil:
+			case StopCount, StopBytes, StopUntil:
 				c.done = true
 			}
 			now := time.Now()
@@ -322,10 +275,10 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			return Event{Kind: EventBatch, Batch: b}, nil
 		}
 		switch res.Stop {
-		case reader.StopCount, reader.StopBytes, reader.StopUntil:
+		case StopCount, StopBytes, StopUntil:
 			c.done = true
 			continue
-		case reader.StopFrontier:
+		case StopFrontier:
 			if guard != nil {
 				return Event{}, guard
 			}
@@ -342,18 +295,18 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			c.following = true
 			if c.heartbeat {
 				c.scheduleBeat(now)
-				return Event{Kind: EventHeartbeat, Tail: position(c.l.s.Tail())}, nil
+				return Event{Kind: EventHeartbeat, Tail: c.led.Tail()}, nil
 			}
 		}
 		if err := c.waitForRecords(ctx, wake, now); err != nil {
 			return Event{}, err
 		}
 		if c.beatDue() {
-			if err := c.n.selfLive(); err != nil {
+			if err := c.led.Live(); err != nil {
 				return Event{}, err // a heartbeat reports the tail: memory
 			}
 			c.scheduleBeat(time.Now())
-			return Event{Kind: EventHeartbeat, Tail: position(c.l.s.Tail())}, nil
+			return Event{Kind: EventHeartbeat, Tail: c.led.Tail()}, nil
 		}
 	}
 }
@@ -366,7 +319,7 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 // and a check-tail right after the read would report less than the read
 // returned (star/e2e/verify found both). Every record left was acknowledged
 // before the read returns. The cut records are read again next time.
-func ackedOnly(res *reader.Result, acked uint64) bool {
+func ackedOnly(res *Result, acked uint64) bool {
 	n := len(res.Records)
 	for n > 0 && res.Records[n-1].SeqNum >= acked {
 		n--
@@ -382,7 +335,7 @@ func ackedOnly(res *reader.Result, acked uint64) bool {
 	if n > 0 {
 		res.Next = res.Records[n-1].SeqNum + 1
 	}
-	res.Stop = reader.StopCaughtUp
+	res.Stop = StopCaughtUp
 	return true
 }
 
@@ -393,23 +346,23 @@ const maxUnackedWaits = 1000
 // gapRetries bounds how often a read that met a gap is retried.
 const gapRetries = 3
 
-// read runs one reader.Read. A gap is retried a few times: the absorb can
+// read runs one Read. A gap is retried a few times: the absorb can
 // write the row a read is looking for between the read's floor lookup and
 // its forward page, which the reader reports as a gap; a moment later the
 // rows are whole. A gap that persists is real and fails the read.
-func (c *Cursor) read(ctx context.Context, lim reader.Limits, tail *reader.Tail) (reader.Result, error) {
+func (c *Cursor) read(ctx context.Context, lim Limits, tail *Tail) (Result, error) {
 	for attempt := 0; ; attempt++ {
-		var res reader.Result
+		var res Result
 		var err error
 		if c.pf != nil {
 			res, err = c.pf.Read(ctx, c.start, lim, tail)
 		} else {
-			res, err = c.n.reader.Read(ctx, c.stream, c.start, lim, tail)
+			res, err = c.r.Read(ctx, c.stream, c.start, lim, tail)
 		}
-		if err == nil || !errors.Is(err, reader.ErrGap) || attempt == gapRetries {
+		if err == nil || !errors.Is(err, ErrGap) || attempt == gapRetries {
 			return res, err
 		}
-		c.n.log.Debug("read met a gap; retrying", "stream", c.stream.ID, "err", err)
+		c.r.log.Debug("read met a gap; retrying", "stream", c.stream.ID, "err", err)
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
@@ -472,7 +425,7 @@ func (c *Cursor) scheduleBeat(now time.Time) {
 func (c *Cursor) liveTail(last format.Record, fresh bool) api.StreamPosition {
 	var t api.StreamPosition
 	if fresh {
-		t = position(c.l.s.Tail())
+		t = c.led.Tail()
 	}
 	if t.SeqNum <= last.SeqNum {
 		t = api.StreamPosition{SeqNum: last.SeqNum + 1, Timestamp: last.Timestamp}
@@ -481,12 +434,16 @@ func (c *Cursor) liveTail(last format.Record, fresh bool) api.StreamPosition {
 }
 
 // readErr maps a read path failure to the API: the client's cancellation
-// or the storage layer's failure (logged; the client sees 500 storage).
-func (n *Node) readErr(err error) error {
-	if e := catalog.ContextError(err); e != nil {
-		return e
+// (as star/catalog.ContextError maps it) or the storage layer's failure
+// (logged; the client sees 500 storage).
+func (c *Cursor) readErr(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return api.Unavailable("request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return api.Unavailable("request timed out")
 	}
-	n.log.Error("read failed", "err", err)
+	c.r.log.Error("read failed", "err", err)
 	return api.Storage("read failed")
 }
 

@@ -1,10 +1,9 @@
-package node
+package reader
 
 import (
 	"testing"
 
 	"github.com/starlog/starlog/shared/format"
-	"github.com/starlog/starlog/star/reader"
 )
 
 // A read never returns a record at or past the acknowledged tail: the
@@ -39,14 +38,14 @@ func TestAckedOnly(t *testing.T) {
 		{"none yet", 10, 20, 10, true, 0, 10, true},
 	} {
 		rs := recs(c.from, c.to)
-		res := reader.Result{Records: rs, Start: c.from, Next: c.to, Bytes: size(rs), Stop: reader.StopCount}
+		res := Result{Records: rs, Start: c.from, Next: c.to, Bytes: size(rs), Stop: StopCount}
 		if got := ackedOnly(&res, c.acked); got != c.cut {
 			t.Fatalf("%s: cut %v, want %v", c.name, got, c.cut)
 		}
 		if len(res.Records) != c.wantLen || res.Next != c.wantNext || res.Bytes != size(res.Records) {
 			t.Fatalf("%s: %d records, next %d, %d bytes; want %d, %d, %d", c.name, len(res.Records), res.Next, res.Bytes, c.wantLen, c.wantNext, size(res.Records))
 		}
-		if (res.Stop == reader.StopCaughtUp) != c.wantStopCaughtUp {
+		if (res.Stop == StopCaughtUp) != c.wantStopCaughtUp {
 			t.Fatalf("%s: stop %v", c.name, res.Stop)
 		}
 	}
