@@ -400,7 +400,7 @@ func TestRevocationEndsLongPoll(t *testing.T) {
 			ends <- end
 		}()
 		<-started
-		time.Sleep(100 * time.Millisecond) // the request is waiting
+		waitSessions(t, a, "long_poll", 1) // the request is waiting
 		return ends
 	}
 	after := func(t *testing.T, end sessionEnd) {
@@ -507,7 +507,7 @@ func TestRevocationEndsDurableLiveReads(t *testing.T) {
 				}
 				ends <- end
 			}()
-			time.Sleep(100 * time.Millisecond) // the request is waiting
+			waitSessions(t, a, "ds_live", 1) // the request is waiting, its credential watched
 			return ends
 		}
 		checkSessionEnds(t, a, b, dsBasin, []string{"read"}, open, nil)
