@@ -167,7 +167,8 @@ func TestForeignFenceDeposesWriter(t *testing.T) {
 }
 
 // The randomized fencer: a writer pipelines slots (window 4) and releases
-// them in order while a foreign fencer strikes at a random moment. Every
+// them in order while a foreign fencer strikes at a random point of its
+// progress (after a random count of commits, others in flight). Every
 // released slot lies below the cut, every slot below the cut is committed,
 // the cut is dead, the walk covers exactly [0, cut), the writer is deposed,
 // and the garbage window above the cut holds no flight copy afterwards.
@@ -210,9 +211,14 @@ func fenceRace(e env, run int, rng *rand.Rand) error {
 	// The writer draws its delays from its own generator, so the two
 	// goroutines never share one (and a seed still replays the run).
 	wrng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-	fenceAfter := time.Duration(rng.IntN(3000)) * time.Microsecond
+	// The fence strikes once the writer has seen fenceAfter commits end
+	// (a point of its progress, not of the wall clock: a loaded machine
+	// moves the writer, not the fence, and every seed reaches its point).
+	fenceAfter := rng.IntN(160)
+	reached := make(chan struct{})
 	go func() { // the writer: window slots in flight, released in order
 		defer close(done)
+		ended := 0
 		type res struct {
 			slot uint64
 			err  error
@@ -232,6 +238,8 @@ func fenceRace(e env, run int, rng *rand.Rand) error {
 					delay = time.Duration(wrng.IntN(200)) * time.Microsecond
 				}
 				go func() {
+					// The jitter reorders the commits' ends: the race under
+					// test is theirs against the fence's writes.
 					time.Sleep(delay)
 					results <- res{s, w.Commit(ctx, s, body)}
 				}()
@@ -241,6 +249,9 @@ func fenceRace(e env, run int, rng *rand.Rand) error {
 			}
 			r := <-results
 			inflight--
+			if ended++; ended == fenceAfter {
+				close(reached)
+			}
 			if r.err != nil {
 				halted = true
 				continue
@@ -254,7 +265,12 @@ func fenceRace(e env, run int, rng *rand.Rand) error {
 			}
 		}
 	}()
-	time.Sleep(fenceAfter)
+	if fenceAfter > 0 {
+		select {
+		case <-reached:
+		case <-done:
+		}
+	}
 	fencer := e.chain(star, "fencer:1")
 	cut, err := fencer.Fence(ctx, ep.Epoch, false)
 	if err != nil {

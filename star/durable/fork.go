@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
@@ -135,7 +134,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, name string, want
 		}
 	}
 	want.Incarnation = newIncarnation()
-	want.Created = time.Now().UTC()
+	want.Created = h.cfg.Clock().UTC()
 	if _, err := h.putRow(ctx, name, want, meta.IfAbsent()); errors.Is(err, meta.ErrConditionFailed) {
 		row, _, err := h.getRow(ctx, name)
 		if err != nil {

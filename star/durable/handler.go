@@ -91,8 +91,9 @@ type Config struct {
 	// negative, else at least MinKeyRotation.
 	KeyRotation time.Duration
 	Logger      *slog.Logger
-	// Clock is the subscription keys' time (time.Now when nil): tests
-	// move it days ahead without sleeping.
+	// Clock is the handler's time (time.Now when nil): the streams'
+	// expiry (Stream-TTL, Stream-Expires-At) and the subscription keys'.
+	// Tests move it past an expiry, or days ahead, without sleeping.
 	Clock func() time.Time
 }
 
@@ -145,8 +146,11 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Node.Logger()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	h := &Handler{n: cfg.Node, meta: cfg.Node.Meta(), prefix: cfg.Prefix, basin: cfg.Basin, cfg: cfg,
-		log: cfg.Logger.With("face", "durable-streams"), states: newStates(), started: time.Now()}
+		log: cfg.Logger.With("face", "durable-streams"), states: newStates(), started: cfg.Clock()}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "durable", Name: "requests_total",
 		Help: "Durable Streams requests by operation (create, append, read, long_poll, sse, head, delete, subscription, peer: a star's peer operation, other, refused: turned away before the handler) and status.",

@@ -133,7 +133,7 @@ func (h *Handler) expired(name string, row *streamRow, now time.Time) bool {
 // stream. An absolute expiry is judged here: every star's clock says the
 // same.
 func (h *Handler) expiredAnywhere(ctx context.Context, name string, row *streamRow) bool {
-	now := time.Now()
+	now := h.cfg.Clock()
 	if !h.expired(name, row, now) {
 		return false
 	}
@@ -164,7 +164,7 @@ func (h *Handler) created(w http.ResponseWriter, r *http.Request, name string, r
 
 func (h *Handler) touch(name string, row *streamRow) {
 	if row.HasTTL {
-		h.touched.Store(name+"\x00"+row.Incarnation, time.Now())
+		h.touched.Store(name+"\x00"+row.Incarnation, h.cfg.Clock())
 	}
 }
 
@@ -180,7 +180,7 @@ func (h *Handler) liveRow(ctx context.Context, w http.ResponseWriter, name strin
 		httpError(w, http.StatusGone, "stream was deleted (its forks still read it)")
 		return row, 0, false
 	}
-	if h.expired(name, &row, time.Now()) {
+	if h.expired(name, &row, h.cfg.Clock()) {
 		h.expire(ctx, name, row, ver)
 		httpError(w, http.StatusNotFound, "stream not found (expired)")
 		return row, 0, false
@@ -274,7 +274,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, name string) {
 			return
 		}
 		want.Incarnation = newIncarnation()
-		want.Created = time.Now().UTC()
+		want.Created = h.cfg.Clock().UTC()
 		if _, err := h.putRow(ctx, name, want, meta.IfAbsent()); errors.Is(err, meta.ErrConditionFailed) {
 			continue // created meanwhile: compare with it
 		} else if err != nil {
@@ -338,7 +338,7 @@ func (h *Handler) existing(w http.ResponseWriter, r *http.Request, name string, 
 		httpError(w, http.StatusConflict, "a deleted stream with live forks holds this path")
 		return
 	}
-	if h.expired(name, &row, time.Now()) {
+	if h.expired(name, &row, h.cfg.Clock()) {
 		// An expired stream is gone: remove it and create anew.
 		if h.liveForks(r.Context(), name, &row) > 0 {
 			httpError(w, http.StatusConflict, "an expired stream with live forks holds this path")

@@ -59,11 +59,13 @@ func twoStarsLedByA(t *testing.T, streams ...string) (a, b *proc, acks *ackLog) 
 // answers itself, never forwards) until p acknowledges one, and returns
 // when that was. Until p leads the stream it answers 503.
 func firstOK(acks *ackLog, p *proc, stream string, stop <-chan struct{}) (time.Time, bool) {
+	pace := time.NewTicker(time.Millisecond) // a probe a millisecond at most
+	defer pace.Stop()
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
 			return time.Time{}, false
-		default:
+		case <-pace.C:
 		}
 		bodies := []string{fmt.Sprintf("probe/%d", i)}
 		status, out, err := post(p.url, stream, true, bodies)
@@ -77,7 +79,6 @@ func firstOK(acks *ackLog, p *proc, stream string, stop <-chan struct{}) (time.T
 			acks.add(stream, ack.Start.SeqNum, bodies)
 			return at, true
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -101,6 +101,19 @@ func post(url, stream string, hop bool, bodies []string) (int, []byte, error) {
 	return res.StatusCode, out, err
 }
 
+// backoff waits d before a producer retries, and reports false when stop
+// closes first (the producer returns at once).
+func backoff(stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // loop appends batches to stream through url until stop closes, logging
 // every ack; failures (503 while leadership moves, refused connections of
 // a killed star) are retried. It returns the statuses it saw.
@@ -119,12 +132,16 @@ func (a *ackLog) loop(url, stream, worker string, hop bool, stop <-chan struct{}
 		status, out, err := post(url, stream, hop, bodies)
 		if err != nil {
 			seen[-1]++
-			time.Sleep(20 * time.Millisecond)
+			if !backoff(stop, 20*time.Millisecond) {
+				return seen
+			}
 			continue
 		}
 		seen[status]++
 		if status != 200 {
-			time.Sleep(10 * time.Millisecond)
+			if !backoff(stop, 10*time.Millisecond) {
+				return seen
+			}
 			continue
 		}
 		ack, aerr := api.DecodeAppendAckJSON(out)

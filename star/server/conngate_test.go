@@ -79,7 +79,8 @@ func TestConnectionAdmission(t *testing.T) {
 	}
 
 	// Idle and unauthenticated, the held connections are closed after
-	// the unproven idle timeout; the authenticated one is not.
+	// the unproven idle timeout; the authenticated one is not. A real
+	// wait: the idle time of real connections is what the gate judges.
 	time.Sleep(800 * time.Millisecond)
 	for i, c := range held {
 		if _, err := roundTrip(c, "/health", time.Second); err == nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
@@ -17,6 +18,18 @@ import (
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
 )
+
+// durableLive is the context of the Durable Streams face's live reads
+// (long-poll, SSE; durable.Config.Session): the credential watch's, and
+// the read counted in the sessions gauge (kind ds_live) until it ends.
+// The face calls it once the read's offset is fixed.
+func (s *Server) durableLive(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := s.credentialContext(r)
+	live := s.sessions.WithLabelValues("ds_live")
+	live.Inc()
+	var once sync.Once
+	return ctx, func() { once.Do(live.Dec); cancel() }
+}
 
 // serveDurable serves the Durable Streams face (star/durable) under its
 // prefix. It authenticates as every other route does (the access token

@@ -26,20 +26,33 @@ const dsBasin = durable.DefaultBasin
 // off, so a stream stays with the star that took it.
 func durableStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config, tweaks ...func(*node.Config)) *env {
 	t.Helper()
+	return durableStarOn(t, id, ms, objs, ac, nil, tweaks...)
+}
+
+// durableStarOn is durableStar with the face's clock (durable.Config.Clock;
+// nil: time.Now): the streams' expiry runs on it.
+func durableStarOn(t *testing.T, id string, ms meta.Store, objs objstore.Store, ac auth.Config, clock func() time.Time, tweaks ...func(*node.Config)) *env {
+	t.Helper()
 	tweak := func(c *node.Config) {
 		c.BalanceEvery = 0
 		for _, f := range tweaks {
 			f(c)
 		}
 	}
-	return starServing(t, id, ms, objs, tweak, server.Options{Auth: ac, Durable: &durable.Config{LongPoll: time.Second}})
+	return starServing(t, id, ms, objs, tweak, server.Options{Auth: ac, Durable: &durable.Config{LongPoll: time.Second, Clock: clock}})
 }
 
 func durablePair(t *testing.T, ac auth.Config) (a, b *env) {
 	t.Helper()
+	return durablePairOn(t, ac, nil)
+}
+
+// durablePairOn is durablePair with both faces on one clock.
+func durablePairOn(t *testing.T, ac auth.Config, clock func() time.Time) (a, b *env) {
+	t.Helper()
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
-	return durableStar(t, "a", ms, objs, ac), durableStar(t, "b", ms, objs, ac)
+	return durableStarOn(t, "a", ms, objs, ac, clock), durableStarOn(t, "b", ms, objs, ac, clock)
 }
 
 // ds sends a Durable Streams request for path (under /ds/).
@@ -265,14 +278,16 @@ func TestDurableForkDeleteCascadesToRemoteSource(t *testing.T) {
 // source (led by a) that a saw read within its window can be forked
 // through b, and a fork (led by b) that b saw read within its window is
 // live when a deletes its source (soft deletion), whatever the other
-// star's own view of the window.
+// star's own view of the window. Both stars' faces run on one clock that
+// the test moves.
 func TestDurableForkOfRemoteExpiredSource(t *testing.T) {
-	a, b := durablePair(t, auth.Open())
+	var clock tokenClock
+	a, b := durablePairOn(t, auth.Open(), clock.now)
 
-	at := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
+	at := clock.now().Add(time.Second).UTC().Format(time.RFC3339Nano)
 	want(t, a.ds("PUT", "gone", "", "Content-Type", "text/plain", "Stream-Expires-At", at), 201, "")
 	want(t, a.ds("POST", "gone", "old", "Content-Type", "text/plain"), 204, "")
-	time.Sleep(1200 * time.Millisecond)
+	clock.advance(1200 * time.Millisecond)
 	want(t, b.ds("PUT", "fork-gone", "", "Stream-Forked-From", "/ds/gone", "Content-Type", "text/plain"), 404, "")
 	r := a.ds("PUT", "gone", "", "Content-Type", "text/plain")
 	want(t, r, 201, "")
@@ -288,10 +303,10 @@ func TestDurableForkOfRemoteExpiredSource(t *testing.T) {
 	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
 	want(t, a.ds("POST", "src", "s", "Content-Type", "text/plain"), 204, "")
 	want(t, b.ds("PUT", "fork-ttl-2", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain", "Stream-TTL", "2"), 201, "")
-	time.Sleep(1500 * time.Millisecond)
+	clock.advance(1500 * time.Millisecond)
 	want(t, b.ds("GET", "ttl?offset=-1", ""), 200, "")        // forwarded to a
 	want(t, a.ds("GET", "fork-ttl-2?offset=-1", ""), 200, "") // forwarded to b
-	time.Sleep(time.Second)
+	clock.advance(time.Second)
 	want(t, b.ds("PUT", "fork-ttl", "", "Stream-Forked-From", "/ds/ttl", "Content-Type", "text/plain"), 201, "")
 	if got, _ := dsReadAll(t, b, "fork-ttl"); got != "kept" {
 		t.Fatalf("fork of the TTL source reads %q", got)
@@ -374,12 +389,13 @@ func TestDurablePeerOpIsServerOnly(t *testing.T) {
 // Deleting a source whose only fork expired unseen removes the fork
 // (releasing the source's row) and then the source: 204, and it is gone.
 func TestDurableDeleteSourceWhoseForkExpired(t *testing.T) {
+	var clock tokenClock
 	objs := memObjects(t)
-	a := durableStar(t, "a", testsvc.SQLite(t), objs, auth.Open())
+	a := durableStarOn(t, "a", testsvc.SQLite(t), objs, auth.Open(), clock.now)
 	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
 	want(t, a.ds("POST", "src", "s", "Content-Type", "text/plain"), 204, "")
 	want(t, a.ds("PUT", "fork", "", "Stream-Forked-From", "/ds/src", "Content-Type", "text/plain", "Stream-TTL", "1"), 201, "")
-	time.Sleep(1200 * time.Millisecond)
+	clock.advance(1200 * time.Millisecond)
 	want(t, a.ds("DELETE", "src", ""), 204, "")
 	want(t, a.ds("GET", "src?offset=-1", ""), 404, "")
 	want(t, a.ds("GET", "fork?offset=-1", ""), 404, "")

@@ -17,6 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
@@ -272,4 +273,15 @@ func (e *env) tailOf(t testing.TB, basin, stream string) api.StreamPosition {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// waitSessions waits until e's starlog_http_sessions gauge of kind reads
+// n: a long poll placed and waiting (long_poll), a Durable Streams live
+// read holding its credential watch (ds_live).
+func waitSessions(t *testing.T, e *env, kind string, n float64) {
+	t.Helper()
+	series := `starlog_http_sessions{kind="` + kind + `"}`
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%s at %v", series, n), func() bool {
+		return metricValue(t, e, series) == n
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
@@ -189,6 +190,12 @@ func TestPoolExhaustionByOneStreamIs429(t *testing.T) {
 	})
 	e.setupBasin("pool-basin")
 	want(t, e.appendJSON("pool-basin", "other", textRecords("o", 1)), 200, "") // opened (and acked) before the flood
+	// Each batch admitted into the pool observes its wait for budget
+	// (starlog_admit_wait_seconds): "other"'s, then the four hogs'.
+	admitted := `starlog_admit_wait_seconds_count{class="standard"}`
+	if n := metricValue(t, e, admitted); n != 1 {
+		t.Fatalf("%s %v before the flood, want 1", admitted, n)
+	}
 	big := `{"records":[{"body":"` + strings.Repeat("h", 60<<10) + `"}]}`
 	var wg sync.WaitGroup
 	for range 4 { // ~240 KiB: the buffer is full
@@ -196,7 +203,7 @@ func TestPoolExhaustionByOneStreamIs429(t *testing.T) {
 			e.do(newH1(), "POST", "streams/hog/records", []byte(big), "s2-basin", "pool-basin", "Content-Type", "application/json")
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
+	poll.Until(t, 10*time.Second, "the four hog batches in the pool", func() bool { return metricValue(t, e, admitted) == 5 })
 	r := e.do(newH1(), "POST", "streams/hog/records", []byte(big), "s2-basin", "pool-basin", "Content-Type", "application/json")
 	want429(t, r, 1000)
 	r = e.do(newH1(), "POST", "streams/other/records", []byte(big), "s2-basin", "pool-basin", "Content-Type", "application/json")

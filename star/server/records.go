@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/star/node"
 )
 
 func (s *Server) checkTail(w http.ResponseWriter, r *http.Request, basin, name string) {
@@ -133,7 +134,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 		s.writeError(w, r, serr)
 		return
 	}
-	b, rerr := s.n.Read(ctx, basin, name, req, create)
+	b, rerr := s.unaryRead(ctx, basin, name, req, create)
 	if rerr != nil {
 		if s.drain.Err() != nil || errors.Is(context.Cause(ctx), errDraining) {
 			rerr = errServerDraining() // see sessionErr
@@ -155,4 +156,27 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, basin, name string
 		return
 	}
 	writeBody(w, http.StatusOK, api.ContentTypeJSON, api.EncodeReadBatchJSON(&b, f))
+}
+
+// unaryRead serves a unary read as node.Read does. A read with a wait (a long
+// poll) is counted in the sessions gauge (kind long_poll) from when its
+// start is placed, so a record appended from then on is one it returns,
+// until it answers.
+func (s *Server) unaryRead(ctx context.Context, basin, name string, req api.ReadRequest, create *api.StreamConfig) (api.ReadBatch, error) {
+	if req.Wait == nil || *req.Wait <= 0 {
+		return s.n.Read(ctx, basin, name, req, create)
+	}
+	c, err := s.n.OpenRead(ctx, basin, name, req, node.ReadOptions{Create: create})
+	if err != nil {
+		return api.ReadBatch{}, err
+	}
+	defer c.Close()
+	polls := s.sessions.WithLabelValues("long_poll")
+	polls.Inc()
+	defer polls.Dec()
+	ev, err := c.Next(ctx)
+	if err != nil || ev.Kind != node.EventBatch {
+		return api.ReadBatch{}, err
+	}
+	return ev.Batch, nil
 }

@@ -159,7 +159,9 @@ func rvAppendAdmin(t *testing.T, e *env, basin, stream string) {
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		for ctx.Err() == nil {
+		pace := time.NewTicker(20 * time.Millisecond)
+		defer pace.Stop()
+		for ; ctx.Err() == nil; <-pace.C {
 			req, _ := http.NewRequestWithContext(ctx, "POST", e.base+"/v1/streams/"+stream+"/records", strings.NewReader(`{"records":[{"body":"x"}]}`))
 			req.Header.Set("s2-basin", basin)
 			req.Header.Set("Content-Type", "application/json")
@@ -168,7 +170,6 @@ func rvAppendAdmin(t *testing.T, e *env, basin, stream string) {
 				io.Copy(io.Discard, res.Body)
 				res.Body.Close()
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 	}()
 }
@@ -229,7 +230,9 @@ func TestRevocationEndsAppendSession(t *testing.T) {
 		ends := make(chan sessionEnd, 1)
 		go func() {
 			acked := start + 2
-			for {
+			pace := time.NewTicker(5 * time.Millisecond) // a batch every 5 ms until the end
+			defer pace.Stop()
+			for ; ; <-pace.C {
 				n, terr, err := step()
 				switch {
 				case err != nil:
@@ -240,7 +243,6 @@ func TestRevocationEndsAppendSession(t *testing.T) {
 					return
 				}
 				acked += n
-				time.Sleep(5 * time.Millisecond)
 			}
 		}()
 		return ends
@@ -398,7 +400,7 @@ func TestRevocationEndsLongPoll(t *testing.T) {
 			ends <- end
 		}()
 		<-started
-		time.Sleep(100 * time.Millisecond) // the request is waiting
+		waitSessions(t, a, "long_poll", 1) // the request is waiting
 		return ends
 	}
 	after := func(t *testing.T, end sessionEnd) {
@@ -421,7 +423,9 @@ func TestRevocationEndsDurableLiveReads(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 		go func() {
 			defer close(done)
-			for ctx.Err() == nil {
+			pace := time.NewTicker(20 * time.Millisecond)
+			defer pace.Stop()
+			for ; ctx.Err() == nil; <-pace.C {
 				req, _ := http.NewRequestWithContext(ctx, "POST", a.base+"/ds/room", strings.NewReader("x"))
 				req.Header.Set("Content-Type", "text/plain")
 				req.Header.Set("Authorization", "Bearer "+testAdmin)
@@ -429,7 +433,6 @@ func TestRevocationEndsDurableLiveReads(t *testing.T) {
 					io.Copy(io.Discard, res.Body)
 					res.Body.Close()
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}
@@ -504,7 +507,7 @@ func TestRevocationEndsDurableLiveReads(t *testing.T) {
 				}
 				ends <- end
 			}()
-			time.Sleep(100 * time.Millisecond) // the request is waiting
+			waitSessions(t, a, "ds_live", 1) // the request is waiting, its credential watched
 			return ends
 		}
 		checkSessionEnds(t, a, b, dsBasin, []string{"read"}, open, nil)

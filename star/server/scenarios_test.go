@@ -278,22 +278,39 @@ func TestScenarioLongPoll(t *testing.T) {
 	e := newEnv(t)
 	e.setupBasin("poll-basin")
 	want(t, e.appendJSON("poll-basin", "p", textRecords("a", 1)), 200, "")
+	type answer struct {
+		b  *api.ReadBatch
+		r  resp
+		at time.Time
+	}
+	answered := make(chan answer, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		e.appendJSON("poll-basin", "p", textRecords("late", 1))
+		b, r := e.readJSON("poll-basin", "p", "tail_offset=0&wait=3")
+		answered <- answer{b, r, time.Now()}
 	}()
-	start := time.Now()
-	b, r := e.readJSON("poll-basin", "p", "tail_offset=0&wait=3")
+	// The poll is placed at the tail (seq 1) and waits: the record
+	// appended now is the one it returns.
+	waitSessions(t, e, "long_poll", 1)
+	appended := time.Now()
+	want(t, e.appendJSON("poll-basin", "p", textRecords("late", 1)), 200, "")
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long poll is not answered")
+	}
+	b, r := a.b, a.r
 	if b == nil || len(b.Records) != 1 || string(b.Records[0].Body) != "late-0" || b.Records[0].SeqNum != 1 {
 		t.Fatalf("long poll: %s", r)
 	}
-	if d := time.Since(start); d < 250*time.Millisecond || d > 2*time.Second {
-		t.Fatalf("long poll returned after %v", d)
+	if d := a.at.Sub(appended); d < 0 || d > 2*time.Second {
+		t.Fatalf("long poll returned %v after the append began", d)
 	}
+	waitSessions(t, e, "long_poll", 0)
 	if b.Tail == nil || b.Tail.SeqNum != 2 {
 		t.Fatalf("a live batch carries the tail: %s", r)
 	}
-	start = time.Now()
+	start := time.Now()
 	b, r = e.readJSON("poll-basin", "p", "wait=1")
 	if b == nil || len(b.Records) != 0 || string(r.body) != `{"records":[]}` {
 		t.Fatalf("empty long poll: %s", r)

@@ -194,7 +194,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	}, []string{"route"})
 	s.sessions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "starlog", Subsystem: "http", Name: "sessions",
-		Help: "Open streaming sessions by kind (sse, s2s_read, s2s_append).",
+		Help: "Open streaming sessions by kind (sse, s2s_read, s2s_append; long_poll: S2 reads with a wait, once their start is placed; ds_live: the Durable Streams face's long polls and SSE reads).",
 	}, []string{"kind"})
 	s.authDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "auth", Name: "decisions_total",
@@ -218,7 +218,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 	}
 	if opts.Durable != nil {
 		cfg := *opts.Durable
-		cfg.Node, cfg.Forward, cfg.Session, cfg.Logger = n, s.forwardIfLed, s.credentialContext, opts.Logger
+		cfg.Node, cfg.Forward, cfg.Session, cfg.Logger = n, s.forwardIfLed, s.durableLive, opts.Logger
 		cfg.TokenStands = s.tokenStands
 		cfg.Private = !keys.IsOpen()
 		if s.ds, err = durable.New(cfg); err != nil {

@@ -572,13 +572,17 @@ func TestTailingWhileAbsorbing(t *testing.T) {
 	as := e.openAppendSession("absorb-basin", "x", api.CompressionNone)
 	const batches, per = 1500, 4
 	go func() {
+		// A pause of a tick every 50 batches lets absorb passes run
+		// between bursts.
+		pace := time.NewTicker(time.Millisecond)
+		defer pace.Stop()
 		for i := range batches {
 			b, _ := api.EncodeAppendProto(batch(fmt.Sprint(i), per))
 			if as.fw.WriteMessage(b) != nil {
 				return
 			}
 			if i%50 == 0 {
-				time.Sleep(time.Millisecond)
+				<-pace.C
 			}
 		}
 	}()
