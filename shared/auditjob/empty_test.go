@@ -11,11 +11,6 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/objstore"
-	"github.com/starlog/starlog/shared/objstore/mem"
-	"github.com/starlog/starlog/shared/settle"
-	"github.com/starlog/starlog/shared/testsvc"
-	"github.com/starlog/starlog/shared/testsvc/stores"
 )
 
 // delete_on_empty: the janitor deletes a live stream that has had no
@@ -32,26 +27,9 @@ import (
 func TestJanitorDeleteOnEmpty(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		var objs objstore.Store
-		var ms meta.Store
-		if b == onAWS {
-			objs, ms = stores.S3(t, "std"), stores.Dynamo(t, &sharedDyn)
-		} else {
-			m, err := mem.New("std")
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, ms = m, testsvc.SQLite(t)
-		}
-		now := time.Now()
-		st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
-			Config: settle.Config{ScratchDir: t.TempDir()}, Now: func() time.Time { return now }}
-		put := func(pk, sk string, val []byte) {
-			t.Helper()
-			if _, err := ms.Put(ctx, pk, sk, val, meta.Always()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		e := newCatalogEnv(t, b)
+		ms, st, now := e.ms, e.st, e.now
+		put := func(pk, sk string, val []byte) { t.Helper(); e.put(t, pk, sk, val) }
 		put("basins", "b1", []byte(`{"id":"B1"}`))
 		put("basin#b1", "cfg", []byte(`{"id":"B1","config":{}}`))
 		created := now.Add(-2 * time.Hour).UTC().Format(time.RFC3339Nano)

@@ -9,11 +9,6 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/objstore"
-	"github.com/starlog/starlog/shared/objstore/mem"
-	"github.com/starlog/starlog/shared/settle"
-	"github.com/starlog/starlog/shared/testsvc"
-	"github.com/starlog/starlog/shared/testsvc/stores"
 )
 
 // Retention forgets an idle stream's records: a stream written once and
@@ -27,26 +22,9 @@ import (
 func TestJanitorForgetsIdleStreams(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		var objs objstore.Store
-		var ms meta.Store
-		if b == onAWS {
-			objs, ms = stores.S3(t, "std"), stores.Dynamo(t, &sharedDyn)
-		} else {
-			m, err := mem.New("std")
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, ms = m, testsvc.SQLite(t)
-		}
-		now := time.Now()
-		st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
-			Config: settle.Config{ScratchDir: t.TempDir()}, Now: func() time.Time { return now }}
-		put := func(pk, sk, val string) {
-			t.Helper()
-			if _, err := ms.Put(ctx, pk, sk, []byte(val), meta.Always()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		e := newCatalogEnv(t, b)
+		objs, ms, st, now := e.objs, e.ms, e.st, e.now
+		put := func(pk, sk, val string) { t.Helper(); e.put(t, pk, sk, []byte(val)) }
 		put("basins", "b1", `{"id":"B1"}`)
 		put("basin#b1", "cfg", `{"id":"B1","config":{}}`)
 		old, young := uint64(now.Add(-time.Hour).UnixMilli()), uint64(now.UnixMilli())
@@ -122,7 +100,8 @@ func TestJanitorForgetsIdleStreams(t *testing.T) {
 			t.Fatal("an object went before its read grace")
 		}
 		for range 2 { // the pass that arms, then the pass past the grace
-			now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
+			e.now = e.now.Add(st.Config.WithDefaults().ReadGrace + time.Second) // st.Now reads e.now
+			now = e.now
 			if _, err := auditjob.Janitor(ctx, st); err != nil {
 				t.Fatal(err)
 			}

@@ -12,11 +12,9 @@ import (
 	"github.com/starlog/starlog/shared/format"
 	"github.com/starlog/starlog/shared/leader"
 	"github.com/starlog/starlog/shared/meta"
-	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/testsvc"
-	"github.com/starlog/starlog/shared/testsvc/stores"
 )
 
 // The janitor applies each live stream's retention: a stream with a
@@ -29,26 +27,9 @@ import (
 func TestJanitorRetention(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		var objs objstore.Store
-		var ms meta.Store
-		if b == onAWS {
-			objs, ms = stores.S3(t, "std"), stores.Dynamo(t, &sharedDyn)
-		} else {
-			m, err := mem.New("std")
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, ms = m, testsvc.SQLite(t)
-		}
-		now := time.Now()
-		st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: settle.MetaStreams{Meta: ms},
-			Config: settle.Config{ScratchDir: t.TempDir()}, Now: func() time.Time { return now }}
-		put := func(pk, sk, val string) {
-			t.Helper()
-			if _, err := ms.Put(ctx, pk, sk, []byte(val), meta.Always()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		e := newCatalogEnv(t, b)
+		objs, ms, st, now := e.objs, e.ms, e.st, e.now
+		put := func(pk, sk, val string) { t.Helper(); e.put(t, pk, sk, []byte(val)) }
 		put("basins", "b1", `{"id":"B1"}`)
 		put("basin#b1", "cfg", `{"id":"B1","config":{}}`)
 		streams := map[string]string{
@@ -82,14 +63,16 @@ func TestJanitorRetention(t *testing.T) {
 		if rep.Retention.Streams != 2 || rep.Retention.Rows != 2 || rep.Retention.Marked != 1 || rep.Retention.Forgotten != 2 || rep.Deleted.Rows != 6 {
 			t.Fatalf("retention: %+v, deleted streams %+v: want 2 live streams visited, 2 rows trimmed and 1 marked, 2 deleted streams' 6 rows gone", rep.Retention, rep.Deleted)
 		}
-		now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
+		e.now = e.now.Add(st.Config.WithDefaults().ReadGrace + time.Second) // st.Now reads e.now
+		now = e.now
 		if rep, err = auditjob.Janitor(ctx, st); err != nil {
 			t.Fatal(err)
 		}
 		if rep.Reclaim.Deleted != 3 || rep.Deleted.Objects != 0 {
 			t.Fatalf("reclaim: %+v, deleted streams %+v: want the 2 trimmed rows' objects and the marked row's deleted, and no deleted stream's yet (armed now)", rep.Reclaim, rep.Deleted)
 		}
-		now = now.Add(st.Config.WithDefaults().ReadGrace + time.Second)
+		e.now = e.now.Add(st.Config.WithDefaults().ReadGrace + time.Second) // st.Now reads e.now
+		now = e.now
 		if rep, err = auditjob.Janitor(ctx, st); err != nil {
 			t.Fatal(err)
 		}
