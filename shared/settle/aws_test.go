@@ -156,8 +156,15 @@ func TestAWSReclaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if start, err := e.readFrom(ctx, e.rd, "slow", frontier(t, e.meta, "slow")); err != nil || start != cat[len(cat)-1].FirstSeq {
-		t.Fatalf("read from 0 after the trim: start %d, %v", start, err)
+	// The cut is past every record: retention forgets them all, and the
+	// greatest row stays, marked trimmed, for the tail a read from 0
+	// starts at.
+	last := cat[len(cat)-1]
+	if left := catalog(t, e.meta, "slow"); len(left) != 1 || left[0].FirstSeq != last.FirstSeq || !left[0].Settled.Trimmed {
+		t.Fatalf("catalog after the trim: %+v, want only the greatest row [%d,%d), marked trimmed", left, last.FirstSeq, last.EndSeq)
+	}
+	if start, err := e.readFrom(ctx, e.rd, "slow", frontier(t, e.meta, "slow")); err != nil || start != last.EndSeq {
+		t.Fatalf("read from 0 after the trim: start %d, %v; want the tail %d", start, err, last.EndSeq)
 	}
 	if err := onlyCurrentRevisions(t, e.meta, e.objs, e.ids()); err != nil {
 		t.Fatal(err)

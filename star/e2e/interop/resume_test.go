@@ -21,11 +21,12 @@ func TestS2TypeScriptSDKLastEventIDResume(t *testing.T) {
 
 // TestS2TypeScriptSDKRetention runs retention.mjs against a star dev whose
 // auditor, settle and read-grace timers are short (as the servecmd and
-// soak tests run them): a stream with a 2 s retention age is trimmed at
-// its front, and reads from below the first retained record (unary, and
-// a readSession on both transports) start there; check-tail is unaffected.
+// soak tests run them): a stream with a 5 s retention age, left idle,
+// forgets every record and keeps its tail (issue 29); after three more
+// appends, reads from below the first retained record (unary, and a
+// readSession on both transports) start there; check-tail is unaffected.
 func TestS2TypeScriptSDKRetention(t *testing.T) {
-	runSDKScript(t, "retention.mjs", 4,
+	runSDKScript(t, "retention.mjs", 5,
 		"--auditor-interval", "100ms",
 		"--settle-linger", "10ms", "--settle-age-cap", "50ms",
 		"--settle-express-linger", "10ms", "--settle-express-age-cap", "50ms",

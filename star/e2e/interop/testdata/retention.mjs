@@ -1,9 +1,11 @@
 // The official S2 TypeScript SDK (@s2-dev/streamstore, pinned in .ci/tools)
 // against retention by age on a star whose in-process auditor runs fast
 // (the Go test starts `star dev` with short auditor, settle and read-grace
-// timers). A stream with retention_policy.age of 2 s gets 1.5 MB of
+// timers). A stream with retention_policy.age of 5 s gets 1.5 MB of
 // records, two settled objects' worth, and is read from seq 0 until the
-// janitor has trimmed its front (polled, not timed); then, as
+// janitor has forgotten them all (polled, not timed: retention forgets an
+// idle stream, and the emptied stream keeps its tail); three records are
+// appended after them and then, as
 // docs/api.md "Trimmed records" says, a read from seq 0 (unary, and a
 // readSession on each transport), from a timestamp of 0 and from a tail
 // offset below the first retained record starts at the first retained
@@ -15,7 +17,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { check, finish, loadSDK, scenario, within } from "./harness.mjs";
 
-const RETENTION_SECS = 2;
+const RETENTION_SECS = 5; // long enough for the reads after the new appends
 const RECORDS = 15; // 100 kB each: 1.5 MB, between one and two output caps
 // How long the janitor may take to trim the front: generous, as a slow
 // machine is not a failure; the loop ends as soon as it is seen.
@@ -73,44 +75,56 @@ async function readUnary(start) {
   return out;
 }
 
-// checkFront: before the trim, a read from 0 starts at 0 and runs on.
-function checkFront(records, what) {
-  records.forEach((r, i) => {
-    check(r.seqNum === i, `${what}: record ${i} has seq ${r.seqNum}`);
-    check(r.body === body(i), `${what}: seq ${i} body ${short(r.body)}, want ${short(body(i))}`);
-  });
-}
-
 let total = 0;
+let forgotten; // the tail once every record first appended had aged out
 let trimmedAt; // the first seq of a read from 0 once the front went
 
-await scenario("retention-trims-front", async () => {
+await scenario("retention-forgets", async () => {
   const cfg = await s2.basin(basin).streams.getConfig({ stream: name });
   check(cfg.retentionPolicy?.ageSecs === RETENTION_SECS, `stream config retention ${JSON.stringify(cfg.retentionPolicy)}`);
-  // A fixed set of records, each its own append: more than one output cap,
-  // less than two, so once settled the stream has two objects and the
-  // janitor can trim only the first (never the last): after the front
-  // goes the retained records stay put, whatever the machine's speed.
   for (let i = 0; i < RECORDS; i++) {
     const ack = await unary.append(AppendInput.create([AppendRecord.string({ body: body(total) })]));
     check(ack.start.seqNum === total, `append at ${total}: ack start ${ack.start.seqNum}`);
     total = ack.end.seqNum;
   }
+  // Retention forgets an idle stream's records (docs/settle.md, "Retention
+  // forgets, idle or not"): polled until a read from seq 0 finds none;
+  // meanwhile every read starts at or above where the last one did and
+  // runs contiguously.
   const deadline = Date.now() + TRIM_DEADLINE_MS;
+  let low = 0;
   for (;;) {
-    // One read (up to 1 MiB) shows whether the front went; paging on
-    // could straddle the trim.
     const page = await unary.read({ start: { from: { seqNum: 0 } } });
-    check(page.records.length > 0, `read from 0 with tail ${total}: no records`);
-    if (page.records[0].seqNum > 0) {
-      trimmedAt = checkRetained(await readUnary({ seqNum: 0 }), total, "unary read from seq 0 once the front went");
-      break;
-    }
-    checkFront(page.records, "unary read from seq 0 before the trim");
-    check(Date.now() < deadline, `after ${TRIM_DEADLINE_MS} ms, a read from seq 0 still starts at 0: retention of ${RETENTION_SECS} s never trimmed`);
+    if (page.records.length === 0) break;
+    const first = page.records[0].seqNum;
+    check(first >= low, `read from seq 0 starts at ${first}, below ${low} seen before`);
+    low = first;
+    page.records.forEach((r, i) => {
+      check(r.seqNum === first + i && r.body === body(r.seqNum), `read from seq 0: record ${i} is seq ${r.seqNum} ${short(r.body)}`);
+    });
+    check(Date.now() < deadline, `after ${TRIM_DEADLINE_MS} ms a read from seq 0 still returns records: retention of ${RETENTION_SECS} s never forgot them`);
     await sleep(250);
   }
-  console.error(`retention: front trimmed to seq ${trimmedAt} of ${total}`);
+  forgotten = total;
+  // The emptied stream keeps its tail, as S2's does.
+  const tail = await unary.checkTail();
+  check(tail.tail.seqNum === total, `checkTail once every record aged out: ${tail.tail.seqNum}, want ${total}`);
+  const byTime = await unary.read({ start: { from: { timestamp: 0 } } });
+  check(byTime.records.length === 0, `read from timestamp 0 once every record aged out: ${byTime.records.length} records`);
+  console.error(`retention: all ${total} records forgotten`);
+});
+
+await scenario("retention-trims-front", async () => {
+  check(forgotten !== undefined, "the records were never forgotten");
+  // Records appended after the forgotten ones: a read from seq 0 starts at
+  // the first of them with no error (docs/api.md "Trimmed records").
+  for (let i = 0; i < 3; i++) {
+    const ack = await unary.append(AppendInput.create([AppendRecord.string({ body: body(total) })]));
+    check(ack.start.seqNum === total, `append at ${total}: ack start ${ack.start.seqNum}`);
+    total = ack.end.seqNum;
+  }
+  trimmedAt = checkRetained(await readUnary({ seqNum: 0 }), total, "unary read from seq 0 after the forgotten records");
+  check(trimmedAt === forgotten, `read from seq 0 starts at ${trimmedAt}, want ${forgotten}, the first record not aged out`);
   const tail = await unary.checkTail();
   check(tail.tail.seqNum === total, `checkTail after the trim: ${tail.tail.seqNum}, want ${total}`);
 });
