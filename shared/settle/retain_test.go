@@ -107,6 +107,9 @@ func (e *env) readFrom(ctx context.Context, rd *reader.Reader, id string, end ui
 		if len(res.Records) == 0 && first && res.Start >= end {
 			return res.Start, nil // every record below end is trimmed
 		}
+		if len(res.Records) == 0 && res.Start >= end {
+			return start, nil // the rest was trimmed meanwhile: the read ends at the tail
+		}
 		if len(res.Records) == 0 {
 			return start, fmt.Errorf("read %s from %d: no records (stop %s)", id, next, res.Stop)
 		}

@@ -21,6 +21,8 @@ type History struct {
 
 	mu  sync.Mutex
 	ops []porcupine.Operation
+	// unread are the incarnations no final read-back covers (Unread).
+	unread map[string]bool
 	// acks are the acknowledged appends, for the final read-back.
 	acks []Ack
 	// seen are the hashes every read returned, by stream, each with the
@@ -289,6 +291,14 @@ func (h *History) RecordCheckTail(client int, stream string, call int64, tail ap
 		Call: call, Output: &Output{Outcome: OutOK, Tail: tail.SeqNum}, Return: ret})
 }
 
+// Unread names the streams (incarnations) the final read-back does not
+// cover: the deleted ones.
+func (h *History) Unread(streams map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unread = streams
+}
+
 // Operations returns the history to check: every recorded operation except
 // the indefinite appends no read ever observed. Such an append did not
 // happen: had it, the final read-back (which is in the history and covers
@@ -309,6 +319,10 @@ func (h *History) RecordCheckTail(client int, stream string, call int64, tail ap
 // minutes and porcupine cannot decide. (A read that returned before the
 // append was called leaves the append open to the end, where the checker
 // rejects it.)
+//
+// A deleted incarnation (Catalog.Retired, given by Unread) has no final
+// read-back, so an append into it that no read saw may still have taken
+// effect: such an append stays open (OutUnknown) instead of being pruned.
 func (h *History) Operations() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -336,6 +350,10 @@ func (h *History) Operations() []porcupine.Operation {
 		in := op.Input.(*Input)
 		if in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown {
 			sg, k, ok := h.observed(in, carriers[in.Stream])
+			if !ok && h.unread[in.Stream] {
+				ops = append(ops, op) // open: it may or may not have happened
+				continue
+			}
 			if !ok {
 				pruned++
 				continue

@@ -355,3 +355,25 @@ func TestVerifyAcksRetired(t *testing.T) {
 		t.Fatalf("an ack missing from the new incarnation: violations %v", bad)
 	}
 }
+
+// An indefinite append into a deleted incarnation that no read saw is not
+// pruned: no final read-back covers that incarnation, so it may have
+// taken effect (a later acknowledged append lands past its records).
+func TestHistoryKeepsUnreadIndefiniteAppendsOfRetiredStreams(t *testing.T) {
+	h := NewHistory()
+	h.ops = append(h.ops,
+		porcupine.Operation{ClientId: 0, Input: &Input{Stream: "s@0", Kind: KindAppend, Records: []uint64{1, 2}}, Call: 0, Output: &Output{Outcome: OutUnknown}, Return: 1 << 62},
+		porcupine.Operation{ClientId: 1, Input: &Input{Stream: "s@0", Kind: KindAppend, Records: []uint64{3}}, Call: 10, Output: &Output{Outcome: OutOK, Start: 2, End: 3}, Return: 20},
+	)
+	if res := porcupine.CheckOperationsTimeout(Model(), h.Operations(), 0); res != porcupine.Illegal {
+		t.Fatalf("without Unread the unseen append is pruned and the ack at 2 is illegal; got %v", res)
+	}
+	h.Unread(map[string]bool{"s@0": true})
+	ops := h.Operations()
+	if len(ops) != 2 {
+		t.Fatalf("%d operations, want the unseen append kept open", len(ops))
+	}
+	if res := porcupine.CheckOperationsTimeout(Model(), ops, 0); res != porcupine.Ok {
+		t.Fatalf("an ack past an unseen append into a deleted incarnation checks %v", res)
+	}
+}

@@ -554,6 +554,7 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 	bad = append(append(append(h.Anomalies(), h.CheckReports()...), DuplicateAcks(h.Acks())...), bad...)
 	bad = append(bad, faultChecks(t, r, h, nr.evs, fig)...)
 
+	h.Unread(retired)
 	res, err := Check(h, *flagCheckTimeout, filepath.Join(cluster.Dir, fmt.Sprintf("round-%d", r)))
 	if err != nil {
 		t.Fatalf("round %d: check: %v", r, err)
