@@ -16,11 +16,12 @@ import (
 )
 
 // The coordinator of consumer groups (docs/kafka.md, "Consumer groups").
-// A group's coordinator is the star that leads its stream, #groups/<id>
+// A group's coordinator is the star that leads its stream, <id>/#group
 // in the topics' basin: the lease every star already claims for a stream
 // decides it, with no lease of the face's own. The stream holds no
-// records; a topic's partition is never named so ('#' is not allowed in a
-// topic name). Membership lives here, in memory: a new coordinator starts
+// records; a topic's partition is never named so (a partition's stream
+// ends in /<digits>). The group id comes first so that a token scoped to
+// a stream prefix governs the groups named with it, as it does topics. Membership lives here, in memory: a new coordinator starts
 // with none, and members rejoin on its UNKNOWN_MEMBER_ID or
 // NOT_COORDINATOR as Kafka clients do. Committed offsets live in the
 // metastore (grouprow.go).
@@ -29,11 +30,11 @@ const (
 	// groupTick is how often sessions and join-phase deadlines are
 	// checked: their granularity.
 	groupTick = 200 * time.Millisecond
-	// groupStreamPrefix names a group's stream.
-	groupStreamPrefix = "#groups/"
+	// groupStreamSuffix names a group's stream after its id.
+	groupStreamSuffix = "/#group"
 )
 
-func groupStream(group string) string { return groupStreamPrefix + group }
+func groupStream(group string) string { return group + groupStreamSuffix }
 
 // coordinator holds the groups this star has members of.
 type coordinator struct {

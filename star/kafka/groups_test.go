@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -10,8 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/star/kafka"
 )
 
 // groupMember is a kgo consumer in a group, polling in the background:
@@ -265,5 +268,55 @@ func TestGroupAdminRequests(t *testing.T) {
 	}
 	if r, err := del.RequestWith(ctxT(t), adm); err != nil || r.Groups[0].ErrorCode != kerr.GroupIDNotFound.Code {
 		t.Fatalf("DeleteGroups again: %v %+v", err, r)
+	}
+}
+
+// A token's scope governs groups as it governs topics: a group G is the
+// stream G/#group, so a token scoped to the prefix "shop" joins and
+// commits in group "shop-billing" on topic "shop-orders", and is refused
+// group "billing" (GROUP_AUTHORIZATION_FAILED) and a commit of a topic
+// out of its scope (TOPIC_AUTHORIZATION_FAILED), before any effect.
+func TestGroupScopes(t *testing.T) {
+	s := startStar(t, false)
+	adm := s.admin(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	createTopic(t, adm, "shop-orders", 1)
+	createTopic(t, adm, "other", 1)
+	produceTo(t, adm, "shop-orders", 1, 2)
+	tok := s.issue(`{"id":"kafka-shop","scope":{"basins":{"exact":"` + kafka.DefaultBasin + `"},"streams":{"prefix":"shop"},"op_groups":{"stream":{"read":true}}}}`)
+
+	m := joinGroup(t, s.kafka, "shop-billing", "shop-orders", kgo.SASL(plain.Auth{User: "u", Pass: tok}.AsMechanism()))
+	poll.Until(t, 20*time.Second, "the scoped member read its partition", func() bool { return m.next(0) == 2 })
+	if err := m.c.CommitMarkedOffsets(ctxT(t)); err != nil {
+		t.Fatalf("commit in scope: %v", err)
+	}
+	if got := committedOffsets(t, adm, "shop-billing", "shop-orders", 1); got[0] != 2 {
+		t.Fatalf("committed in scope: %v", got)
+	}
+
+	c := s.client(tok)
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorKey = "billing"
+	if r, err := fc.RequestWith(ctxT(t), c); err != nil || r.ErrorCode != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("FindCoordinator of a group out of scope: %v %+v", err, r)
+	}
+	jg := kmsg.NewPtrJoinGroupRequest()
+	jg.Group, jg.ProtocolType, jg.SessionTimeoutMillis, jg.RebalanceTimeoutMillis = "billing", "consumer", 10000, 10000
+	jg.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range"}}
+	// kgo turns a JoinGroup's error code into the request's error.
+	if r, err := jg.RequestWith(ctxT(t), c); !errors.Is(err, kerr.GroupAuthorizationFailed) && (err != nil || r.ErrorCode != kerr.GroupAuthorizationFailed.Code) {
+		t.Fatalf("JoinGroup out of scope: %v %+v", err, r)
+	}
+	if err := commitPlain(t, c, "shop-tools", "other", 1); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("a commit of a topic out of scope: %v", err)
+	}
+	if err := commitPlain(t, c, "billing", "shop-orders", 1); !errors.Is(err, kerr.GroupAuthorizationFailed) {
+		t.Fatalf("a commit in a group out of scope: %v", err)
+	}
+	if got := committedOffsets(t, adm, "billing", "shop-orders", 1); got[0] != -1 {
+		t.Fatalf("a refused commit stored %v", got)
+	}
+	lg, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctxT(t), c)
+	if err != nil || lg.ErrorCode != 0 || len(lg.Groups) != 1 || lg.Groups[0].Group != "shop-billing" {
+		t.Fatalf("the scoped token's ListGroups: %v %+v", err, lg)
 	}
 }
