@@ -101,7 +101,9 @@ func TestGroupCommitsSurviveKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds star dev and kills it with SIGKILL")
 	}
+	began := time.Now()
 	star := startDevProcess(t)
+	t.Logf("star dev built and started in %s", time.Since(began).Round(time.Millisecond))
 	adm, err := kgo.NewClient(kgo.SeedBrokers(star.kafkaAdr), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RetryTimeout(30*time.Second), kgo.MetadataMinAge(10*time.Millisecond))
 	if err != nil {
@@ -134,7 +136,9 @@ func TestGroupCommitsSurviveKill9(t *testing.T) {
 	star.kill()
 	<-stopped
 	last := acked.Load()
+	restarted := time.Now()
 	star.start()
+	t.Logf("restarted after kill -9 in %s", time.Since(restarted).Round(time.Millisecond))
 
 	got := committedOffsets(t, adm, "plain", "ledger", 1)[0]
 	if got < last || got > last+1 {
@@ -149,6 +153,7 @@ func TestGroupCommitsSurviveKill9(t *testing.T) {
 	// membership) and resumes from its commit.
 	produceTo(t, adm, "ledger", 2, 2)
 	poll.Until(t, 60*time.Second, "the member read the 2 new records of each partition", func() bool { return m.next(0) == 7 && m.next(1) == 7 })
+	t.Logf("the member resumed %s after the restart", time.Since(restarted).Round(time.Millisecond))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for p := range int32(2) {
