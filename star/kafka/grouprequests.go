@@ -81,14 +81,17 @@ func (cs *conn) joinGroup(ctx context.Context, r *kmsg.JoinGroupRequest) kmsg.Re
 		jr.protocols = append(jr.protocols, groupProtocol{name: p.Name, meta: p.Metadata})
 	}
 	ch := make(chan joinResult, 1)
-	cs.s.groups.do(r.Group, func(g *group, now time.Time) {
+	if !cs.s.groups.do(r.Group, true, func(g *group, now time.Time) {
 		g.join(now, jr, func(res joinResult) {
 			select {
 			case ch <- res:
 			default:
 			}
 		})
-	})
+	}) {
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp
+	}
 	var res joinResult
 	select {
 	case res = <-ch:
@@ -120,7 +123,7 @@ func (cs *conn) syncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) kmsg.Re
 		as = append(as, assignment{memberID: a.MemberID, data: a.MemberAssignment})
 	}
 	ch := make(chan syncResult, 1)
-	cs.s.groups.do(r.Group, func(g *group, now time.Time) {
+	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) {
 		g.sync(now, r.MemberID, r.Generation, r.ProtocolType, r.Protocol, as, func(res syncResult) {
 			select {
 			case ch <- res:
@@ -146,7 +149,7 @@ func (cs *conn) heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) kmsg.Re
 	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
 		return resp
 	}
-	cs.s.groups.do(r.Group, func(g *group, now time.Time) { resp.ErrorCode = g.heartbeat(now, r.MemberID, r.Generation) })
+	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) { resp.ErrorCode = g.heartbeat(now, r.MemberID, r.Generation) })
 	return resp
 }
 
@@ -163,7 +166,7 @@ func (cs *conn) leaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest) kmsg.
 		return resp
 	}
 	var codes []int16
-	cs.s.groups.do(r.Group, func(g *group, now time.Time) { codes = g.leave(now, ids) })
+	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) { codes = g.leave(now, ids) })
 	if r.Version < 3 {
 		resp.ErrorCode = codes[0]
 		return resp

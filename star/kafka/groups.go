@@ -30,6 +30,10 @@ const (
 	// groupTick is how often sessions and join-phase deadlines are
 	// checked: their granularity.
 	groupTick = 200 * time.Millisecond
+	// MaxGroups bounds the groups a star holds members of (each holds at
+	// most MaxGroupMembers): a JoinGroup that would make one more is
+	// COORDINATOR_NOT_AVAILABLE, which clients retry.
+	MaxGroups = 10_000
 	// groupStreamSuffix names a group's stream after its id.
 	groupStreamSuffix = "/#group"
 )
@@ -48,12 +52,17 @@ func newCoordinator() *coordinator {
 }
 
 // do runs fn on the group (made when missing) under the coordinator's
-// lock, and forgets the group after if it has become idle.
-func (c *coordinator) do(id string, fn func(g *group, now time.Time)) {
+// lock, and forgets the group after if it has become idle. Only a join
+// adds members, so only a join (joining) may make a group past MaxGroups:
+// false, fn not run.
+func (c *coordinator) do(id string, joining bool, fn func(g *group, now time.Time)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.groups[id]
 	if g == nil {
+		if joining && len(c.groups) >= MaxGroups {
+			return false
+		}
 		g = newGroup(id, newMemberID)
 		c.groups[id] = g
 	}
@@ -61,6 +70,7 @@ func (c *coordinator) do(id string, fn func(g *group, now time.Time)) {
 	if g.idle() {
 		delete(c.groups, id)
 	}
+	return true
 }
 
 // peek runs fn on the group if this star holds it.
