@@ -52,7 +52,11 @@ func (cs *conn) handle(frame []byte) (header, kmsg.Response, error) {
 		cs.count(name, "refused")
 		return h, nil, fmt.Errorf("%w: %s v%d is not served", errClose, name, h.version)
 	}
-	ctx, cancel := context.WithTimeout(cs.s.ctx, RequestTimeout+fetchWaitOf(req))
+	cs.clientID = ""
+	if h.clientID != nil {
+		cs.clientID = *h.clientID
+	}
+	ctx, cancel := context.WithTimeout(cs.s.ctx, RequestTimeout+fetchWaitOf(req)+groupWaitOf(req))
 	defer cancel()
 	resp, err := cs.dispatch(ctx, req)
 	if err != nil {
@@ -101,6 +105,26 @@ func (cs *conn) dispatch(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 		return cs.produce(ctx, r), nil
 	case *kmsg.FetchRequest:
 		return cs.fetch(ctx, r), nil
+	case *kmsg.FindCoordinatorRequest:
+		return cs.findCoordinator(ctx, r), nil
+	case *kmsg.JoinGroupRequest:
+		return cs.joinGroup(ctx, r), nil
+	case *kmsg.SyncGroupRequest:
+		return cs.syncGroup(ctx, r), nil
+	case *kmsg.HeartbeatRequest:
+		return cs.heartbeat(ctx, r), nil
+	case *kmsg.LeaveGroupRequest:
+		return cs.leaveGroup(ctx, r), nil
+	case *kmsg.OffsetCommitRequest:
+		return cs.offsetCommit(ctx, r), nil
+	case *kmsg.OffsetFetchRequest:
+		return cs.offsetFetch(ctx, r), nil
+	case *kmsg.ListGroupsRequest:
+		return cs.listGroups(ctx, r), nil
+	case *kmsg.DescribeGroupsRequest:
+		return cs.describeGroups(ctx, r), nil
+	case *kmsg.DeleteGroupsRequest:
+		return cs.deleteGroups(ctx, r), nil
 	}
 	return nil, fmt.Errorf("%w: %s has no handler", errClose, kmsg.NameForKey(req.Key()))
 }

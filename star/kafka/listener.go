@@ -37,6 +37,9 @@ type Server struct {
 
 	topics topicCache // topic rows for the data path (topiccache.go)
 
+	groups  *coordinator // consumer groups' membership (groups.go)
+	offsets offsetRows   // their committed offsets' rows (grouprow.go)
+
 	requests  *prometheus.CounterVec
 	connGauge prometheus.Gauge
 	refused   prometheus.Counter
@@ -54,7 +57,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, star: cfg.Star, basin: cfg.Basin, log: cfg.Logger.With("face", "kafka"),
-		ctx: ctx, cancel: cancel, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}
+		ctx: ctx, cancel: cancel, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
+		groups: newCoordinator()}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "kafka", Name: "requests_total",
 		Help: "Kafka requests by API (ApiVersions, Produce, Fetch, …; unknown: a key not served) and result (ok; error: answered with an error code in some part; refused: the connection was closed for it).",
@@ -73,6 +77,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.groups.run(s.ctx)
+	}()
 	return s, nil
 }
 
@@ -150,6 +159,9 @@ type conn struct {
 	s      *Server
 	c      net.Conn
 	client string // the peer's address
+	// clientID is the client id of the request being served (a group
+	// member's, as DescribeGroups shows it).
+	clientID string
 	// mechanism is the SASL mechanism the handshake chose ("" before).
 	mechanism string
 	// principal is who the connection acts for: nil until it has

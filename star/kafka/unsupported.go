@@ -5,15 +5,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// unsupportedCode answers the requests of consumer groups and
-// transactions, which this face does not serve yet: clients that send
-// them although ApiVersions does not list them (the group and
-// transaction clients do not all check) get UNSUPPORTED_VERSION, which
-// none retries, so they fail at once with a clear error.
+// unsupportedCode answers the requests of transactions, which this face
+// does not serve, and the group requests at a version it does not serve
+// (groups.go serves the others): clients that send them although
+// ApiVersions does not list them (the group and transaction clients do
+// not all check) get UNSUPPORTED_VERSION, which none retries, so they
+// fail at once with a clear error.
 var unsupportedCode = kerr.UnsupportedVersion.Code
 
-// unsupported returns the error response of a group or transaction
-// request, or nil for any other request (the connection is then closed,
+// unsupported returns the error response of a transaction request or of
+// a group request at a version not served, or nil for any other request (the connection is then closed,
 // as a Kafka broker does for a request it does not know).
 func unsupported(req kmsg.Request) kmsg.Response {
 	msg := "not served by this starlog star (docs/kafka.md)"

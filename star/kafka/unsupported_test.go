@@ -1,15 +1,12 @@
 package kafka_test
 
 import (
-	"context"
 	"encoding/binary"
 	"io"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -32,8 +29,9 @@ func TestApiVersionsAdvertisesExactlyWhatIsServed(t *testing.T) {
 			t.Errorf("key %d v%d is advertised beyond what kmsg encodes", k.ApiKey, k.MaxVersion)
 		}
 	}
-	want := []kv{{0, 3, 11}, {1, 4, 12}, {2, 1, 6}, {3, 0, 12}, {17, 0, 1}, {18, 0, 3},
-		{19, 0, 7}, {20, 0, 6}, {32, 0, 4}, {36, 0, 2}, {37, 0, 3}, {60, 0, 1}}
+	want := []kv{{0, 3, 11}, {1, 4, 12}, {2, 1, 6}, {3, 0, 12},
+		{8, 0, 8}, {9, 1, 8}, {10, 0, 4}, {11, 0, 9}, {12, 0, 4}, {13, 0, 5}, {14, 0, 5}, {15, 0, 5}, {16, 0, 4},
+		{17, 0, 1}, {18, 0, 3}, {19, 0, 7}, {20, 0, 6}, {32, 0, 4}, {36, 0, 2}, {37, 0, 3}, {42, 0, 2}, {60, 0, 1}}
 	if av.ErrorCode != 0 || !slices.Equal(got, want) {
 		t.Fatalf("ApiVersions: code %d, keys %v\nwant %v", av.ErrorCode, got, want)
 	}
@@ -66,18 +64,18 @@ func readFrame(t *testing.T, r *rawConn) []byte {
 	return body
 }
 
-// Consumer groups and transactions are not served: their requests are
-// answered UNSUPPORTED_VERSION, which clients do not retry, so a group
-// consumer fails at once rather than hanging.
-func TestGroupsAndTransactionsUnsupported(t *testing.T) {
+// Transactions are not served: their requests, a FindCoordinator of a
+// transactional id, and a group request at a version not served are
+// answered UNSUPPORTED_VERSION, which clients do not retry, so they fail
+// at once rather than hang.
+func TestTransactionsUnsupported(t *testing.T) {
 	s := startStar(t, true)
-	c := s.admin()
 	r := dialRaw(t, s.kafka)
 	fc := kmsg.NewPtrFindCoordinatorRequest()
-	fc.CoordinatorKey = "g"
+	fc.Version, fc.CoordinatorKey, fc.CoordinatorType = 3, "txn", 1
 	resp, err := r.send(fc)
 	if err != nil || resp.(*kmsg.FindCoordinatorResponse).ErrorCode != kerr.UnsupportedVersion.Code {
-		t.Fatalf("FindCoordinator: %v %+v", err, resp)
+		t.Fatalf("FindCoordinator of a transactional id: %v %+v", err, resp)
 	}
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.TransactionalID = kmsg.StringPtr("txn")
@@ -85,26 +83,12 @@ func TestGroupsAndTransactionsUnsupported(t *testing.T) {
 	if err != nil || resp.(*kmsg.InitProducerIDResponse).ErrorCode != kerr.UnsupportedVersion.Code {
 		t.Fatalf("InitProducerID: %v %+v", err, resp)
 	}
-	jg := kmsg.NewPtrJoinGroupRequest()
-	jg.Group, jg.ProtocolType = "g", "consumer"
-	if resp, err = r.send(jg); err != nil || resp.(*kmsg.JoinGroupResponse).ErrorCode != kerr.UnsupportedVersion.Code {
-		t.Fatalf("JoinGroup: %v %+v", err, resp)
-	}
-
-	createTopic(t, c, "grouped", 1)
-	g := s.admin(kgo.ConsumerGroup("g"), kgo.ConsumeTopics("grouped"))
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	fs := g.PollFetches(ctx)
-	if ctx.Err() != nil {
-		t.Fatal("a group consumer hung instead of failing")
-	}
-	// kgo does not send what ApiVersions does not list: it fails the
-	// poll itself.
-	if err := fs.Err0(); err == nil {
-		t.Fatal("a group consumer's poll did not fail")
-	} else {
-		t.Logf("a group consumer's poll: %v", err)
+	of := kmsg.NewPtrOffsetFetchRequest() // v9: KIP-848's, not served
+	of.Version = 9
+	of.Groups = []kmsg.OffsetFetchRequestGroup{{Group: "g"}}
+	if resp, err = r.send(of); err != nil || len(resp.(*kmsg.OffsetFetchResponse).Groups) != 1 ||
+		resp.(*kmsg.OffsetFetchResponse).Groups[0].ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Fatalf("OffsetFetch v9: %v %+v", err, resp)
 	}
 }
 

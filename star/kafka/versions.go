@@ -14,11 +14,22 @@ import (
 // (later ones name topic ids only). After SaslHandshake v0 the SASL
 // message comes as a bare frame, after v1 in SaslAuthenticate: both are
 // served (librdkafka will not authenticate with a broker that lacks v0).
+// The group requests stop before the versions of KIP-848's consumer
+// protocol and of topic ids; OffsetFetch v0 read ZooKeeper's offsets.
 var served = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 0, MinVersion: 3, MaxVersion: 11}, // Produce
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 12}, // Fetch
 	{ApiKey: 2, MinVersion: 1, MaxVersion: 6},  // ListOffsets
 	{ApiKey: 3, MinVersion: 0, MaxVersion: 12}, // Metadata
+	{ApiKey: 8, MinVersion: 0, MaxVersion: 8},  // OffsetCommit
+	{ApiKey: 9, MinVersion: 1, MaxVersion: 8},  // OffsetFetch
+	{ApiKey: 10, MinVersion: 0, MaxVersion: 4}, // FindCoordinator
+	{ApiKey: 11, MinVersion: 0, MaxVersion: 9}, // JoinGroup
+	{ApiKey: 12, MinVersion: 0, MaxVersion: 4}, // Heartbeat
+	{ApiKey: 13, MinVersion: 0, MaxVersion: 5}, // LeaveGroup
+	{ApiKey: 14, MinVersion: 0, MaxVersion: 5}, // SyncGroup
+	{ApiKey: 15, MinVersion: 0, MaxVersion: 5}, // DescribeGroups
+	{ApiKey: 16, MinVersion: 0, MaxVersion: 4}, // ListGroups
 	{ApiKey: 17, MinVersion: 0, MaxVersion: 1}, // SaslHandshake
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 3}, // ApiVersions
 	{ApiKey: 19, MinVersion: 0, MaxVersion: 7}, // CreateTopics
@@ -26,6 +37,7 @@ var served = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 32, MinVersion: 0, MaxVersion: 4}, // DescribeConfigs
 	{ApiKey: 36, MinVersion: 0, MaxVersion: 2}, // SaslAuthenticate
 	{ApiKey: 37, MinVersion: 0, MaxVersion: 3}, // CreatePartitions
+	{ApiKey: 42, MinVersion: 0, MaxVersion: 2}, // DeleteGroups
 	{ApiKey: 60, MinVersion: 0, MaxVersion: 1}, // DescribeCluster
 }
 

@@ -1,0 +1,308 @@
+package kafka
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The group protocol's requests: FindCoordinator, JoinGroup, SyncGroup,
+// Heartbeat, LeaveGroup, and the admin's ListGroups, DescribeGroups and
+// DeleteGroups. Each checks the group (groupGate) before the state
+// machine (group.go) sees it.
+
+// groupWaitOf is how long a JoinGroup or SyncGroup may wait beyond
+// RequestTimeout: for the other members to rejoin, or for the leader's
+// assignments. The state machine answers it within the group's rebalance
+// timeout or a session; this is the backstop.
+func groupWaitOf(req kmsg.Request) time.Duration {
+	switch r := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		return min(max(time.Duration(r.RebalanceTimeoutMillis), time.Duration(r.SessionTimeoutMillis))*time.Millisecond, MaxRebalanceTimeout)
+	case *kmsg.SyncGroupRequest:
+		return MaxRebalanceTimeout
+	}
+	return 0
+}
+
+func (cs *conn) findCoordinator(ctx context.Context, r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	host, port := cs.self()
+	answer := func(key string) kmsg.FindCoordinatorResponseCoordinator {
+		c := kmsg.NewFindCoordinatorResponseCoordinator()
+		c.Key, c.NodeID = key, -1
+		switch {
+		case r.CoordinatorType != 0:
+			msg := "transactions are not served by this starlog star (docs/kafka.md)"
+			c.ErrorCode, c.ErrorMessage = unsupportedCode, &msg
+		case !validGroupID(key):
+			c.ErrorCode = kerr.InvalidGroupID.Code
+		case !cs.mayGroup(groupDescribe, key):
+			c.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		default:
+			c.ErrorCode = cs.s.coordinatorCode(ctx, key, kerr.CoordinatorNotAvailable.Code)
+		}
+		if c.ErrorCode == 0 {
+			c.NodeID, c.Host, c.Port = brokerID, host, port
+		}
+		return c
+	}
+	if r.Version >= 4 {
+		for _, k := range r.CoordinatorKeys {
+			resp.Coordinators = append(resp.Coordinators, answer(k))
+		}
+		return resp
+	}
+	c := answer(r.CoordinatorKey)
+	resp.ErrorCode, resp.ErrorMessage, resp.NodeID, resp.Host, resp.Port = c.ErrorCode, c.ErrorMessage, c.NodeID, c.Host, c.Port
+	return resp
+}
+
+func (cs *conn) joinGroup(ctx context.Context, r *kmsg.JoinGroupRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
+	resp.Generation, resp.MemberID = -1, r.MemberID
+	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
+		return resp
+	}
+	jr := joinReq{memberID: r.MemberID, clientID: cs.clientID, clientHost: cs.client, protocolType: r.ProtocolType,
+		session:   time.Duration(r.SessionTimeoutMillis) * time.Millisecond,
+		rebalance: time.Duration(r.RebalanceTimeoutMillis) * time.Millisecond,
+		requireID: r.Version >= 4}
+	if r.Version == 0 {
+		jr.rebalance = jr.session
+	}
+	if r.InstanceID != nil {
+		jr.instanceID = *r.InstanceID
+	}
+	for _, p := range r.Protocols {
+		jr.protocols = append(jr.protocols, groupProtocol{name: p.Name, meta: p.Metadata})
+	}
+	ch := make(chan joinResult, 1)
+	if !cs.s.groups.do(r.Group, true, func(g *group, now time.Time) {
+		g.join(now, jr, func(res joinResult) {
+			select {
+			case ch <- res:
+			default:
+			}
+		})
+	}) {
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp
+	}
+	var res joinResult
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		res = joinResult{code: kerr.RebalanceInProgress.Code, generation: -1, memberID: r.MemberID}
+	}
+	resp.ErrorCode, resp.Generation, resp.MemberID, resp.LeaderID = res.code, res.generation, res.memberID, res.leader
+	if res.code == 0 {
+		resp.ProtocolType, resp.Protocol = &res.protocolType, &res.protocol
+	}
+	for _, m := range res.members {
+		rm := kmsg.NewJoinGroupResponseMember()
+		rm.MemberID, rm.ProtocolMetadata = m.id, m.meta
+		if m.instanceID != "" {
+			rm.InstanceID = &m.instanceID
+		}
+		resp.Members = append(resp.Members, rm)
+	}
+	return resp
+}
+
+func (cs *conn) syncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
+	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
+		return resp
+	}
+	var as []assignment
+	for _, a := range r.GroupAssignment {
+		as = append(as, assignment{memberID: a.MemberID, data: a.MemberAssignment})
+	}
+	ch := make(chan syncResult, 1)
+	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) {
+		g.sync(now, r.MemberID, r.Generation, r.ProtocolType, r.Protocol, as, func(res syncResult) {
+			select {
+			case ch <- res:
+			default:
+			}
+		})
+	})
+	var res syncResult
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		res = syncResult{code: kerr.RebalanceInProgress.Code}
+	}
+	resp.ErrorCode, resp.MemberAssignment = res.code, res.assignment
+	if res.code == 0 {
+		resp.ProtocolType, resp.Protocol = &res.protocolType, &res.protocol
+	}
+	return resp
+}
+
+func (cs *conn) heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
+	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
+		return resp
+	}
+	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) { resp.ErrorCode = g.heartbeat(now, r.MemberID, r.Generation) })
+	return resp
+}
+
+func (cs *conn) leaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
+	ids := []string{r.MemberID}
+	if r.Version >= 3 {
+		ids = ids[:0]
+		for _, m := range r.Members {
+			ids = append(ids, m.MemberID)
+		}
+	}
+	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
+		return resp
+	}
+	var codes []int16
+	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) { codes = g.leave(now, ids) })
+	if r.Version < 3 {
+		resp.ErrorCode = codes[0]
+		return resp
+	}
+	for i, m := range r.Members {
+		rm := kmsg.NewLeaveGroupResponseMember()
+		rm.MemberID, rm.InstanceID, rm.ErrorCode = m.MemberID, m.InstanceID, codes[i]
+		resp.Members = append(resp.Members, rm)
+	}
+	return resp
+}
+
+// groupSummary is what ListGroups and DescribeGroups show of a group.
+type groupSummary struct {
+	state, protocolType, protocol string
+	members                       []kmsg.DescribeGroupsResponseGroupMember
+}
+
+// summary describes a group this star holds, or one with only committed
+// offsets (Empty) or nothing (Dead), as Kafka does.
+func (s *Server) summary(ctx context.Context, id string) (groupSummary, error) {
+	var sum groupSummary
+	if s.groups.peek(id, func(g *group) {
+		sum = groupSummary{state: g.state, protocolType: g.protocolType, protocol: g.protocol}
+		for _, mid := range g.order {
+			m := g.members[mid]
+			dm := kmsg.NewDescribeGroupsResponseGroupMember()
+			dm.MemberID, dm.ClientID, dm.ClientHost = m.id, m.clientID, m.clientHost
+			dm.ProtocolMetadata, dm.MemberAssignment = m.meta(g.protocol), m.assignment
+			if m.instanceID != "" {
+				iid := m.instanceID
+				dm.InstanceID = &iid
+			}
+			sum.members = append(sum.members, dm)
+		}
+	}) {
+		return sum, nil
+	}
+	_, ver, err := s.readGroupRow(ctx, id)
+	if err != nil {
+		return sum, err
+	}
+	sum.state = stateDead
+	if ver != 0 {
+		sum.state = stateEmpty
+	}
+	return sum, nil
+}
+
+func (cs *conn) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeGroupsResponse)
+	for _, id := range r.Groups {
+		rg := kmsg.NewDescribeGroupsResponseGroup()
+		rg.Group = id
+		if rg.ErrorCode = cs.groupGate(ctx, groupDescribe, id); rg.ErrorCode == 0 {
+			sum, err := cs.s.summary(ctx, id)
+			rg.ErrorCode = groupErrCode(err)
+			rg.State, rg.ProtocolType, rg.Protocol, rg.Members = sum.state, sum.protocolType, sum.protocol, sum.members
+		}
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp
+}
+
+// listGroups answers the groups this star holds and every group with
+// committed offsets, which the token may describe.
+func (cs *conn) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.ListGroupsResponse)
+	ids, err := cs.s.listGroupRows(ctx)
+	if err != nil {
+		resp.ErrorCode = groupErrCode(err)
+		return resp
+	}
+	cs.s.groups.mu.Lock()
+	held := map[string]groupSummary{}
+	for id, g := range cs.s.groups.groups {
+		held[id] = groupSummary{state: g.state, protocolType: g.protocolType}
+		ids = append(ids, id)
+	}
+	cs.s.groups.mu.Unlock()
+	done := map[string]bool{}
+	for _, id := range ids {
+		if done[id] || !validGroupID(id) || !cs.mayGroup(groupDescribe, id) {
+			continue
+		}
+		done[id] = true
+		sum, ok := held[id]
+		if !ok {
+			sum.state = stateEmpty
+		}
+		if len(r.StatesFilter) > 0 && !containsFold(r.StatesFilter, sum.state) {
+			continue
+		}
+		lg := kmsg.NewListGroupsResponseGroup()
+		lg.Group, lg.ProtocolType, lg.GroupState = id, sum.protocolType, sum.state
+		resp.Groups = append(resp.Groups, lg)
+	}
+	return resp
+}
+
+func containsFold(list []string, s string) bool {
+	for _, l := range list {
+		if strings.EqualFold(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteGroups deletes groups without members: their committed offsets.
+// The group's stream stays (its lease keeps naming the coordinator).
+func (cs *conn) deleteGroups(ctx context.Context, r *kmsg.DeleteGroupsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DeleteGroupsResponse)
+	for _, id := range r.Groups {
+		rg := kmsg.NewDeleteGroupsResponseGroup()
+		rg.Group = id
+		if rg.ErrorCode = cs.groupGate(ctx, groupDelete, id); rg.ErrorCode == 0 {
+			rg.ErrorCode = cs.s.deleteGroup(ctx, id)
+		}
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp
+}
+
+func (s *Server) deleteGroup(ctx context.Context, id string) int16 {
+	busy := false
+	s.groups.peek(id, func(g *group) { busy = len(g.members) > 0 })
+	if busy {
+		return kerr.NonEmptyGroup.Code
+	}
+	_, ver, err := s.readGroupRow(ctx, id)
+	if err != nil {
+		return groupErrCode(err)
+	}
+	if ver == 0 {
+		return kerr.GroupIDNotFound.Code
+	}
+	return groupErrCode(s.deleteGroupRow(ctx, id))
+}
