@@ -39,6 +39,9 @@ type forwarder struct {
 	s       *Server
 	n       *node.Node
 	proxy   *httputil.ReverseProxy
+	// peers calls other stars' own endpoints (star status) over the
+	// forwarding transport, with the internal credential.
+	peers *http.Client
 	results *prometheus.CounterVec
 }
 
@@ -103,6 +106,7 @@ func newForwarder(s *Server) (*forwarder, error) {
 			PingTimeout:     2 * time.Second,
 		},
 	}
+	f.peers = &http.Client{Transport: tr}
 	me := s.n.StarID()
 	f.proxy = &httputil.ReverseProxy{
 		Transport:     tr,

@@ -446,6 +446,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 			s.durableKeys(w, r)
 			return
 		}
+	case routeStatus:
+		if m == http.MethodGet {
+			s.status(w, r)
+			return
+		}
 	case routeDurableRotate:
 		if m == http.MethodPost {
 			s.rotateDurableKeys(w, r)
