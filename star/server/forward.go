@@ -36,12 +36,12 @@ const HeaderNotLeader = "Starlog-Not-Leader"
 // streaming bodies both ways and flushing every response write, so append
 // and read sessions (S2S, SSE) work through it.
 type forwarder struct {
-	s       *Server
-	n       *node.Node
-	proxy   *httputil.ReverseProxy
+	s     *Server
+	n     *node.Node
+	proxy *httputil.ReverseProxy
 	// peers calls other stars' own endpoints (star status) over the
 	// forwarding transport, with the internal credential.
-	peers *http.Client
+	peers   *http.Client
 	results *prometheus.CounterVec
 }
 
