@@ -17,8 +17,13 @@ import (
 )
 
 // grafanaBoard is the Grafana dashboard operators import
-// (docs/deploy.md, "A Grafana dashboard").
-const grafanaBoard = "../../infra/grafana/starlog.json"
+// (docs/deploy.md, "A Grafana dashboard"); forwardedSeries the series the
+// stack's CloudWatch agent forwards for its alarms and dashboard
+// (infra/userdata reads the same file).
+const (
+	grafanaBoard    = "../../infra/grafana/starlog.json"
+	forwardedSeries = "../../infra/userdata/forwarded.json"
+)
 
 // exported is what a star's /metrics exposes: each metric family's type
 // and the label names seen on its samples.
@@ -82,12 +87,15 @@ func (e exported) family(name string) string {
 	return ""
 }
 
-// Every query of the Grafana board names metrics a running `star dev`
-// exports, with the labels the query groups and filters by (issue 32
-// item 2): a renamed metric or label fails here, not on an operator's
-// screen. Labels Prometheus adds when it scrapes (instance, job) and a
-// histogram's le are the only ones the star need not carry.
-func TestGrafanaBoardNamesExportedMetrics(t *testing.T) {
+// Both dashboards read what a running `star dev` exports (issue 32 items
+// 1 and 2): every query of the Grafana board names exported metrics with
+// the labels it groups and filters by (labels Prometheus adds when it
+// scrapes, instance and job, and a histogram's le are the only ones the
+// star need not carry), and every series the stack's CloudWatch agent
+// forwards is exported with each label it keeps as a dimension (the
+// stack's own test checks the CloudWatch dashboard against that list). A
+// renamed metric or label fails here, not on an operator's screen.
+func TestDashboardsNameExportedMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}
@@ -193,4 +201,36 @@ func TestGrafanaBoardNamesExportedMetrics(t *testing.T) {
 		}
 	}
 	t.Logf("%d queries in %s checked against %d exported metric families", queries, grafanaBoard, len(e.types))
+
+	raw, err = os.ReadFile(forwardedSeries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forwarded []struct {
+		Dimensions []string `json:"dimensions"`
+		Metrics    []string `json:"metrics"`
+	}
+	if err := json.Unmarshal(raw, &forwarded); err != nil {
+		t.Fatalf("%s: %v", forwardedSeries, err)
+	}
+	series := 0
+	for _, f := range forwarded {
+		for _, m := range f.Metrics {
+			series++
+			typ, ok := e.types[m]
+			switch {
+			case !ok:
+				t.Errorf("%s: %s is not exported by star dev", forwardedSeries, m)
+				continue
+			case typ == "histogram":
+				t.Errorf("%s: %s is a histogram, which the CloudWatch agent drops", forwardedSeries, m)
+			}
+			for _, d := range f.Dimensions {
+				if !e.labels[m][d] {
+					t.Errorf("%s: %s has no label %q to keep as a dimension", forwardedSeries, m, d)
+				}
+			}
+		}
+	}
+	t.Logf("%d forwarded series in %s checked", series, forwardedSeries)
 }
