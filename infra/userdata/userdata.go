@@ -325,7 +325,7 @@ func AgentConfig(p Params) (string, error) {
 					"log_group_name":         p.MetricsLogGroup,
 					"prometheus_config_path": PrometheusConfPath,
 					"emf_processor": map[string]any{
-						"metric_namespace": p.MetricsNamespace,
+						"metric_namespace":   p.MetricsNamespace,
 						"metric_declaration": declarations,
 					},
 				},
