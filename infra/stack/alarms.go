@@ -137,6 +137,7 @@ func (s *Starlog) alarms() {
 		})
 		al.AddAlarmAction(action)
 		al.AddOkAction(action)
+		s.alarmList = append(s.alarmList, al)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
@@ -56,6 +57,8 @@ type Starlog struct {
 	FunctionRoles map[string]awsiam.Role
 
 	AlarmTopic awssns.Topic
+	// alarmList is every alarm, for the dashboard's status widget.
+	alarmList []interfacesawscloudwatch.IAlarmRef
 
 	// AdminToken and InternalKey are the stars' secrets (secrets.go).
 	AdminToken, InternalKey awssecretsmanager.Secret
@@ -143,6 +146,7 @@ func New(scope constructs.Construct, cfg config.Config) (*Starlog, error) {
 	}
 	s.auditor()
 	s.alarms()
+	s.dashboard()
 	s.outputs()
 	s.protectTable()
 	return s, nil

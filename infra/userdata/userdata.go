@@ -12,6 +12,7 @@ package userdata
 
 import (
 	"bytes"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -54,9 +55,61 @@ const (
 	DimensionCluster = "cluster"
 )
 
-// ForwardedMetrics are the Prometheus series the agent sends to CloudWatch;
-// everything else stays on /metrics (CloudWatch bills per metric).
-var ForwardedMetrics = []string{MetricBacklogAge, MetricStall, MetricSettleLag, MetricClassDegraded}
+// Forward is one group of Prometheus series the agent sends to CloudWatch
+// with the same dimensions.
+type Forward struct {
+	// Why says what reads them (alarms, dashboard panels).
+	Why string `json:"why"`
+	// Dimensions are the series' labels kept as dimensions, besides
+	// DimensionCluster; the series of other labels are data points of the
+	// same metric (the alarms take their maximum).
+	Dimensions []string `json:"dimensions"`
+	Metrics    []string `json:"metrics"`
+}
+
+// forwardedJSON lists the forwarded series; a test of the star
+// (star/servecmd) checks each name and dimension against what star dev
+// exports on /metrics.
+//
+//go:embed forwarded.json
+var forwardedJSON []byte
+
+// Forwarded are the agent's forwarding declarations; everything else
+// stays on /metrics (CloudWatch bills per metric).
+var Forwarded = func() []Forward {
+	var f []Forward
+	if err := json.Unmarshal(forwardedJSON, &f); err != nil {
+		panic("userdata: forwarded.json: " + err.Error())
+	}
+	return f
+}()
+
+// ForwardedMetrics are the names of every forwarded series, each once.
+var ForwardedMetrics = func() []string {
+	var out []string
+	for _, f := range Forwarded {
+		for _, m := range f.Metrics {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}()
+
+// ForwardedWith reports whether the agent forwards metric with exactly
+// the dimensions dims (DimensionCluster included or not).
+func ForwardedWith(metric string, dims []string) bool {
+	want := slices.DeleteFunc(slices.Clone(dims), func(d string) bool { return d == DimensionCluster })
+	slices.Sort(want)
+	for _, f := range Forwarded {
+		have := slices.Sorted(slices.Values(f.Dimensions))
+		if slices.Contains(f.Metrics, metric) && slices.Equal(have, want) {
+			return true
+		}
+	}
+	return false
+}
 
 // ExitMarker starts the line the unit appends to the star's log whenever
 // the star process ends (ExecStopPost): "starlog-unit: star-exited
@@ -239,9 +292,18 @@ func (p Params) check() error {
 // and the bootstrap log to CloudWatch Logs, and the forwarded Prometheus
 // series as embedded-metric-format records.
 func AgentConfig(p Params) (string, error) {
-	selectors := make([]string, len(ForwardedMetrics))
-	for i, m := range ForwardedMetrics {
-		selectors[i] = "^" + m + "$"
+	declarations := make([]map[string]any, len(Forwarded))
+	for i, f := range Forwarded {
+		selectors := make([]string, len(f.Metrics))
+		for j, m := range f.Metrics {
+			selectors[j] = "^" + m + "$"
+		}
+		declarations[i] = map[string]any{
+			"source_labels":    []string{"job"},
+			"label_matcher":    "^starlog$",
+			"dimensions":       [][]string{append([]string{DimensionCluster}, f.Dimensions...)},
+			"metric_selectors": selectors,
+		}
 	}
 	type fileLog struct {
 		FilePath      string `json:"file_path"`
@@ -263,13 +325,8 @@ func AgentConfig(p Params) (string, error) {
 					"log_group_name":         p.MetricsLogGroup,
 					"prometheus_config_path": PrometheusConfPath,
 					"emf_processor": map[string]any{
-						"metric_namespace": p.MetricsNamespace,
-						"metric_declaration": []map[string]any{{
-							"source_labels":    []string{"job"},
-							"label_matcher":    "^starlog$",
-							"dimensions":       [][]string{{DimensionCluster}},
-							"metric_selectors": selectors,
-						}},
+						"metric_namespace":   p.MetricsNamespace,
+						"metric_declaration": declarations,
 					},
 				},
 			},

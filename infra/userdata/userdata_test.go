@@ -274,16 +274,28 @@ func TestAgentConfig(t *testing.T) {
 	if prom.ConfigPath != PrometheusConfPath || prom.LogGroupName != "/starlog/Starlog/prometheus" || prom.EMF.Namespace != "Starlog" {
 		t.Errorf("prometheus section %+v", prom)
 	}
-	if len(prom.EMF.Declarations) != 1 || len(prom.EMF.Declarations[0].Selectors) != len(ForwardedMetrics) {
+	if len(prom.EMF.Declarations) != len(Forwarded) {
 		t.Fatalf("declarations %+v", prom.EMF.Declarations)
 	}
-	for i, m := range ForwardedMetrics {
-		if re := regexp.MustCompile(prom.EMF.Declarations[0].Selectors[i]); !re.MatchString(m) || re.MatchString(m+"_x") {
-			t.Errorf("selector %q does not select exactly %q", re, m)
+	for i, f := range Forwarded {
+		decl := prom.EMF.Declarations[i]
+		if len(decl.Selectors) != len(f.Metrics) {
+			t.Fatalf("declaration %d selects %v, want %v", i, decl.Selectors, f.Metrics)
+		}
+		for j, m := range f.Metrics {
+			if re := regexp.MustCompile(decl.Selectors[j]); !re.MatchString(m) || re.MatchString(m+"_x") || re.MatchString(m+"_sum") {
+				t.Errorf("selector %q does not select exactly %q", re, m)
+			}
+		}
+		if d := decl.Dimensions; len(d) != 1 || !slices.Equal(d[0], append([]string{DimensionCluster}, f.Dimensions...)) {
+			t.Errorf("declaration %d dimensions %v, want cluster and %v", i, d, f.Dimensions)
 		}
 	}
-	if d := prom.EMF.Declarations[0].Dimensions; len(d) != 1 || len(d[0]) != 1 || d[0][0] != DimensionCluster {
-		t.Errorf("dimensions %v", d)
+	// The alarms' series keep the one dimension they alarm on.
+	for _, m := range []string{MetricBacklogAge, MetricStall, MetricSettleLag, MetricClassDegraded} {
+		if !ForwardedWith(m, []string{DimensionCluster}) {
+			t.Errorf("%s is not forwarded with the cluster dimension alone", m)
+		}
 	}
 	files := cfg.Logs.LogsCollected.Files.CollectList
 	if len(files) != 2 || files[0].FilePath != StarLogFile || files[0].LogGroupName != "/starlog/Starlog/star" {

@@ -66,6 +66,7 @@ func newCommands(lookupEnv func(string) (string, bool)) []*cobra.Command {
 		c.benchCmd(),
 		c.tokensCmd(),
 		c.drainCmd(),
+		c.statusCmd(),
 		c.durableCmd(),
 	}
 	for _, cmd := range cmds {

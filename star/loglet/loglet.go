@@ -284,6 +284,7 @@ func Open(ctx context.Context, cfg Config, c *chain.Chain, settle func(context.C
 	if m == nil {
 		m = NewMetrics(nil)
 	}
+	m.knowBuckets(cfg.Buckets)
 	l := &Loglet{
 		cfg: cfg, chain: c, log: log, metrics: m,
 		pool:        pool.New[*Batch](cfg.PoolBudget, nil),

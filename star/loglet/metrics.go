@@ -9,7 +9,13 @@ import (
 // Metrics are one loglet's Prometheus instruments; the class is a constant
 // label so the star's two loglets share one registry.
 type Metrics struct {
-	ackLatency    prometheus.Observer
+	ackLatency prometheus.Observer
+	// ackQuantiles and putQuantiles repeat ackLatency and putLatency as
+	// summaries (p50, p99 over the last minute): the CloudWatch agent
+	// drops histograms and forwards summaries, so the stack's dashboard
+	// reads these (infra/userdata/forwarded.json).
+	ackQuantiles  prometheus.Observer
+	putQuantiles  *prometheus.SummaryVec
 	commitLatency prometheus.Observer
 	poolWait      prometheus.Observer
 	admitWait     prometheus.Observer
@@ -81,6 +87,15 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 		degraded:       g(MetricClassDegraded, "1 while the class commits nothing: no flight reached W within the recovery deadline of an epoch's halt (its buckets refuse or do not answer), so waiting appends were answered 503 and new ones are refused at once until a flight commits; else 0."),
 		indexBytes:     g("flight_index_bundle_bytes", "Rendered bundles of released, unabsorbed flights the flight index holds in memory (at most the index cache bound)."),
 	}
+	quantiles := map[float64]float64{0.5: 0.01, 0.99: 0.001}
+	ackq := prometheus.NewSummary(prometheus.SummaryOpts{Namespace: "starlog", Name: "ack_latency_summary_seconds",
+		Help:        "ack_latency_seconds as a summary: p50 and p99 over the last minute (for CloudWatch, which takes no histograms).",
+		ConstLabels: cl, Objectives: quantiles, MaxAge: time.Minute, AgeBuckets: 3})
+	f(ackq)
+	m.ackQuantiles = ackq
+	m.putQuantiles = prometheus.NewSummaryVec(prometheus.SummaryOpts{Namespace: "starlog", Name: "put_latency_summary_seconds",
+		Help:        "put_latency_seconds as a summary: p50 and p99 over the last minute, per bucket (for CloudWatch, which takes no histograms).",
+		ConstLabels: cl, Objectives: quantiles, MaxAge: time.Minute, AgeBuckets: 3}, []string{"bucket"})
 	m.putLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "starlog", Name: "put_latency_seconds", Help: "Slot PUT latency per bucket.", ConstLabels: cl, Buckets: lat}, []string{"bucket"})
 	m.putErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "put_errors_total", Help: "Slot PUTs that did not create the copy, per bucket.", ConstLabels: cl}, []string{"bucket"})
 	m.stalls = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "starlog", Name: "backlog_stalls_total", Help: "Times publishing blocked at the backlog budget, by diagnosed cause.", ConstLabels: cl}, []string{"cause"})
@@ -93,14 +108,33 @@ func NewMetrics(reg prometheus.Registerer, labels ...string) *Metrics {
 	m.absorbPressured = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "absorb_pressured_passes_total", Help: "Absorb passes run before the metastore write budget allowed, because the backlog reached half its budget (the budget cannot keep up with the stream count) or a close or handoff waits for the absorb.", ConstLabels: cl})
 	m.indexEvictions = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "flight_index_evictions_total", Help: "Bundles of released flights the flight index let go of before their absorb (reads of them GET the slot object).", ConstLabels: cl})
 	m.halts = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "starlog", Name: "epoch_halts_total", Help: "Epochs halted (foreign occupant or flight deadline).", ConstLabels: cl})
-	for _, c := range []prometheus.Collector{m.putLatency, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.recoveryRetry, m.absorbErrors, m.absorbWrites, m.absorbPressured, m.halts, m.indexEvictions} {
+	// Every cause is exported from the start, at 0: the CloudWatch agent
+	// turns a counter into the delta between two scrapes, so a series
+	// that first appears at 1 would never show its first stall (the
+	// stack's stalls alarm).
+	for _, cause := range []string{CauseAbsorbLagging, CauseMetastoreSlow, CauseEpochSettling} {
+		m.stalls.WithLabelValues(cause)
+	}
+	for _, cause := range []string{CauseAbsorbLagging, CauseMetastoreSlow, CauseEpochSettling, CauseStorageSlow, CauseIngestBurst} {
+		m.admitStalls.WithLabelValues(cause)
+	}
+	for _, c := range []prometheus.Collector{m.putLatency, m.putQuantiles, m.putErrors, m.stalls, m.admitStalls, m.undecidable, m.recoveries, m.recoveryRetry, m.absorbErrors, m.absorbWrites, m.absorbPressured, m.halts, m.indexEvictions} {
 		f(c)
 	}
 	return m
 }
 
+// knowBuckets exports the per-bucket PUT error counters at 0 (see the
+// stall causes in NewMetrics).
+func (m *Metrics) knowBuckets(buckets []string) {
+	for _, b := range buckets {
+		m.putErrors.WithLabelValues(b)
+	}
+}
+
 func (m *Metrics) observePut(bucket string, took time.Duration, err error) {
 	m.putLatency.WithLabelValues(bucket).Observe(took.Seconds())
+	m.putQuantiles.WithLabelValues(bucket).Observe(took.Seconds())
 	if err != nil {
 		m.putErrors.WithLabelValues(bucket).Inc()
 	}

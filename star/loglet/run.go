@@ -221,6 +221,7 @@ func (l *Loglet) release(f *flight) {
 		b.answer(nil)
 	}
 	l.metrics.ackLatency.Observe(now.Sub(f.started).Seconds())
+	l.metrics.ackQuantiles.Observe(now.Sub(f.started).Seconds())
 	// From here the flight index serves the flight, from its bundle until
 	// the index evicts it, then from its slot object: the batches (and the
 	// request buffers their records alias) are let go, so at most one copy

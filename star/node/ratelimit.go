@@ -15,25 +15,32 @@ import (
 // client connection). Past them a unary append is 429 rate_limited with a
 // retry-after; an append session is throttled (its input waits for the
 // limit), and only an input that would wait longer than SessionThrottle
-// ends the session with a 429 terminal frame. Zero fields take the
-// defaults; a negative rate turns that limit off.
+// ends the session with a 429 terminal frame. A zero StreamBytesPerSec
+// or SessionThrottle takes the default; a zero StreamBatchesPerSec leaves
+// the batch limit off (it is opt-in); a negative rate turns a limit off.
 type RateLimits struct {
 	// StreamBytesPerSec bounds a stream's appended metered bytes per
 	// second, all clients together (enforced by the star that leads it).
 	// The burst is one second's worth, and at least one largest batch.
 	StreamBytesPerSec float64
 	// StreamBatchesPerSec bounds the append batches per second one client
-	// connection sends to one stream (burst: one second's worth).
+	// connection sends to one stream (burst: one second's worth). Off
+	// unless set: S2 imposes it to share a multi-tenant service, and on a
+	// self-hosted star it only slows a lone producer with one append in
+	// flight (S2BatchesPerSec is S2's number, for a multi-tenant star).
 	StreamBatchesPerSec float64
 	// SessionThrottle bounds how long one session input waits for the
 	// limits.
 	SessionThrottle time.Duration
 }
 
-// S2's documented per-stream append limits, the defaults.
+// S2's documented per-stream append limits: the throughput limit is on
+// by default; the batch-rate limit is opt-in.
 const (
-	DefaultStreamBytesPerSec   = 100 << 20
-	DefaultStreamBatchesPerSec = 200
+	DefaultStreamBytesPerSec = 100 << 20
+	// S2BatchesPerSec is S2's batch-rate limit per stream per client
+	// connection, the value to set on a multi-tenant star.
+	S2BatchesPerSec = 200
 	// DefaultSessionThrottle stays well below the S2 SDKs' 5 s wait for an
 	// ack: a session input refused with 429 (definite) is better than one
 	// the SDK gives up on while throttled (indefinite).
@@ -43,9 +50,6 @@ const (
 func (r RateLimits) withDefaults() RateLimits {
 	if r.StreamBytesPerSec == 0 {
 		r.StreamBytesPerSec = DefaultStreamBytesPerSec
-	}
-	if r.StreamBatchesPerSec == 0 {
-		r.StreamBatchesPerSec = DefaultStreamBatchesPerSec
 	}
 	if r.SessionThrottle <= 0 {
 		r.SessionThrottle = DefaultSessionThrottle

@@ -183,7 +183,7 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.frameTimeout, "frame-timeout", server.DefaultFrameTimeout, "an S2S frame must complete within this of its header (the session ends with 408)")
 	fs.DurationVar(&c.sessionWriteTimout, "session-write-timeout", server.DefaultSessionWriteTimeout, "a session's client must take each frame or event within this, or it is cut off")
 	fs.Float64Var(&c.streamMiBPerSec, "append-stream-mib-per-sec", node.DefaultStreamBytesPerSec/(1<<20), "per-stream append throughput limit in MiB/s of metered bytes, all clients together (S2's limit; 0 turns it off): past it a unary append is 429 rate_limited, a session is throttled")
-	fs.Float64Var(&c.streamBatchesPerSec, "append-stream-batches-per-sec", node.DefaultStreamBatchesPerSec, "append batches per second one client connection may send to one stream (S2's limit; 0 turns it off)")
+	fs.Float64Var(&c.streamBatchesPerSec, "append-stream-batches-per-sec", 0, fmt.Sprintf("append batches per second one client connection may send to one stream; 0 (the default) turns it off. S2 sets %d to share a multi-tenant service: set it on a star many tenants share", node.S2BatchesPerSec))
 	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", node.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
 	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token; the admin token and open stars by IP address) may make on S2's API; 0 (the default) turns the limit off")
 	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")

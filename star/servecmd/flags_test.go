@@ -121,8 +121,9 @@ func TestAuditorEnvNamesAreFlagFallbacks(t *testing.T) {
 	}
 }
 
-// The rate-limit flags default to S2's documented per-stream limits, 0
-// turns one off, and the per-client limit is off unless asked for.
+// The throughput flag defaults to S2's documented per-stream limit, the
+// batch-rate limit and the per-client limit are off unless asked for, and
+// 0 turns a limit off.
 func TestRateLimitFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	var c common
@@ -131,8 +132,8 @@ func TestRateLimitFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := c.nodeConfig().Limits
-	if l.StreamBytesPerSec != 100<<20 || l.StreamBatchesPerSec != 200 || l.SessionThrottle != 2*time.Second {
-		t.Fatalf("defaults: %+v, want S2's 100 MiB/s and 200 batches/s", l)
+	if l.StreamBytesPerSec != 100<<20 || l.StreamBatchesPerSec >= 0 || l.SessionThrottle != 2*time.Second {
+		t.Fatalf("defaults: %+v, want S2's 100 MiB/s and the batch-rate limit off", l)
 	}
 	if r := c.serverOptions(auth.Config{}).ClientRate; r.PerSec != 0 {
 		t.Fatalf("per-client limit on by default: %+v", r)

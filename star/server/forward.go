@@ -36,9 +36,12 @@ const HeaderNotLeader = "Starlog-Not-Leader"
 // streaming bodies both ways and flushing every response write, so append
 // and read sessions (S2S, SSE) work through it.
 type forwarder struct {
-	s       *Server
-	n       *node.Node
-	proxy   *httputil.ReverseProxy
+	s     *Server
+	n     *node.Node
+	proxy *httputil.ReverseProxy
+	// peers calls other stars' own endpoints (star status) over the
+	// forwarding transport, with the internal credential.
+	peers   *http.Client
 	results *prometheus.CounterVec
 }
 
@@ -103,6 +106,7 @@ func newForwarder(s *Server) (*forwarder, error) {
 			PingTimeout:     2 * time.Second,
 		},
 	}
+	f.peers = &http.Client{Transport: tr}
 	me := s.n.StarID()
 	f.proxy = &httputil.ReverseProxy{
 		Transport:     tr,

@@ -66,6 +66,39 @@ func TestAppendBatchRateLimit(t *testing.T) {
 	}
 }
 
+// By default the batch-rate limit is off (issue 31): one client
+// connection (HTTP/2, 16 appends in flight) sends 1,000 batches to one
+// stream, five times S2's 200 a second plus its burst for as long as
+// they take on a loaded machine, and none is refused.
+func TestBatchRateLimitIsOptIn(t *testing.T) {
+	e := newEnv(t)
+	e.setupBasin("free-basin")
+	const workers, each = 16, 1000 / 16
+	statuses := make(chan int, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				statuses <- e.do(e.h2, "POST", "streams/s/records", []byte(textRecords("a", 1)), "s2-basin", "free-basin", "Content-Type", "application/json").status
+			}
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	refused := 0
+	for st := range statuses {
+		if st != 200 {
+			refused++
+		}
+	}
+	if refused > 0 {
+		t.Fatalf("%d of %d appends on one connection refused with the default limits", refused, workers*each)
+	}
+	if tail := e.tail("free-basin", "s"); tail.SeqNum != workers*each {
+		t.Fatalf("tail %d after %d appends", tail.SeqNum, workers*each)
+	}
+}
+
 // S2's per-stream throughput: all connections together.
 func TestAppendThroughputLimit(t *testing.T) {
 	e := newEnv(t, withLimits(node.RateLimits{StreamBytesPerSec: 64 << 10})) // burst: one largest batch, 1 MiB

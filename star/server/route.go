@@ -33,10 +33,11 @@ const (
 	routeStreamMetrics             // /v1/metrics/{b}/{s}
 	routeDurableKeys               // /v1/starlog/durable/keys (admin)
 	routeDurableRotate             // /v1/starlog/durable/keys/rotate (admin)
+	routeStatus                    // /v1/starlog/status (admin: star status)
 )
 
 var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle", "access_tokens", "access_token",
-	"locations", "default_location", "account_metrics", "basin_metrics", "stream_metrics", "durable_keys", "durable_rotate_keys"}
+	"locations", "default_location", "account_metrics", "basin_metrics", "stream_metrics", "durable_keys", "durable_rotate_keys", "status"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
@@ -79,6 +80,8 @@ func parsePath(escaped string) (route, *api.Error) {
 		return route{kind: routeDurableKeys}, nil
 	case DurableRotatePath:
 		return route{kind: routeDurableRotate}, nil
+	case StatusPath:
+		return route{kind: routeStatus}, nil
 	}
 	rest, ok := strings.CutPrefix(escaped, "/v1/")
 	if !ok {

@@ -196,6 +196,9 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		Namespace: "starlog", Subsystem: "http", Name: "sessions",
 		Help: "Open streaming sessions by kind (sse, s2s_read, s2s_append; long_poll: S2 reads with a wait, once their start is placed; ds_live: the Durable Streams face's long polls and SSE reads).",
 	}, []string{"kind"})
+	for _, k := range []string{"sse", "s2s_read", "s2s_append", "long_poll", "ds_live"} {
+		s.sessions.WithLabelValues(k) // exported at 0, so a dashboard finds every kind
+	}
 	s.authDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "auth", Name: "decisions_total",
 		Help: "Authentication and authorization decisions by result (ok, stale, open, internal, missing, malformed, unknown, expired, denied, error).",
@@ -208,7 +211,7 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		Namespace: "starlog", Subsystem: "http", Name: "connections_evicted_total",
 		Help: "Idle connections that carried no authenticated request, closed to keep slots for clients that authenticate.",
 	})
-	for _, c := range []prometheus.Collector{s.requests, s.duration, s.sessions, s.authDecisions, s.connsRefused, s.connsEvicted} {
+	for _, c := range append([]prometheus.Collector{s.requests, s.duration, s.sessions, s.authDecisions, s.connsRefused, s.connsEvicted}, s.usage.collectors()...) {
 		if err := n.Registry().Register(c); err != nil {
 			return nil, fmt.Errorf("server: register metrics: %w", err)
 		}
@@ -441,6 +444,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 	case routeDurableKeys:
 		if m == http.MethodGet {
 			s.durableKeys(w, r)
+			return
+		}
+	case routeStatus:
+		if m == http.MethodGet {
+			s.status(w, r)
 			return
 		}
 	case routeDurableRotate:

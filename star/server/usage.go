@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/starlog/starlog/shared/api"
 )
 
@@ -22,6 +24,11 @@ type usage struct {
 	now     func() time.Time
 	account series // account-ops
 	basins  map[string]*basinUsage
+
+	// The same counts as Prometheus counters, for dashboards: by op
+	// (append, read) only, so the labels stay bounded whatever the basins.
+	ops   *prometheus.CounterVec
+	bytes *prometheus.CounterVec
 }
 
 // maxUsageBasins bounds the basins usage tracks.
@@ -94,11 +101,42 @@ func (s *series) points(interval string, from, to int64) []api.Point {
 }
 
 func newUsage(now func() time.Time) *usage {
-	return &usage{now: now, basins: map[string]*basinUsage{}}
+	u := &usage{now: now, basins: map[string]*basinUsage{}}
+	u.ops = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Name: "served_operations_total",
+		Help: "Acknowledged appends and served reads of S2's API on this star, by op (append, read): the metrics API's append-ops and read-ops.",
+	}, []string{"op"})
+	u.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Name: "served_metered_bytes_total",
+		Help: "Metered bytes of acknowledged appends and served reads of S2's API on this star, by op (append, read): the metrics API's append-throughput and read-throughput.",
+	}, []string{"op"})
+	for _, op := range []string{"append", "read"} {
+		u.ops.WithLabelValues(op)
+		u.bytes.WithLabelValues(op)
+	}
+	return u
+}
+
+// collectors are the usage's Prometheus counters, for registration.
+func (u *usage) collectors() []prometheus.Collector { return []prometheus.Collector{u.ops, u.bytes} }
+
+// export adds v to the Prometheus counter of kind, if it has one.
+func (u *usage) export(k usageKind, v float64) {
+	switch k {
+	case useAppendOps:
+		u.ops.WithLabelValues("append").Add(v)
+	case useAppendBytes:
+		u.bytes.WithLabelValues("append").Add(v)
+	case useReadOps:
+		u.ops.WithLabelValues("read").Add(v)
+	case useReadBytes:
+		u.bytes.WithLabelValues("read").Add(v)
+	}
 }
 
 // record adds v to a basin's series of kind.
 func (u *usage) record(basin string, k usageKind, v float64) {
+	u.export(k, v)
 	if basin == "" {
 		return
 	}

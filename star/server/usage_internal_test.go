@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/starlog/starlog/shared/api"
 )
 
@@ -59,5 +62,30 @@ func TestUsageRings(t *testing.T) {
 	}
 	if _, ok := u.basins["b"]; ok {
 		t.Fatal("the least recently active basin was kept")
+	}
+}
+
+// The Prometheus counters carry the same append and read counts, every
+// basin together, and nothing else (basin operations are not data).
+func TestUsageCounters(t *testing.T) {
+	u := newUsage(time.Now)
+	u.record("b1", useAppendOps, 1)
+	u.record("b1", useAppendBytes, 100)
+	u.record("b2", useAppendOps, 1)
+	u.record("b2", useAppendBytes, 50)
+	u.record("b1", useReadOps, 1)
+	u.record("b1", useReadBytes, 70)
+	u.record("b1", useBasinOps, 1)
+	for _, c := range []struct {
+		vec  *prometheus.CounterVec
+		op   string
+		want float64
+	}{{u.ops, "append", 2}, {u.bytes, "append", 150}, {u.ops, "read", 1}, {u.bytes, "read", 70}} {
+		if got := testutil.ToFloat64(c.vec.WithLabelValues(c.op)); got != c.want {
+			t.Errorf("%s: %v, want %v", c.op, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(u.ops); n != 2 {
+		t.Errorf("served_operations_total has %d series, want append and read only", n)
 	}
 }
