@@ -34,6 +34,7 @@ import (
 	"github.com/starlog/starlog/shared/meta/dynamo"
 	s3store "github.com/starlog/starlog/shared/objstore/s3"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/testsvc"
 )
 
@@ -248,7 +249,7 @@ func TestSettleEraOf10000StreamsFitsTheLambda(t *testing.T) {
 		Config: settle.Config{ScratchDir: t.TempDir()}, Logger: testenv.Log()}
 	planOne := func() settle.Job {
 		t.Helper()
-		jobs, err := settle.Plan(ctx, st, time.Now())
+		jobs, err := plan.Plan(ctx, st, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

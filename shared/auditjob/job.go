@@ -19,6 +19,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 )
 
 // KindChainSettle settles a chain's unsettled epochs up to one epoch:
@@ -144,11 +145,11 @@ type Sender interface {
 	Send(ctx context.Context, jobs []Job) error
 }
 
-// Plan is settle.Plan as Jobs: one settle job per era of ripe markers and
+// Plan is plan.Plan as Jobs: one settle job per era of ripe markers and
 // one trim-check per chain that has slots to retire. It also sets the
 // quarantined-streams gauge.
 func Plan(ctx context.Context, st *settle.Stores, now time.Time) ([]Job, error) {
-	sjs, err := settle.Plan(ctx, st, now)
+	sjs, err := plan.Plan(ctx, st, now)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/star/loglet"
 )
 
@@ -39,7 +40,7 @@ func TestAWSBackends(t *testing.T) {
 
 	now := time.Now().Add(time.Hour)
 	e.st.Now = func() time.Time { return now }
-	jobs, err := settle.Plan(ctx, e.st, now)
+	jobs, err := plan.Plan(ctx, e.st, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/loglet"
 )
@@ -125,7 +126,7 @@ func buildSynth(tb testing.TB, streams, perStream, batch, flight, passSlots int)
 		}
 	}
 	flush(true)
-	jobs, err := settle.Plan(ctx, s.st, time.Now().Add(time.Hour))
+	jobs, err := plan.Plan(ctx, s.st, time.Now().Add(time.Hour))
 	if err != nil {
 		tb.Fatal(err)
 	}

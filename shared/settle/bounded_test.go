@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 )
 
 // boundedEra writes streams one after another (so each rides its own
@@ -20,7 +21,7 @@ func boundedEra(t *testing.T, cfg settle.Config) (*env, settle.Job) {
 	}
 	now := time.Now().Add(time.Hour)
 	e.st.Now = func() time.Time { return now }
-	jobs, err := settle.Plan(context.Background(), e.st, now)
+	jobs, err := plan.Plan(context.Background(), e.st, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
 )
@@ -126,7 +127,7 @@ func TestChainGarbageCollected(t *testing.T) {
 			st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: settledB, Streams: settle.MetaStreams{Meta: ms},
 				Config: defaultSettleConfig(t), Logger: quietLog()}
 			now := time.Now()
-			jobs, err := settle.Plan(ctx, st, now)
+			jobs, err := plan.Plan(ctx, st, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +172,7 @@ func TestChainGarbageCollected(t *testing.T) {
 			}
 			// Nothing more to do for the collected chain; the marked one is
 			// planned again (its marker's settle resolves it in real life).
-			jobs, err = settle.Plan(ctx, st, now)
+			jobs, err = plan.Plan(ctx, st, now)
 			if err != nil {
 				t.Fatal(err)
 			}

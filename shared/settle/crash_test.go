@@ -22,6 +22,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/loglet"
 )
@@ -410,7 +411,7 @@ func TestRacingSettlersConverge(t *testing.T) {
 	for run := range 4 {
 		ms, os := snap.restore(t)
 		a, b := mk(ms, os, 1+run%3), mk(ms, os, 4)
-		jobs, err := settle.Plan(ctx, a, now)
+		jobs, err := plan.Plan(ctx, a, now)
 		if err != nil {
 			t.Fatal(err)
 		}

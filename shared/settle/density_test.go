@@ -16,6 +16,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
 )
@@ -91,7 +92,7 @@ func TestMarkerOf20000StreamsOnDynamo(t *testing.T) {
 	now := birth.Add(2 * time.Minute)
 	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: goneStreams{},
 		Config: settle.Config{ScratchDir: t.TempDir(), Workers: 16}, Logger: quietLog(), Now: func() time.Time { return now }}
-	jobs, err := settle.Plan(ctx, st, now)
+	jobs, err := plan.Plan(ctx, st, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestPlanQuarantinesBadRows(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: "std", Streams: goneStreams{},
 		Config: settle.Config{ScratchDir: t.TempDir()}, Metrics: settle.NewMetrics(reg), Logger: quietLog()}
-	jobs, err := settle.Plan(ctx, st, birth.Add(2*time.Minute))
+	jobs, err := plan.Plan(ctx, st, birth.Add(2*time.Minute))
 	if err != nil {
 		t.Fatalf("plan failed on bad rows: %v", err)
 	}

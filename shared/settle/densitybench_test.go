@@ -20,6 +20,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/testsvc"
 )
 
@@ -274,7 +275,7 @@ func (s *densitySim) tick(ctx context.Context) {
 	var jobs []settle.Job
 	s.count(phPlan, func() {
 		var err error
-		if jobs, err = settle.Plan(ctx, s.st, s.now); err != nil {
+		if jobs, err = plan.Plan(ctx, s.st, s.now); err != nil {
 			s.tb.Fatal(err)
 		}
 	})

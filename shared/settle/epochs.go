@@ -10,7 +10,7 @@ import (
 )
 
 // The rules of an epoch record's cursors and lifecycle that both the
-// planner (PlanOf: is a trim-check due?) and the trim-check
+// planner (shared/settle/plan's PlanOf: is a trim-check due?) and the trim-check
 // (shared/reclaim: what may it delete?) read.
 
 // DueTrim is how far the epoch may be trimmed at now: the greatest

@@ -28,6 +28,7 @@ import (
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/settle/chainsettle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/stores"
 	"github.com/starlog/starlog/star/facade"
@@ -380,7 +381,7 @@ func (e *env) readers(n int) (stop func() error) {
 // trim) every trim-check: one auditor tick.
 func settleAll(ctx context.Context, st *settle.Stores, now time.Time, trim bool) ([]settle.Report, error) {
 	st.Now = func() time.Time { return now }
-	jobs, err := settle.Plan(ctx, st, now)
+	jobs, err := plan.Plan(ctx, st, now)
 	if err != nil {
 		return nil, err
 	}

@@ -6,18 +6,19 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/starlog/starlog/shared/meta"
 )
 
 // ListEpochs reads every epoch record of a chain, ascending.
 func ListEpochs(ctx context.Context, ms meta.Store, ch ChainRef) ([]meta.Epoch, error) {
-	return readEpochRecords(ctx, ms, ch, nil)
+	return ReadEpochRecords(ctx, ms, ch, nil)
 }
 
-// readEpochRecords reads a chain's epoch records, ascending; a row that
+// ReadEpochRecords reads a chain's epoch records, ascending; a row that
 // does not decode goes to bad, or fails the read when bad is nil.
-func readEpochRecords(ctx context.Context, ms meta.Store, ch ChainRef, bad func(meta.Item, error)) ([]meta.Epoch, error) {
+func ReadEpochRecords(ctx context.Context, ms meta.Store, ch ChainRef, bad func(meta.Item, error)) ([]meta.Epoch, error) {
 	pk := meta.ChainPK(ch.Star, ch.Class)
 	q := meta.Query{PK: pk, From: "e#", To: "e#~"}
 	var out []meta.Epoch
@@ -112,6 +113,17 @@ func scanMarkers(ctx context.Context, ms meta.Store, ch ChainRef, e meta.Epoch, 
 		}
 		q.PageToken = pg.Next
 	}
+}
+
+// ScanMarkers reads the epoch's live markers for the plan
+// (shared/settle/plan): scanMarkers, without versions or stream sets.
+func ScanMarkers(ctx context.Context, ms meta.Store, ch ChainRef, e meta.Epoch, limit int, bad func(meta.Item, error)) ([]meta.Marker, error) {
+	lms, err := scanMarkers(ctx, ms, ch, e, limit, bad)
+	var out []meta.Marker
+	for _, lm := range lms {
+		out = append(out, lm.M)
+	}
+	return out, err
 }
 
 // markerSlot parses the first slot out of a marker key of epoch.
@@ -227,4 +239,21 @@ func SweepShards(ctx context.Context, st *Stores, ch ChainRef, epoch, from, to u
 		}
 		q.PageToken = pg.Next
 	}
+}
+
+// Ripe reports whether a marker is due: ripened by now and wholly below
+// the epoch's checkpoint (a marker at or above it belongs to a pass whose
+// checkpoint CAS has not landed, so its refs may not all be written).
+func Ripe(m meta.Marker, checkpoint uint64, now time.Time) bool {
+	return m.Ripen <= millis(now) && m.EndSlot <= checkpoint
+}
+
+// Due reports whether a marker may be settled now: ripe, or gathered into
+// an era (an age-cap marker that ripens within gather, wholly below the
+// checkpoint). Only a ripe marker starts an era.
+func Due(m meta.Marker, checkpoint uint64, now time.Time, gather time.Duration) bool {
+	if Ripe(m, checkpoint, now) {
+		return true
+	}
+	return gather > 0 && m.Cause == "cap" && m.Ripen <= millis(now.Add(gather)) && m.EndSlot <= checkpoint
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // Metrics are the auditor's Prometheus instruments (docs/design.md §14),
-// shared/reclaim's included. Gauges are set by Plan, which sees every
-// chain; counters by the jobs.
+// shared/reclaim's and shared/settle/plan's included. Gauges are set by
+// the plan, which sees every chain; counters by the jobs.
 type Metrics struct {
 	// settleLag is how long the oldest ripe, unresolved marker has been
 	// ripe, per class: the auditor's backlog in time.
@@ -57,8 +57,8 @@ type Metrics struct {
 	// trimsDeferred counts retention passes that kept a trimmable row
 	// for the storage bound (reclaim.TrimStream).
 	trimsDeferred prometheus.Counter
-	// badRows counts rows Plan could not decode and set aside, by kind:
-	// "directory", "epoch" or "marker" (planBadRow logs each).
+	// badRows counts rows the plan could not decode and set aside, by
+	// kind: "directory", "epoch" or "marker" (the plan logs each).
 	badRows *prometheus.CounterVec
 }
 
@@ -158,3 +158,26 @@ func (m *Metrics) BytesReclaimed(kind string, n uint64) {
 // TrimDeferred counts a stream trim that kept a trimmable row for the
 // storage bound.
 func (m *Metrics) TrimDeferred() { m.trimsDeferred.Inc() }
+
+// Planned sets the plan's gauges of class: how long the oldest ripe
+// marker has been ripe, how long the oldest rewrite not yet trimmed has
+// waited, and the bytes of the markers read.
+func (m *Metrics) Planned(class meta.Class, lag, trimLag time.Duration, unsettled uint64) {
+	l := string(class)
+	m.settleLag.WithLabelValues(l).Set(lag.Seconds())
+	m.unsettled.WithLabelValues(l).Set(float64(unsettled))
+	m.trimLag.WithLabelValues(l).Set(trimLag.Seconds())
+}
+
+// EraPlanned counts a settle job the plan made.
+func (m *Metrics) EraPlanned(class meta.Class) { m.erasPlanned.WithLabelValues(string(class)).Inc() }
+
+// PlanFailed counts a chain the plan skipped for an error.
+func (m *Metrics) PlanFailed(class meta.Class) {
+	m.jobErrors.WithLabelValues(string(class), "plan").Inc()
+}
+
+// BadRow counts a row the plan set aside, by kind.
+func (m *Metrics) BadRow(class meta.Class, kind string) {
+	m.badRows.WithLabelValues(string(class), kind).Inc()
+}

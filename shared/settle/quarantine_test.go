@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 	"github.com/starlog/starlog/shared/settle/quarantine"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -41,7 +42,7 @@ func qtick(t *testing.T, st *settle.Stores, now time.Time) (reps []settle.Report
 	t.Helper()
 	ctx := context.Background()
 	st.Now = func() time.Time { return now }
-	jobs, err := settle.Plan(ctx, st, now)
+	jobs, err := plan.Plan(ctx, st, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 )
 
 // gatedStreams blocks the first StreamState call until release closes, so
@@ -65,7 +66,7 @@ func TestSettleJobRunsOnce(t *testing.T) {
 	e.waitAbsorbed()
 	now := time.Now().Add(time.Hour)
 	e.st.Now = func() time.Time { return now }
-	jobs, err := settle.Plan(ctx, e.st, now)
+	jobs, err := plan.Plan(ctx, e.st, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestSettleReplannedLongerEraRunsOnce(t *testing.T) {
 	e.loglet.Close()
 	now := time.Now().Add(time.Hour)
 	e.st.Now = func() time.Time { return now }
-	jobs, err := settle.Plan(ctx, e.st, now)
+	jobs, err := plan.Plan(ctx, e.st, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 )
 
 // The whole life of a byte, on the real write path: appends acknowledged by
@@ -43,7 +44,7 @@ func TestSettleAndTrimReadBack(t *testing.T) {
 
 	// Round 1: everything cap-ripe.
 	now := time.Now().Add(time.Hour)
-	if _, err := settle.Plan(ctx, e.st, now); err != nil {
+	if _, err := plan.Plan(ctx, e.st, now); err != nil {
 		t.Fatal(err)
 	}
 	if v := metricValue(t, reg, "starlog_settle_unsettled_bytes"); v < 100_000 {
@@ -133,7 +134,7 @@ func TestSettleAndTrimReadBack(t *testing.T) {
 		t.Fatalf("settled bytes metric %v", v)
 	}
 	// The gauges Plan sets: nothing is left unsettled.
-	if _, err := settle.Plan(ctx, e.st, later.Add(time.Hour)); err != nil {
+	if _, err := plan.Plan(ctx, e.st, later.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if v := metricValue(t, reg, "starlog_settle_unsettled_bytes"); v != 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 )
 
 // stallAfterRows holds a settle run just after it read a stream's rows
@@ -77,7 +78,7 @@ func TestStalledSettlerNeverExtendsAFollowedTail(t *testing.T) {
 	e.write("x", 1, 24, 500)
 	e.waitAbsorbed()
 	tB := now.Add(3 * time.Minute)
-	jobs, err := settle.Plan(ctx, e.st, tB)
+	jobs, err := plan.Plan(ctx, e.st, tB)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,8 @@
 //
 // A fork's source may be led by another star: the handler's reads of a
 // stream it may not lead (and its deletes of one) go to that star as
-// peer operations (peer.go), which only the stars' own requests reach.
+// peer operations (star/durable/peer), which only the stars' own requests
+// reach.
 //
 // Subscriptions (protocol §6–7) are star/durable/subs, which this
 // package imports and which never imports it back: the handler routes the

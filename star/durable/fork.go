@@ -214,7 +214,7 @@ func (h *Handler) existingFork(w http.ResponseWriter, r *http.Request, name stri
 // pt.sub bytes (one record) or messages. ok is false when the sub-offset
 // overshoots that append, or there is none.
 func (h *Handler) subRecords(ctx context.Context, src string, srow *streamRow, pt forkPoint) ([]api.Record, bool, error) {
-	b, err := h.peerRead(ctx, src, api.ReadRequest{
+	b, err := h.peers().Read(ctx, src, api.ReadRequest{
 		From: api.FromSeqNum, Value: pt.seq, Count: api.Uint64(foldBatch), Bytes: api.Uint64(maxReadBytes), Clamp: true,
 	})
 	if err != nil {
@@ -288,7 +288,7 @@ func (h *Handler) copyFork(ctx context.Context, src, name string, row *streamRow
 		return nil
 	}
 	for next < seq {
-		b, err := h.peerRead(ctx, src, api.ReadRequest{
+		b, err := h.peers().Read(ctx, src, api.ReadRequest{
 			From: api.FromSeqNum, Value: next, Count: api.Uint64(min(foldBatch, seq-next)), Bytes: api.Uint64(maxReadBytes),
 		})
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/durable/offsets"
+	"github.com/starlog/starlog/star/durable/peer"
 	"github.com/starlog/starlog/star/durable/records"
 	"github.com/starlog/starlog/star/node"
 )
@@ -143,9 +144,9 @@ func (h *Handler) expiredAnywhere(ctx context.Context, name string, row *streamR
 	if h.n.LeaderOf(ctx, h.basin, name) == nil {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, peer.Timeout)
 	defer cancel()
-	return h.internal(ctx, http.MethodHead, name, "", nil).status == http.StatusNotFound
+	return h.internal(ctx, http.MethodHead, name, "", nil).Status == http.StatusNotFound
 }
 
 // created answers 201 for a stream just created at next (a create or a
@@ -469,7 +470,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 	h.rows.Delete(name)
 	h.touched.Delete(name + "\x00" + row.Incarnation)
 	h.dropCheckpoint(ctx, name)
-	if err := h.peerDeleteStream(ctx, name); err != nil && !isStatus(err, http.StatusNotFound) {
+	if err := h.peers().DeleteStream(ctx, name); err != nil && !isStatus(err, http.StatusNotFound) {
 		h.log.Warn("delete starlog stream", "stream", name, "err", err)
 	}
 	for src := row.ForkedFrom; src != ""; {
@@ -494,7 +495,7 @@ func (h *Handler) remove(ctx context.Context, name string, row streamRow, ver in
 		h.states.drop(src)
 		h.rows.Delete(src)
 		h.dropCheckpoint(ctx, src)
-		if err := h.peerDeleteStream(ctx, src); err != nil && !isStatus(err, http.StatusNotFound) {
+		if err := h.peers().DeleteStream(ctx, src); err != nil && !isStatus(err, http.StatusNotFound) {
 			h.log.Warn("delete starlog stream", "stream", src, "err", err)
 		}
 		name, src = src, srow.ForkedFrom

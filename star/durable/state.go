@@ -112,7 +112,7 @@ func (h *Handler) state(ctx context.Context, name string, row *streamRow) (*reco
 }
 
 // sourceState is state of a stream this star may not lead (a fork's
-// source): read through the star that leads it (peer.go).
+// source): read through the star that leads it (star/durable/peer).
 func (h *Handler) sourceState(ctx context.Context, name string, row *streamRow) (*records.State, error) {
 	return h.fold(ctx, name, row, true)
 }
@@ -120,7 +120,8 @@ func (h *Handler) sourceState(ctx context.Context, name string, row *streamRow) 
 func (h *Handler) fold(ctx context.Context, name string, row *streamRow, anyLeader bool) (*records.State, error) {
 	tailOf, read := h.localTail, h.localRead
 	if anyLeader {
-		tailOf, read = h.peerTailOf, h.peerRead
+		p := h.peers()
+		tailOf, read = p.Tail, p.Read
 	}
 	tail, err := tailOf(ctx, name)
 	if err != nil {

@@ -74,16 +74,16 @@ type subStreams struct{ h *Handler }
 func (s subStreams) Tail(ctx context.Context, name string) (uint64, bool, error) {
 	res := s.h.internal(ctx, http.MethodHead, name, "", nil)
 	switch {
-	case res.status == http.StatusOK:
-		at, ok := offsets.Parse(res.header.Get(hStreamNext))
+	case res.Status == http.StatusOK:
+		at, ok := offsets.Parse(res.Header.Get(hStreamNext))
 		if !ok {
-			return 0, false, api.Unavailable("the tail of %s is unreadable (%q)", name, res.header.Get(hStreamNext))
+			return 0, false, api.Unavailable("the tail of %s is unreadable (%q)", name, res.Header.Get(hStreamNext))
 		}
 		return at, true, nil
-	case res.status == http.StatusNotFound || res.status == http.StatusGone || res.status == http.StatusBadRequest:
+	case res.Status == http.StatusNotFound || res.Status == http.StatusGone || res.Status == http.StatusBadRequest:
 		return 0, false, nil // no such stream (deleted, expired, or not a valid name)
 	default:
-		return 0, false, api.Unavailable("the tail of %s did not answer (status %d)", name, res.status)
+		return 0, false, api.Unavailable("the tail of %s did not answer (status %d)", name, res.Status)
 	}
 }
 
@@ -91,8 +91,8 @@ func (s subStreams) Tail(ctx context.Context, name string) (uint64, bool, error)
 // the stream's leader.
 func (s subStreams) Append(ctx context.Context, name, contentType string, body []byte) error {
 	res := s.h.internal(ctx, http.MethodPost, name, contentType, body)
-	if res.status < 200 || res.status > 299 {
-		return fmt.Errorf("append to %s: status %d: %s", name, res.status, strings.TrimSpace(string(res.body)))
+	if res.Status < 200 || res.Status > 299 {
+		return fmt.Errorf("append to %s: status %d: %s", name, res.Status, strings.TrimSpace(string(res.Body)))
 	}
 	return nil
 }

@@ -110,6 +110,12 @@ type Leadership struct {
 	acquired *prometheus.CounterVec
 	forwards prometheus.Counter
 	shed     prometheus.Counter
+	// refused counts opens StillHeld refused, by reason: "deleted" (the
+	// lease was retired) or "moved" (released, emptied, taken or gone).
+	refused *prometheus.CounterVec
+	// retiresLost counts a retire's lease writes that lost their CAS to
+	// another writer (the retire then judges the lease again).
+	retiresLost prometheus.Counter
 }
 
 // New starts the leadership state of incarnation cfg.Me, whose
@@ -129,12 +135,20 @@ func New(cfg Config) (*Leadership, error) {
 			Namespace: "starlog", Subsystem: "leader", Name: "streams_shed_total",
 			Help: "Open streams dropped because this star lost leadership (deposed or presumed dead).",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "opens_refused_total",
+			Help: "Opens refused after reading the stream's rows because the lease was no longer this star's, by reason (deleted: retired; moved: released, emptied, taken or gone).",
+		}, []string{"reason"}),
+		retiresLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "starlog", Subsystem: "leader", Name: "lease_retires_lost_total",
+			Help: "Writes of a deleted stream's lease by a retire that lost their CAS to another writer (the retire judges the lease again).",
+		}),
 	}
 	if ls.log == nil {
 		ls.log = slog.Default()
 	}
 	ls.runner = newSettleRunner()
-	for _, c := range []prometheus.Collector{ls.acquired, ls.forwards, ls.shed, ls.runner.runs, ls.runner.nudged, ls.runner.dur} {
+	for _, c := range []prometheus.Collector{ls.acquired, ls.forwards, ls.shed, ls.refused, ls.retiresLost, ls.runner.runs, ls.runner.nudged, ls.runner.dur} {
 		if err := cfg.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("leadership metrics: register: %w", err)
 		}
@@ -529,8 +543,10 @@ func (ls *Leadership) StillHeld(ctx context.Context, id, name string) error {
 	case err != nil:
 		return ls.storageErr("read lease", err)
 	case ok && l.Deleted:
+		ls.refused.WithLabelValues("deleted").Inc()
 		return api.StreamNotFound("stream %q was deleted", name)
 	case !ok || l.LeaseHolder != ls.me || l.Released || l.Emptied:
+		ls.refused.WithLabelValues("moved").Inc()
 		return api.Unavailable("the stream's lease moved while this star opened it; retry")
 	}
 	return nil

@@ -74,6 +74,7 @@ func (ls *Leadership) Retire(ctx context.Context, id, name string, unlead func(i
 		next.Pending = slices.DeleteFunc(next.Pending, func(h meta.LeaseHolder) bool { return h == ls.me })
 		nv, err := leader.Acquire(ctx, ls.meta, id, next, ver)
 		if errors.Is(err, leader.ErrLost) {
+			ls.retiresLost.Inc()
 			if err := ctx.Err(); err != nil {
 				return catalog.ContextError(err)
 			}
@@ -101,7 +102,10 @@ func (ls *Leadership) fencePending(ctx context.Context, id, name string, l meta.
 		unlead(id)
 		next := l
 		next.Pending = slices.DeleteFunc(slices.Clone(l.Pending), func(h meta.LeaseHolder) bool { return h == ls.me })
-		if _, err := leader.Acquire(ctx, ls.meta, id, next, ver); err != nil && !errors.Is(err, leader.ErrLost) {
+		_, err := leader.Acquire(ctx, ls.meta, id, next, ver)
+		if errors.Is(err, leader.ErrLost) {
+			ls.retiresLost.Inc()
+		} else if err != nil {
 			return false, ls.storageErr("retire lease", err)
 		}
 		return false, nil

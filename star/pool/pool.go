@@ -272,13 +272,9 @@ func (p *Pool[T]) Cut(maxBytes int64) []Entry[T] {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	live := p.queue[p.head:]
-	if len(live) == 0 {
+	n, total := takeHead(live, maxBytes)
+	if n == 0 {
 		return nil
-	}
-	n, total := 1, live[0].Size
-	for n < len(live) && total+live[n].Size <= maxBytes {
-		total += live[n].Size
-		n++
 	}
 	out := make([]Entry[T], n)
 	copy(out, live[:n])
@@ -287,6 +283,22 @@ func (p *Pool[T]) Cut(maxBytes int64) []Entry[T] {
 	p.uncut -= total
 	p.compactLocked()
 	return out
+}
+
+// takeHead is what a cut takes of the uncut entries live: how many from
+// the head, in admission order, while their total stays within maxBytes,
+// but at least one when there is any (a batch larger than a flight goes
+// out alone), and their bytes. Pure.
+func takeHead[T any](live []Entry[T], maxBytes int64) (n int, total int64) {
+	if len(live) == 0 {
+		return 0, 0
+	}
+	n, total = 1, live[0].Size
+	for n < len(live) && total+live[n].Size <= maxBytes {
+		total += live[n].Size
+		n++
+	}
+	return n, total
 }
 
 // compactLocked reclaims the consumed prefix of the queue once it dominates,

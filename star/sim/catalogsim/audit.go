@@ -11,6 +11,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/reclaim"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/settle/plan"
 )
 
 // The auditor of a swarm with Audit on: two settle runs and a janitor,
@@ -92,7 +93,7 @@ func (s *Sim) settleLoop(ctx context.Context, name string, st *settle.Stores, of
 		return
 	}
 	for sleep(ctx, settleEvery) {
-		jobs, err := settle.Plan(ctx, st, time.Now())
+		jobs, err := plan.Plan(ctx, st, time.Now())
 		if err != nil {
 			continue
 		}

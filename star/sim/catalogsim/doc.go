@@ -74,7 +74,7 @@
 // (TestCatalogDefects, release-reopens).
 //
 // The auditor (audit.go, half the swarms: Swarm.Audit): two settle runs
-// (settle.Plan and settle.Settle every second, without the era's claim,
+// (plan.Plan and settle.Settle every second, without the era's claim,
 // so both may work on one era as a stall past the claim's TTL allows)
 // whose read of a stream's rows is held with probability Swarm.PStall
 // (a paused process, between its read and its commit, for up to maxHold

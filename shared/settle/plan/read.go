@@ -1,4 +1,4 @@
-package settle
+package plan
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/chain"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // Plan finds the auditor's due work: for every chain in the chain
@@ -29,7 +30,7 @@ import (
 // unripe one that no era spans, a bad epoch record or directory row is
 // skipped. A chain whose rows cannot be read is logged and skipped; Plan
 // fails only when no chain could be planned.
-func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
+func Plan(ctx context.Context, st *settle.Stores, now time.Time) ([]settle.Job, error) {
 	if err := st.Check(); err != nil {
 		return nil, err
 	}
@@ -42,7 +43,7 @@ func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
 		unsettled    uint64
 	}
 	stats := map[meta.Class]*gauges{meta.Standard: {}, meta.Express: {}}
-	var jobs []Job
+	var jobs []settle.Job
 	var errs []error
 	for _, ch := range chains {
 		p, err := planChain(ctx, st, ch, now)
@@ -51,7 +52,7 @@ func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
 				return nil, ctx.Err()
 			}
 			st.Log().Warn("settle: plan: chain skipped", "chain", ch.String(), "err", err)
-			st.metrics().jobErrors.WithLabelValues(string(ch.Class), "plan").Inc()
+			st.Instruments().PlanFailed(ch.Class)
 			errs = append(errs, err)
 			continue
 		}
@@ -63,18 +64,14 @@ func Plan(ctx context.Context, st *Stores, now time.Time) ([]Job, error) {
 	if len(chains) > 0 && len(errs) == len(chains) {
 		return nil, fmt.Errorf("settle: plan: no chain could be planned: %w", errors.Join(errs...))
 	}
-	m := st.metrics()
 	for class, g := range stats {
-		l := string(class)
-		m.settleLag.WithLabelValues(l).Set(g.lag.Seconds())
-		m.unsettled.WithLabelValues(l).Set(float64(g.unsettled))
-		m.trimLag.WithLabelValues(l).Set(g.trimLag.Seconds())
+		st.Instruments().Planned(class, g.lag, g.trimLag, g.unsettled)
 	}
 	return jobs, nil
 }
 
 // PlanChain is Plan for one chain.
-func PlanChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time) ([]Job, error) {
+func PlanChain(ctx context.Context, st *settle.Stores, ch settle.ChainRef, now time.Time) ([]settle.Job, error) {
 	if err := st.Check(); err != nil {
 		return nil, err
 	}
@@ -87,8 +84,8 @@ func PlanChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time) ([]J
 
 // planChain reads one chain and plans it: the read, PlanOf, and the
 // decommission read PlanOf may ask for (then PlanOf again).
-func planChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (ChainPlan, error) {
-	cfg := st.cfg()
+func planChain(ctx context.Context, st *settle.Stores, ch settle.ChainRef, now time.Time) (ChainPlan, error) {
+	cfg := st.Config.WithDefaults()
 	v, err := readChain(ctx, st, ch, cfg.PlanMaxMarkers)
 	if err != nil {
 		return ChainPlan{}, err
@@ -101,8 +98,8 @@ func planChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (Cha
 		p = PlanOf(v, cfg, now)
 	}
 	for _, j := range p.Jobs {
-		if j.Kind == KindSettle {
-			st.metrics().erasPlanned.WithLabelValues(string(ch.Class)).Inc()
+		if j.Kind == settle.KindSettle {
+			st.Instruments().EraPlanned(ch.Class)
 		}
 	}
 	return p, nil
@@ -112,7 +109,7 @@ func planChain(ctx context.Context, st *Stores, ch ChainRef, now time.Time) (Cha
 // the live markers of each epoch that has slots below its checkpoint not
 // yet rewritten, at most budget markers in all (the rest wait for a later
 // plan). Rows that do not decode are set aside (planBadRow).
-func readChain(ctx context.Context, st *Stores, ch ChainRef, budget int) (ChainView, error) {
+func readChain(ctx context.Context, st *settle.Stores, ch settle.ChainRef, budget int) (ChainView, error) {
 	epochs, err := listEpochsQuarantine(ctx, st, ch)
 	if err != nil {
 		return ChainView{}, err
@@ -123,7 +120,7 @@ func readChain(ctx context.Context, st *Stores, ch ChainRef, budget int) (ChainV
 		if e.Rewritten >= e.Checkpoint || budget <= 0 {
 			continue // no live marker below the checkpoint, or none to be read now
 		}
-		markers, err := scanMarkers(ctx, st.Meta, ch, e, budget, func(it meta.Item, err error) {
+		markers, err := settle.ScanMarkers(ctx, st.Meta, ch, e, budget, func(it meta.Item, err error) {
 			planBadRow(st, ch, "marker", it, err)
 		})
 		if err != nil {
@@ -131,23 +128,21 @@ func readChain(ctx context.Context, st *Stores, ch ChainRef, budget int) (ChainV
 		}
 		budget -= len(markers)
 		v.Epochs[i].Scanned = true
-		for _, lm := range markers {
-			v.Epochs[i].Markers = append(v.Epochs[i].Markers, lm.M)
-		}
+		v.Epochs[i].Markers = markers
 	}
 	return v, nil
 }
 
 // planBadRow reports a row Plan sets aside.
-func planBadRow(st *Stores, ch ChainRef, kind string, it meta.Item, err error) {
-	st.metrics().badRows.WithLabelValues(string(ch.Class), kind).Inc()
+func planBadRow(st *settle.Stores, ch settle.ChainRef, kind string, it meta.Item, err error) {
+	st.Instruments().BadRow(ch.Class, kind)
 	st.Log().Error("settle: plan: row set aside (quarantined): it cannot be decoded", "kind", kind, "pk", it.PK, "sk", it.SK, "err", err)
 }
 
 // listChainsQuarantine reads the chain directory, setting aside rows that
 // do not name a chain.
-func listChainsQuarantine(ctx context.Context, st *Stores) ([]ChainRef, error) {
-	var out []ChainRef
+func listChainsQuarantine(ctx context.Context, st *settle.Stores) ([]settle.ChainRef, error) {
+	var out []settle.ChainRef
 	q := meta.Query{PK: meta.ChainDirKey("", meta.Standard).PK}
 	for {
 		pg, err := st.Meta.Query(ctx, q)
@@ -157,7 +152,7 @@ func listChainsQuarantine(ctx context.Context, st *Stores) ([]ChainRef, error) {
 		for _, it := range pg.Items {
 			ch, err := parseChainDir(it.SK)
 			if err != nil {
-				planBadRow(st, ChainRef{}, "directory", it, err)
+				planBadRow(st, settle.ChainRef{}, "directory", it, err)
 				continue
 			}
 			out = append(out, ch)
@@ -169,28 +164,28 @@ func listChainsQuarantine(ctx context.Context, st *Stores) ([]ChainRef, error) {
 	}
 }
 
-func parseChainDir(sk string) (ChainRef, error) {
+func parseChainDir(sk string) (settle.ChainRef, error) {
 	i := strings.LastIndexByte(sk, '/')
 	if i <= 0 {
-		return ChainRef{}, fmt.Errorf("settle: chain directory row %q is not <star>/<class>", sk)
+		return settle.ChainRef{}, fmt.Errorf("settle: chain directory row %q is not <star>/<class>", sk)
 	}
-	ch := ChainRef{Star: sk[:i], Class: meta.Class(sk[i+1:])}
+	ch := settle.ChainRef{Star: sk[:i], Class: meta.Class(sk[i+1:])}
 	if ch.Validate() != nil {
-		return ChainRef{}, fmt.Errorf("settle: chain directory row %q is not <star>/<class>", sk)
+		return settle.ChainRef{}, fmt.Errorf("settle: chain directory row %q is not <star>/<class>", sk)
 	}
 	return ch, nil
 }
 
-// listEpochsQuarantine is ListEpochs setting aside undecodable rows.
-func listEpochsQuarantine(ctx context.Context, st *Stores, ch ChainRef) ([]meta.Epoch, error) {
-	return readEpochRecords(ctx, st.Meta, ch, func(it meta.Item, err error) { planBadRow(st, ch, "epoch", it, err) })
+// listEpochsQuarantine is settle.ListEpochs setting aside undecodable rows.
+func listEpochsQuarantine(ctx context.Context, st *settle.Stores, ch settle.ChainRef) ([]meta.Epoch, error) {
+	return settle.ReadEpochRecords(ctx, st.Meta, ch, func(it meta.Item, err error) { planBadRow(st, ch, "epoch", it, err) })
 }
 
 // collectPending reports whether a chain all of whose epochs are spent
 // has garbage its trim-check may collect now: its star is decommissioned
 // (it is still listed, so at least its directory row is left).
-func collectPending(ctx context.Context, st *Stores, ch ChainRef) (bool, error) {
-	c := chain.New(ch.Star, ch.Class, AuditorID, st.Meta, st.Objects)
-	_, ok, err := Decommissioned(ctx, st, c, ch)
+func collectPending(ctx context.Context, st *settle.Stores, ch settle.ChainRef) (bool, error) {
+	c := chain.New(ch.Star, ch.Class, settle.AuditorID, st.Meta, st.Objects)
+	_, ok, err := settle.Decommissioned(ctx, st, c, ch)
 	return ok, err
 }

@@ -1,4 +1,4 @@
-package settle
+package plan
 
 import (
 	"fmt"
@@ -11,10 +11,11 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
 // TestPlanScenarios runs the planner's pure part (PlanOf, CutEras,
-// DueTrim) over the scenarios in testdata/plan.txt. Commands:
+// settle.DueTrim) over the scenarios in testdata/plan.txt. Commands:
 //
 //	plan now=<ms> [class=express] [grace=<dur>] [gather=<dur>] [max-slots=<n>] [max-bytes=<n>] [decommissioned]
 //	eras now=<ms> checkpoint=<slot> [gather=<dur>] max-slots=<n> [max-bytes=<n>]
@@ -31,7 +32,7 @@ func TestPlanScenarios(t *testing.T) {
 			args[a.Key] = strings.Join(a.Vals, ",")
 		}
 		now := time.UnixMilli(num(t, args, "now", 0))
-		v := ChainView{Chain: ChainRef{Star: "star1", Class: meta.Standard}}
+		v := ChainView{Chain: settle.ChainRef{Star: "star1", Class: meta.Standard}}
 		if c, ok := args["class"]; ok {
 			v.Chain.Class = meta.Class(c)
 		}
@@ -39,7 +40,7 @@ func TestPlanScenarios(t *testing.T) {
 		var out strings.Builder
 		switch d.Cmd {
 		case "plan":
-			cfg := Config{EraMaxSlots: int(num(t, args, "max-slots", 0)), EraMaxBytes: uint64(num(t, args, "max-bytes", 0)),
+			cfg := settle.Config{EraMaxSlots: int(num(t, args, "max-slots", 0)), EraMaxBytes: uint64(num(t, args, "max-bytes", 0)),
 				ReadGrace: dur(t, args, "grace", 0)}
 			if g, ok := args["gather"]; ok {
 				cfg.Standard.Gather, cfg.Express.Gather = parseDur(t, g), parseDur(t, g)
@@ -66,7 +67,7 @@ func TestPlanScenarios(t *testing.T) {
 			}
 		case "due-trim":
 			for _, ev := range v.Epochs {
-				upto, ok := DueTrim(ev.Epoch, now, dur(t, args, "grace", 0))
+				upto, ok := settle.DueTrim(ev.Epoch, now, dur(t, args, "grace", 0))
 				fmt.Fprintf(&out, "epoch %d: upto %d due %v\n", ev.Epoch.Epoch, upto, ok)
 			}
 		default:

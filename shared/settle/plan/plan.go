@@ -1,14 +1,20 @@
-package settle
+// Package plan is the auditor's plan job: for every chain, the settle
+// jobs of its eras of ripe markers and its trim-check when one is due.
+// Planning is split as absorb.Plan is: Plan (read.go) reads each chain's
+// epoch records and live markers into a ChainView, and PlanOf turns a view
+// into the chain's jobs without I/O. It sits above shared/settle, whose
+// jobs it plans and whose marker and epoch rules (settle.Ripe, Due,
+// DueTrim, …) it reads.
+package plan
 
 import (
 	"time"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/settle"
 )
 
-// Planning is split as absorb.Plan is: Plan (planread.go) reads each
-// chain's epoch records and live markers into a ChainView, and PlanOf
-// turns a view into the chain's jobs without I/O. Everything here is pure.
+// Everything in this file is pure.
 
 // Era is a contiguous run of one epoch's due markers: [From, End) in slots.
 type Era struct {
@@ -17,34 +23,17 @@ type Era struct {
 	Slots     int // slots of those markers
 }
 
-// Ripe reports whether a marker is due: ripened by now and wholly below
-// the epoch's checkpoint (a marker at or above it belongs to a pass whose
-// checkpoint CAS has not landed, so its refs may not all be written).
-func Ripe(m meta.Marker, checkpoint uint64, now time.Time) bool {
-	return m.Ripen <= millis(now) && m.EndSlot <= checkpoint
-}
-
-// Due reports whether a marker may be settled now: ripe, or gathered into
-// an era (an age-cap marker that ripens within gather, wholly below the
-// checkpoint). Only a ripe marker starts an era.
-func Due(m meta.Marker, checkpoint uint64, now time.Time, gather time.Duration) bool {
-	if Ripe(m, checkpoint, now) {
-		return true
-	}
-	return gather > 0 && m.Cause == "cap" && m.Ripen <= millis(now.Add(gather)) && m.EndSlot <= checkpoint
-}
-
 // CutEras cuts an epoch's live markers (ascending by first slot) into
-// eras: maximal runs of due markers (Due) that start at a ripe one and are
-// not interrupted by a marker that is not due, each of at most maxSlots
-// slots and maxBytes bytes (a single larger ripe marker is an era of its
-// own). Slots between markers of a run are already resolved. Pure.
+// eras: maximal runs of due markers (settle.Due) that start at a ripe
+// one and are not interrupted by a marker that is not due, each of at most
+// maxSlots slots and maxBytes bytes (a single larger ripe marker is an era
+// of its own). Slots between markers of a run are already resolved. Pure.
 func CutEras(markers []meta.Marker, checkpoint uint64, now time.Time, gather time.Duration, maxSlots int, maxBytes uint64) []Era {
 	var eras []Era
 	var cur *Era
 	var curBytes uint64
 	for _, m := range markers {
-		if !Due(m, checkpoint, now, gather) {
+		if !settle.Due(m, checkpoint, now, gather) {
 			cur = nil
 			continue
 		}
@@ -53,7 +42,7 @@ func CutEras(markers []meta.Marker, checkpoint uint64, now time.Time, gather tim
 			cur = nil
 		}
 		if cur == nil {
-			if !Ripe(m, checkpoint, now) {
+			if !settle.Ripe(m, checkpoint, now) {
 				continue // gathered only behind a ripe marker
 			}
 			eras = append(eras, Era{From: m.FromSlot})
@@ -80,7 +69,7 @@ type EpochView struct {
 
 // ChainView is what Plan reads of one chain: its epoch records, ascending.
 type ChainView struct {
-	Chain  ChainRef
+	Chain  settle.ChainRef
 	Epochs []EpochView
 	// Decommissioned is whether the chain's garbage may be collected (its
 	// star stopped after a decommission, its head settled): read only when
@@ -92,7 +81,7 @@ type ChainView struct {
 type ChainPlan struct {
 	// Jobs: one settle job per era, in epoch and slot order, then the
 	// chain's trim-check when one is due.
-	Jobs []Job
+	Jobs []settle.Job
 	// AskDecommissioned: every epoch record is spent and nothing else makes
 	// a trim-check due, so one is due exactly when the star is
 	// decommissioned: the planner reads that and plans again.
@@ -112,7 +101,7 @@ type ChainPlan struct {
 // grace past the trimmed cursor, a recorded rewrite is stale, a settled
 // epoch's garbage window is due for its reap, or every epoch is spent and
 // the star is decommissioned (its garbage collection). Pure.
-func PlanOf(v ChainView, cfg Config, now time.Time) ChainPlan {
+func PlanOf(v ChainView, cfg settle.Config, now time.Time) ChainPlan {
 	var p ChainPlan
 	cfg = cfg.WithDefaults()
 	gather := cfg.Timers(v.Chain.Class).EraGather()
@@ -121,7 +110,7 @@ func PlanOf(v ChainView, cfg Config, now time.Time) ChainPlan {
 	for i, ev := range v.Epochs {
 		e := ev.Epoch
 		epochs[i] = e
-		if due, ok := DueTrim(e, now, cfg.ReadGrace); ok && due > e.Trimmed || StaleRewrites(e) || GarbageDue(e) {
+		if due, ok := settle.DueTrim(e, now, cfg.ReadGrace); ok && due > e.Trimmed || settle.StaleRewrites(e) || settle.GarbageDue(e) {
 			trimDue = true
 		}
 		for _, rw := range e.Rewrites {
@@ -141,22 +130,22 @@ func PlanOf(v ChainView, cfg Config, now time.Time) ChainPlan {
 		}
 		for _, m := range ev.Markers {
 			p.Unsettled += m.Bytes
-			if Ripe(m, e.Checkpoint, now) {
+			if settle.Ripe(m, e.Checkpoint, now) {
 				p.Lag = max(p.Lag, now.Sub(time.UnixMilli(m.Ripen)))
 			}
 		}
 		for _, era := range CutEras(ev.Markers, e.Checkpoint, now, gather, cfg.EraMaxSlots, cfg.EraMaxBytes) {
-			p.Jobs = append(p.Jobs, Job{Kind: KindSettle, Chain: v.Chain, Epoch: e.Epoch, From: era.From, End: era.End})
+			p.Jobs = append(p.Jobs, settle.Job{Kind: settle.KindSettle, Chain: v.Chain, Epoch: e.Epoch, From: era.From, End: era.End})
 		}
 	}
-	if !trimDue && CollectDue(epochs) {
+	if !trimDue && settle.CollectDue(epochs) {
 		// A chain whose epochs are all spent: its trim-check collects the
 		// garbage if its star is decommissioned.
 		p.AskDecommissioned = true
 		trimDue = v.Decommissioned
 	}
 	if trimDue {
-		p.Jobs = append(p.Jobs, Job{Kind: KindTrim, Chain: v.Chain})
+		p.Jobs = append(p.Jobs, settle.Job{Kind: settle.KindTrim, Chain: v.Chain})
 	}
 	return p
 }
