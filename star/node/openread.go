@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
@@ -104,9 +105,13 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 	if err != nil {
 		return nil, err
 	}
+	if err := n.findTrim(ctx, l, basin); err != nil {
+		return nil, err
+	}
 	l.acquire()
 	c, err := n.reader.Open(ledRead{n, l}, reader.Stream{ID: e.Row.ID, Basin: basin}, req, reader.CursorOptions{
 		Heartbeats: opts.Heartbeats, HeartbeatMin: opts.HeartbeatMin, HeartbeatMax: opts.HeartbeatMax,
+		Retention: retentionAge(e.Row.Config.Resolve(b.Row.Config.DefaultStreamConfig).Retention),
 	})
 	if err != nil {
 		l.release()
@@ -126,3 +131,13 @@ func (r ledRead) Live() error                 { return r.n.selfLive() }
 func (r ledRead) Tail() api.StreamPosition    { return position(r.l.s.Tail()) }
 func (r ledRead) Window() reader.FollowWindow { return r.l.loglet.Index() }
 func (r ledRead) Release()                    { r.l.release() }
+func (r ledRead) TrimPoint() uint64           { return r.l.trimPoint() }
+
+// retentionAge is a retention policy's age for the read path (0:
+// infinite); an age past what a duration holds keeps every record.
+func retentionAge(p api.RetentionPolicy) time.Duration {
+	if p.Infinite || p.AgeSecs == 0 || p.AgeSecs > uint64(math.MaxInt64/int64(time.Second)) {
+		return 0
+	}
+	return time.Duration(p.AgeSecs) * time.Second
+}
