@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"math"
+	"net/http"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
@@ -86,16 +87,22 @@ func (n *Node) Read(ctx context.Context, basin, name string, req api.ReadRequest
 }
 
 // OpenRead resolves the stream (auto-creating it when the basin creates
-// streams on read, unless the read would fail 416 on the new stream), leads
+// streams on read, unless the read would fail 416 on the new stream and
+// names no config for it), leads
 // it, and opens a cursor on it (reader.Open places the start by S2's rules,
 // docs/design.md §16.1). Close the cursor when done: a stream with an open
 // cursor is not released as idle.
 func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadRequest, opts ReadOptions) (*Cursor, error) {
 	admit := func(api.EffectiveStreamConfig) error {
-		if _, err := ResolveStart(req, api.StreamPosition{}); err != nil {
-			return err
+		_, err := ResolveStart(req, api.StreamPosition{})
+		if err == nil || opts.Create != nil && err.Status == http.StatusRequestedRangeNotSatisfiable {
+			// A read that names the new stream's config (s2-stream-config)
+			// creates it though the read is 416 on it, as S2 applies the
+			// header when a read creates the stream; one without it
+			// creates nothing then (a stray read makes no stream).
+			return nil
 		}
-		return nil
+		return err
 	}
 	b, e, err := n.cat.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: opts.Create, Admit: admit})
 	if err != nil {

@@ -187,3 +187,47 @@ func TestRetentionShowsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateOnReadWithConfig (issue 29 item 3): a read of a missing
+// stream in a basin that creates streams on read, carrying the
+// s2-stream-config header, creates the stream with that config even when
+// the read itself is 416 on the new, empty stream (the SDK's read session
+// with streamConfig and a count); unary, S2S and SSE. Without the header
+// such a read still creates nothing (TestRejectedRequestsCreateNothing).
+func TestCreateOnReadWithConfig(t *testing.T) {
+	e := newEnv(t)
+	e.setupBasin("cor-basin")
+	cfg := func(age int) []string {
+		return []string{"s2-stream-config", fmt.Sprintf(`{"retention_policy":{"age":%d},"timestamping":{"mode":"arrival"}}`, age)}
+	}
+	check := func(name string, age int) {
+		t.Helper()
+		r := e.stream("cor-basin", "GET", "streams/"+name, nil)
+		want(t, r, 200, "")
+		c, err := api.DecodeStreamConfig(r.body)
+		if err != nil || c.RetentionPolicy == nil || c.RetentionPolicy.AgeSecs != uint64(age) || c.Timestamping == nil || c.Timestamping.Mode == nil || *c.Timestamping.Mode != api.Arrival {
+			t.Fatalf("config of %s after its read: %s (%v), want retention age %d and arrival timestamps", name, r, err, age)
+		}
+	}
+	// Unary: 416 with the tail, and the stream made with the header's config.
+	r := e.stream("cor-basin", "GET", "streams/unary/records?seq_num=0", nil, cfg(111)...)
+	want(t, r, 416, "")
+	check("unary", 111)
+	// An S2S read session with a count: 416 before the session starts.
+	r = e.do(e.h2, "GET", "/v1/streams/s2s/records?seq_num=0&count=1", nil, append([]string{"s2-basin", "cor-basin", "Content-Type", "s2s/proto"}, cfg(222)...)...)
+	if r.status != 416 {
+		t.Fatalf("S2S session on a missing stream: %s, want 416", r)
+	}
+	check("s2s", 222)
+	// SSE likewise.
+	r = e.stream("cor-basin", "GET", "streams/sse/records?seq_num=0&count=1", nil, append([]string{"Accept", "text/event-stream"}, cfg(333)...)...)
+	if r.status != 416 {
+		t.Fatalf("SSE session on a missing stream: %s, want 416", r)
+	}
+	check("sse", 333)
+	// An existing stream keeps its config.
+	if _, r := e.readJSON("cor-basin", "unary", "seq_num=0", cfg(444)...); r.status != 416 {
+		t.Fatalf("read of the existing empty stream: %s, want 416", r)
+	}
+	check("unary", 111)
+}
