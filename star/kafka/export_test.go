@@ -15,9 +15,11 @@ func (s *Server) SetFetchWaiting(f func()) { s.fetchWaiting = f }
 // EncodeTestBatch is a record batch v2 of values at offsets 0…, through
 // the face's own encoder.
 func EncodeTestBatch(values ...[]byte) []byte {
+	// Stamped now: a record older than its topic's retention is not read.
+	ts := uint64(time.Now().UnixMilli())
 	recs := make([]api.Record, len(values))
 	for i, v := range values {
-		recs[i] = api.Record{SeqNum: uint64(i), Body: v, Timestamp: api.Uint64(1)}
+		recs[i] = api.Record{SeqNum: uint64(i), Body: v, Timestamp: api.Uint64(ts)}
 	}
 	return appendBatch(nil, recs)
 }

@@ -47,6 +47,12 @@ type ledStream struct {
 	// (hygiene.go) takes only a stream with no user for a while.
 	users   atomic.Int64
 	lastUse atomic.Int64
+
+	// foundTrim is the trim point findTrim found in the records, once
+	// trimFound is set (trimpoint.go); findMu runs it once.
+	foundTrim atomic.Uint64
+	trimFound atomic.Bool
+	findMu    sync.Mutex
 }
 
 func (l *ledStream) touch() { l.lastUse.Store(time.Now().UnixNano()) }

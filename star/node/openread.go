@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"math"
+	"net/http"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
@@ -85,16 +87,22 @@ func (n *Node) Read(ctx context.Context, basin, name string, req api.ReadRequest
 }
 
 // OpenRead resolves the stream (auto-creating it when the basin creates
-// streams on read, unless the read would fail 416 on the new stream), leads
+// streams on read, unless the read would fail 416 on the new stream and
+// names no config for it), leads
 // it, and opens a cursor on it (reader.Open places the start by S2's rules,
 // docs/design.md §16.1). Close the cursor when done: a stream with an open
 // cursor is not released as idle.
 func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadRequest, opts ReadOptions) (*Cursor, error) {
 	admit := func(api.EffectiveStreamConfig) error {
-		if _, err := ResolveStart(req, api.StreamPosition{}); err != nil {
-			return err
+		_, err := ResolveStart(req, api.StreamPosition{})
+		if err == nil || opts.Create != nil && err.Status == http.StatusRequestedRangeNotSatisfiable {
+			// A read that names the new stream's config (s2-stream-config)
+			// creates it though the read is 416 on it, as S2 applies the
+			// header when a read creates the stream; one without it
+			// creates nothing then (a stray read makes no stream).
+			return nil
 		}
-		return nil
+		return err
 	}
 	b, e, err := n.cat.LiveStream(ctx, basin, name, catalog.AutoCreate{OnRead: true, Config: opts.Create, Admit: admit})
 	if err != nil {
@@ -104,9 +112,13 @@ func (n *Node) OpenRead(ctx context.Context, basin, name string, req api.ReadReq
 	if err != nil {
 		return nil, err
 	}
+	if err := n.findTrim(ctx, l, basin); err != nil {
+		return nil, err
+	}
 	l.acquire()
 	c, err := n.reader.Open(ledRead{n, l}, reader.Stream{ID: e.Row.ID, Basin: basin}, req, reader.CursorOptions{
 		Heartbeats: opts.Heartbeats, HeartbeatMin: opts.HeartbeatMin, HeartbeatMax: opts.HeartbeatMax,
+		Retention: retentionAge(e.Row.Config.Resolve(b.Row.Config.DefaultStreamConfig).Retention),
 	})
 	if err != nil {
 		l.release()
@@ -126,3 +138,13 @@ func (r ledRead) Live() error                 { return r.n.selfLive() }
 func (r ledRead) Tail() api.StreamPosition    { return position(r.l.s.Tail()) }
 func (r ledRead) Window() reader.FollowWindow { return r.l.loglet.Index() }
 func (r ledRead) Release()                    { r.l.release() }
+func (r ledRead) TrimPoint() uint64           { return r.l.trimPoint() }
+
+// retentionAge is a retention policy's age for the read path (0:
+// infinite); an age past what a duration holds keeps every record.
+func retentionAge(p api.RetentionPolicy) time.Duration {
+	if p.Infinite || p.AgeSecs == 0 || p.AgeSecs > uint64(math.MaxInt64/int64(time.Second)) {
+		return 0
+	}
+	return time.Duration(p.AgeSecs) * time.Second
+}

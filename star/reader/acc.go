@@ -9,11 +9,14 @@ import (
 // acc accumulates one Read's records: it enforces contiguity from the
 // start, the timestamp start, the limits and until. Pure: no I/O.
 type acc struct {
-	next     uint64  // the seq the next accepted record must have
-	since    *uint64 // timestamp start: records below it are skipped, until one is not
-	until    *uint64
-	maxCount int
-	maxBytes int
+	next  uint64  // the seq the next accepted record must have
+	since *uint64 // timestamp start: records below it are skipped, until one is not
+	until *uint64
+	// notBefore is the retention cut (unix ms): records below it are
+	// skipped. Timestamps never decrease in a stream, so they lead it.
+	notBefore uint64
+	maxCount  int
+	maxBytes  int
 	// callerCount and callerBytes tell a caller's limit from the batch cap,
 	// to report why the read stopped.
 	callerCount bool
@@ -25,7 +28,7 @@ type acc struct {
 }
 
 func newAcc(lim Limits, batchCount, batchBytes int) acc {
-	a := acc{until: lim.Until, maxCount: batchCount, maxBytes: batchBytes}
+	a := acc{until: lim.Until, notBefore: lim.NotBefore, maxCount: batchCount, maxBytes: batchBytes}
 	if lim.Count > 0 && lim.Count <= batchCount {
 		a.maxCount, a.callerCount = lim.Count, true
 	}
@@ -49,6 +52,16 @@ func (a *acc) accept(recs []format.Record) error {
 		}
 		if rec.SeqNum != a.next {
 			return fmt.Errorf("%w: expected seq %d, the source has %d", ErrGap, a.next, rec.SeqNum)
+		}
+		if rec.Timestamp < a.notBefore {
+			if len(a.recs) > 0 {
+				// Records already taken end the batch: what is returned
+				// stays contiguous, and the next read skips from here.
+				a.stop = StopBatch
+				return nil
+			}
+			a.next++
+			continue
 		}
 		if a.since != nil {
 			if rec.Timestamp < *a.since {

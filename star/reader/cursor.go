@@ -31,6 +31,10 @@ type Led interface {
 	Tail() api.StreamPosition
 	// Window is the stream's tail window.
 	Window() FollowWindow
+	// TrimPoint is the stream's trim point as of its acknowledged trims
+	// (this leader's, and those it found in the records when it opened
+	// the stream): reads skip every record below it.
+	TrimPoint() uint64
 	// Release ends the cursor's hold on the stream.
 	Release()
 }
@@ -48,6 +52,10 @@ type CursorOptions struct {
 	// and then every HeartbeatMin–HeartbeatMax while idle (sessions).
 	Heartbeats                 bool
 	HeartbeatMin, HeartbeatMax time.Duration
+	// Retention is the stream's retention age (0: infinite): each read
+	// skips the records whose timestamp is older than that on this star's
+	// clock, whether or not the auditor has reclaimed them yet.
+	Retention time.Duration
 }
 
 // Open places a read's start by S2's rules (docs/design.md §16.1,
@@ -88,6 +96,7 @@ func (r *Reader) Open(led Led, stream Stream, req api.ReadRequest, opts CursorOp
 		heartbeat:  opts.Heartbeats,
 		hbMin:      opts.HeartbeatMin,
 		hbMax:      opts.HeartbeatMax,
+		retention:  opts.Retention,
 		idleSince:  time.Now(),
 	}
 	if c.hbMin <= 0 {
@@ -185,6 +194,7 @@ type Cursor struct {
 	heartbeat    bool
 	hbMin, hbMax time.Duration
 	nextBeat     time.Time
+	retention    time.Duration // 0: infinite
 
 	following bool
 	idleSince time.Time
@@ -230,7 +240,8 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			}
 			window = &Tail{Window: idx, End: tail.SeqNum}
 		}
-		lim := Limits{Count: limitInt(c.count), Bytes: limitInt(c.bytes), Until: c.until}
+		lim := Limits{Count: limitInt(c.count), Bytes: limitInt(c.bytes), Until: c.until,
+			TrimPoint: c.led.TrimPoint(), NotBefore: NotBefore(time.Now(), c.retention)}
 		res, err := c.read(ctx, lim, window)
 		if err != nil {
 			return Event{}, c.readErr(err)
@@ -309,6 +320,22 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			return Event{Kind: EventHeartbeat, Tail: c.led.Tail()}, nil
 		}
 	}
+}
+
+// NotBefore is the retention cut of a stream whose age is age (0:
+// infinite) at now: the timestamp (unix ms) below which its records are
+// past retention, 0 when none is. The record's own timestamp counts (the
+// one the stream keeps: the client's or the arrival time by its
+// timestamping mode), as the auditor's retention counts it. Pure.
+func NotBefore(now time.Time, age time.Duration) uint64 {
+	if age <= 0 {
+		return 0
+	}
+	ms := now.UnixMilli() - age.Milliseconds()
+	if ms <= 0 {
+		return 0
+	}
+	return uint64(ms)
 }
 
 // ackedOnly cuts res to the records below acked, the stream's

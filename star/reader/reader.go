@@ -78,10 +78,18 @@ func (k StartKind) String() string {
 // MaxBatchBytes) bound every Read regardless, so a session reads in batches.
 // A caller wanting "zero records" does not call Read. Until is an exclusive
 // timestamp bound.
+//
+// TrimPoint and NotBefore are the stream's retained range as the leader
+// knows it before the auditor reclaims anything (docs/design.md §11): a
+// read skips the records below TrimPoint (acknowledged trims) and those
+// whose timestamp is below NotBefore (unix ms: past the retention age), as
+// it skips records the auditor already removed.
 type Limits struct {
-	Count int
-	Bytes int
-	Until *uint64
+	Count     int
+	Bytes     int
+	Until     *uint64
+	TrimPoint uint64
+	NotBefore uint64
 }
 
 // TailWindow is the leader's index of released, not yet absorbed flights

@@ -25,10 +25,11 @@ type walk struct {
 	rows   cursor
 	acc    acc
 	pf     *Prefetch // nil: no read-ahead
+	trim   uint64    // Limits.TrimPoint
 }
 
 func newWalk(r *Reader, stream Stream, lim Limits, tail *Tail, pf *Prefetch) *walk {
-	w := &walk{r: r, stream: stream, tail: tail, pf: pf}
+	w := &walk{r: r, stream: stream, tail: tail, pf: pf, trim: lim.TrimPoint}
 	w.rows = cursor{q: rows{r: r, id: stream.ID}, page: r.cfg.RowPage}
 	w.acc = newAcc(lim, r.cfg.MaxBatchCount, r.cfg.MaxBatchBytes)
 	return w
@@ -58,6 +59,8 @@ func (w *walk) run(ctx context.Context, start Start) (Result, error) {
 	default:
 		return Result{}, fmt.Errorf("unknown start kind %d", start.Kind)
 	}
+	// Below an acknowledged trim point nothing is served, settled or not.
+	a.next = max(a.next, w.trim)
 	if w.tail != nil && w.tail.Window != nil && a.since == nil {
 		// A reader at the tail (a live session woken by a release) finds
 		// its next seq in the window: served from memory without asking
@@ -183,6 +186,16 @@ func (w *walk) readRow(ctx context.Context, row meta.Ref) error {
 		a.next = row.EndSeq // every record of the row is below the start time
 		return nil
 	}
+	if row.MaxTimestamp < a.notBefore {
+		// Every record of the row is past retention (the auditor has not
+		// dropped the row yet): skipped unread, as a trimmed row is.
+		if len(a.recs) > 0 {
+			a.stop = StopBatch
+		} else {
+			a.next = row.EndSeq
+		}
+		return nil
+	}
 	if row.Span != nil {
 		return w.readSpan(ctx, row)
 	}
@@ -225,6 +238,16 @@ func (w *walk) readSettled(ctx context.Context, row meta.Ref) error {
 		// Timestamps never decrease, so every record before the first
 		// block reaching the start time is below it.
 		e, ok := f.FindTime(*a.since)
+		if !ok {
+			a.next = row.EndSeq
+			return nil
+		}
+		a.next = min(max(a.next, e.FirstSeq), row.EndSeq)
+	}
+	if a.notBefore > 0 && len(a.recs) == 0 {
+		// Skip the blocks wholly past retention unread (an object a busy
+		// stream shares between old records and new ones).
+		e, ok := f.FindTime(a.notBefore)
 		if !ok {
 			a.next = row.EndSeq
 			return nil

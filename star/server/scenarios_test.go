@@ -251,7 +251,9 @@ func TestScenarioReadEdges(t *testing.T) {
 	if b == nil || len(b.Records) != 0 || string(r.body) != `{"records":[]}` {
 		t.Fatalf("count=0: %s", r)
 	}
-	// until is exclusive: appending with explicit timestamps.
+	// until is exclusive: appending with explicit timestamps (on a stream
+	// that keeps them forever: under an age, reads skip records that old).
+	want(t, e.stream("edge-basin", "POST", "streams", []byte(`{"stream":"u","config":{"retention_policy":{"infinite":{}}}}`)), 201, "")
 	want(t, e.appendJSON("edge-basin", "u", `{"records":[{"timestamp":10,"body":"a"},{"timestamp":20,"body":"b"},{"timestamp":30,"body":"c"}]}`), 200, "")
 	b, r = e.readJSON("edge-basin", "u", "seq_num=0&until=20")
 	if b == nil || len(b.Records) != 1 || string(b.Records[0].Body) != "a" {

@@ -42,6 +42,9 @@ type Stream struct {
 	fac  *facade.Stream
 	last *Ticket // the latest batch handed to the loglet
 	now  func() time.Time
+	// trim is the trim point as of the acknowledged batches (acks come
+	// in order): what reads skip below from the trim's ack on.
+	trim uint64
 }
 
 // Open opens a stream at its durable tail, read from its greatest row, and
@@ -65,7 +68,7 @@ func Open(ctx context.Context, ms meta.Store, l *loglet.Loglet, id string, class
 		}
 	}
 	l.Absorber().Seed(id, totals)
-	return &Stream{ID: id, Class: class, loglet: l, fac: facade.New(cfg, st), now: time.Now}, nil
+	return &Stream{ID: id, Class: class, loglet: l, fac: facade.New(cfg, st), now: time.Now, trim: st.TrimPoint}, nil
 }
 
 // Ack is the outcome of an append.
@@ -158,6 +161,7 @@ func (t *Ticket) complete(err error) {
 	if err == nil {
 		t.s.mu.Lock()
 		t.s.fac.Acked(t.seq.End)
+		t.s.trim = max(t.s.trim, t.seq.TrimPoint)
 		t.s.mu.Unlock()
 	}
 	t.err = err
@@ -189,6 +193,14 @@ func (s *Stream) Append(ctx context.Context, req facade.Request) (Ack, error) {
 		return Ack{}, err
 	}
 	return t.Wait(ctx)
+}
+
+// TrimPoint is the trim point as of the acknowledged batches, and of the
+// rows the stream was opened from.
+func (s *Stream) TrimPoint() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.trim
 }
 
 // Tail is the durable (acknowledged) tail.

@@ -12,7 +12,9 @@
 // connection a relay cuts (resume.mjs: the SDK's SSE client with
 // Last-Event-ID, and its readSession on both transports), and read a
 // stream whose retention age the in-process janitor trims (retention.mjs,
-// with short auditor and settle timers).
+// with short auditor and settle timers), read below a trim within a second
+// of its ack (trim.mjs, default timers), and create a stream by reading it
+// with the SDK's streamConfig (createonread.mjs).
 //
 // The package has no code of its own; it exists so `go test ./...` runs the
 // interop suite.
