@@ -153,8 +153,14 @@ func (cs *conn) topicConfigs(ctx context.Context, res kmsg.DescribeConfigsReques
 	if aerr := cs.authorize(auth.GetStreamConfig, partitionStream(topic, 0)); aerr != nil {
 		return kerr.TopicAuthorizationFailed.Code, &aerr.Message, nil
 	}
-	if _, _, err := cs.s.getTopic(ctx, topic); err != nil {
+	row, _, err := cs.s.getTopic(ctx, topic)
+	if err != nil {
 		return codeOf(err), msgOf(err), nil
+	}
+	maxMsg := kmsg.DescribeConfigsResponseResourceConfig{Name: configMaxMessage, Value: new(strconv.Itoa(MaxFrameBytes)),
+		IsDefault: true, Source: kmsg.ConfigSourceDefaultConfig, ConfigType: kmsg.ConfigTypeInt}
+	if row.MaxMessageBytes > 0 {
+		maxMsg.Value, maxMsg.IsDefault, maxMsg.Source = new(strconv.Itoa(int(row.MaxMessageBytes))), false, kmsg.ConfigSourceDynamicTopicConfig
 	}
 	sc, err := cs.s.star.StreamConfig(ctx, cs.s.basin, partitionStream(topic, 0))
 	if err != nil {
@@ -167,6 +173,7 @@ func (cs *conn) topicConfigs(ctx context.Context, res kmsg.DescribeConfigsReques
 	configs := []kmsg.DescribeConfigsResponseResourceConfig{
 		{Name: configRetentionMs, Value: &ret, Source: kmsg.ConfigSourceDynamicTopicConfig, ConfigType: kmsg.ConfigTypeLong},
 		{Name: configCleanupPolicy, Value: new("delete"), ReadOnly: true, IsDefault: true, Source: kmsg.ConfigSourceDefaultConfig, ConfigType: kmsg.ConfigTypeList},
+		maxMsg,
 	}
 	if res.ConfigNames != nil {
 		var keep []kmsg.DescribeConfigsResponseResourceConfig

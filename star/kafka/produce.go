@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -80,7 +81,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
-			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records, &budget)
+			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records, row.MaxMessageBytes, &budget)
 			if pp != nil {
 				pp.rp = rp
 				parts = append(parts, pp)
@@ -112,6 +113,25 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 	return resp
 }
 
+// checkBatchSizes refuses a partition's batches when one of them, as
+// sent (compressed), is over maxBatch, the topic's max.message.bytes
+// (0: no bound): MESSAGE_TOO_LARGE, as Kafka answers it, which clients
+// do not retry. A malformed length is left to decodeBatches.
+func checkBatchSizes(data []byte, maxBatch int32) error {
+	for maxBatch > 0 && len(data) >= batchLengthAt+4 {
+		size := 12 + int64(int32(binary.BigEndian.Uint32(data[batchLengthAt:])))
+		if size > int64(maxBatch) {
+			return &recordError{code: kerr.MessageTooLarge.Code,
+				msg: fmt.Sprintf("a record batch of %d bytes is over the topic's %s, %d", size, configMaxMessage, maxBatch)}
+		}
+		if size < 12 || size > int64(len(data)) {
+			return nil
+		}
+		data = data[size:]
+	}
+	return nil
+}
+
 // produceCode is codeOf for a produce partition: a record the star
 // refused is INVALID_RECORD, one over a batch's size MESSAGE_TOO_LARGE.
 func produceCode(err error) int16 {
@@ -134,9 +154,13 @@ func produceCode(err error) int16 {
 // submit decodes one partition's batches and submits them to its stream
 // in chunks of at most one S2 batch (1,000 records, 1 MiB metered): a
 // Kafka batch larger than that is appended as consecutive batches, each
-// atomic. A decode failure appends nothing. budget is what is left of
-// the request's MaxProduceRecordBytes.
-func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte, budget *int64) (*pendingPart, error) {
+// atomic. A decode failure appends nothing. maxBatch is the topic's
+// max.message.bytes (0: none); budget is what is left of the request's
+// MaxProduceRecordBytes.
+func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte, maxBatch int32, budget *int64) (*pendingPart, error) {
+	if err := checkBatchSizes(data, maxBatch); err != nil {
+		return nil, err
+	}
 	recs, err := decodeBatches(data, budget)
 	if err != nil {
 		return nil, err
