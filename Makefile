@@ -36,6 +36,7 @@ cluster:
 ## tools: pinned test services (versitygw, DynamoDB Local, local SQS, the Lambda
 ## Runtime Interface Emulator) in project-local folders.
 tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/aws-lambda-rie $(STARLOG_NODE_TOOLS)/.installed
+	bash .ci/kcat.sh
 
 $(TOOLS)/bin/versitygw:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
