@@ -99,6 +99,12 @@ BENCHTIME ?= 1s
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
 
+## kafka-suite: franz-go's own kgo test suite (the go.mod version) against a
+## star dev's Kafka face; over a minute, so not in make test (docs/kafka.md).
+.PHONY: kafka-suite
+kafka-suite:
+	bash .ci/kgo-suite.sh
+
 ## bench-density: metastore writes and object requests per GiB against the
 ## stream count (issue 15): one Standard loglet at 4 MiB/s of 1 KiB records
 ## over N = 1, 100, 1,000 and 10,000 streams, on SQLite and on DynamoDB
