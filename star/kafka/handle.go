@@ -52,7 +52,7 @@ func (cs *conn) handle(frame []byte) (header, kmsg.Response, error) {
 		cs.count(name, "refused")
 		return h, nil, fmt.Errorf("%w: %s v%d is not served", errClose, name, h.version)
 	}
-	ctx, cancel := context.WithTimeout(cs.s.ctx, RequestTimeout+fetchWaitOf(req))
+	ctx, cancel := context.WithTimeout(withToken(cs.s.ctx, cs.token), RequestTimeout+fetchWaitOf(req))
 	defer cancel()
 	resp, err := cs.dispatch(ctx, req)
 	if err != nil {

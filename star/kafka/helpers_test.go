@@ -72,13 +72,16 @@ func startStarNode(t testing.TB, open bool, ms meta.Store, nodeOpt func(*node.Co
 
 // starOpts is how startStarWith starts a star.
 type starOpts struct {
-	open   bool
-	meta   meta.Store
-	objs   objstore.Store                 // nil: the star's own in-memory buckets
-	id     string                         // its star id ("kafka-star")
-	node   func(*node.Config, *node.Deps) // nil: unchanged
-	server func(*server.Options)          // nil: unchanged
-	kafka  []func(*kafka.Config)
+	open bool
+	meta meta.Store
+	objs objstore.Store                 // nil: the star's own in-memory buckets
+	id   string                         // its star id ("kafka-star")
+	node func(*node.Config, *node.Deps) // nil: unchanged
+	// cluster: a star among others on the same stores (heartbeats fast,
+	// the Kafka face forwarding to the leaders of partitions).
+	cluster bool
+	server  func(*server.Options) // nil: unchanged
+	kafka   []func(*kafka.Config)
 }
 
 func startStarWith(t testing.TB, o starOpts) *star {
@@ -90,8 +93,15 @@ func startStarWith(t testing.TB, o starOpts) *star {
 			t.Fatal(err)
 		}
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := node.Defaults()
-	cfg.StarID = cmp.Or(o.id, "kafka-star")
+	cfg.StarID, cfg.Address = cmp.Or(o.id, "kafka-star"), ln.Addr().String()
+	if o.cluster {
+		cfg.HeartbeatEvery, cfg.DeadAfter = 50*time.Millisecond, time.Second
+	}
 	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = time.Millisecond, time.Millisecond
 	cfg.DeletionPending = 300 * time.Millisecond
 	deps := node.Deps{Meta: o.meta, Objects: objs, Logger: testLog()}
@@ -107,6 +117,9 @@ func startStarWith(t testing.TB, o starOpts) *star {
 		authCfg = auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 	}
 	so := server.Options{Auth: authCfg}
+	if o.cluster {
+		so.HeartbeatMin, so.HeartbeatMax = 50*time.Millisecond, 100*time.Millisecond
+	}
 	if o.server != nil {
 		o.server(&so)
 	}
@@ -114,13 +127,17 @@ func startStarWith(t testing.TB, o starOpts) *star {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	hs := srv.HTTPServer(ln.Addr().String())
 	go hs.Serve(srv.Listener(ln))
 	kc := kafka.Config{Star: n, Open: o.open, Authenticate: srv.Authenticate}
+	if o.cluster {
+		kc.Forward = &kafka.Forward{StarID: cfg.StarID}
+		if !o.open {
+			if kc.Forward.Credential, err = auth.InternalCredential([]byte(testKey)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for _, f := range o.kafka {
 		f(&kc)
 	}

@@ -24,8 +24,14 @@ const admitTimeout = 5 * time.Second
 // partitions of one request become durable together, not one by one.
 type pendingPart struct {
 	rp      *kmsg.ProduceResponseTopicPartition
-	a       *node.Appender
-	pending []*node.PendingAppend
+	a       *node.Appender // nil: appended at the stream's leader
+	pending []ackWaiter
+}
+
+// ackWaiter is one submitted chunk: a *node.PendingAppend here, a
+// *remoteAppend at the leader.
+type ackWaiter interface {
+	Wait(ctx context.Context) (api.AppendAck, error)
 }
 
 // produceWait is how long a produce with timeout ms (its TimeoutMillis)
@@ -105,7 +111,9 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 				pp.rp.BaseOffset = int64(ack.Start.SeqNum)
 			}
 		}
-		pp.a.Close()
+		if pp.a != nil {
+			pp.a.Close()
+		}
 	}
 	if r.Acks == 0 {
 		return nil
@@ -178,16 +186,18 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte,
 	// A missing stream (its topic being deleted) is a 404: the partition
 	// is unknown, and nothing here creates it again.
 	a, err := s.star.OpenAppend(ctx, s.basin, stream, nil)
+	if addr := s.leaderOf(err); addr != "" {
+		// Another star leads the stream: the chunks go there, in order,
+		// each once the one before it is acknowledged (an S2 append at
+		// the leader per chunk, as a forwarded S2 append).
+		return s.submitAt(ctx, addr, stream, recs), nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	pp := &pendingPart{a: a}
 	for len(recs) > 0 {
-		n, bytes := 0, uint64(0)
-		for n < len(recs) && n < api.MaxBatchRecords && bytes+recs[n].MeteredSize() <= api.MaxBatchMeteredBytes {
-			bytes += recs[n].MeteredSize()
-			n++
-		}
+		n := chunkLen(recs)
 		sctx, cancel := context.WithTimeout(ctx, admitTimeout)
 		pa, err := a.Submit(sctx, &api.AppendInput{Records: recs[:n]})
 		cancel()
@@ -198,4 +208,49 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte,
 		recs = recs[n:]
 	}
 	return pp, nil
+}
+
+// chunkLen is how many of recs go in the next S2 batch: at most 1,000
+// records, 1 MiB metered.
+func chunkLen(recs []api.Record) int {
+	n, bytes := 0, uint64(0)
+	for n < len(recs) && n < api.MaxBatchRecords && bytes+recs[n].MeteredSize() <= api.MaxBatchMeteredBytes {
+		bytes += recs[n].MeteredSize()
+		n++
+	}
+	return n
+}
+
+// submitAt appends a partition's records at the star at addr, which
+// leads its stream. A request's chunks of one partition are appended one
+// after another, so they keep their order; a failed chunk ends the
+// partition (the ones after it are not sent).
+func (s *Server) submitAt(ctx context.Context, addr, stream string, recs []api.Record) *pendingPart {
+	var chunks [][]api.Record
+	for len(recs) > 0 {
+		n := chunkLen(recs)
+		chunks = append(chunks, recs[:n])
+		recs = recs[n:]
+	}
+	pp := &pendingPart{}
+	if len(chunks) == 1 {
+		pp.pending = append(pp.pending, s.appendAt(ctx, addr, stream, &api.AppendInput{Records: chunks[0]}))
+		return pp
+	}
+	seq := &remoteAppend{done: make(chan struct{})}
+	go func() {
+		defer close(seq.done)
+		for i, c := range chunks {
+			ack, err := s.appendAt(ctx, addr, stream, &api.AppendInput{Records: c}).Wait(context.Background())
+			if err != nil {
+				seq.err = err
+				return
+			}
+			if i == 0 {
+				seq.ack = ack
+			}
+		}
+	}()
+	pp.pending = append(pp.pending, seq)
+	return pp
 }
