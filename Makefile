@@ -36,6 +36,7 @@ cluster:
 ## tools: pinned test services (versitygw, DynamoDB Local, local SQS, the Lambda
 ## Runtime Interface Emulator) in project-local folders.
 tools: $(TOOLS)/bin/versitygw $(TOOLS)/bin/aws-lambda-rie $(STARLOG_NODE_TOOLS)/.installed
+	bash .ci/kcat.sh
 
 $(TOOLS)/bin/versitygw:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
@@ -97,6 +98,12 @@ fuzz:
 BENCHTIME ?= 1s
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
+
+## kafka-suite: franz-go's own kgo test suite (the go.mod version) against a
+## star dev's Kafka face; over a minute, so not in make test (docs/kafka.md).
+.PHONY: kafka-suite
+kafka-suite:
+	bash .ci/kgo-suite.sh
 
 ## bench-density: metastore writes and object requests per GiB against the
 ## stream count (issue 15): one Standard loglet at 4 MiB/s of 1 KiB records

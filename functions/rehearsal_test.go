@@ -21,9 +21,13 @@ package functions_test
 //     AWS_EC2_METADATA_DISABLED (there is no IMDS here); for the
 //     functions, what the Lambda runtime sets (AWS_REGION, the function
 //     name and timeout);
-//   - the listen addresses: --listen and --internal-listen on loopback
-//     ports, and STARLOG_ADDRESS (the internal listen address as peers
-//     reach it), so two stars of the same unit share this host;
+//   - the listen addresses: --listen, --internal-listen and
+//     --kafka-listen on loopback ports, and STARLOG_ADDRESS (the internal
+//     listen address as peers reach it), so two stars of the same unit
+//     share this host;
+//   - --kafka-advertise (the load balancer's name and Kafka port): the
+//     star's own Kafka listen address, as there is no load balancer here;
+//     the step "kafka" reaches each star directly;
 //   - STARLOG_RECORD_OPS, for the star and every function a file the
 //     operation recorder (shared/awsrecord) appends each AWS call to: the
 //     IAM coverage check (iam_coverage_test.go) reads them.
@@ -60,6 +64,9 @@ import (
 	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/starlog/starlog/functions/internal/localsqs"
 	"github.com/starlog/starlog/functions/internal/rehearse"
@@ -365,6 +372,7 @@ func (r *rehearsal) startSecrets() {
 // star is one `star serve` started from the unit.
 type star struct {
 	id, public, internal string
+	kafka                string // host:port of its Kafka listener
 	cmd                  *exec.Cmd
 	log                  *lockedBuffer
 	done                 chan struct{}
@@ -414,6 +422,20 @@ func (r *rehearsal) startStar(n int) *star {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kafka := testsvc.Addr(testsvc.FreePort(t))
+	var kafkaPort string
+	if argv, err = rehearse.Replace(argv, "kafka-listen", func(old string) string { kafkaPort = old; return kafka }); err != nil {
+		t.Fatal(err)
+	}
+	if argv, err = rehearse.Replace(argv, "kafka-advertise", func(old string) string {
+		if !strings.HasSuffix(old, kafkaPort) || len(old) == len(kafkaPort) {
+			t.Fatalf("the unit advertises Kafka at %q, not the load balancer's name on the Kafka port %s", old, kafkaPort)
+		}
+		return kafka
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.kafka = kafka
 	if addr, _ := rehearse.Lookup(env, "STARLOG_ADDRESS"); addr != "127.0.0.1"+internalPort {
 		t.Fatalf("the unit advertises %q, not the internal listen address 127.0.0.1%s", addr, internalPort)
 	}
@@ -703,8 +725,9 @@ func TestRehearsal(t *testing.T) {
 	}
 	t.Logf("star 1: Standard and Express round-trips and %d Express records written %v after the start", len(a["exp"]), time.Since(t0).Round(time.Millisecond))
 
-	// Star 2 from the same unit; then kill -9 of star 1.
+	// Star 2 from the same unit; Kafka through both; then kill -9 of star 1.
 	s2 := r.startStar(2)
+	step("kafka", func(t *testing.T) { rehearseKafka(t, s1, s2) })
 	s1.kill9()
 	killed := time.Now()
 	wg.Wait()
@@ -916,4 +939,53 @@ func TestRehearsalUserDataVerifies(t *testing.T) {
 	if units < 2 {
 		t.Errorf("%d systemd units in the user data, want the star's and the drain watcher's", units)
 	}
+}
+
+// rehearseKafka: the unit's Kafka flags serve the protocol on both stars,
+// authenticated with the stack's admin token (SASL/PLAIN): a topic is
+// created and produced to through star 1, which leads its partition;
+// star 2 appends to it at star 1 (forwarding with the internal key the
+// unit reads from Secrets Manager) and reads it all back. The stack's load
+// balancer has no stand-in here: each star is reached directly, under its
+// own address (docs/kafka.md, "Many stars").
+func rehearseKafka(t *testing.T, s1, s2 *star) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := func(s *star, opts ...kgo.Opt) *kgo.Client {
+		c, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.kafka), kgo.RetryTimeout(20 * time.Second),
+			kgo.SASL(plain.Auth{User: "rehearsal", Pass: rehearsalAdminToken}.AsMechanism())}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	c1 := client(s1)
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: "rehearsal", NumPartitions: 1, ReplicationFactor: -1}}
+	resp, err := req.RequestWith(ctx, c1)
+	if err != nil || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("CreateTopics through star 1: %v %+v\n%s", err, resp, s1.log)
+	}
+	if err := c1.ProduceSync(ctx, &kgo.Record{Topic: "rehearsal", Key: []byte("k1"), Value: []byte("through star 1")}).FirstErr(); err != nil {
+		t.Fatalf("produce through star 1: %v\n%s", err, s1.log)
+	}
+	if err := client(s2).ProduceSync(ctx, &kgo.Record{Topic: "rehearsal", Key: []byte("k2"), Value: []byte("through star 2")}).FirstErr(); err != nil {
+		t.Fatalf("produce through star 2 (forwarded to star 1): %v\n%s", err, s2.log)
+	}
+	cons := client(s2, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"rehearsal": {0: kgo.NewOffset().AtStart()}}))
+	var got []string
+	for len(got) < 2 {
+		fs := cons.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("consume through star 2: %v\n%s", err, s2.log)
+		}
+		for _, r := range fs.Records() {
+			got = append(got, fmt.Sprintf("%d %s=%s", r.Offset, r.Key, r.Value))
+		}
+	}
+	if want := []string{"0 k1=through star 1", "1 k2=through star 2"}; !slices.Equal(got, want) {
+		t.Fatalf("consumed through star 2: %q, want %q", got, want)
+	}
+	t.Logf("kafka: produced through both stars, consumed through star 2: %q", got)
 }

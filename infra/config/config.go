@@ -85,6 +85,11 @@ type Config struct {
 	// InternalPort serves peers and operators: forwarding between stars,
 	// settle nudges, drain, handoff and /metrics. Only stars reach it.
 	InternalPort int
+	// KafkaPort is where every star serves the Kafka protocol and where
+	// the load balancer's Kafka listener takes clients (TLS with
+	// CertificateARN, as the API's); 0 serves no Kafka (docs/kafka.md,
+	// "Many stars").
+	KafkaPort int
 	// Policy is what the stars and the auditor functions must agree on;
 	// both are given it from here.
 	Policy Policy
@@ -149,6 +154,7 @@ func Defaults() Config {
 		StarCount:                 3,
 		StarPort:                  8080,
 		InternalPort:              8081,
+		KafkaPort:                 9092,
 		Policy:                    DefaultPolicy(),
 		StarFlags:                 map[string]string{},
 		DrainArgs:                 []string{"drain", "--wait"},
@@ -211,6 +217,7 @@ func Parse(lookup Lookup) (Config, error) {
 	p.integer("starMaxCount", &c.StarMaxCount)
 	p.integer("starPort", &c.StarPort)
 	p.integer("internalPort", &c.InternalPort)
+	p.integer("kafkaPort", &c.KafkaPort)
 	p.integer("settleTriggerMiB", &c.Policy.SettleTriggerMiB)
 	p.str("settleLinger", &c.Policy.SettleLinger)
 	p.str("settleExpressLinger", &c.Policy.SettleExpressLinger)
@@ -392,6 +399,14 @@ func (c Config) Validate() error {
 	if c.StarPort == c.InternalPort {
 		bad("starPort and internalPort are both %d: the internal endpoints must not be on the port the load balancer reaches", c.StarPort)
 	}
+	if c.KafkaPort != 0 {
+		if c.KafkaPort < 1 || c.KafkaPort > 65535 {
+			bad("kafkaPort %d: want 1..65535, or 0 for no Kafka", c.KafkaPort)
+		}
+		if c.KafkaPort == c.StarPort || c.KafkaPort == c.InternalPort || c.KafkaPort == clientListenerPort(c) {
+			bad("kafkaPort %d: must differ from starPort, internalPort and the load balancer's API listener port", c.KafkaPort)
+		}
+	}
 	errs = append(errs, c.Policy.validate(c.StarFlags)...)
 	for _, name := range slices.Sorted(maps.Keys(c.StarFlags)) {
 		if !flagNameRe.MatchString(name) {
@@ -572,4 +587,13 @@ func absUnder(root, p string) string {
 		return p
 	}
 	return filepath.Join(root, p)
+}
+
+// clientListenerPort is the load balancer's API listener port: TLSPort
+// with a certificate, ListenerPort without.
+func clientListenerPort(c Config) int {
+	if c.CertificateARN != "" {
+		return c.TLSPort
+	}
+	return c.ListenerPort
 }

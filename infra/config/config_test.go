@@ -129,6 +129,11 @@ func TestParseRejects(t *testing.T) {
 		// Item 8: an internet-facing load balancer names its clients.
 		{"internet-facing without clients", map[string]any{"internetFacing": true}, "needs the client CIDRs named explicitly"},
 		{"internal port is the public port", map[string]any{"internalPort": 8080.0}, "internalPort"},
+		// Issue 30 item 5: Kafka has a port of its own, set by the stack.
+		{"kafka on the public port", map[string]any{"kafkaPort": 8080.0}, "kafkaPort 8080"},
+		{"kafka on the listener's port", map[string]any{"kafkaPort": 80.0}, "kafkaPort 80"},
+		{"kafka port out of range", map[string]any{"kafkaPort": 70000.0}, "kafkaPort 70000"},
+		{"kafka flag in starFlags", map[string]any{"starFlags": map[string]any{"kafka-advertise": "x:1"}}, "set by the stack"},
 		// Item 9: the policy is checked as the star would check it, and
 		// cannot be set past the functions through starFlags.
 		{"linger past age cap", map[string]any{"settleExpressLinger": "5m"}, "settleExpressLinger 5m exceeds"},

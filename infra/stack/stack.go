@@ -48,6 +48,9 @@ type Starlog struct {
 	Stars        awsautoscaling.AutoScalingGroup
 	LoadBalancer awselasticloadbalancingv2.NetworkLoadBalancer
 	TargetGroup  awselasticloadbalancingv2.NetworkTargetGroup
+	// KafkaTargetGroup is the stars' Kafka port behind the load
+	// balancer's Kafka listener (nil when config.KafkaPort is 0).
+	KafkaTargetGroup awselasticloadbalancingv2.NetworkTargetGroup
 
 	// Queues and DeadLetterQueues are keyed by queue job.
 	Queues           map[string]awssqs.Queue

@@ -49,8 +49,8 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::Lambda::EventSourceMapping":           3,
 		"AWS::Events::Rule":                         2,
 		"AWS::ElasticLoadBalancingV2::LoadBalancer": 1,
-		"AWS::ElasticLoadBalancingV2::Listener":     1,
-		"AWS::ElasticLoadBalancingV2::TargetGroup":  1,
+		"AWS::ElasticLoadBalancingV2::Listener":     2, // the API's and Kafka's
+		"AWS::ElasticLoadBalancingV2::TargetGroup":  2,
 		"AWS::AutoScaling::AutoScalingGroup":        1,
 		"AWS::AutoScaling::LifecycleHook":           1,
 		"AWS::AutoScaling::LaunchConfiguration":     0,
@@ -306,21 +306,41 @@ func TestLoadBalancer(t *testing.T) {
 			"HealthCheckProtocol", "HTTP", "HealthCheckPath", "/health",
 		))
 	})
-	checkExposure(t, x, 8080, 8081)
+	// Kafka (issue 30 item 5): its own listener and target group, the
+	// stars' Kafka port, health-checked on the API's /health.
+	check(t, "Kafka listener", func() {
+		x.tmpl.HasResourceProperties(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), like(
+			"Port", 9092, "Protocol", "TCP",
+			"DefaultActions", arr(like("TargetGroupArn", like("Ref", re("^StarKafkaTargets"))))))
+	})
+	check(t, "Kafka target group health on the API's /health", func() {
+		x.tmpl.HasResourceProperties(jsii.String("AWS::ElasticLoadBalancingV2::TargetGroup"), like(
+			"Port", 9092, "Protocol", "TCP", "TargetType", "instance",
+			"HealthCheckProtocol", "HTTP", "HealthCheckPath", "/health", "HealthCheckPort", "8080",
+		))
+	})
+	check(t, "stars in the Kafka target group", func() {
+		x.tmpl.HasResourceProperties(jsii.String("AWS::AutoScaling::AutoScalingGroup"), like(
+			"TargetGroupARNs", assertions.Match_ArrayWith(arr(like("Ref", re("^StarKafkaTargets"))))))
+	})
+	checkExposure(t, x, 8080, 8081, 9092)
 }
 
-// checkExposure: the NLB reaches the stars' public port and nothing else;
-// the internal port is open to other stars only (issue 12 item 8).
-func checkExposure(t *testing.T, x *synthesized, public, internal float64) {
+// checkExposure: the NLB reaches the stars' public port (and Kafka's,
+// when given) and nothing else; the internal port is open to other stars
+// only (issue 12 item 8).
+func checkExposure(t *testing.T, x *synthesized, public, internal float64, kafka ...float64) {
 	t.Helper()
-	if n := len(x.resources("AWS::ElasticLoadBalancingV2::TargetGroup")); n != 1 {
-		t.Errorf("%d target groups, want 1 (the public port)", n)
+	reached := append([]float64{public}, kafka...)
+	if n := len(x.resources("AWS::ElasticLoadBalancingV2::TargetGroup")); n != len(reached) {
+		t.Errorf("%d target groups, want %d (the public port, Kafka's)", n, len(reached))
 	}
 	for _, tg := range x.resources("AWS::ElasticLoadBalancingV2::TargetGroup") {
-		if props(tg)["Port"] != public {
-			t.Errorf("target group on port %v, want %v", props(tg)["Port"], public)
+		if p, _ := props(tg)["Port"].(float64); !slices.Contains(reached, p) {
+			t.Errorf("target group on port %v, want one of %v", props(tg)["Port"], reached)
 		}
 	}
+	kafkaIn := false
 	var lbSG, starSG string
 	for id := range x.resources("AWS::EC2::SecurityGroup") {
 		switch {
@@ -346,15 +366,20 @@ func checkExposure(t *testing.T, x *synthesized, public, internal float64) {
 		switch {
 		case from == public && src == lbSG:
 		case from == internal && src == starSG:
+		case len(kafka) > 0 && from == kafka[0] && src == lbSG:
+			kafkaIn = true
 		default:
 			t.Errorf("star ingress %s: port %v from %q", id, from, src)
 		}
 	}
 	for id, r := range x.resources("AWS::EC2::SecurityGroupEgress") {
 		p := props(r)
-		if sgRef(p["GroupId"]) == lbSG && p["FromPort"] != public {
+		if port, _ := p["FromPort"].(float64); sgRef(p["GroupId"]) == lbSG && !slices.Contains(reached, port) {
 			t.Errorf("NLB egress %s to port %v", id, p["FromPort"])
 		}
+	}
+	if len(kafka) > 0 && !kafkaIn {
+		t.Errorf("no star ingress on the Kafka port %v from the NLB", kafka[0])
 	}
 }
 
@@ -417,6 +442,8 @@ func TestStarUserData(t *testing.T) {
 		regexp.MustCompile(`(?m)^ExecStart=/opt/starlog/bin/star serve \\$`),
 		regexp.MustCompile(`--listen=:8080 \\`),
 		regexp.MustCompile(`--internal-listen=:8081 \\`),
+		regexp.MustCompile(`--kafka-listen=:9092 \\`),
+		regexp.MustCompile(`--kafka-advertise=\$\{LoadBalancer[0-9A-F]+\.DNSName\}:9092 \\`),
 		regexp.MustCompile(`--s3-region=\$\{AWS::Region\} \\`),
 		regexp.MustCompile(`--dynamo-region=\$\{AWS::Region\} \\`),
 		regexp.MustCompile(`--dynamo-table=\$\{Metastore[0-9A-F]+\} \\`),
@@ -697,12 +724,20 @@ func TestVariant(t *testing.T) {
 			"SslPolicy", re("^ELBSecurityPolicy-TLS13-"),
 		))
 	})
-	// Issue 12 item 8: with a certificate the plaintext listener is gone.
+	// Issue 12 item 8: with a certificate the plaintext listener is gone
+	// (the API's and Kafka's are both TLS).
 	check(t, "no plaintext listener", func() {
-		x.tmpl.ResourceCountIs(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), jsii.Number(1))
+		x.tmpl.ResourceCountIs(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), jsii.Number(2))
 		x.tmpl.ResourcePropertiesCountIs(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), like("Protocol", "TCP"), jsii.Number(0))
 	})
-	checkExposure(t, x, 9000, 9001)
+	check(t, "Kafka over TLS, ending at the NLB", func() {
+		x.tmpl.HasResourceProperties(jsii.String("AWS::ElasticLoadBalancingV2::Listener"), like(
+			"Port", 9092, "Protocol", "TLS",
+			"Certificates", assertions.Match_ArrayEquals(arr(like("CertificateArn", cert))),
+			"AlpnPolicy", assertions.Match_Absent(),
+		))
+	})
+	checkExposure(t, x, 9000, 9001, 9092)
 	check(t, "internet-facing", func() {
 		x.tmpl.HasResourceProperties(jsii.String("AWS::ElasticLoadBalancingV2::LoadBalancer"), like("Scheme", "internet-facing"))
 	})
@@ -711,6 +746,7 @@ func TestVariant(t *testing.T) {
 			"GroupDescription", re("^starlog NLB"),
 			"SecurityGroupIngress", assertions.Match_ArrayEquals(arr(
 				like("CidrIp", "203.0.113.0/24", "FromPort", 443, "ToPort", 443),
+				like("CidrIp", "203.0.113.0/24", "FromPort", 9092, "ToPort", 9092),
 			)),
 		))
 	})

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -115,6 +116,20 @@ func (s *Starlog) stars() error {
 	for _, cidr := range c.ClientCIDRs {
 		lbSG.AddIngressRule(awsec2.Peer_Ipv4(jsii.String(cidr)), awsec2.Port_Tcp(jsii.Number(float64(clientPort(c)))), jsii.String("clients"), nil)
 	}
+	// Kafka: the same path on its own port, NLB to every star (any star
+	// serves any partition, forwarding to its leader over the internal
+	// port; docs/kafka.md, "Many stars").
+	if c.KafkaPort > 0 {
+		kafka := awsec2.Port_Tcp(jsii.Number(float64(c.KafkaPort)))
+		starSG.AddIngressRule(lbSG, kafka, jsii.String("Kafka from the NLB"), nil)
+		lbSG.AddEgressRule(starSG, kafka, jsii.String("Kafka to stars"), nil)
+		for _, cidr := range c.ClientCIDRs {
+			lbSG.AddIngressRule(awsec2.Peer_Ipv4(jsii.String(cidr)), kafka, jsii.String("Kafka clients"), nil)
+		}
+	}
+	// The load balancer before the stars' user data: they advertise its
+	// name to Kafka clients.
+	s.newLoadBalancer(lbSG)
 
 	template := awsec2.NewLaunchTemplate(st, jsii.String("StarTemplate"), &awsec2.LaunchTemplateProps{
 		InstanceType: awsec2.NewInstanceType(jsii.String(c.InstanceType)),
@@ -186,6 +201,8 @@ func (s *Starlog) stars() error {
 		StarBinaryURL:        "s3://" + *binary.S3BucketName() + "/" + *binary.S3ObjectKey(),
 		Port:                 c.StarPort,
 		InternalPort:         c.InternalPort,
+		KafkaPort:            c.KafkaPort,
+		KafkaAdvertise:       *s.LoadBalancer.LoadBalancerDnsName(),
 		TableName:            *s.Table.TableName(),
 		StandardBucket:       *s.Bucket.BucketName(),
 		AdminTokenSecret:     *s.AdminToken.SecretArn(),
@@ -210,15 +227,13 @@ func (s *Starlog) stars() error {
 	}
 	template.UserData().AddCommands(jsii.String(strings.TrimPrefix(script, "#!/bin/bash\n")))
 
-	s.loadBalancer(lbSG)
+	s.loadBalancer()
 	return nil
 }
 
-// loadBalancer builds the NLB with one listener: TLS (ALPN h2 preferred,
-// so S2S sessions get HTTP/2) when a certificate is given, else plaintext
-// TCP; it forwards to the stars' public port (S2's API) with HTTP health
-// checks on /health. The stars' internal port is not a target.
-func (s *Starlog) loadBalancer(sg awsec2.SecurityGroup) {
+// newLoadBalancer builds the NLB itself (its listeners come with the
+// stars, in loadBalancer).
+func (s *Starlog) newLoadBalancer(sg awsec2.SecurityGroup) {
 	c := s.Config
 	subnets := awsec2.SubnetType_PRIVATE_WITH_EGRESS
 	if c.InternetFacing {
@@ -231,6 +246,16 @@ func (s *Starlog) loadBalancer(sg awsec2.SecurityGroup) {
 		CrossZoneEnabled: jsii.Bool(true),
 		SecurityGroups:   &[]awsec2.ISecurityGroup{sg},
 	})
+}
+
+// loadBalancer gives the NLB its API listener: TLS (ALPN h2 preferred,
+// so S2S sessions get HTTP/2) when a certificate is given, else plaintext
+// TCP; it forwards to the stars' public port (S2's API) with HTTP health
+// checks on /health. With a Kafka port, a second listener (TLS likewise,
+// no ALPN) forwards to the stars' Kafka port, health-checked on the API's
+// /health. The stars' internal port is not a target.
+func (s *Starlog) loadBalancer() {
+	c := s.Config
 	s.TargetGroup = awselasticloadbalancingv2.NewNetworkTargetGroup(s.Stack, jsii.String("StarTargets"), &awselasticloadbalancingv2.NetworkTargetGroupProps{
 		Vpc:        s.Vpc,
 		Port:       jsii.Number(float64(c.StarPort)),
@@ -268,6 +293,49 @@ func (s *Starlog) loadBalancer(sg awsec2.SecurityGroup) {
 			DefaultTargetGroups: &[]awselasticloadbalancingv2.INetworkTargetGroup{s.TargetGroup},
 		})
 	}
+	if c.KafkaPort > 0 {
+		s.kafkaListener()
+	}
+}
+
+// kafkaListener forwards the NLB's Kafka port to every star's: a client
+// reaches any star, which serves any partition (docs/kafka.md, "Many
+// stars"). Kafka connections are long-lived: deregistration leaves them
+// to the draining star, as the API's sessions.
+func (s *Starlog) kafkaListener() {
+	c := s.Config
+	s.KafkaTargetGroup = awselasticloadbalancingv2.NewNetworkTargetGroup(s.Stack, jsii.String("StarKafkaTargets"), &awselasticloadbalancingv2.NetworkTargetGroupProps{
+		Vpc:        s.Vpc,
+		Port:       jsii.Number(float64(c.KafkaPort)),
+		Protocol:   awselasticloadbalancingv2.Protocol_TCP,
+		TargetType: awselasticloadbalancingv2.TargetType_INSTANCE,
+		Targets:    &[]awselasticloadbalancingv2.INetworkLoadBalancerTarget{s.Stars},
+		HealthCheck: &awselasticloadbalancingv2.HealthCheck{
+			Protocol:                awselasticloadbalancingv2.Protocol_HTTP,
+			Port:                    jsii.String(strconv.Itoa(c.StarPort)),
+			Path:                    jsii.String(HealthPath),
+			Interval:                awscdk.Duration_Seconds(jsii.Number(10)),
+			HealthyThresholdCount:   jsii.Number(2),
+			UnhealthyThresholdCount: jsii.Number(2),
+		},
+		DeregistrationDelay:   awscdk.Duration_Seconds(jsii.Number(60)),
+		ConnectionTermination: jsii.Bool(false),
+		PreserveClientIp:      jsii.Bool(true),
+	})
+	props := &awselasticloadbalancingv2.BaseNetworkListenerProps{
+		Port:                jsii.Number(float64(c.KafkaPort)),
+		Protocol:            awselasticloadbalancingv2.Protocol_TCP,
+		DefaultTargetGroups: &[]awselasticloadbalancingv2.INetworkTargetGroup{s.KafkaTargetGroup},
+	}
+	if c.CertificateARN != "" {
+		// TLS ends at the NLB, as for the API: clients use SASL_SSL.
+		props.Protocol = awselasticloadbalancingv2.Protocol_TLS
+		props.Certificates = &[]awselasticloadbalancingv2.IListenerCertificate{
+			awselasticloadbalancingv2.ListenerCertificate_FromArn(jsii.String(c.CertificateARN)),
+		}
+		props.SslPolicy = awselasticloadbalancingv2.SslPolicy_RECOMMENDED_TLS
+	}
+	s.LoadBalancer.AddListener(jsii.String("Kafka"), props)
 }
 
 // retentionByDays maps the day counts CloudWatch Logs accepts (the ones

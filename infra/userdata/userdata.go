@@ -140,6 +140,11 @@ type Params struct {
 	// /metrics) and is the address the star advertises.
 	Port         int
 	InternalPort int
+	// KafkaPort serves the Kafka protocol (0: not served), and
+	// KafkaAdvertise is the host Kafka clients are told to connect to on
+	// it: the load balancer's name (docs/kafka.md, "Many stars").
+	KafkaPort      int
+	KafkaAdvertise string
 
 	TableName      string
 	StandardBucket string
@@ -216,7 +221,8 @@ func Render(p Params) (string, error) {
 // command line, or (star-id, address: known only on the instance) through
 // their environment fallbacks in StarEnvFile.
 var StackFlags = []string{"listen", "internal-listen", "star-id", "address", "s3-region", "dynamo-region",
-	"dynamo-table", "standard-buckets", "express-buckets", "admin-token-secret", "internal-key-secret"}
+	"dynamo-table", "standard-buckets", "express-buckets", "admin-token-secret", "internal-key-secret",
+	"kafka-listen", "kafka-advertise"}
 
 // Flags are the star's command-line flags: the stack-owned ones first,
 // then the policy, then the extra ones. Every setting `star serve` needs
@@ -233,6 +239,10 @@ func (p Params) Flags() []Flag {
 		{"express-buckets", strings.Join(p.ExpressBuckets, ",")},
 		{"admin-token-secret", p.AdminTokenSecret},
 		{"internal-key-secret", p.InternalKeySecret},
+	}
+	if p.KafkaPort > 0 {
+		fs = append(fs, Flag{"kafka-listen", fmt.Sprintf(":%d", p.KafkaPort)},
+			Flag{"kafka-advertise", fmt.Sprintf("%s:%d", p.KafkaAdvertise, p.KafkaPort)})
 	}
 	fs = append(fs, p.PolicyFlags...)
 	return append(fs, p.ExtraFlags...)
@@ -272,6 +282,9 @@ func (p Params) check() error {
 	}
 	if p.Port == p.InternalPort {
 		return fmt.Errorf("user data: Port and InternalPort are both %d", p.Port)
+	}
+	if p.KafkaPort > 0 && (p.KafkaPort == p.Port || p.KafkaPort == p.InternalPort || p.KafkaAdvertise == "") {
+		return fmt.Errorf("user data: KafkaPort %d needs a port of its own and KafkaAdvertise (%q)", p.KafkaPort, p.KafkaAdvertise)
 	}
 	seen := map[string]bool{}
 	for _, f := range p.Flags() {

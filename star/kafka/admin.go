@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,12 +20,32 @@ import (
 const (
 	configRetentionMs   = "retention.ms"
 	configCleanupPolicy = "cleanup.policy"
+	configMaxMessage    = "max.message.bytes"
 )
+
+// maxMessageBytesOf is a CreateTopics config list's max.message.bytes:
+// the largest record batch, as sent, a produce may carry to the topic
+// (0 when not given: no bound but the request's own).
+func maxMessageBytesOf(cfgs []kmsg.CreateTopicsRequestTopicConfig) (int32, error) {
+	var n int32
+	for _, c := range cfgs {
+		if c.Name != configMaxMessage || c.Value == nil {
+			continue
+		}
+		v, err := strconv.ParseInt(*c.Value, 10, 32)
+		if err != nil || v <= 0 {
+			return 0, fmt.Errorf("%s must be a positive number of bytes, got %q", configMaxMessage, *c.Value)
+		}
+		n = int32(v)
+	}
+	return n, nil
+}
 
 // streamConfigOf turns a CreateTopics config list into the partitions'
 // stream config: retention.ms is the streams' retention (whole seconds,
 // rounded up; -1 is infinite), cleanup.policy may only be delete (no
-// compaction). Any other name is INVALID_CONFIG.
+// compaction); max.message.bytes is the topic row's (maxMessageBytesOf).
+// Any other name is INVALID_CONFIG.
 func streamConfigOf(cfgs []kmsg.CreateTopicsRequestTopicConfig) (*api.StreamConfig, error) {
 	var sc api.StreamConfig
 	for _, c := range cfgs {
@@ -46,8 +67,9 @@ func streamConfigOf(cfgs []kmsg.CreateTopicsRequestTopicConfig) (*api.StreamConf
 			if *c.Value != "delete" {
 				return nil, fmt.Errorf("%s %q: only delete is served (no compaction)", configCleanupPolicy, *c.Value)
 			}
+		case configMaxMessage:
 		default:
-			return nil, fmt.Errorf("config %q is not served (only %s and %s)", c.Name, configRetentionMs, configCleanupPolicy)
+			return nil, fmt.Errorf("config %q is not served (only %s, %s and %s)", c.Name, configRetentionMs, configCleanupPolicy, configMaxMessage)
 		}
 	}
 	if sc.RetentionPolicy == nil {
@@ -78,6 +100,8 @@ func (cs *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) k
 			n = DefaultPartitions
 		}
 		sc, cerr := streamConfigOf(t.Configs)
+		maxMsg, merr := maxMessageBytesOf(t.Configs)
+		cerr = cmp.Or(cerr, merr)
 		switch {
 		case validTopicName(t.Topic) != nil:
 			fail(kerr.InvalidTopicException.Code, "%v", validTopicName(t.Topic))
@@ -96,7 +120,7 @@ func (cs *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) k
 			}
 		}
 		if rt.ErrorCode == 0 && !r.ValidateOnly {
-			row, err := cs.s.createTopic(ctx, t.Topic, n, sc)
+			row, err := cs.s.createTopic(ctx, t.Topic, topicRow{Partitions: n, MaxMessageBytes: maxMsg}, sc)
 			if errors.Is(err, meta.ErrConditionFailed) {
 				fail(kerr.TopicAlreadyExists.Code, "topic %q already exists", t.Topic)
 			} else if ae, ok := asCode(err, api.CodeStreamDeletionPending); ok {
@@ -114,6 +138,10 @@ func (cs *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) k
 				v := retentionMs(*sc.RetentionPolicy)
 				rt.Configs = append(rt.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: configRetentionMs, Value: &v, Source: int8(kmsg.ConfigSourceDynamicTopicConfig)})
 			}
+			if maxMsg > 0 {
+				v := strconv.Itoa(int(maxMsg))
+				rt.Configs = append(rt.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: configMaxMessage, Value: &v, Source: int8(kmsg.ConfigSourceDynamicTopicConfig)})
+			}
 		} else {
 			rt.NumPartitions, rt.ReplicationFactor = -1, -1
 		}
@@ -128,16 +156,17 @@ func (cs *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) k
 // nothing but CreateTopics and CreatePartitions creates a partition's
 // stream (a produce racing a delete cannot bring one back). A crash
 // between the two leaves streams no topic names, which a retry adopts.
-func (s *Server) createTopic(ctx context.Context, topic string, n int32, sc *api.StreamConfig) (topicRow, error) {
+// row holds the partition count and the topic's configs kept in it.
+func (s *Server) createTopic(ctx context.Context, topic string, row topicRow, sc *api.StreamConfig) (topicRow, error) {
 	if _, _, err := s.getTopic(ctx, topic); err == nil {
 		return topicRow{}, meta.ErrConditionFailed
 	} else if !errors.Is(err, errNoTopic) {
 		return topicRow{}, err
 	}
-	if err := s.createPartitionStreams(ctx, topic, 0, n, sc); err != nil {
+	if err := s.createPartitionStreams(ctx, topic, 0, row.Partitions, sc); err != nil {
 		return topicRow{}, err
 	}
-	row := topicRow{ID: newTopicID(), Partitions: n, Created: time.Now().UTC()}
+	row.ID, row.Created = newTopicID(), time.Now().UTC()
 	k := topicKey(s.basin, topic)
 	defer s.topics.forget(topic) // after the put: a read racing it is not kept
 	if _, err := s.star.Meta().Put(ctx, k.PK, k.SK, meta.Encode(row), meta.IfAbsent()); err != nil {

@@ -92,6 +92,13 @@ type Config struct {
 	// ClusterID is what Metadata and DescribeCluster name the cluster
 	// ("starlog" when empty).
 	ClusterID string
+	// Advertise is the host:port Metadata and DescribeCluster name as the
+	// one broker (every star of a cluster the same: the load balancer's
+	// address). Empty: the address each connection reached.
+	Advertise string
+	// Forward, when set, reads and appends partitions another star leads
+	// at that star (forward.go); nil: they answer NOT_LEADER_OR_FOLLOWER.
+	Forward *Forward
 	// IdleTimeout, IOTimeout, MaxConns and AuthTimeout (defaults above).
 	IdleTimeout, IOTimeout time.Duration
 	MaxConns               int
@@ -115,6 +122,11 @@ func (c *Config) fill() error {
 		return fmt.Errorf("kafka: storage class %q: want standard or express", c.StorageClass)
 	}
 	c.ClusterID = cmp.Or(c.ClusterID, "starlog")
+	if c.Advertise != "" {
+		if _, _, err := advertised(c.Advertise); err != nil {
+			return fmt.Errorf("kafka: advertised address %q: %w", c.Advertise, err)
+		}
+	}
 	c.IdleTimeout = cmp.Or(max(c.IdleTimeout, 0), DefaultIdleTimeout)
 	c.IOTimeout = cmp.Or(max(c.IOTimeout, 0), DefaultIOTimeout)
 	c.MaxConns = cmp.Or(max(c.MaxConns, 0), DefaultMaxConns)

@@ -6,11 +6,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/kafka"
+	"github.com/starlog/starlog/star/server"
 )
 
 // s2 sends one S2 API request (the admin's on an authenticated star).
@@ -105,5 +109,109 @@ func TestCrossFace(t *testing.T) {
 	}
 	if b.Offset != 3 || b.Key != nil || string(b.Value) != "no key" {
 		t.Fatalf("after the fence: offset %d key %v value %q (want offset 3, null key)", b.Offset, b.Key, b.Value)
+	}
+}
+
+// ds sends one Durable Streams request to /ds/<path> (the admin's on an
+// authenticated star): the status, the body and the response headers.
+func (s *star) ds(method, path, body string, hdr ...string) (int, string, http.Header) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.base+"/ds/"+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	if !s.open {
+		req.Header.Set("Authorization", "Bearer "+testAdmin)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// The Durable Streams face on the topics' basin: a partition's stream
+// T/p is the Durable Streams stream /ds/T/p. A record produced through
+// Kafka reads back through it as its value (the protocol carries bodies
+// only: the key and headers stay in the record, seen through S2 and
+// Kafka). Records appended through Durable Streams are consumed through
+// Kafka as values with a null key at their seq nums, with their
+// timestamps; the protocol's metadata on a batch's first record (an
+// idempotent producer's ds-producer-* headers) and a close's marker
+// (empty, header ds-close) are Kafka headers and an empty record
+// (docs/kafka.md, Records).
+func TestCrossFaceDurableStreams(t *testing.T) {
+	s := startStarWith(t, starOpts{open: true, meta: testsvc.SQLite(t), server: func(o *server.Options) {
+		o.Durable = &durable.Config{Basin: kafka.DefaultBasin}
+	}})
+	createTopic(t, s.admin(), "shared", 1)
+	p := s.admin(kgo.DefaultProduceTopic("shared"))
+	rec := &kgo.Record{Key: []byte("user-7"), Value: []byte("from kafka;"),
+		Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("abc")}}}
+	if err := p.ProduceSync(ctxT(t), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// A PUT gives the partition's stream its Durable Streams face, records kept.
+	if code, body, _ := s.ds("PUT", "shared/0", "", "Content-Type", "text/plain"); code != 200 && code != 201 {
+		t.Fatalf("DS PUT shared/0: %d %s", code, body)
+	}
+	if code, body, _ := s.ds("GET", "shared/0?offset=-1", ""); code != 200 || body != "from kafka;" {
+		t.Fatalf("DS read of a Kafka record: %d %q, want its value", code, body)
+	}
+
+	if code, body, _ := s.ds("POST", "shared/0", "from ds;", "Content-Type", "text/plain"); code != 200 && code != 204 {
+		t.Fatalf("DS append: %d %s", code, body)
+	}
+	if code, body, _ := s.ds("POST", "shared/0", "idempotent;", "Content-Type", "text/plain",
+		"Producer-Id", "w", "Producer-Epoch", "0", "Producer-Seq", "0"); code != 200 && code != 204 {
+		t.Fatalf("DS idempotent append: %d %s", code, body)
+	}
+	if code, body, _ := s.ds("POST", "shared/0", "", "Content-Type", "text/plain", "Stream-Closed", "true"); code != 200 && code != 204 {
+		t.Fatalf("DS close: %d %s", code, body)
+	}
+	if code, body, _ := s.ds("GET", "shared/0?offset=-1", ""); code != 200 || body != "from kafka;from ds;idempotent;" {
+		t.Fatalf("DS read of the stream: %d %q", code, body)
+	}
+	code, body := s.s2("GET", "shared/0", "?seq_num=1&count=3", nil)
+	var read struct{ Records []s2Record }
+	if err := json.Unmarshal(body, &read); code != 200 || err != nil || len(read.Records) != 3 {
+		t.Fatalf("S2 read: %d %s", code, body)
+	}
+
+	cons := s.admin(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"shared": {0: kgo.NewOffset().At(1)}}))
+	var recs []*kgo.Record
+	for len(recs) < 3 {
+		fs := cons.PollFetches(ctxT(t))
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, fs.Records()...)
+	}
+	hdrs := func(r *kgo.Record) map[string]string {
+		m := map[string]string{}
+		for _, h := range r.Headers {
+			m[h.Key] = string(h.Value)
+		}
+		return m
+	}
+	for i, r := range recs {
+		if r.Offset != int64(i+1) || r.Key != nil || r.Timestamp.UnixMilli() != int64(read.Records[i].Timestamp) {
+			t.Fatalf("record %d through Kafka: offset %d key %v ts %d (S2: seq %d ts %d)", i, r.Offset, r.Key,
+				r.Timestamp.UnixMilli(), read.Records[i].SeqNum, read.Records[i].Timestamp)
+		}
+	}
+	if string(recs[0].Value) != "from ds;" || len(recs[0].Headers) != 0 {
+		t.Fatalf("a Durable Streams append through Kafka: value %q headers %v", recs[0].Value, recs[0].Headers)
+	}
+	if h := hdrs(recs[1]); string(recs[1].Value) != "idempotent;" || h["ds-producer-id"] != "w" || h["ds-producer-epoch"] != "0" || h["ds-producer-seq"] != "0" {
+		t.Fatalf("an idempotent Durable Streams append through Kafka: value %q headers %v", recs[1].Value, recs[1].Headers)
+	}
+	if h := hdrs(recs[2]); len(recs[2].Value) != 0 || h["ds-close"] != "true" {
+		t.Fatalf("the close marker through Kafka: value %q headers %v", recs[2].Value, recs[2].Headers)
 	}
 }

@@ -150,8 +150,8 @@ func (s *Server) waitAny(ctx context.Context, parts []*fetchPart, wait time.Dura
 			// wait is over (the star's own bound) is made again.
 			for ctx.Err() == nil {
 				left := time.Until(deadlineOf(ctx))
-				b, err := s.star.Read(ctx, s.basin, fp.stream, api.ReadRequest{From: api.FromSeqNum, Value: fp.next,
-					Count: api.Uint64(1), Wait: &left}, nil)
+				b, err := s.read(ctx, fp.stream, api.ReadRequest{From: api.FromSeqNum, Value: fp.next,
+					Count: api.Uint64(1), Wait: &left})
 				if err == nil && len(b.Records) > 0 {
 					woke <- struct{}{}
 					return

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/mem"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
@@ -65,39 +67,79 @@ func startStarOn(t testing.TB, open bool, ms meta.Store, opts ...func(*kafka.Con
 // changed by nodeOpt too (nil: unchanged).
 func startStarNode(t testing.TB, open bool, ms meta.Store, nodeOpt func(*node.Config, *node.Deps), opts ...func(*kafka.Config)) *star {
 	t.Helper()
-	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
+	return startStarWith(t, starOpts{open: open, meta: ms, node: nodeOpt, kafka: opts})
+}
+
+// starOpts is how startStarWith starts a star.
+type starOpts struct {
+	open bool
+	meta meta.Store
+	objs objstore.Store                 // nil: the star's own in-memory buckets
+	id   string                         // its star id ("kafka-star")
+	node func(*node.Config, *node.Deps) // nil: unchanged
+	// cluster: a star among others on the same stores (heartbeats fast,
+	// the Kafka face forwarding to the leaders of partitions).
+	cluster bool
+	server  func(*server.Options) // nil: unchanged
+	kafka   []func(*kafka.Config)
+}
+
+func startStarWith(t testing.TB, o starOpts) *star {
+	t.Helper()
+	objs := o.objs
+	if objs == nil {
+		var err error
+		if objs, err = mem.New("standard", "express-a", "express-b", "express-c"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := node.Defaults()
-	cfg.StarID = "kafka-star"
+	cfg.StarID, cfg.Address = cmp.Or(o.id, "kafka-star"), ln.Addr().String()
+	if o.cluster {
+		cfg.HeartbeatEvery, cfg.DeadAfter = 50*time.Millisecond, time.Second
+	}
 	cfg.Standard.FlushInterval, cfg.Express.FlushInterval = time.Millisecond, time.Millisecond
 	cfg.DeletionPending = 300 * time.Millisecond
-	deps := node.Deps{Meta: ms, Objects: objs, Logger: testLog()}
-	if nodeOpt != nil {
-		nodeOpt(&cfg, &deps)
+	deps := node.Deps{Meta: o.meta, Objects: objs, Logger: testLog()}
+	if o.node != nil {
+		o.node(&cfg, &deps)
 	}
 	n, err := node.Open(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	authCfg := auth.Open()
-	if !open {
+	if !o.open {
 		authCfg = auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 	}
-	srv, err := server.New(n, server.Options{Auth: authCfg})
-	if err != nil {
-		t.Fatal(err)
+	so := server.Options{Auth: authCfg}
+	if o.cluster {
+		so.HeartbeatMin, so.HeartbeatMax = 50*time.Millisecond, 100*time.Millisecond
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if o.server != nil {
+		o.server(&so)
+	}
+	srv, err := server.New(n, so)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := srv.HTTPServer(ln.Addr().String())
 	go hs.Serve(srv.Listener(ln))
-	kc := kafka.Config{Star: n, Open: open, Authenticate: srv.Authenticate}
-	for _, o := range opts {
-		o(&kc)
+	kc := kafka.Config{Star: n, Open: o.open, Authenticate: srv.Authenticate}
+	if o.cluster {
+		kc.Forward = &kafka.Forward{StarID: cfg.StarID}
+		if !o.open {
+			if kc.Forward.Credential, err = auth.InternalCredential([]byte(testKey)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, f := range o.kafka {
+		f(&kc)
 	}
 	k, err := kafka.New(kc)
 	if err != nil {
@@ -108,7 +150,7 @@ func startStarNode(t testing.TB, open bool, ms meta.Store, nodeOpt func(*node.Co
 		t.Fatal(err)
 	}
 	go k.Serve(kln)
-	s := &star{t: t, n: n, srv: srv, k: k, base: "http://" + ln.Addr().String(), kafka: kln.Addr().String(), open: open}
+	s := &star{t: t, n: n, srv: srv, k: k, base: "http://" + ln.Addr().String(), kafka: kln.Addr().String(), open: o.open}
 	t.Cleanup(func() {
 		k.Close()
 		srv.Drain()

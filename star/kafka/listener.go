@@ -36,6 +36,7 @@ type Server struct {
 	basinOK bool
 
 	topics topicCache // topic rows for the data path (topiccache.go)
+	peers  *peers     // the leaders of partitions led elsewhere (nil: not reached)
 
 	groups  *coordinator // consumer groups' membership (groups.go)
 	offsets offsetRows   // their committed offsets' rows (grouprow.go)
@@ -71,6 +72,9 @@ func New(cfg Config) (*Server, error) {
 		Namespace: "starlog", Subsystem: "kafka", Name: "connections_refused_total",
 		Help: "Kafka connections closed at once: the listener held MaxConns already.",
 	})
+	if cfg.Forward != nil {
+		s.peers = newPeers(*cfg.Forward, cfg.Basin)
+	}
 	for _, c := range []prometheus.Collector{s.requests, s.connGauge, s.refused} {
 		if err := cfg.Star.Registry().Register(c); err != nil {
 			cancel()

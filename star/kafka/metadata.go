@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 
@@ -11,19 +12,39 @@ import (
 	"github.com/starlog/starlog/star/auth"
 )
 
-// brokerID is the one broker a client sees: the star it is connected to,
-// at the address it connected to, leads every partition (docs/kafka.md:
-// how a cluster of stars will be named is a later step).
+// brokerID is the one broker a client sees: whichever star it reached,
+// at the advertised address (the load balancer's) or the one it
+// connected to, leads every partition; a star reads and appends a
+// partition another star leads at that star (forward.go). docs/kafka.md,
+// "Many stars", says why one broker rather than one per star.
 const brokerID = 0
 
-// self is the broker's host and port: the connection's local address.
+// self is the broker's host and port: Config.Advertise, else the
+// connection's local address.
 func (cs *conn) self() (string, int32) {
-	host, port, err := net.SplitHostPort(cs.c.LocalAddr().String())
+	if a := cs.s.cfg.Advertise; a != "" {
+		if h, p, err := advertised(a); err == nil {
+			return h, p
+		}
+	}
+	host, p, err := advertised(cs.c.LocalAddr().String())
 	if err != nil {
 		return "127.0.0.1", 9092
 	}
-	p, _ := strconv.Atoi(port)
-	return host, int32(p)
+	return host, p
+}
+
+// advertised splits a host:port with a port of 1 to 65535.
+func advertised(a string) (string, int32, error) {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return "", 0, err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 || host == "" {
+		return "", 0, fmt.Errorf("want host:port with a port of 1 to 65535")
+	}
+	return host, int32(p), nil
 }
 
 // visible reports whether the connection may see a topic: Kafka's
@@ -153,8 +174,14 @@ func (cs *conn) topicConfigs(ctx context.Context, res kmsg.DescribeConfigsReques
 	if aerr := cs.authorize(auth.GetStreamConfig, partitionStream(topic, 0)); aerr != nil {
 		return kerr.TopicAuthorizationFailed.Code, &aerr.Message, nil
 	}
-	if _, _, err := cs.s.getTopic(ctx, topic); err != nil {
+	row, _, err := cs.s.getTopic(ctx, topic)
+	if err != nil {
 		return codeOf(err), msgOf(err), nil
+	}
+	maxMsg := kmsg.DescribeConfigsResponseResourceConfig{Name: configMaxMessage, Value: new(strconv.Itoa(MaxFrameBytes)),
+		IsDefault: true, Source: kmsg.ConfigSourceDefaultConfig, ConfigType: kmsg.ConfigTypeInt}
+	if row.MaxMessageBytes > 0 {
+		maxMsg.Value, maxMsg.IsDefault, maxMsg.Source = new(strconv.Itoa(int(row.MaxMessageBytes))), false, kmsg.ConfigSourceDynamicTopicConfig
 	}
 	sc, err := cs.s.star.StreamConfig(ctx, cs.s.basin, partitionStream(topic, 0))
 	if err != nil {
@@ -167,6 +194,7 @@ func (cs *conn) topicConfigs(ctx context.Context, res kmsg.DescribeConfigsReques
 	configs := []kmsg.DescribeConfigsResponseResourceConfig{
 		{Name: configRetentionMs, Value: &ret, Source: kmsg.ConfigSourceDynamicTopicConfig, ConfigType: kmsg.ConfigTypeLong},
 		{Name: configCleanupPolicy, Value: new("delete"), ReadOnly: true, IsDefault: true, Source: kmsg.ConfigSourceDefaultConfig, ConfigType: kmsg.ConfigTypeList},
+		maxMsg,
 	}
 	if res.ConfigNames != nil {
 		var keep []kmsg.DescribeConfigsResponseResourceConfig

@@ -31,7 +31,7 @@ func asCode(err error, code string) (*api.Error, bool) {
 // tail is a partition's durable tail: its high watermark. A partition
 // whose stream is missing (a create cut short, see createTopic) is empty.
 func (s *Server) tail(ctx context.Context, stream string) (api.StreamPosition, error) {
-	t, err := s.star.CheckTail(ctx, s.basin, stream, nil)
+	t, err := s.checkTail(ctx, stream)
 	if _, ok := isStatus(err, 404); ok {
 		return api.StreamPosition{}, nil
 	}
@@ -45,11 +45,11 @@ func (s *Server) tail(ctx context.Context, stream string) (api.StreamPosition, e
 func (s *Server) readFrom(ctx context.Context, stream string, seq uint64, maxBytes int, wait time.Duration) ([]api.Record, error) {
 	req := api.ReadRequest{From: api.FromSeqNum, Value: seq,
 		Count: api.Uint64(api.MaxBatchRecords), Bytes: api.Uint64(uint64(max(maxBytes, 1))), Wait: &wait}
-	b, err := s.star.Read(ctx, s.basin, stream, req, nil)
+	b, err := s.read(ctx, stream, req)
 	if err == nil && len(b.Records) == 0 && wait == 0 {
 		// The first record is larger than maxBytes: return it alone.
 		req.Bytes, req.Count = nil, api.Uint64(1)
-		b, err = s.star.Read(ctx, s.basin, stream, req, nil)
+		b, err = s.read(ctx, stream, req)
 	}
 	if _, ok := isStatus(err, 416); ok {
 		return nil, nil
@@ -64,8 +64,8 @@ func (s *Server) readFrom(ctx context.Context, stream string, seq uint64, maxByt
 // the tail when it has none.
 func (s *Server) earliest(ctx context.Context, stream string) (uint64, error) {
 	zero := time.Duration(0)
-	b, err := s.star.Read(ctx, s.basin, stream, api.ReadRequest{From: api.FromSeqNum, Value: 0, Clamp: true,
-		Count: api.Uint64(1), Wait: &zero}, nil)
+	b, err := s.read(ctx, stream, api.ReadRequest{From: api.FromSeqNum, Value: 0, Clamp: true,
+		Count: api.Uint64(1), Wait: &zero})
 	if ae, ok := isStatus(err, 416); ok {
 		t, _ := ae.Tail()
 		return t.SeqNum, nil
@@ -87,8 +87,8 @@ func (s *Server) earliest(ctx context.Context, stream string) (uint64, error) {
 // and timestamp, or ok false when there is none.
 func (s *Server) atTime(ctx context.Context, stream string, ts uint64) (seq, at uint64, ok bool, err error) {
 	zero := time.Duration(0)
-	b, err := s.star.Read(ctx, s.basin, stream, api.ReadRequest{From: api.FromTimestamp, Value: ts,
-		Count: api.Uint64(1), Wait: &zero}, nil)
+	b, err := s.read(ctx, stream, api.ReadRequest{From: api.FromTimestamp, Value: ts,
+		Count: api.Uint64(1), Wait: &zero})
 	if _, is := isStatus(err, 416); is {
 		return 0, 0, false, nil
 	}

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -23,8 +24,14 @@ const admitTimeout = 5 * time.Second
 // partitions of one request become durable together, not one by one.
 type pendingPart struct {
 	rp      *kmsg.ProduceResponseTopicPartition
-	a       *node.Appender
-	pending []*node.PendingAppend
+	a       *node.Appender // nil: appended at the stream's leader
+	pending []ackWaiter
+}
+
+// ackWaiter is one submitted chunk: a *node.PendingAppend here, a
+// *remoteAppend at the leader.
+type ackWaiter interface {
+	Wait(ctx context.Context) (api.AppendAck, error)
 }
 
 // produceWait is how long a produce with timeout ms (its TimeoutMillis)
@@ -80,7 +87,7 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
-			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records, &budget)
+			pp, err := cs.s.submit(ctx, t.Topic, p.Partition, p.Records, row.MaxMessageBytes, &budget)
 			if pp != nil {
 				pp.rp = rp
 				parts = append(parts, pp)
@@ -104,12 +111,33 @@ func (cs *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respon
 				pp.rp.BaseOffset = int64(ack.Start.SeqNum)
 			}
 		}
-		pp.a.Close()
+		if pp.a != nil {
+			pp.a.Close()
+		}
 	}
 	if r.Acks == 0 {
 		return nil
 	}
 	return resp
+}
+
+// checkBatchSizes refuses a partition's batches when one of them, as
+// sent (compressed), is over maxBatch, the topic's max.message.bytes
+// (0: no bound): MESSAGE_TOO_LARGE, as Kafka answers it, which clients
+// do not retry. A malformed length is left to decodeBatches.
+func checkBatchSizes(data []byte, maxBatch int32) error {
+	for maxBatch > 0 && len(data) >= batchLengthAt+4 {
+		size := 12 + int64(int32(binary.BigEndian.Uint32(data[batchLengthAt:])))
+		if size > int64(maxBatch) {
+			return &recordError{code: kerr.MessageTooLarge.Code,
+				msg: fmt.Sprintf("a record batch of %d bytes is over the topic's %s, %d", size, configMaxMessage, maxBatch)}
+		}
+		if size < 12 || size > int64(len(data)) {
+			return nil
+		}
+		data = data[size:]
+	}
+	return nil
 }
 
 // produceCode is codeOf for a produce partition: a record the star
@@ -134,9 +162,13 @@ func produceCode(err error) int16 {
 // submit decodes one partition's batches and submits them to its stream
 // in chunks of at most one S2 batch (1,000 records, 1 MiB metered): a
 // Kafka batch larger than that is appended as consecutive batches, each
-// atomic. A decode failure appends nothing. budget is what is left of
-// the request's MaxProduceRecordBytes.
-func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte, budget *int64) (*pendingPart, error) {
+// atomic. A decode failure appends nothing. maxBatch is the topic's
+// max.message.bytes (0: none); budget is what is left of the request's
+// MaxProduceRecordBytes.
+func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte, maxBatch int32, budget *int64) (*pendingPart, error) {
+	if err := checkBatchSizes(data, maxBatch); err != nil {
+		return nil, err
+	}
 	recs, err := decodeBatches(data, budget)
 	if err != nil {
 		return nil, err
@@ -154,16 +186,18 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte,
 	// A missing stream (its topic being deleted) is a 404: the partition
 	// is unknown, and nothing here creates it again.
 	a, err := s.star.OpenAppend(ctx, s.basin, stream, nil)
+	if addr := s.leaderOf(err); addr != "" {
+		// Another star leads the stream: the chunks go there, in order,
+		// each once the one before it is acknowledged (an S2 append at
+		// the leader per chunk, as a forwarded S2 append).
+		return s.submitAt(ctx, addr, stream, recs), nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	pp := &pendingPart{a: a}
 	for len(recs) > 0 {
-		n, bytes := 0, uint64(0)
-		for n < len(recs) && n < api.MaxBatchRecords && bytes+recs[n].MeteredSize() <= api.MaxBatchMeteredBytes {
-			bytes += recs[n].MeteredSize()
-			n++
-		}
+		n := chunkLen(recs)
 		sctx, cancel := context.WithTimeout(ctx, admitTimeout)
 		pa, err := a.Submit(sctx, &api.AppendInput{Records: recs[:n]})
 		cancel()
@@ -174,4 +208,49 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte,
 		recs = recs[n:]
 	}
 	return pp, nil
+}
+
+// chunkLen is how many of recs go in the next S2 batch: at most 1,000
+// records, 1 MiB metered.
+func chunkLen(recs []api.Record) int {
+	n, bytes := 0, uint64(0)
+	for n < len(recs) && n < api.MaxBatchRecords && bytes+recs[n].MeteredSize() <= api.MaxBatchMeteredBytes {
+		bytes += recs[n].MeteredSize()
+		n++
+	}
+	return n
+}
+
+// submitAt appends a partition's records at the star at addr, which
+// leads its stream. A request's chunks of one partition are appended one
+// after another, so they keep their order; a failed chunk ends the
+// partition (the ones after it are not sent).
+func (s *Server) submitAt(ctx context.Context, addr, stream string, recs []api.Record) *pendingPart {
+	var chunks [][]api.Record
+	for len(recs) > 0 {
+		n := chunkLen(recs)
+		chunks = append(chunks, recs[:n])
+		recs = recs[n:]
+	}
+	pp := &pendingPart{}
+	if len(chunks) == 1 {
+		pp.pending = append(pp.pending, s.appendAt(ctx, addr, stream, &api.AppendInput{Records: chunks[0]}))
+		return pp
+	}
+	seq := &remoteAppend{done: make(chan struct{})}
+	go func() {
+		defer close(seq.done)
+		for i, c := range chunks {
+			ack, err := s.appendAt(ctx, addr, stream, &api.AppendInput{Records: c}).Wait(context.Background())
+			if err != nil {
+				seq.err = err
+				return
+			}
+			if i == 0 {
+				seq.ack = ack
+			}
+		}
+	}()
+	pp.pending = append(pp.pending, seq)
+	return pp
 }

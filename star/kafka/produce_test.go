@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -170,5 +171,34 @@ func TestProduceTimeoutBoundsDurabilityWait(t *testing.T) {
 	}
 	if took < 200*time.Millisecond || took >= flight*3/4 {
 		t.Fatalf("answered after %v: want the request's 200 ms timeout", took)
+	}
+}
+
+// A topic's max.message.bytes (franz-go's kgo suite creates topics with
+// it) bounds each produced batch as sent: a larger one is
+// MESSAGE_TOO_LARGE with nothing of its partition appended, a smaller one
+// is appended, and DescribeConfigs reads the value back.
+func TestMaxMessageBytes(t *testing.T) {
+	s := startStar(t, true)
+	c := s.admin()
+	createTopic(t, c, "bounded", 1, kmsg.CreateTopicsRequestTopicConfig{Name: "max.message.bytes", Value: kmsg.StringPtr("1024")})
+	p := s.admin(kgo.DefaultProduceTopic("bounded"), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	big := &kgo.Record{Value: make([]byte, 2000)}
+	if err := p.ProduceSync(ctxT(t), big).FirstErr(); !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("a 2,000-byte batch to a topic of max.message.bytes 1024: %v, want MESSAGE_TOO_LARGE", err)
+	}
+	small := &kgo.Record{Value: []byte("fits")}
+	if err := p.ProduceSync(ctxT(t), small).FirstErr(); err != nil || small.Offset != 0 {
+		t.Fatalf("a small batch: offset %d, %v (want 0: nothing of the large one appended)", small.Offset, err)
+	}
+	dc := kmsg.NewPtrDescribeConfigsRequest()
+	dc.Resources = []kmsg.DescribeConfigsRequestResource{{ResourceType: kmsg.ConfigResourceTypeTopic, ResourceName: "bounded",
+		ConfigNames: []string{"max.message.bytes"}}}
+	resp, err := dc.RequestWith(ctxT(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Resources[0]; r.ErrorCode != 0 || len(r.Configs) != 1 || deref(r.Configs[0].Value) != "1024" {
+		t.Fatalf("DescribeConfigs max.message.bytes: %+v", r)
 	}
 }

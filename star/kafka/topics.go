@@ -38,6 +38,9 @@ type topicRow struct {
 	ID         string    `json:"id"` // 32 hex digits: the topic's UUID
 	Partitions int32     `json:"partitions"`
 	Created    time.Time `json:"created"`
+	// MaxMessageBytes is the topic's max.message.bytes: the largest
+	// record batch, as sent, a produce may carry (0: not set).
+	MaxMessageBytes int32 `json:"max_message_bytes,omitempty"`
 }
 
 func (t topicRow) uuid() (id [16]byte) {

@@ -27,14 +27,16 @@ import (
 var clusterOnly = map[string]bool{
 	"data": true, "basin": true, "auditor-interval": true, "stars": true,
 	"listen": true, "star-id": true, "address": true, "open": true,
+	"kafka-listen": true,
 }
 
 // clusterStar is one star process of a local cluster.
 type clusterStar struct {
-	id   string
-	addr string
-	cmd  *exec.Cmd
-	done chan error
+	id    string
+	addr  string
+	kafka string // its Kafka listener ("": none)
+	cmd   *exec.Cmd
+	done  chan error
 }
 
 // runCluster is `star dev --stars N`: N `star serve` processes of this
@@ -42,8 +44,9 @@ type clusterStar struct {
 // metastore and one directory object store under data. It prints every
 // endpoint and pid, creates the dev basin through the first star, reports
 // stars that exit (kill -9 one to watch its streams fail over), and on
-// SIGINT/SIGTERM stops the rest gracefully.
-func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, listen, basin string, n int, creds auth.Config) error {
+// SIGINT/SIGTERM stops the rest gracefully. Each star serves Kafka too,
+// star i on kf's port plus i-1 (clusterKafka).
+func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, listen, basin string, n int, creds auth.Config, kf *kafkaFace) error {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
@@ -76,6 +79,11 @@ func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, lis
 		pass = append(pass, "--"+f.Name+"="+v)
 	})
 
+	kafkaAddrs, err := clusterKafka(kf, n, log)
+	if err != nil {
+		return err
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	stars := make([]*clusterStar, n)
@@ -85,6 +93,10 @@ func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, lis
 		args := append([]string{"serve",
 			"--sqlite", filepath.Join(abs, "meta.db"), "--fs-root", objects,
 			"--star-id", s.id, "--listen", s.addr, "--address", s.addr}, pass...)
+		if kafkaAddrs != nil {
+			s.kafka = kafkaAddrs[i]
+			args = append(args, "--kafka-listen", s.kafka)
+		}
 		s.cmd = exec.Command(self, args...)
 		// The secrets travel in the environment, never in argv (ps shows it).
 		s.cmd.Env = append(os.Environ(), EnvAdminToken+"="+creds.AdminToken, EnvInternalKey+"="+string(creds.InternalKey))
@@ -112,13 +124,20 @@ func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, lis
 	}
 	fmt.Fprintf(out, "\nstarlog dev cluster: %d stars on one metastore (%s) and object store (%s)\n", n, filepath.Join(abs, "meta.db"), objects)
 	for _, s := range stars {
-		fmt.Fprintf(out, "  %s  pid %-7d http://%s\n", s.id, s.cmd.Process.Pid, s.addr)
+		fmt.Fprintf(out, "  %s  pid %-7d http://%s", s.id, s.cmd.Process.Pid, s.addr)
+		if s.kafka != "" {
+			fmt.Fprintf(out, "  kafka %s", s.kafka)
+		}
+		fmt.Fprintln(out)
 	}
 	if basin != "" {
 		fmt.Fprintf(out, "  basin: %s (creates streams on first append or read)\n", basin)
 	}
 	fmt.Fprintf(out, "  token: %s (admin; export S2_ACCESS_TOKEN=%s)\n", creds.AdminToken, creds.AdminToken)
 	fmt.Fprintf(out, "\nAny star serves any stream: requests for a stream led elsewhere are forwarded to its leader.\n")
+	if kafkaAddrs != nil {
+		fmt.Fprintf(out, "Kafka: any star's address is a bootstrap server; each names itself the one broker and forwards to the leaders (SASL/PLAIN, the token as password; docs/kafka.md).\n")
+	}
 	fmt.Fprintf(out, "Watch failover: kill -9 a leader's pid; after --dead-after the next request takes its streams over.\n\n")
 
 	for alive := n; alive > 0; alive-- {
@@ -133,6 +152,38 @@ func runCluster(out io.Writer, log *slog.Logger, flags *pflag.FlagSet, data, lis
 		}
 	}
 	return errors.New("every star of the cluster exited")
+}
+
+// clusterKafka is the Kafka listen address of each of n stars: kf's
+// host, on kf's port plus i for star i+1. nil: no Kafka (kf's address is
+// empty, or it is dev's default and one of the ports is taken, which is
+// logged, as a single star does).
+func clusterKafka(kf *kafkaFace, n int, log *slog.Logger) ([]string, error) {
+	if kf.listen == "" {
+		return nil, nil
+	}
+	host, portStr, err := net.SplitHostPort(kf.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--kafka-listen %s: %w", kf.listen, err)
+	}
+	base, err := strconv.Atoi(portStr)
+	if err != nil || base <= 0 || base+n-1 > 65535 {
+		return nil, fmt.Errorf("--kafka-listen %s: a cluster needs a fixed base port (star i serves Kafka on port+i-1)", kf.listen)
+	}
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = net.JoinHostPort(host, strconv.Itoa(base+i))
+		if !kf.optional {
+			continue
+		}
+		ln, err := net.Listen("tcp", addrs[i])
+		if err != nil {
+			log.Warn("not serving Kafka: a port of its default addresses is taken (set --kafka-listen)", "address", addrs[i], "err", err)
+			return nil, nil
+		}
+		ln.Close()
+	}
+	return addrs, nil
 }
 
 // stopAll sends SIGTERM to the stars still running and waits for them.

@@ -94,10 +94,8 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				if open {
 					return errors.New("--open runs one star: a cluster's stars always authenticate")
 				}
-				if cmd.Flags().Changed("kafka-listen") {
-					return errors.New("--kafka-listen runs one star (a cluster's Kafka face is not built yet)")
-				}
-				return runCluster(cmd.OutOrStdout(), log, cmd.Flags(), data, c.listen, basin, stars, authCfg)
+				kf.optional = !cmd.Flags().Changed("kafka-listen")
+				return runCluster(cmd.OutOrStdout(), log, cmd.Flags(), data, c.listen, basin, stars, authCfg, &kf)
 			}
 			cfg := c.nodeConfig()
 			if cfg.StarID == "" {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/kafka"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
@@ -22,6 +23,10 @@ const DefaultDevKafkaListen = "127.0.0.1:9092"
 type kafkaFace struct {
 	listen string // "" : not served
 	basin  string
+	// advertise is the host:port Metadata names as the one broker (a
+	// cluster behind a load balancer: the balancer's); "": the address
+	// each client reached.
+	advertise string
 	// optional: the listen address is dev's default, not asked for, so a
 	// busy port serves without Kafka (a warning) instead of failing.
 	optional bool
@@ -37,6 +42,7 @@ func (f *kafkaFace) register(fs *pflag.FlagSet, defListen string) {
 	}
 	fs.StringVar(&f.listen, "kafka-listen", defListen, what)
 	fs.StringVar(&f.basin, "kafka-basin", kafka.DefaultBasin, "basin holding the Kafka topics' streams (topic T's partition p is stream T/p; created on first use)")
+	fs.StringVar(&f.advertise, "kafka-advertise", "", "host:port Kafka clients are told to connect to, the one broker leading every partition (behind a load balancer: its name and Kafka port; empty: the address each client reached); any star serves any partition, forwarding to its leader")
 }
 
 // listenOn opens the Kafka listener: nil when not served, or when the
@@ -58,9 +64,20 @@ func (f *kafkaFace) listenOn(log *slog.Logger) (net.Listener, error) {
 }
 
 // start serves Kafka on ln (over TLS when the star has a certificate),
-// authenticating tokens as the S2 API does.
-func (f *kafkaFace) start(n *node.Node, srv *server.Server, ln net.Listener, open bool, tc *tls.Config, log *slog.Logger) (*kafka.Server, error) {
-	ks, err := kafka.New(kafka.Config{Star: n, Basin: f.basin, Open: open, Authenticate: srv.Authenticate, Logger: log})
+// authenticating tokens as the S2 API does, and reading and appending
+// partitions other stars lead at those stars, as the S2 face forwards
+// (with the internal credential and the peers' TLS of so).
+func (f *kafkaFace) start(n *node.Node, srv *server.Server, ln net.Listener, so server.Options, tc *tls.Config, log *slog.Logger) (*kafka.Server, error) {
+	fwd := &kafka.Forward{StarID: n.StarID(), TLS: so.PeerTLS}
+	if !so.Auth.Open {
+		cred, err := auth.InternalCredential(so.Auth.InternalKey)
+		if err != nil {
+			return nil, err
+		}
+		fwd.Credential = cred
+	}
+	ks, err := kafka.New(kafka.Config{Star: n, Basin: f.basin, Open: so.Auth.Open, Authenticate: srv.Authenticate,
+		Advertise: f.advertise, Forward: fwd, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func run(o runOptions) error {
 	}
 	var ks *kafka.Server
 	if kln != nil {
-		if ks, err = o.kafka.start(n, srv, kln, o.srv.Auth.Open, o.tls, o.log); err != nil {
+		if ks, err = o.kafka.start(n, srv, kln, o.srv, o.tls, o.log); err != nil {
 			closeListeners()
 			n.Close(context.Background())
 			return err

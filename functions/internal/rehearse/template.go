@@ -179,6 +179,10 @@ func (t *Template) attr(id, attr string) (string, error) {
 		return name[strings.LastIndexByte(name, '/')+1:], nil
 	case "AWS::SQS::Queue.QueueUrl":
 		return name, nil
+	case "AWS::ElasticLoadBalancingV2::LoadBalancer.DNSName":
+		// The shape of an NLB's name (the stars advertise it to Kafka
+		// clients; the rehearsal has no load balancer to reach).
+		return fmt.Sprintf("%s.elb.%s.amazonaws.com", strings.ToLower(name), p.Region), nil
 	}
 	return "", fmt.Errorf("rehearse: GetAtt %s.%s (%s) is not rendered", id, attr, r.Type)
 }
