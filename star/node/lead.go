@@ -47,6 +47,12 @@ type ledStream struct {
 	// (hygiene.go) takes only a stream with no user for a while.
 	users   atomic.Int64
 	lastUse atomic.Int64
+
+	// The stream's idempotent producers (producers.go): loaded into its
+	// sequencer, the tail of the last checkpoint, a checkpoint in flight.
+	producersLoaded  atomic.Bool
+	producerCkpt     atomic.Uint64
+	producerCkptBusy atomic.Bool
 }
 
 func (l *ledStream) touch() { l.lastUse.Store(time.Now().UnixNano()) }

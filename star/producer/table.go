@@ -1,14 +1,18 @@
 package producer
 
 import (
+	"time"
+
 	"github.com/starlog/starlog/shared/api"
 )
 
 // Bounds of a stream's producer state (docs/api.md "Idempotent producers").
 const (
-	// IdleMs is how long a producer id is remembered after its last batch,
-	// by that batch's first record's timestamp: 1 hour.
-	IdleMs = 60 * 60 * 1000
+	// Idle is how long a producer id is remembered after its last batch,
+	// by the timestamps of the batches' first records.
+	Idle = time.Hour
+	// IdleMs is Idle in milliseconds, the unit of record timestamps.
+	IdleMs = uint64(Idle / time.Millisecond)
 	// MaxProducers is how many producer ids a stream remembers; a new one
 	// beyond it forgets the one whose last batch is the oldest.
 	MaxProducers = 1000
