@@ -9,7 +9,7 @@ import (
 )
 
 // Idempotent producers on the S2 face (docs/api.md "Idempotent producers",
-// docs/design.md §16.5): a batch whose first record carries these headers is
+// docs/design.md §16.4): a batch whose first record carries these headers is
 // applied at most once per (producer, epoch, seq). They are plain record
 // headers: any S2 SDK can set them, and readers see them as written.
 const (

@@ -44,7 +44,7 @@ func invalidf(format string, args ...any) error {
 }
 
 // DuplicateError answers a retry of a batch its producer already applied
-// (docs/design.md §16.5): nothing is sequenced, and the retry's ack is the
+// (docs/design.md §16.4): nothing is sequenced, and the retry's ack is the
 // original's, once the original is durable.
 type DuplicateError struct {
 	Mark api.ProducerMark

@@ -129,7 +129,7 @@ type Stream struct {
 	tail Position
 
 	// producers is the stream's idempotent producers (docs/design.md
-	// §16.5), nil until the caller loads them (LoadProducers): a batch
+	// §16.4), nil until the caller loads them (LoadProducers): a batch
 	// with a producer mark is refused until then.
 	producers *producer.Table
 }
@@ -155,7 +155,7 @@ func New(cfg Config, st State) *Stream {
 // SeqNumMismatchError. A rejected request changes nothing.
 //
 // A batch with a producer mark is judged by the producer table first
-// (docs/design.md §16.5): a retry of an applied batch is a DuplicateError
+// (docs/design.md §16.4): a retry of an applied batch is a DuplicateError
 // before any condition, since the original met its conditions when it
 // was applied and a later fence or seq num must not hide its ack; a new
 // batch then meets the fencing token and match_seq_num, as any batch, and

@@ -12,7 +12,7 @@ import (
 	"github.com/starlog/starlog/star/producer"
 )
 
-// Idempotent producers on the S2 face (docs/design.md §16.5): the leader
+// Idempotent producers on the S2 face (docs/design.md §16.4): the leader
 // decides in its sequencer (star/facade, star/producer); this file loads a
 // stream's table when its first marked batch arrives on this star (after
 // an open, a restart, a handoff or a failover alike) and checkpoints it

@@ -1,5 +1,5 @@
 // Package producer decides the idempotent producers of the S2 face
-// (docs/design.md §16.5): for each batch marked with a producer id, epoch
+// (docs/design.md §16.4): for each batch marked with a producer id, epoch
 // and seq (shared/api's starlog-producer headers), whether it is the
 // producer's next batch (apply), a retry of one already applied (answer
 // its original ack), or a gap or a stale epoch (refuse).
