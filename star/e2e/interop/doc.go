@@ -12,7 +12,9 @@
 // connection a relay cuts (resume.mjs: the SDK's SSE client with
 // Last-Event-ID, and its readSession on both transports), and read a
 // stream whose retention age the in-process janitor trims (retention.mjs,
-// with short auditor and settle timers).
+// with short auditor and settle timers), and send an idempotent
+// producer's batches twice, on one star and across a kill -9 of it
+// (idempotent.mjs: one copy, identical acks).
 //
 // The package has no code of its own; it exists so `go test ./...` runs the
 // interop suite.
