@@ -1,8 +1,13 @@
 package server_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/starlog/starlog/shared/api"
@@ -123,4 +128,51 @@ func TestProducerSession(t *testing.T) {
 	if tail := e.tail("prod-basin", "s"); tail.SeqNum != 2*n {
 		t.Fatalf("tail %d, want %d: each batch once", tail.SeqNum, 2*n)
 	}
+}
+
+// An encrypted stream's headers are sealed before the sequencer sees
+// them, so a producer mark there could not be honoured: it is refused
+// with 422, not silently appended without deduplication.
+func TestProducerOnEncryptedStreamIsRefused(t *testing.T) {
+	e := newEnv(t)
+	want(t, e.call("POST", "basins", []byte(`{"basin":"enc-prod","config":{"stream_cipher":"aes-256-gcm","create_stream_on_append":true}}`)), 201, "")
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	r := e.appendJSON("enc-prod", "s", producerJSON("p", 0, 0, "a", 1), "Content-Type", "application/json", "s2-encryption-key", key)
+	want(t, r, 422, api.CodeInvalid)
+	if !strings.Contains(string(r.body), "encrypted") {
+		t.Fatalf("refusal %s does not say why", r.body)
+	}
+	s := e.openAppendSessionWith("enc-prod", "s", "s2-encryption-key", key)
+	s.send(t, producerInput("p", 0, 0, "a", 1))
+	if _, terr := s.ack(t); terr == nil || terr.Status != 422 {
+		t.Fatalf("a marked batch in a session on an encrypted stream: %v, want 422", terr)
+	}
+	want(t, e.appendJSON("enc-prod", "s", textRecords("plain", 1), "Content-Type", "application/json", "s2-encryption-key", key), 200, "")
+	if tail := e.tail("enc-prod", "s"); tail.SeqNum != 1 {
+		t.Fatalf("tail %d, want 1", tail.SeqNum)
+	}
+}
+
+// openAppendSessionWith is openAppendSession (uncompressed) with extra
+// request headers, name then value.
+func (e *env) openAppendSessionWith(basin, stream string, headers ...string) *s2sAppend {
+	e.t.Helper()
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", e.base+"/v1/streams/"+stream+"/records", pr)
+	req.Header.Set("s2-basin", basin)
+	req.Header.Set("Content-Type", "s2s/proto")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := e.h2.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if res.StatusCode != 200 {
+		b, _ := io.ReadAll(res.Body)
+		e.t.Fatalf("append session: %s %s", res.Status, b)
+	}
+	s := &s2sAppend{pw: pw, fw: api.NewFrameWriter(pw, api.CompressionNone), res: res, fr: api.NewFrameReader(res.Body)}
+	e.t.Cleanup(func() { pw.Close(); res.Body.Close() })
+	return s
 }
