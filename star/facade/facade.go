@@ -227,6 +227,9 @@ func (s *Stream) Sequence(req Request, nowMs uint64) (Sequenced, error) {
 // from the records share). A retry is a DuplicateError; a table not yet
 // loaded is ErrProducersNotLoaded.
 func (s *Stream) judgeProducer(req Request, nowMs uint64) (*api.ProducerMark, producer.Decision, error) {
+	if !hasProducerHeader(req.Records[0].Headers) {
+		return nil, producer.Decision{}, nil // the common case, without copying headers
+	}
 	m, ok, aerr := api.ProducerOf(apiHeaders(req.Records[0].Headers))
 	if aerr != nil {
 		return nil, producer.Decision{}, InvalidError{Reason: aerr.Message}
