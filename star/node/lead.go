@@ -53,6 +53,8 @@ type ledStream struct {
 	producersLoaded  atomic.Bool
 	producerCkpt     atomic.Uint64
 	producerCkptBusy atomic.Bool
+	producerLoadMu   sync.Mutex
+	producerLoad     *producerLoad // the load in flight, if any
 }
 
 func (l *ledStream) touch() { l.lastUse.Store(time.Now().UnixNano()) }

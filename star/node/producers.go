@@ -51,23 +51,56 @@ func marked(in *api.AppendInput) bool {
 }
 
 // loadProducers loads the producer table of the appender's stream if it is
-// not yet loaded.
+// not yet loaded. The load runs on its own, bounded by producerLoadTimeout,
+// not by the request that started it: a request that stops waiting (a
+// unary append's admission timeout) gets a retryable 503, and its retry
+// finds the load done or still going, not started over.
 func (a *Appender) loadProducers(ctx context.Context) error {
 	l := a.l
 	if l.producersLoaded.Load() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, producerLoadTimeout)
-	defer cancel()
-	err := l.s.LoadProducers(ctx, func(ctx context.Context, tail facade.Position) (*producer.Table, error) {
-		return a.n.foldProducers(ctx, a.basin, a.name, l.s.ID, tail)
-	})
-	if err != nil {
-		a.n.log.Warn("loading a stream's producers failed", "stream", l.s.ID, "err", err)
+	l.producerLoadMu.Lock()
+	ld := l.producerLoad
+	if ld == nil {
+		ld = &producerLoad{done: make(chan struct{})}
+		l.producerLoad = ld
+		go a.runProducerLoad(ld)
+	}
+	l.producerLoadMu.Unlock()
+	select {
+	case <-ld.done:
+	case <-ctx.Done():
+		return api.Unavailable("the stream's producer state is still being rebuilt; nothing was sequenced; retry")
+	}
+	if ld.err != nil {
 		return api.Unavailable("this star could not rebuild the stream's producer state yet; nothing was sequenced; retry")
 	}
-	l.producersLoaded.Store(true)
 	return nil
+}
+
+// producerLoad is one load of a stream's producer table in flight.
+type producerLoad struct {
+	done chan struct{}
+	err  error // set before done closes
+}
+
+func (a *Appender) runProducerLoad(ld *producerLoad) {
+	l := a.l
+	ctx, cancel := context.WithTimeout(context.Background(), producerLoadTimeout)
+	defer cancel()
+	ld.err = l.s.LoadProducers(ctx, func(ctx context.Context, tail facade.Position) (*producer.Table, error) {
+		return a.n.foldProducers(ctx, a.basin, a.name, l.s.ID, tail)
+	})
+	l.producerLoadMu.Lock()
+	if ld.err != nil {
+		a.n.log.Warn("loading a stream's producers failed", "stream", l.s.ID, "err", ld.err)
+		l.producerLoad = nil // the next marked batch tries again
+	} else {
+		l.producersLoaded.Store(true)
+	}
+	l.producerLoadMu.Unlock()
+	close(ld.done)
 }
 
 // foldProducers rebuilds a stream's producers as of its durable tail: the
@@ -92,7 +125,7 @@ func (n *Node) foldProducers(ctx context.Context, basin, name, id string, tail f
 	if from >= tail.SeqNum {
 		return t, nil
 	}
-	noWait := time.Duration(0)
+	noWait, folded := time.Duration(0), 0
 	if tail.Timestamp > producer.IdleMs {
 		one := uint64(1)
 		b, err := n.Read(ctx, basin, name, api.ReadRequest{From: api.FromTimestamp, Value: tail.Timestamp - producer.IdleMs, Count: &one, Wait: &noWait}, nil)
@@ -118,8 +151,40 @@ func (n *Node) foldProducers(ctx context.Context, basin, name, id string, tail f
 		}
 		t.Fold(recs)
 		from = recs[len(recs)-1].SeqNum + 1
+		folded += len(recs)
+		if folded >= ProducerCheckpointEvery && from < tail.SeqNum {
+			// The fold so far is the table as of from: a later load
+			// resumes here if this one does not finish.
+			n.putProducerCheckpoint(ctx, id, t, from, recs[len(recs)-1])
+			folded = 0
+		}
+	}
+	if folded > 0 {
+		n.putProducerCheckpoint(ctx, id, t, tail.SeqNum, api.Record{Timestamp: &tail.Timestamp})
 	}
 	return t, nil
+}
+
+// putProducerCheckpoint writes a fold's table as of next (every record
+// below it folded; last is the last one), best effort: a failure only
+// makes a later fold longer.
+func (n *Node) putProducerCheckpoint(ctx context.Context, id string, t *producer.Table, next uint64, last api.Record) {
+	var ts uint64
+	if last.Timestamp != nil {
+		ts = *last.Timestamp
+	}
+	c, ok := t.Snapshot(next, ts)
+	if !ok {
+		return
+	}
+	b, err := c.Encode()
+	if err == nil {
+		k := producerKey(id)
+		_, err = n.meta.Put(ctx, k.PK, k.SK, b, meta.Always())
+	}
+	if err != nil {
+		n.log.Warn("producer checkpoint of a fold failed", "stream", id, "err", err)
+	}
 }
 
 // maybeCheckpointProducers writes the producer checkpoint of a loaded

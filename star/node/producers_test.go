@@ -81,6 +81,11 @@ func TestProducerRetriesAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameAck(t, "retry of seq 0 after the restart", r0, a0)
+	// The load's fold left a checkpoint at the tail it folded to, so the
+	// next star to open the stream starts there.
+	if c := producerCheckpoint(t, st, streamIDIn(t, st, "prod-basin", "s")); c.Next != 7 || len(c.Producers) != 1 || c.Producers[0].Next != 2 {
+		t.Fatalf("checkpoint after the load %+v, want next 7 with p at seq 2", c)
+	}
 	r1, err = n2.Append(ctx, "prod-basin", "s", producerBatch("p", 0, 1, "b1", 2), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -203,4 +208,17 @@ func waitProducerCheckpoint(t *testing.T, st stores, id string) {
 		}
 		return nil
 	})
+}
+
+func producerCheckpoint(t *testing.T, st stores, id string) producer.Checkpoint {
+	t.Helper()
+	it, err := st.meta.Get(context.Background(), "producers#"+id, "checkpoint")
+	if err != nil {
+		t.Fatalf("producer checkpoint of %s: %v", id, err)
+	}
+	c, err := producer.DecodeCheckpoint(it.Val)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
