@@ -395,6 +395,9 @@ func ParseError(status int, body []byte) *Error {
 	}
 	var info ErrorInfo
 	if json.Unmarshal(body, &info) == nil && info.Code != "" {
+		if e := parseProducerConflict(status, info.Code, body); e != nil {
+			return e
+		}
 		return &Error{Status: status, Code: info.Code, Message: info.Message}
 	}
 	msg := bytes.TrimSpace(body)

@@ -57,8 +57,11 @@
 //     s2-request-token);
 //   - an append is retried after a definite retryable failure (429, 409
 //     transaction_conflict, 502 hot_server, a refused connection), and after
-//     an indefinite one only if it carries match_seq_num or the policy's
-//     AppendRetry is AppendRetryAll (at-least-once: duplicates accepted).
+//     an indefinite one only if it carries match_seq_num, or a producer
+//     mark (the starlog-producer headers: a star answers the retry of an
+//     applied batch with its original ack; IdempotentAppender sets them),
+//     or the policy's AppendRetry is AppendRetryAll (at-least-once:
+//     duplicates accepted).
 //
 // A 412 received by such a retry is returned wrapped with the indefinite
 // failure that preceded it: the earlier attempt may have been applied.

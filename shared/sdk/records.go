@@ -47,7 +47,7 @@ func (s *Stream) Append(ctx context.Context, in *api.AppendInput) (api.AppendAck
 	if err != nil {
 		return api.AppendAck{}, fmt.Errorf("append to %s: encode: %w", s.name, err)
 	}
-	resp, err := c.do(ctx, r, opKind{append: true, matchSeqNum: in.MatchSeqNum != nil})
+	resp, err := c.do(ctx, r, opKind{append: true, matchSeqNum: in.MatchSeqNum != nil, producer: producerMarked(in)})
 	if err != nil {
 		return api.AppendAck{}, err
 	}

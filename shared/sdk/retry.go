@@ -18,7 +18,8 @@ type AppendRetry uint8
 const (
 	// AppendRetrySafe (the default) retries an append only when a retry
 	// cannot duplicate it: after a definite failure, or after an indefinite
-	// one if the append carries match_seq_num (a duplicate then fails 412).
+	// one if the append carries match_seq_num (a duplicate then fails 412)
+	// or a producer mark (a duplicate gets the original ack).
 	AppendRetrySafe AppendRetry = iota
 	// AppendRetryAll also retries appends without match_seq_num after
 	// indefinite failures: at-least-once, duplicates possible. This is
@@ -80,6 +81,9 @@ type opKind struct {
 	append bool
 	// matchSeqNum: the append carries match_seq_num.
 	matchSeqNum bool
+	// producer: the append's first record carries a producer mark: the
+	// star answers a retry of an applied batch with its original ack.
+	producer bool
 	// definite: a call that is retried only after a definite failure,
 	// whatever the policy (issuing a token: a retry of an attempt that was
 	// applied could only fail).
@@ -97,8 +101,8 @@ var (
 // A failure must be retryable at all: an *api.Error with a retryable
 // status (api.Error.Retryable) or a transport failure. Then reads and
 // management calls retry; an append retries if the failure is definite,
-// or if a duplicate is impossible (match_seq_num) or accepted
-// (AppendRetryAll).
+// or if a duplicate is impossible (match_seq_num, or a producer mark) or
+// accepted (AppendRetryAll).
 func (p RetryPolicy) mayRetry(kind opKind, err error) bool {
 	var ae *api.Error
 	var te *TransportError
@@ -124,7 +128,17 @@ func (p RetryPolicy) mayRetry(kind opKind, err error) bool {
 	case AppendRetryAll:
 		return true
 	}
-	return IsDefinite(err) || kind.matchSeqNum
+	return IsDefinite(err) || kind.matchSeqNum || kind.producer
+}
+
+// producerMarked reports whether an append is an idempotent producer's
+// batch (a well-formed mark on its first record).
+func producerMarked(in *api.AppendInput) bool {
+	if len(in.Records) == 0 {
+		return false
+	}
+	_, ok, err := api.ProducerOf(in.Records[0].Headers)
+	return ok && err == nil
 }
 
 // retryAfter is the wait a failure's server asked for (a 429's

@@ -1,8 +1,11 @@
 package facade
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/starlog/starlog/shared/api"
 )
 
 // SeqNumMismatchError rejects a batch whose match_seq_num is not the next
@@ -39,3 +42,33 @@ func (e InvalidError) Error() string {
 func invalidf(format string, args ...any) error {
 	return InvalidError{Reason: fmt.Sprintf(format, args...)}
 }
+
+// DuplicateError answers a retry of a batch its producer already applied
+// (docs/design.md §16.4): nothing is sequenced, and the retry's ack is the
+// original's, once the original is durable.
+type DuplicateError struct {
+	Mark api.ProducerMark
+	// Start and End are the original batch's ack positions. End.Timestamp
+	// is known only if EndTimestampKnown: a batch rebuilt from the records
+	// has its end seq num from the retry's record count, and the caller
+	// reads its last record's timestamp.
+	Start, End        Position
+	EndTimestampKnown bool
+}
+
+func (e DuplicateError) Error() string {
+	return fmt.Sprintf("facade: producer %q epoch %d seq %d was already applied at [%d, %d)",
+		e.Mark.ID, e.Mark.Epoch, e.Mark.Seq, e.Start.SeqNum, e.End.SeqNum)
+}
+
+// ProducerError refuses a batch whose producer seq is not its next, or
+// whose epoch is stale: Err is the API's 409.
+type ProducerError struct {
+	Err *api.Error
+}
+
+func (e ProducerError) Error() string { return "facade: " + e.Err.Message }
+
+// ErrProducersNotLoaded refuses a marked batch on a stream whose producer
+// table is not loaded yet (the caller loads it first; a retry succeeds).
+var ErrProducersNotLoaded = errors.New("facade: the stream's producer table is not loaded")

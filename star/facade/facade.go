@@ -7,6 +7,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/format"
+	"github.com/starlog/starlog/star/producer"
 )
 
 // Batch limits (docs/design.md §16.2); exceeding either is an InvalidError.
@@ -106,6 +107,8 @@ type Sequenced struct {
 	TrimPoint uint64
 	// Metered is the batch's metered size in bytes.
 	Metered int
+	// Producer is the batch's producer mark, if its first record has one.
+	Producer *api.ProducerMark
 }
 
 // Stream sequences the appends of one stream the star leads.
@@ -124,6 +127,11 @@ type Stream struct {
 
 	// tail is the durable (acknowledged) frontier.
 	tail Position
+
+	// producers is the stream's idempotent producers (docs/design.md
+	// §16.4), nil until the caller loads them (LoadProducers): a batch
+	// with a producer mark is refused until then.
+	producers *producer.Table
 }
 
 // New opens a stream at st, its durable frontier.
@@ -145,8 +153,21 @@ func New(cfg Config, st State) *Stream {
 // Errors are InvalidError (checked first, as the API decodes and validates a
 // batch before it reaches the stream), FencingTokenMismatchError and
 // SeqNumMismatchError. A rejected request changes nothing.
+//
+// A batch with a producer mark is judged by the producer table first
+// (docs/design.md §16.4): a retry of an applied batch is a DuplicateError
+// before any condition, since the original met its conditions when it
+// was applied and a later fence or seq num must not hide its ack; a new
+// batch then meets the fencing token and match_seq_num, as any batch, and
+// only then the producer's seq and epoch (ProducerError), so a writer
+// fenced out learns nothing of the producers.
 func (s *Stream) Sequence(req Request, nowMs uint64) (Sequenced, error) {
 	cmds, metered, err := s.validate(req)
+	if err != nil {
+		return Sequenced{}, err
+	}
+	n := uint64(len(req.Records))
+	mark, dec, err := s.judgeProducer(req, nowMs)
 	if err != nil {
 		return Sequenced{}, err
 	}
@@ -156,7 +177,9 @@ func (s *Stream) Sequence(req Request, nowMs uint64) (Sequenced, error) {
 	if req.MatchSeqNum != nil && *req.MatchSeqNum != s.next {
 		return Sequenced{}, SeqNumMismatchError{Expected: s.next}
 	}
-	n := uint64(len(req.Records))
+	if mark != nil && dec.Kind != producer.Apply {
+		return Sequenced{}, ProducerError{Err: dec.Err(*mark)}
+	}
 	if s.next > math.MaxUint64-n {
 		return Sequenced{}, invalidf("sequence number space exhausted")
 	}
@@ -188,10 +211,76 @@ func (s *Stream) Sequence(req Request, nowMs uint64) (Sequenced, error) {
 		FencingToken: token,
 		TrimPoint:    trim,
 		Metered:      metered,
+		Producer:     mark,
 	}
 	s.next += n
 	s.lastTS, s.token, s.trim = lastTS, token, trim
+	if mark != nil {
+		s.producers.Applied(*mark, producer.Batch{Seq: mark.Seq,
+			Start: producer.Pos(out.Start), End: producer.Pos(out.End)})
+	}
 	return out, nil
+}
+
+// judgeProducer decides a batch's producer mark, if it has one, at its
+// first record's timestamp (the clock the table's idle bound and its fold
+// from the records share). A retry is a DuplicateError; a table not yet
+// loaded is ErrProducersNotLoaded.
+func (s *Stream) judgeProducer(req Request, nowMs uint64) (*api.ProducerMark, producer.Decision, error) {
+	if !hasProducerHeader(req.Records[0].Headers) {
+		return nil, producer.Decision{}, nil // the common case, without copying headers
+	}
+	m, ok, aerr := api.ProducerOf(apiHeaders(req.Records[0].Headers))
+	if aerr != nil {
+		return nil, producer.Decision{}, InvalidError{Reason: aerr.Message}
+	}
+	if !ok {
+		return nil, producer.Decision{}, nil
+	}
+	if s.producers == nil {
+		return nil, producer.Decision{}, ErrProducersNotLoaded
+	}
+	firstTS := max(s.stamp(req.Records[0].Timestamp, nowMs), s.lastTS)
+	dec := s.producers.Decide(m, firstTS)
+	if dec.Kind != producer.Duplicate {
+		return &m, dec, nil
+	}
+	b, n := dec.Batch, uint64(len(req.Records))
+	dup := DuplicateError{Mark: m, Start: Position(b.Start), End: Position(b.End), EndTimestampKnown: b.EndKnown()}
+	if !b.EndKnown() {
+		// Rebuilt from the records, which do not show where a batch
+		// ended: the retry carries the same records.
+		dup.End = Position{SeqNum: b.Start.SeqNum + n}
+	} else if b.End.SeqNum-b.Start.SeqNum != n {
+		return nil, producer.Decision{}, invalidf("a retry of producer %q epoch %d seq %d must carry its batch's %d records, not %d",
+			m.ID, m.Epoch, m.Seq, b.End.SeqNum-b.Start.SeqNum, n)
+	}
+	return nil, producer.Decision{}, dup
+}
+
+func apiHeaders(hs []format.Header) []api.Header {
+	out := make([]api.Header, len(hs))
+	for i, h := range hs {
+		out[i] = api.Header(h)
+	}
+	return out
+}
+
+// LoadProducers installs the stream's producer table, rebuilt by the
+// caller from a checkpoint and the records up to the durable tail. Until
+// then a marked batch is refused with ErrProducersNotLoaded.
+func (s *Stream) LoadProducers(t *producer.Table) { s.producers = t }
+
+// ProducersLoaded reports whether LoadProducers was called.
+func (s *Stream) ProducersLoaded() bool { return s.producers != nil }
+
+// ProducerCheckpoint is the producer table as of the durable tail, for a
+// checkpoint (ok false: not loaded, or not now; see producer.Snapshot).
+func (s *Stream) ProducerCheckpoint() (producer.Checkpoint, bool) {
+	if s.producers == nil {
+		return producer.Checkpoint{}, false
+	}
+	return s.producers.Snapshot(s.tail.SeqNum, s.tail.Timestamp)
 }
 
 // validate checks everything that makes a batch invalid (422), returning
@@ -207,6 +296,11 @@ func (s *Stream) validate(req Request) ([]Command, int, error) {
 	cmds := make([]Command, n)
 	metered := 0
 	for i, in := range req.Records {
+		if i > 0 && hasProducerHeader(in.Headers) {
+			// The fold from the records takes a marked record for the start
+			// of a batch.
+			return nil, 0, invalidf("record %d carries a producer header; only a batch's first record may", i)
+		}
 		if s.cfg.Mode == ClientRequire && in.Timestamp == nil {
 			return nil, 0, invalidf("record %d has no timestamp and the stream requires client timestamps", i)
 		}
@@ -277,3 +371,13 @@ func (s *Stream) Config() Config { return s.cfg }
 
 // Reconfigure changes the timestamping config for later batches.
 func (s *Stream) Reconfigure(cfg Config) { s.cfg = cfg }
+
+func hasProducerHeader(hs []format.Header) bool {
+	for _, h := range hs {
+		switch string(h.Name) {
+		case api.HeaderProducer, api.HeaderProducerEpoch, api.HeaderProducerSeq:
+			return true
+		}
+	}
+	return false
+}

@@ -100,6 +100,13 @@ func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingApp
 	if err := a.n.limits.admit(ctx, a.l.s.ID, in); err != nil {
 		return nil, err
 	}
+	// A marked batch needs the stream's producers: loaded once, before
+	// the admit lock, as the fold reads records.
+	if marked(in) {
+		if err := a.loadProducers(ctx); err != nil {
+			return nil, err
+		}
+	}
 	a.l.admit.RLock()
 	defer a.l.admit.RUnlock()
 	if err := a.l.gone(); err != nil {
@@ -128,6 +135,19 @@ func (p *PendingAppend) Wait(ctx context.Context) (api.AppendAck, error) {
 	ack, err := p.t.Wait(ctx)
 	if err != nil {
 		return api.AppendAck{}, p.a.n.appendErr(p.a.l.class, err, true)
+	}
+	if ack.EndTimestampUnknown {
+		// A retry of a batch rebuilt from the records: its last record
+		// tells the end's timestamp.
+		ts, err := p.a.n.endTimestamp(ctx, p.a.basin, p.a.name, ack.End.SeqNum)
+		if err != nil {
+			p.a.n.log.Warn("a retry's end timestamp is not readable", "stream", p.a.l.s.ID, "err", err)
+			return api.AppendAck{}, api.Unavailable("the batch was already applied, but its acknowledgement cannot be read back now; retry")
+		}
+		ack.End.Timestamp = ts
+	}
+	if p.t.Duplicate() == nil {
+		p.a.n.maybeCheckpointProducers(p.a.l)
 	}
 	return api.AppendAck{Start: position(ack.Start), End: position(ack.End), Tail: position(ack.Tail)}, nil
 }
@@ -171,8 +191,16 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 		seq   facade.SeqNumMismatchError
 		fence facade.FencingTokenMismatchError
 		inv   facade.InvalidError
+		prod  facade.ProducerError
 	)
 	switch {
+	case errors.As(err, &prod):
+		// Judged on this star's memory of the producer, like a 412.
+		return n.fromMemory(prod.Err)
+	case errors.Is(err, facade.ErrProducersNotLoaded):
+		return api.Unavailable("the stream's producer state is being rebuilt; nothing was sequenced; retry")
+	case errors.Is(err, streams.ErrOriginalFailed):
+		return api.Unavailable("the original of this retried batch failed before it was acknowledged; it may or may not be durable; retry")
 	case errors.As(err, &seq):
 		return n.fromMemory(api.SeqNumMismatch(seq.Expected))
 	case errors.As(err, &fence):

@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/facade"
+	"github.com/starlog/starlog/star/producer"
 )
 
 // A rejected request leaves nothing behind (issue 13 item 10): a missing
@@ -30,6 +31,7 @@ const DefaultIdleRelease = 10 * time.Minute
 func (n *Node) admitNew(in *api.AppendInput) func(api.EffectiveStreamConfig) error {
 	return func(cfg api.EffectiveStreamConfig) error {
 		f := facade.New(facadeConfig(cfg), facade.State{})
+		f.LoadProducers(producer.New()) // a new stream has no producers yet
 		if _, err := f.Sequence(facadeRequest(in), uint64(time.Now().UnixMilli())); err != nil {
 			return n.appendErr(meta.Class(cfg.StorageClass), err, false)
 		}

@@ -53,6 +53,14 @@ type ledStream struct {
 	foundTrim atomic.Uint64
 	trimFound atomic.Bool
 	findMu    sync.Mutex
+
+	// The stream's idempotent producers (producers.go): loaded into its
+	// sequencer, the tail of the last checkpoint, a checkpoint in flight.
+	producersLoaded  atomic.Bool
+	producerCkpt     atomic.Uint64
+	producerCkptBusy atomic.Bool
+	producerLoadMu   sync.Mutex
+	producerLoad     *producerLoad // the load in flight, if any
 }
 
 func (l *ledStream) touch() { l.lastUse.Store(time.Now().UnixNano()) }

@@ -75,6 +75,23 @@ func isCommand(rec *api.Record) bool {
 	return len(rec.Headers) == 1 && len(rec.Headers[0].Name) == 0
 }
 
+// refuseProducer refuses a producer-marked batch on an encrypted stream:
+// encrypt seals the headers, so the sequencer would never see the mark
+// and the batch would go in without deduplication (docs/api.md,
+// "Idempotent producers").
+func (sp *spec) refuseProducer(in *api.AppendInput) *api.Error {
+	if sp == nil || len(in.Records) == 0 {
+		return nil
+	}
+	for _, h := range in.Records[0].Headers {
+		switch string(h.Name) {
+		case api.HeaderProducer, api.HeaderProducerEpoch, api.HeaderProducerSeq:
+			return api.Invalid("idempotent producers are not available on encrypted streams: the record headers that mark a batch are sealed with it")
+		}
+	}
+	return nil
+}
+
 // encrypt seals every non-command record of in in place.
 func (sp *spec) encrypt(in *api.AppendInput) {
 	if sp == nil {

@@ -76,6 +76,10 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, basin, name stri
 		s.writeError(w, r, serr)
 		return
 	}
+	if perr := sp.refuseProducer(in); perr != nil {
+		s.writeError(w, r, perr)
+		return
+	}
 	sp.encrypt(in)
 	ack, aerr := s.n.Append(r.Context(), basin, name, in, create)
 	if aerr != nil {

@@ -300,6 +300,9 @@ func (s *Server) appendSession(w http.ResponseWriter, r *http.Request, basin, na
 			if err := checkCommands(r.Context(), basin, name, in); err != nil {
 				return err
 			}
+			if err := sp.refuseProducer(in); err != nil {
+				return err
+			}
 			sp.encrypt(in)
 			return nil
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/producer"
 )
 
 // ErrAckUnknown is returned when the caller stopped waiting for an ack of a
@@ -45,6 +46,11 @@ type Stream struct {
 	// trim is the trim point as of the acknowledged batches (acks come
 	// in order): what reads skip below from the trim's ack on.
 	trim uint64
+	// marked are the producer batches in flight, by first seq num: a
+	// retry of one waits for its outcome.
+	marked map[uint64]*Ticket
+	// loading serialises LoadProducers.
+	loading sync.Mutex
 }
 
 // Open opens a stream at its durable tail, read from its greatest row, and
@@ -68,13 +74,17 @@ func Open(ctx context.Context, ms meta.Store, l *loglet.Loglet, id string, class
 		}
 	}
 	l.Absorber().Seed(id, totals)
-	return &Stream{ID: id, Class: class, loglet: l, fac: facade.New(cfg, st), now: time.Now, trim: st.TrimPoint}, nil
+	return &Stream{ID: id, Class: class, loglet: l, fac: facade.New(cfg, st), now: time.Now, trim: st.TrimPoint, marked: map[uint64]*Ticket{}}, nil
 }
 
 // Ack is the outcome of an append.
 type Ack struct {
 	Start, End facade.Position
 	Tail       facade.Position
+	// EndTimestampUnknown marks the ack of a retry whose original was
+	// rebuilt from the records: End.Timestamp is for the caller to read
+	// (facade.DuplicateError).
+	EndTimestampUnknown bool
 }
 
 // Ticket waits for one submitted batch.
@@ -84,7 +94,15 @@ type Ticket struct {
 	done chan error
 	fin  chan struct{} // closed once the outcome is known (err set)
 	err  error
+	// A retry's ticket (Duplicate) answers with the original's ack:
+	// orig is the original while it was in flight, else nil and durable.
+	dup  *facade.DuplicateError
+	orig *Ticket
 }
+
+// Duplicate is the original batch a retry's ticket answers for, if it is
+// one.
+func (t *Ticket) Duplicate() *facade.DuplicateError { return t.dup }
 
 // Submit sequences req and hands it to the loglet without waiting for its
 // ack, so a session can pipeline: batches submitted one after another are
@@ -108,15 +126,46 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 	s.mu.Lock()
 	seq, err := s.fac.Sequence(req, uint64(s.now().UnixMilli()))
 	if err != nil {
+		if dup, ok := errors.AsType[facade.DuplicateError](err); ok {
+			t, err := s.duplicate(dup)
+			s.mu.Unlock()
+			res.Cancel()
+			return t, err
+		}
 		last := s.last
 		s.mu.Unlock()
 		res.Cancel()
 		return nil, s.confirmRejection(ctx, err, last)
 	}
 	t := &Ticket{s: s, seq: seq, done: make(chan error, 1), fin: make(chan struct{})}
+	if seq.Producer != nil {
+		s.marked[seq.Start.SeqNum] = t
+	}
 	s.loglet.Push(res, &loglet.Batch{StreamID: s.ID, Seq: seq, Done: t.complete})
 	s.last = t
 	s.mu.Unlock()
+	return t, nil
+}
+
+// ErrOriginalFailed answers a retry whose original batch failed on this
+// star (its ack was never released): indefinite, like the original's
+// failure; a later retry gets the ack if the batch is durable after all
+// (a new leader folds it from the records) or applies it.
+var ErrOriginalFailed = errors.New("streams: the original batch of this retry failed; it may or may not be durable")
+
+// duplicate is the ticket of a retry (under s.mu): the original's ack at
+// once if it is durable, else the original's outcome once known. An
+// original neither durable nor in flight failed here.
+func (s *Stream) duplicate(dup facade.DuplicateError) (*Ticket, error) {
+	t := &Ticket{s: s, seq: facade.Sequenced{Start: dup.Start, End: dup.End}, dup: &dup, fin: make(chan struct{})}
+	if o := s.marked[dup.Start.SeqNum]; o != nil {
+		t.orig = o
+		return t, nil
+	}
+	if dup.End.SeqNum > s.fac.Tail().SeqNum {
+		return nil, ErrOriginalFailed
+	}
+	close(t.fin)
 	return t, nil
 }
 
@@ -137,7 +186,8 @@ const maxConfirmWait = 30 * time.Second
 func (s *Stream) confirmRejection(ctx context.Context, err error, last *Ticket) error {
 	var seq facade.SeqNumMismatchError
 	var fence facade.FencingTokenMismatchError
-	if last == nil || !errors.As(err, &seq) && !errors.As(err, &fence) {
+	var prod facade.ProducerError // a producer's next seq or epoch, likewise
+	if last == nil || !errors.As(err, &seq) && !errors.As(err, &fence) && !errors.As(err, &prod) {
 		return err
 	}
 	// The wait is the request's (a unary append's admission timeout, a
@@ -158,12 +208,15 @@ func (s *Stream) confirmRejection(ctx context.Context, err error, last *Ticket) 
 }
 
 func (t *Ticket) complete(err error) {
+	t.s.mu.Lock()
 	if err == nil {
-		t.s.mu.Lock()
 		t.s.fac.Acked(t.seq.End)
 		t.s.trim = max(t.s.trim, t.seq.TrimPoint)
-		t.s.mu.Unlock()
 	}
+	if t.seq.Producer != nil {
+		delete(t.s.marked, t.seq.Start.SeqNum)
+	}
+	t.s.mu.Unlock()
 	t.err = err
 	close(t.fin)
 	t.done <- err
@@ -175,6 +228,9 @@ func (t *Ticket) Sequenced() facade.Sequenced { return t.seq }
 // Wait blocks until the batch is released (durable at W and every earlier
 // slot released) or failed. A caller that gives up gets ErrAckUnknown.
 func (t *Ticket) Wait(ctx context.Context) (Ack, error) {
+	if t.dup != nil {
+		return t.waitOriginal(ctx)
+	}
 	select {
 	case err := <-t.done:
 		if err != nil {
@@ -184,6 +240,72 @@ func (t *Ticket) Wait(ctx context.Context) (Ack, error) {
 	case <-ctx.Done():
 		return Ack{}, fmt.Errorf("%w: %v", ErrAckUnknown, ctx.Err())
 	}
+}
+
+// waitOriginal is a retry's Wait: the original's outcome, with its ack.
+func (t *Ticket) waitOriginal(ctx context.Context) (Ack, error) {
+	if o := t.orig; o != nil {
+		select {
+		case <-o.fin:
+			if o.err != nil {
+				return Ack{}, fmt.Errorf("%w: %w", ErrOriginalFailed, o.err)
+			}
+		case <-ctx.Done():
+			return Ack{}, fmt.Errorf("%w: %v", ErrAckUnknown, ctx.Err())
+		}
+	}
+	return Ack{Start: t.dup.Start, End: t.dup.End, Tail: t.s.Tail(), EndTimestampUnknown: !t.dup.EndTimestampKnown}, nil
+}
+
+// LoadProducers loads the stream's producer table once, before its first
+// marked batch: it waits until every batch sequenced so far is durable
+// (or failed), then calls load with the durable tail and installs the
+// table it returns. Marked batches are refused meanwhile
+// (facade.ErrProducersNotLoaded), so the records up to that tail hold
+// every producer batch; unmarked ones may go on. ctx bounds the wait and
+// the load.
+func (s *Stream) LoadProducers(ctx context.Context, load func(ctx context.Context, tail facade.Position) (*producer.Table, error)) error {
+	s.loading.Lock()
+	defer s.loading.Unlock()
+	s.mu.Lock()
+	loaded, last := s.fac.ProducersLoaded(), s.last
+	s.mu.Unlock()
+	if loaded {
+		return nil
+	}
+	if last != nil {
+		select {
+		case <-last.fin:
+			if last.err != nil {
+				return fmt.Errorf("streams: load producers: an earlier batch failed: %w", last.err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("%w: load producers: %v", ErrAckUnknown, ctx.Err())
+		}
+	}
+	tab, err := load(ctx, s.Tail())
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.fac.LoadProducers(tab)
+	s.mu.Unlock()
+	return nil
+}
+
+// ProducersLoaded reports whether the producer table is loaded.
+func (s *Stream) ProducersLoaded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fac.ProducersLoaded()
+}
+
+// ProducerCheckpoint is the producer table as of the durable tail
+// (facade.Stream.ProducerCheckpoint).
+func (s *Stream) ProducerCheckpoint() (producer.Checkpoint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fac.ProducerCheckpoint()
 }
 
 // Append submits req and waits for its ack.

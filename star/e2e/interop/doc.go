@@ -13,8 +13,10 @@
 // Last-Event-ID, and its readSession on both transports), and read a
 // stream whose retention age the in-process janitor trims (retention.mjs,
 // with short auditor and settle timers), read below a trim within a second
-// of its ack (trim.mjs, default timers), and create a stream by reading it
-// with the SDK's streamConfig (createonread.mjs).
+// of its ack (trim.mjs, default timers), create a stream by reading it
+// with the SDK's streamConfig (createonread.mjs), and send an idempotent
+// producer's batches twice, on one star and across a kill -9 of it
+// (idempotent.mjs: one copy, identical acks).
 //
 // The package has no code of its own; it exists so `go test ./...` runs the
 // interop suite.

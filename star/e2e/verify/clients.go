@@ -32,6 +32,10 @@ type Workload struct {
 	// producers (durable.go), mixed with the S2 clients of that stream,
 	// which then never fence it (the protocol's writers hold no token).
 	DurablePerStream int
+	// ProducersPerStream more client goroutines on each stream append as
+	// idempotent producers of the S2 face (producers.go), retrying each
+	// batch with its mark until it is answered.
+	ProducersPerStream int
 	// RequestTimeout bounds one call (default 10 s).
 	RequestTimeout time.Duration
 	// ReadTimeout bounds one read or check-tail (default RequestTimeout).
@@ -94,6 +98,13 @@ func (w *Workload) Run(ctx context.Context, h *History) error {
 			c.noFence = w.DurablePerStream > 0 && si%2 == 0
 			id++
 			wg.Go(func() { c.run(ctx) })
+		}
+		if w.Catalog == nil {
+			for range w.ProducersPerStream {
+				p := newProducerClient(id, w.Basin, name, cs, h, rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))))
+				id++
+				wg.Go(func() { p.run(ctx) })
+			}
 		}
 		if si%2 != 0 || w.Catalog != nil {
 			continue

@@ -116,6 +116,11 @@ type Stats struct {
 	// 204 (an earlier attempt applied it), DurableRetries the attempts
 	// sent again after no answer or a 5xx.
 	DurableDuplicates, DurableRetries int
+	// ProducerAppends counts the appends of the S2 face's idempotent
+	// producers (producers.go), ProducerAcked those acknowledged,
+	// ProducerRefused those refused definitely (nothing appended), and
+	// ProducerRetries the attempts sent again with the same mark.
+	ProducerAppends, ProducerAcked, ProducerRefused, ProducerRetries int
 }
 
 // NewHistory starts a history; times are measured from now.
@@ -225,6 +230,31 @@ func (h *History) RecordDurableAppend(client int, in *Input, call int64, ack api
 		h.stats.DurableAcked++
 	}
 	return o
+}
+
+// RecordProducerAppend adds an idempotent producer's append of the S2
+// face: one operation for all its attempts.
+func (h *History) RecordProducerAppend(client int, in *Input, call int64, ack api.AppendAck, err error, retries int) Outcome {
+	o := h.RecordAppend(client, in, call, ack, err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.ProducerAppends++
+	h.stats.ProducerRetries += retries
+	if err == nil {
+		h.stats.ProducerAcked++
+	}
+	return o
+}
+
+// RecordProducerRefusal counts a producer append refused definitely
+// (nothing appended); it stays out of the history.
+func (h *History) RecordProducerRefusal(client int, in *Input, call int64, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.Appends++
+	h.stats.ProducerAppends++
+	h.stats.ProducerRefused++
+	h.stats.NoEffect++
 }
 
 // RecordDurableRefusal counts a Durable Streams append the face refused

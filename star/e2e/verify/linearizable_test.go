@@ -43,6 +43,7 @@ var (
 	flagClients      = flag.Int("verify.clients", 4, "client goroutines per stream")
 	flagAppenders    = flag.Int("verify.appenders", 1, "more client goroutines per stream that only append (producers: they never wait on a read)")
 	flagDurable      = flag.Int("verify.durable", 1, "more client goroutines per even-numbered stream that append through the Durable Streams face (idempotent producers), beside its S2 clients")
+	flagProducers    = flag.Int("verify.producers", 1, "more client goroutines per stream that append as idempotent producers of the S2 face (starlog-producer headers), retrying each batch with its mark")
 	flagSeed         = flag.Uint64("verify.seed", 0, "random seed (0: from the clock)")
 	flagCheckTimeout = flag.Duration("verify.check-timeout", 3*time.Minute, "porcupine's budget per history")
 	flagMaxDown      = flag.Duration("verify.max-down", 3*time.Second, "a killed star stays down up to this long (past --dead-after: the others take its streams over)")
@@ -443,7 +444,7 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 	h := NewHistory()
 	w := &Workload{Endpoints: cluster.Endpoints(), Basin: basin, Streams: streams,
 		ClientsPerStream: *flagClients, AppendersPerStream: *flagAppenders, DurablePerStream: *flagDurable,
-		Seed: seed + uint64(r), ReadTimeout: *flagReadTimeout}
+		ProducersPerStream: *flagProducers, Seed: seed + uint64(r), ReadTimeout: *flagReadTimeout}
 	// The clients run for d and at least until the nemesis has injected
 	// every planned fault and BlipMargin more (a handoff's blip is
 	// measured until then).
@@ -536,7 +537,7 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		return false
 	}
 	order := append(slices.Clone(admins[r%len(admins):]), admins[:r%len(admins)]...)
-	readers := (len(streams) + len(catStreams)) * (*flagClients + *flagAppenders + *flagDurable)
+	readers := (len(streams) + len(catStreams)) * (*flagClients + *flagAppenders + *flagDurable + *flagProducers)
 	readBack, err := ReadBack(rb, order, basin, streams, nil, h, readers)
 	var retired map[string]bool
 	if err == nil && cat != nil {
@@ -591,6 +592,11 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		r, st.DurableAppends, st.DurableAcked, st.DurableDuplicates, st.DurableRefused, st.DurableRetries)
 	if *flagDurable > 0 && st.DurableAcked == 0 {
 		t.Errorf("round %d: no Durable Streams append was acknowledged: the mixed workload did not run", r)
+	}
+	t.Logf("round %d: S2 idempotent producer appends %d: %d acked, %d refused; %d attempts sent again",
+		r, st.ProducerAppends, st.ProducerAcked, st.ProducerRefused, st.ProducerRetries)
+	if *flagProducers > 0 && st.ProducerAcked == 0 {
+		t.Errorf("round %d: no idempotent producer append was acknowledged: the producers did not run", r)
 	}
 	if st.ShortReads > 0 {
 		t.Logf("round %d: %d short reads, e.g. %s", r, st.ShortReads, strings.Join(h.ShortReads(), "; "))
