@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/kafka"
 	"github.com/starlog/starlog/star/node"
@@ -125,6 +126,23 @@ func run(o runOptions) error {
 		lim := o.cfg.MemoryLimit()
 		debug.SetMemoryLimit(lim)
 		o.log.Info("soft memory limit from the pool and backlog budgets", "mib", lim>>20)
+	}
+	// Traces go where the OpenTelemetry environment says, if anywhere.
+	tr, err := tracing.FromEnv(ctx, "starlog-star")
+	if err != nil {
+		closeListeners()
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(fctx); err != nil {
+			o.log.Warn("tracing: spans not exported at shutdown", "err", err)
+		}
+	}()
+	if tr.On {
+		o.srv.Tracer = tr
+		o.log.Info("tracing: exporting spans over OTLP (OTEL_* environment)")
 	}
 	n, err := node.Open(ctx, o.cfg, o.deps)
 	if err != nil {

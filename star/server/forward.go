@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 )
@@ -122,6 +124,9 @@ func newForwarder(s *Server) (*forwarder, error) {
 			// as sent); the internal credential proves this is a star.
 			if c := s.keys.Internal(); c != "" {
 				pr.Out.Header.Set(auth.HeaderInternal, c)
+			}
+			if s.tracer != nil { // the leader's span is a child of this star's
+				tracing.Propagator().Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {

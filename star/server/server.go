@@ -23,8 +23,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/starlog/starlog/shared/api"
+	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/node"
@@ -41,6 +44,11 @@ type Options struct {
 	SessionBacklog int
 	// Logger (nil: the node's).
 	Logger *slog.Logger
+	// Tracer, when set, traces every request (a server span, its
+	// context taken from the request's traceparent and passed on when
+	// the request is forwarded); nil turns tracing off at no cost
+	// (shared/tracing).
+	Tracer trace.TracerProvider
 	// PeerTLS is how forwarding dials peers that advertise https (nil:
 	// the system's roots; see tls.go).
 	PeerTLS *tls.Config
@@ -116,7 +124,8 @@ const (
 type Server struct {
 	n        *node.Node
 	log      *slog.Logger
-	failures *failureLog // the "request failed" lines (faillog.go)
+	tracer   trace.Tracer // nil: tracing off
+	failures *failureLog  // the "request failed" lines (faillog.go)
 	opts     Options
 
 	requests *prometheus.CounterVec
@@ -179,6 +188,9 @@ func New(n *node.Node, opts Options) (*Server, error) {
 		s.tokens.now = opts.TokenClock
 	}
 	s.usage = newUsage(time.Now)
+	if opts.Tracer != nil {
+		s.tracer = opts.Tracer.Tracer("github.com/starlog/starlog/star/server")
+	}
 	if s.codecs, err = newCodecs(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -306,6 +318,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	internal := s.keys.IsInternal(r.Header.Get(auth.HeaderInternal))
 	r = forwardedFrom(r, internal)
+	var span trace.Span
+	if s.tracer != nil {
+		var ctx context.Context
+		ctx, span = s.tracer.Start(tracing.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)),
+			methodLabel(r.Method)+" "+rt.kind.String(), trace.WithSpanKind(trace.SpanKindServer))
+		r = r.WithContext(ctx)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -325,6 +344,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.countOp(r, rt)
 		}
 		s.duration.WithLabelValues(rt.kind.String()).Observe(time.Since(start).Seconds())
+		if span != nil {
+			s.endSpan(span, r, rt, status)
+		}
 	}()
 	if perr != nil {
 		s.writeError(rw, r, perr)

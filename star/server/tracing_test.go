@@ -1,0 +1,134 @@
+package server_test
+
+import (
+	"context"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/starlog/starlog/shared/testsvc"
+	"github.com/starlog/starlog/shared/tracing"
+	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/server"
+)
+
+// otlpReceiver is an OTLP/HTTP trace receiver: it keeps every span sent.
+type otlpReceiver struct {
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var req coltracepb.ExportTraceServiceRequest
+	if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
+		http.Error(w, "bad export", http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			o.spans = append(o.spans, ss.Spans...)
+		}
+	}
+	o.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Write(b)
+}
+
+func spanAttr(s *tracepb.Span, key string) string {
+	for _, a := range s.Attributes {
+		if a.Key == key {
+			return a.Value.GetStringValue()
+		}
+	}
+	return ""
+}
+
+// Tracing, configured by the standard OTEL_* environment: an append
+// forwarded from one star to its stream's leader is one trace, the
+// leader's server span a child of the forwarding star's (W3C traceparent
+// on the internal path), and a client's own traceparent is the parent of
+// both (issue 32 item 3).
+func TestForwardedAppendIsOneTrace(t *testing.T) {
+	rcv := &otlpReceiver{}
+	col := httptest.NewServer(rcv)
+	defer col.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+	tr, err := tracing.FromEnv(t.Context(), "starlog-test")
+	if err != nil || !tr.On {
+		t.Fatalf("tracing from the environment: on %v, %v", tr != nil && tr.On, err)
+	}
+	objs, ms := memObjects(t), testsvc.SQLite(t)
+	opts := server.Options{Tracer: tr, Auth: auth.Open()}
+	a := starServing(t, "a", ms, objs, nil, opts)
+	b := starServing(t, "b", ms, objs, nil, opts)
+	a.setupBasin("trace-basin")
+	want(t, a.appendJSON("trace-basin", "s", textRecords("a", 1)), 200, "") // a leads s
+
+	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	const clientSpan = "00f067aa0ba902b7"
+	want(t, b.appendJSON("trace-basin", "s", textRecords("b", 2), "traceparent", "00-"+clientTrace+"-"+clientSpan+"-01"), 200, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil { // flushes every span
+		t.Fatal(err)
+	}
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var atA, atB *tracepb.Span
+	for _, s := range rcv.spans {
+		if hex.EncodeToString(s.TraceId) != clientTrace || s.Name != "POST records" {
+			continue
+		}
+		switch spanAttr(s, "starlog.star") {
+		case "a":
+			atA = s
+		case "b":
+			atB = s
+		}
+	}
+	if atA == nil || atB == nil {
+		names := []string{}
+		for _, s := range rcv.spans {
+			names = append(names, s.Name+"@"+spanAttr(s, "starlog.star")+" "+hex.EncodeToString(s.TraceId))
+		}
+		t.Fatalf("the client's trace has the forwarding star's span %v and the leader's %v; spans: %v", atB != nil, atA != nil, names)
+	}
+	if got := hex.EncodeToString(atB.ParentSpanId); got != clientSpan {
+		t.Errorf("the forwarding star's span has parent %s, want the client's %s", got, clientSpan)
+	}
+	if string(atA.ParentSpanId) != string(atB.SpanId) {
+		t.Errorf("the leader's span has parent %x, want the forwarding star's span %x", atA.ParentSpanId, atB.SpanId)
+	}
+	if atB.Kind != tracepb.Span_SPAN_KIND_SERVER || spanAttr(atA, "starlog.name") != "s" || spanAttr(atA, "starlog.basin") != "trace-basin" {
+		t.Errorf("span kind %v, leader's attributes %v", atB.Kind, atA.Attributes)
+	}
+}
+
+// Without the environment asking for it, tracing is off: no exporter, a
+// no-op provider.
+func TestTracingOffByDefault(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED"} {
+		t.Setenv(k, "")
+	}
+	tr, err := tracing.FromEnv(t.Context(), "x")
+	if err != nil || tr.On {
+		t.Fatalf("on %v, %v", tr.On, err)
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
+	if _, err := tracing.FromEnv(t.Context(), "x"); err == nil {
+		t.Fatal("an unsupported exporter was accepted")
+	}
+}
