@@ -3,16 +3,19 @@ package server_test
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auth"
@@ -79,26 +82,42 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	const clientSpan = "00f067aa0ba902b7"
 	want(t, b.appendJSON("trace-basin", "s", textRecords("b", 2), "traceparent", "00-"+clientTrace+"-"+clientSpan+"-01"), 200, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 10e9)
+	// A star's span ends when its handler returns, which may be just
+	// after the client has the whole response: flush until both are in.
+	flusher := tr.TracerProvider.(interface{ ForceFlush(context.Context) error })
+	var atA, atB *tracepb.Span
+	find := func() bool {
+		if err := flusher.ForceFlush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		for _, s := range rcv.spans {
+			if hex.EncodeToString(s.TraceId) != clientTrace || s.Name != "POST records" {
+				continue
+			}
+			switch spanAttr(s, "starlog.star") {
+			case "a":
+				atA = s
+			case "b":
+				atB = s
+			}
+		}
+		return atA != nil && atB != nil
+	}
+	_ = poll.Wait(5*time.Second, func() error { // the checks below say what is missing
+		if !find() {
+			return errors.New("spans missing")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := tr.Shutdown(ctx); err != nil { // flushes every span
+	if err := tr.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
-	var atA, atB *tracepb.Span
-	for _, s := range rcv.spans {
-		if hex.EncodeToString(s.TraceId) != clientTrace || s.Name != "POST records" {
-			continue
-		}
-		switch spanAttr(s, "starlog.star") {
-		case "a":
-			atA = s
-		case "b":
-			atB = s
-		}
-	}
 	if atA == nil || atB == nil {
 		names := []string{}
 		for _, s := range rcv.spans {
