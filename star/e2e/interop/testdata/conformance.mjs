@@ -556,31 +556,6 @@ scenario("7-long-poll", async (ctx) => {
 // 8. Tailing readSession.
 for (const transport of Object.keys(TRANSPORTS)) {
   scenario(`8-tailing-read-session/${transport}`, async (ctx) => {
-    // The idle session runs beside the tailing and waitSecs checks (other
-    // streams): its 30 s, not their sum, sets the length of the scenario.
-    const idleRun = (async () => {
-      const idle = await ctx.create("idle", { transport });
-      const is = await idle.readSession({ start: { from: { tailOffset: 0 } } });
-      const ir = is.getReader();
-      // Keep a read pending through the idle period: a session error (no
-      // heartbeat for the SDK's 20–25 s) would settle it.
-      let settled;
-      const pending = ir.read().then(
-        (r) => { settled = { r }; return r; },
-        (e) => { settled = { e }; throw e; },
-      );
-      pending.catch(() => {});
-      await sleep(IDLE_SESSION_MS);
-      if (settled?.e) fail(`idle session failed within ${IDLE_SESSION_MS} ms: ${describeError(settled.e)}`);
-      if (settled) fail(`idle session yielded ${show(settled.r)} with nothing appended`);
-      check(is.lastObservedTail() !== undefined, "idle session never reported a tail (no heartbeat seen)");
-      const a = await appendStrings(idle, ["after idle"]);
-      const r = await withTimeout(pending, 10_000, "record appended after 30 s idle");
-      check(!r.done, "idle session ended instead of delivering the record appended after the idle period");
-      equal([r.value.seqNum, r.value.body], [a.start.seqNum, "after idle"], "record after idle");
-      await withTimeout(ir.cancel("done"), 5_000, "cancel of the idle session");
-    })();
-    idleRun.catch(() => {});
     const live = await ctx.create("live", { transport });
     await appendStrings(live, ["old0", "old1"]);
     const session = await live.readSession({ start: { from: { tailOffset: 0 } } });
@@ -611,7 +586,26 @@ for (const transport of Object.keys(TRANSPORTS)) {
     equal(rest.length, 0, "session with waitSecs 2: record count");
     check(took >= 1950 && took < 10_000, `session with waitSecs 2 ended after ${took} ms, want ≥ 2000`);
 
-    await idleRun;
+    const idle = await ctx.create("idle", { transport });
+    const is = await idle.readSession({ start: { from: { tailOffset: 0 } } });
+    const ir = is.getReader();
+    // Keep a read pending through the idle period: a session error (no
+    // heartbeat for the SDK's 20–25 s) would settle it.
+    let settled;
+    const pending = ir.read().then(
+      (r) => { settled = { r }; return r; },
+      (e) => { settled = { e }; throw e; },
+    );
+    pending.catch(() => {});
+    await sleep(IDLE_SESSION_MS);
+    if (settled?.e) fail(`idle session failed within ${IDLE_SESSION_MS} ms: ${describeError(settled.e)}`);
+    if (settled) fail(`idle session yielded ${show(settled.r)} with nothing appended`);
+    check(is.lastObservedTail() !== undefined, "idle session never reported a tail (no heartbeat seen)");
+    const a = await appendStrings(idle, ["after idle"]);
+    const r = await withTimeout(pending, 10_000, "record appended after 30 s idle");
+    check(!r.done, "idle session ended instead of delivering the record appended after the idle period");
+    equal([r.value.seqNum, r.value.body], [a.start.seqNum, "after idle"], "record after idle");
+    await withTimeout(ir.cancel("done"), 5_000, "cancel of the idle session");
   });
 }
 
