@@ -55,7 +55,6 @@ func metricSum(t *testing.T, p *proc, name string, labels ...string) float64 {
 // deletes their slots after the read grace, every acknowledged record
 // still reads back, and a SIGTERM stops the star and its auditor cleanly.
 func TestDevSettlesAndTrimsByItself(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}

@@ -15,7 +15,6 @@ import (
 // Go's plain text: a body that does not decode or names no fault, an
 // unknown path, a method the path does not take.
 func TestDevFaultControlErrorsAreJSON(t *testing.T) {
-	t.Parallel()
 	d := &devFaults{buckets: []string{"standard"}}
 	d.state = d.cleared()
 	srv := httptest.NewServer(d.handler())

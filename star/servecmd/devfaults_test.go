@@ -66,7 +66,6 @@ func appendWithin(url, stream string, d time.Duration) (int, error) {
 // a slow one delays it; a downed bucket set stops appends from acking;
 // DELETE clears everything and the star serves again.
 func TestDevFaultControl(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}

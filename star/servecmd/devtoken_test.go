@@ -100,7 +100,6 @@ func status(t *testing.T, url, token string) int {
 // in <data>/dev-token across restarts, and refuses requests without it;
 // --open serves without one.
 func TestDevToken(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}

@@ -16,8 +16,6 @@ import (
 // (sent to a, which forwards it to b). The Durable Streams face's basin
 // is durable-streams (the default).
 func TestDurableProducerSurvivesHandoff(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	if testing.Short() {
 		t.Skip("-short: builds and runs two star serve processes")
 	}

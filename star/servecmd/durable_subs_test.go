@@ -20,8 +20,6 @@ import (
 // wake whose lease ran out and wakes the worker again (a higher
 // generation), and the worker's callback on the survivor acks it.
 func TestSubscriptionOwnerKilled(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	if testing.Short() {
 		t.Skip("-short: builds and runs two star serve processes")
 	}

@@ -101,7 +101,6 @@ func TestSettleFlags(t *testing.T) {
 // Every variable the auditor functions share with the star is the
 // environment fallback of the star's flag of the same meaning.
 func TestAuditorEnvNamesAreFlagFallbacks(t *testing.T) {
-	t.Parallel()
 	serve := Serve().Flags()
 	for flag, env := range map[string]string{
 		"dynamo-table": awsenv.EnvTable, "standard-buckets": awsenv.EnvStandardBuckets, "express-buckets": awsenv.EnvExpressBuckets,
@@ -126,7 +125,6 @@ func TestAuditorEnvNamesAreFlagFallbacks(t *testing.T) {
 // batch-rate limit and the per-client limit are off unless asked for, and
 // 0 turns a limit off.
 func TestRateLimitFlags(t *testing.T) {
-	t.Parallel()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	var c common
 	c.register(fs, "127.0.0.1:1")

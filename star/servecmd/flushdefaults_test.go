@@ -13,7 +13,6 @@ import (
 // value and the cut-when-idle rule to on, and says so in --help; star serve
 // keeps the node's cost-aware ones (and the rule off).
 func TestFlushDefaultsPerMedium(t *testing.T) {
-	t.Parallel()
 	d := node.Defaults()
 	for _, tc := range []struct {
 		cmd       string

@@ -88,8 +88,6 @@ func firstOK(acks *ackLog, p *proc, stream string, stop <-chan struct{}) (time.T
 // successor takes the released lease without a gate settle, and the
 // producers only retry through the move.
 func TestHandoffUnderLoad(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	const s = "moving"
 	a, b, acks := twoStarsLedByA(t, s)
 
@@ -216,8 +214,6 @@ func grepMetrics(t *testing.T, p *proc, sub string) string {
 // and without a gate settle, and every acknowledged record reads back.
 // The closing star's nudge makes the other settle its chains at once.
 func TestGracefulCloseReleasesLeases(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	streams := []string{"s1", "s2", "s3"}
 	a, b, acks := twoStarsLedByA(t, streams...)
 	stop := make(chan struct{})
@@ -291,8 +287,6 @@ func TestGracefulCloseReleasesLeases(t *testing.T) {
 // star takes them without a gate settle), takes no new lease, forwards to
 // the new leader, and returns once its terminate gate is open.
 func TestDrainOpensTerminateGate(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	streams := []string{"d1", "d2", "d3"}
 	a, b, acks := twoStarsLedByA(t, streams...)
 	stop := make(chan struct{})

@@ -38,7 +38,6 @@ func get(t *testing.T, url string) (int, string) {
 // only; /metrics and the /v1/starlog/ endpoints are on the internal one,
 // which peers are told about and forward to.
 func TestInternalListener(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}
@@ -114,7 +113,6 @@ func metricAt(t *testing.T, base, series string) string {
 // and their variables (issue 12: the unit lacked the S3 region and every
 // star exited with "no directory and no S3 region configured").
 func TestServeNamesMissingSettings(t *testing.T) {
-	t.Parallel()
 	bin, err := buildStar()
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +135,6 @@ func TestServeNamesMissingSettings(t *testing.T) {
 // every flag and variable that would supply them; one with a short key
 // says so.
 func TestServeNeedsCredentials(t *testing.T) {
-	t.Parallel()
 	bin, err := buildStar()
 	if err != nil {
 		t.Fatal(err)

@@ -89,7 +89,6 @@ func startDevKafka(t *testing.T, flags ...string) (string, string) {
 // banner, and a client with the dev token as its SASL/PLAIN password
 // creates a topic, produces and consumes.
 func TestDevServesKafka(t *testing.T) {
-	t.Parallel()
 	addr, tok := startDevKafka(t, "--kafka-listen", "127.0.0.1:0")
 	if addr == "" || tok == "" {
 		t.Fatalf("banner: kafka %q, token %q", addr, tok)
@@ -120,7 +119,6 @@ func TestDevServesKafka(t *testing.T) {
 // A taken default port leaves star dev serving without Kafka (no banner
 // line); a taken port asked for is an error.
 func TestDevKafkaPortTaken(t *testing.T) {
-	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -198,8 +198,6 @@ func metric(t *testing.T, p *proc, name string) string {
 // write lock and stalls every star. The deposed writer is tested
 // deterministically in star/node.)
 func TestLeadershipAcrossStars(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}

@@ -272,8 +272,6 @@ func readAll(t *testing.T, p *proc, stream string) (map[uint64]string, uint64) {
 // restarted on the same data, and every acknowledged record reads back at
 // its seq num; then a clean SIGTERM stop and a third start do the same.
 func TestKill9Restart(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}

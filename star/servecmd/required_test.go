@@ -7,7 +7,6 @@ import (
 )
 
 func TestRequiredSettings(t *testing.T) {
-	t.Parallel()
 	noRegion := func(context.Context) string { return "" }
 	awsRegion := func(context.Context) string { return "us-east-1" }
 	s3 := required{table: "t", dynamoRegion: "us-east-1", s3Region: "us-east-1", standardGiven: true, expressGiven: true}

@@ -69,7 +69,6 @@ func startServe(t *testing.T, env []string) *proc {
 // DynamoDB Local), configured by environment: basins and streams, appends
 // on both classes, kill -9, restart, every ack reads back.
 func TestServeOnS3AndDynamo(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts versitygw, DynamoDB Local and the star binary")
 	}

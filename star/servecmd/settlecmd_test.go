@@ -12,7 +12,6 @@ import (
 // `star settle quarantine list` shows a quarantined stream of the dev
 // data folder; `retry` and `force` of an unknown stream fail.
 func TestSettleQuarantineCommand(t *testing.T) {
-	t.Parallel()
 	data := t.TempDir()
 	var c common
 	cfg := c.nodeConfig()

@@ -17,7 +17,6 @@ import (
 // would set them): it serves https only, advertises an https address, and
 // a second star forwards to it over TLS.
 func TestServeTLS(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}
@@ -74,7 +73,6 @@ func TestServeTLS(t *testing.T) {
 
 // Half a TLS setting is an error naming the missing flag and variable.
 func TestServeTLSNeedsKey(t *testing.T) {
-	t.Parallel()
 	bin, err := buildStar()
 	if err != nil {
 		t.Fatal(err)

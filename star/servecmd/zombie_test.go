@@ -16,8 +16,6 @@ import (
 // supervisor restarts it as a new incarnation instead of leaving a
 // process that serves nothing.
 func TestZombieExits(t *testing.T) {
-	// Not parallel: it bounds a takeover or exit by the stars' dead-after,
-	// which stars starved by the tests beside it overran.
 	if testing.Short() {
 		t.Skip("builds and runs the star binary")
 	}
