@@ -18,7 +18,6 @@ import (
 // is retried after the wait the star asks for (retry-after-ms), within the
 // attempts and the context, and only as the append retry policy allows.
 func TestRateLimitedAppendsAgainstStar(t *testing.T) {
-	t.Parallel() // its own star (or test server), port and client; it mostly waits
 	endpoint := startStar(t, "--append-stream-batches-per-sec", "1")
 	ctx := testCtx(t)
 	retrying := starClient(t, endpoint, starAdminToken, nil)

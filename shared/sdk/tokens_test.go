@@ -20,7 +20,6 @@ import (
 // refused outside it, listings page, and a revoked token is refused with
 // 401 within the bound the docs state (5 s).
 func TestAccessTokensAgainstStar(t *testing.T) {
-	t.Parallel() // its own star (or test server), port and client; it mostly waits
 	endpoint := startStar(t)
 	ctx := testCtx(t)
 	admin := starClient(t, endpoint, starAdminToken, nil)
@@ -136,7 +135,6 @@ func isStatus(err error, status int, code string) bool {
 // bound docs/security.md states (2 s of cache plus one metastore read;
 // the bound is 5 s).
 func TestRevocationAcrossStarsSDK(t *testing.T) {
-	t.Parallel() // its own star (or test server), port and client; it mostly waits
 	a := startStar(t, "--stars", "2")
 	u, err := url.Parse(a)
 	if err != nil {
