@@ -190,6 +190,7 @@ func TestAppendReadTail(t *testing.T) {
 
 // TestTailFollows: tail prints records appended while it runs.
 func TestTailFollows(t *testing.T) {
+	t.Parallel() // its own star (or test server), port and client; it mostly waits
 	srv, env := testEnv(t)
 	mustRun(t, env, "", "streams", "create", "s")
 	mustRun(t, env, "old\n", "append", "s", "--basin", testBasin)

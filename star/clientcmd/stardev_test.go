@@ -118,6 +118,7 @@ func startStarDev(t *testing.T) (string, string, string) {
 
 // TestAgainstStarDev drives every client command against a real star.
 func TestAgainstStarDev(t *testing.T) {
+	t.Parallel() // its own star (or test server), port and client; it mostly waits
 	if testing.Short() {
 		t.Skip("builds and runs star dev")
 	}

@@ -14,6 +14,7 @@ import (
 // TestTokensAgainstStarDev issues a scoped token with the CLI, uses it with
 // the CLI, lists tokens and revokes it, against a real star dev.
 func TestTokensAgainstStarDev(t *testing.T) {
+	t.Parallel() // its own star (or test server), port and client; it mostly waits
 	if testing.Short() {
 		t.Skip("builds and runs star dev")
 	}

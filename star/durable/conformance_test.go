@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ const (
 // against `star dev` (its own default durability: an append is
 // acknowledged once durable at W).
 func TestConformance(t *testing.T) {
+	t.Parallel() // beside the kill -9 tests: each has its own star dev
 	if testing.Short() {
 		t.Skip("-short: runs the npm conformance suite (node, .ci/tools/node_modules from make tools) against a star dev it builds, about a minute")
 	}
@@ -230,17 +232,33 @@ func waitHealthy(t *testing.T, s *devStar, timeout time.Duration) {
 	})
 }
 
-// buildStar compiles the star binary from this module into a temp folder.
+// buildStar compiles the star binary from this module once for the
+// package (its tests run at once) into a folder TestMain removes.
 func buildStar(t *testing.T, root string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "star")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build star: %v\n%s", err, out)
+	starBinOnce.Do(func() {
+		if starBinDir, starBinErr = os.MkdirTemp("", "starlog-durable-"); starBinErr != nil {
+			return
+		}
+		starBinPath = filepath.Join(starBinDir, "star")
+		cmd := exec.Command("go", "build", "-o", starBinPath, "github.com/starlog/starlog/star")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			starBinErr = fmt.Errorf("go build star: %v\n%s", err, out)
+		}
+	})
+	if starBinErr != nil {
+		t.Fatal(starBinErr)
 	}
-	return bin
+	return starBinPath
 }
+
+var (
+	starBinOnce sync.Once
+	starBinPath string
+	starBinErr  error
+	starBinDir  string
+)
 
 // withoutStarlogConfig drops the STARLOG_* variables, which the star reads
 // as flag defaults, so a developer's shell cannot change what is tested.

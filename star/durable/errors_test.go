@@ -13,6 +13,7 @@ import (
 // header (so a forwarding star resolves the lease again and retries),
 // though a NotLeaderError also unwraps to an API error.
 func TestWriteErrNotLeader(t *testing.T) {
+	t.Parallel()
 	w := httptest.NewRecorder()
 	(&Handler{}).writeErr(w, &node.NotLeaderError{StreamID: "id", Leader: meta.LeaseHolder{Star: "a"}})
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Starlog-Not-Leader") != "a" || w.Header().Get("Retry-After") != "1" {

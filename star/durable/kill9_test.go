@@ -24,6 +24,7 @@ import (
 // hold every message once, in order, and so does the S2 face (one record
 // per JSON message).
 func TestTypeScriptClientSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: builds star dev, kills it with SIGKILL and runs @durable-streams/client from .ci/tools/node_modules (make tools)")
 	}
@@ -122,6 +123,7 @@ func TestTypeScriptClientSurvivesKill9(t *testing.T) {
 // no memory of the producer, yet answers 204 (duplicate) and applies it
 // once, because the producer state is folded from the records.
 func TestProducerStateSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: builds star dev and kills it with SIGKILL")
 	}

@@ -41,6 +41,7 @@ func ttlCall(t *testing.T, method, url string, hdr map[string]string, body strin
 // TTL past MaxStreamTTLSecs is now refused with 400 and creates nothing;
 // one at the maximum keeps the stream; −1 stays a 400.
 func TestStreamTTLPastTheMaximumIsRefused(t *testing.T) {
+	t.Parallel()
 	s := startTestStar(t, testsvc.SQLite(t))
 	for _, c := range []struct {
 		ttl  string

@@ -58,6 +58,8 @@ func retainCall(t *testing.T, method, url string, hdr map[string]string, body st
 // the in-process auditor on a tiny settle policy and a one-second
 // retention.
 func TestDurableRetention(t *testing.T) {
+	// Not parallel: its 1 s retention windows are judged on real time, and
+	// the star processes of the tests beside it slowed it past them.
 	ctx := context.Background()
 	ms := testsvc.SQLite(t)
 	objs, err := mem.New("standard")
@@ -209,6 +211,7 @@ func TestDurableRetention(t *testing.T) {
 // nothing ages out). A PUT again with the same value is 200, with another
 // (or none) 409.
 func TestStreamRetentionHeader(t *testing.T) {
+	t.Parallel()
 	s := startTestStar(t, testsvc.SQLite(t))
 	for _, v := range []string{"0", "-1", "+5", "01", "1.5", "1e3", "abc", "18446744073709551616"} {
 		u := s.url + "/bad/" + strings.NewReplacer("+", "p", ".", "d").Replace(v)

@@ -42,6 +42,7 @@ func do(t *testing.T, method, url, auth string, body any) (int, []byte) {
 // flight: the callback minted before the kill acks it, and its replay is
 // fenced.
 func TestSubscriptionSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: builds star dev and kills it with SIGKILL")
 	}

@@ -14,6 +14,7 @@ import (
 // (beside an internal listener), the router's bad-path error when the server
 // is the only listener.
 func TestPprofOnAdminListenerOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	paths := []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/heap"}
 	for _, path := range paths {
@@ -47,6 +48,7 @@ func TestPprofOnAdminListenerOnly(t *testing.T) {
 // internal credential; a remote caller without it gets 403, with a
 // client's access token too.
 func TestPprofNeedsLoopbackOrTheInternalCredential(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	get := func(remote string, headers ...string) int {
 		r := httptest.NewRequest(http.MethodGet, "/debug/pprof/cmdline", nil)

@@ -155,6 +155,7 @@ func endpoints() []endpoint {
 }
 
 func TestAuthMatrix(t *testing.T) {
+	t.Parallel()
 	var clock tokenClock
 	e := newEnv(t, withAuth, withServer(func(o *server.Options) { o.TokenClock = clock.now }))
 	adm := bearer(testAdmin)
@@ -263,6 +264,7 @@ func TestAuthMatrix(t *testing.T) {
 
 // The metastore never holds a token, only its keyed hash.
 func TestTokenRowHoldsNoSecret(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	tok := e.issue(map[string]any{"id": "secret-check", "scope": map[string]any{"ops": []string{"list-basins"}}})
 	it, err := e.n.Meta().Get(context.Background(), meta.TokensPK, "secret-check")
@@ -285,6 +287,7 @@ func TestTokenRowHoldsNoSecret(t *testing.T) {
 
 // A token issues only tokens within its own scope.
 func TestIssueWithinScope(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	parent := e.issue(map[string]any{"id": "team/parent", "expires_at": exp.Format(time.RFC3339),
@@ -324,6 +327,7 @@ func TestIssueWithinScope(t *testing.T) {
 
 // auto_prefix_streams rewrites stream names both ways.
 func TestAutoPrefixStreams(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	adm := bearer(testAdmin)
 	want(t, e.call("POST", "basins", jsonBody(map[string]any{"basin": "authbasin-1", "config": map[string]any{"create_stream_on_append": true}}), adm...), 201, "")
@@ -364,6 +368,7 @@ func TestAutoPrefixStreams(t *testing.T) {
 
 // Trim and fence command records need their own operations.
 func TestCommandRecordsNeedTheirOps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	want(t, e.call("POST", "basins", jsonBody(map[string]any{"basin": "authbasin-1", "config": map[string]any{"create_stream_on_append": true}}), bearer(testAdmin)...), 201, "")
 	appendOnly := e.issue(map[string]any{"id": "append-only", "scope": map[string]any{"basins": map[string]string{"prefix": ""},
@@ -389,6 +394,7 @@ func TestCommandRecordsNeedTheirOps(t *testing.T) {
 // admin's, is refused, and Starlog-Forwarded-By without the credential is
 // ignored.
 func TestInternalPaths(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	cred, err := auth.InternalCredential([]byte(testKey))
 	if err != nil {
@@ -416,6 +422,7 @@ func TestInternalPaths(t *testing.T) {
 // within the stated bound (TokenCacheTTL plus a read), and at once by the
 // star that revoked.
 func TestRevocationAcrossStars(t *testing.T) {
+	t.Parallel()
 	ms := testsvc.SQLite(t)
 	start := func(id string) *env {
 		objs := memObjects(t)
@@ -467,6 +474,7 @@ func TestRevocationAcrossStars(t *testing.T) {
 
 // A production server cannot be built without credentials.
 func TestServerNeedsAnAuthority(t *testing.T) {
+	t.Parallel()
 	objs, _ := mem.New("standard", "express-a", "express-b", "express-c")
 	n, err := node.Open(context.Background(), node.Defaults(), node.Deps{Meta: testsvc.SQLite(t), Objects: objs, Logger: testLog()})
 	if err != nil {
@@ -486,6 +494,7 @@ func TestServerNeedsAnAuthority(t *testing.T) {
 // Starlog-Forwarded-By without the internal credential is ignored (the
 // star forwards as usual rather than answering as the leader).
 func TestForwardedRequestsAreAuthorized(t *testing.T) {
+	t.Parallel()
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
@@ -523,6 +532,7 @@ func TestForwardedRequestsAreAuthorized(t *testing.T) {
 // verified lately (TokenStaleIfError), so clients are not turned away;
 // a token it never verified gets a retryable 503, not a 401.
 func TestTokensThroughMetastoreOutage(t *testing.T) {
+	t.Parallel()
 	objs := memObjects(t)
 	fm := mfaults.New(testsvc.SQLite(t), 1)
 	t.Cleanup(func() { fm.SetUnavailable(false) })
@@ -543,6 +553,7 @@ func TestTokensThroughMetastoreOutage(t *testing.T) {
 // A listing under an exact set shows that one name, however many names
 // extend it, and says there is no more.
 func TestListingsUnderExactSets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	for _, b := range []string{"authbasin-1", "authbasin-10", "authbasin-11"} {
 		want(t, e.call("POST", "basins", jsonBody(map[string]any{"basin": b}), bearer(testAdmin)...), 201, "")

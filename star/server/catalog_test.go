@@ -11,6 +11,7 @@ import (
 // leads s; the delete through b answers once a stopped leading it, and a
 // acknowledges nothing into the deleted basin afterwards.
 func TestBasinDeleteReachesLeaders(t *testing.T) {
+	t.Parallel()
 	a, b := starPair(t)
 	a.setupBasin("del-basin")
 	want(t, a.appendJSON("del-basin", "s", textRecords("a", 2)), 200, "")

@@ -36,6 +36,7 @@ func zstded(t *testing.T, b []byte) []byte {
 // them); a body that decompresses past the route's bound is 422 and
 // nothing is applied; responses are compressed on Accept-Encoding.
 func TestCompressedBodies(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("zip-basin")
 	jsonH := []string{"Content-Type", "application/json"}

@@ -22,6 +22,7 @@ import (
 // checkpoint. A checkpoint of another stream under the same name (the S2
 // stream deleted and created again) is not used.
 func TestDurableFoldCheckpoint(t *testing.T) {
+	t.Parallel()
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
@@ -89,6 +90,7 @@ func TestDurableFoldCheckpoint(t *testing.T) {
 // duplicate (the fold knows which producer's append closed it, though
 // the marker is not the append's first record).
 func TestDurableCloseRetryOfAJSONBatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(_ *node.Config, o *server.Options) { o.Durable = &durable.Config{} })
 	want(t, e.call("PUT", "/ds/j", nil, "Content-Type", "application/json"), 201, "")
 	hdr := []string{"Content-Type", "application/json", "Stream-Closed", "true", "Producer-Id", "w", "Producer-Epoch", "1", "Producer-Seq", "0"}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,6 +116,7 @@ func leaderOf(e *env, name string) string {
 // and of a closed source: each fork holds exactly the source's records
 // up to the fork point, then its own appends. The source stays led by a.
 func TestDurableForkOfRemoteSource(t *testing.T) {
+	t.Parallel()
 	a, b := durablePair(t, auth.Open())
 
 	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
@@ -217,6 +219,7 @@ func TestDurableForkOfRemoteSource(t *testing.T) {
 // and b's forwarder resolves the lease again and reads from the new
 // leader, c: the fork is created, with the source's records.
 func TestDurableForkFollowsSourceHandoff(t *testing.T) {
+	t.Parallel()
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	// b trusts what it remembers of the lease long enough to ask a again.
@@ -250,6 +253,7 @@ func TestDurableForkFollowsSourceHandoff(t *testing.T) {
 // deletes the source's starlog stream on a, the star that holds it open:
 // the path created again on a is a new, empty stream.
 func TestDurableForkDeleteCascadesToRemoteSource(t *testing.T) {
+	t.Parallel()
 	a, b := durablePair(t, auth.Open())
 	want(t, a.ds("PUT", "src", "", "Content-Type", "text/plain"), 201, "")
 	want(t, a.ds("POST", "src", "old", "Content-Type", "text/plain"), 204, "")
@@ -281,7 +285,8 @@ func TestDurableForkDeleteCascadesToRemoteSource(t *testing.T) {
 // star's own view of the window. Both stars' faces run on one clock that
 // the test moves.
 func TestDurableForkOfRemoteExpiredSource(t *testing.T) {
-	var clock tokenClock
+	t.Parallel()
+	clock := newStepClock()
 	a, b := durablePairOn(t, auth.Open(), clock.now)
 
 	at := clock.now().Add(time.Second).UTC().Format(time.RFC3339Nano)
@@ -325,6 +330,7 @@ func TestDurableForkOfRemoteExpiredSource(t *testing.T) {
 // carries the stars' internal credential does (as a fork's read of a
 // source led elsewhere does: it works on an authenticating cluster).
 func TestDurablePeerOpIsServerOnly(t *testing.T) {
+	t.Parallel()
 	const secret = "raw-secret-record"
 	check := func(t *testing.T, e *env, status int, headers ...string) {
 		t.Helper()
@@ -389,6 +395,7 @@ func TestDurablePeerOpIsServerOnly(t *testing.T) {
 // Deleting a source whose only fork expired unseen removes the fork
 // (releasing the source's row) and then the source: 204, and it is gone.
 func TestDurableDeleteSourceWhoseForkExpired(t *testing.T) {
+	t.Parallel()
 	var clock tokenClock
 	objs := memObjects(t)
 	a := durableStarOn(t, "a", testsvc.SQLite(t), objs, auth.Open(), clock.now)
@@ -406,6 +413,7 @@ func TestDurableDeleteSourceWhoseForkExpired(t *testing.T) {
 // internal credential and act as the admin, outside the token's scope and
 // without its stream prefix).
 func TestDurableServerRequestHeaderFromClient(t *testing.T) {
+	t.Parallel()
 	a, b := durablePair(t, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)})
 	adm := bearer(testAdmin)
 	tenant := bearer(a.issue(map[string]any{"id": "tenant", "auto_prefix_streams": true, "scope": map[string]any{
@@ -423,3 +431,17 @@ func TestDurableServerRequestHeaderFromClient(t *testing.T) {
 		t.Fatalf("the tenant's read through b with the server-request header: %s, want its own t/x", r)
 	}
 }
+
+// stepClock stands still until advanced: the TTL windows a test measures
+// on it do not stretch with the real time a loaded machine takes between
+// the test's steps (tokenClock runs with real time).
+type stepClock struct{ at atomic.Int64 }
+
+func newStepClock() *stepClock {
+	c := &stepClock{}
+	c.at.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *stepClock) now() time.Time          { return time.Unix(0, c.at.Load()) }
+func (c *stepClock) advance(d time.Duration) { c.at.Add(int64(d)) }

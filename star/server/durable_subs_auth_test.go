@@ -79,6 +79,7 @@ func (e *env) dsScoped(id string, set map[string]string, autoPrefix bool) string
 }
 
 func TestAuthMatrixDurableSubscriptions(t *testing.T) {
+	t.Parallel()
 	e := subscribingStar(t, "solo", testsvc.SQLite(t), memObjects(t), auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, 200*time.Millisecond)
 	jsonCT := []string{"Content-Type", "application/json"}
 	for _, s := range []string{"room/a", "room/b", "room/wake", "room/wake2", "victim/json", "victim/wake"} {
@@ -199,6 +200,7 @@ func TestAuthMatrixDurableSubscriptions(t *testing.T) {
 // subscription of a live token keeps waking; its webhook subscription
 // posts nothing either.
 func TestDurableSubscriptionActsAsItsCreator(t *testing.T) {
+	t.Parallel()
 	e := subscribingStar(t, "solo", testsvc.SQLite(t), memObjects(t), auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, 200*time.Millisecond)
 	jsonCT := []string{"Content-Type", "application/json"}
 	for _, s := range []string{"room/a", "room/wake-live", "room/wake-gone"} {
@@ -250,6 +252,7 @@ func TestDurableSubscriptionActsAsItsCreator(t *testing.T) {
 // token acks only the streams its access token may read, even a link
 // added after the claim.
 func TestDurableSubscriptionAcksWithinTheClaimersScope(t *testing.T) {
+	t.Parallel()
 	e := subscribingStar(t, "solo", testsvc.SQLite(t), memObjects(t), auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
 	jsonCT := []string{"Content-Type", "application/json"}
 	for _, s := range []string{"room/a", "room/wake", "victim/json"} {
@@ -296,6 +299,7 @@ func TestDurableSubscriptionAcksWithinTheClaimersScope(t *testing.T) {
 // withdrawn (the pending work wakes again for another claim) instead of
 // living on as long as the revoked worker keeps acking.
 func TestDurableRevokedClaimerCannotAck(t *testing.T) {
+	t.Parallel()
 	e := subscribingStar(t, "solo", testsvc.SQLite(t), memObjects(t), auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
 	jsonCT := []string{"Content-Type", "application/json"}
 	for _, s := range []string{"room/a", "room/wake"} {

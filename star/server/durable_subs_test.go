@@ -82,6 +82,7 @@ func callback(t *testing.T, e *env, w durabletest.Wake, path string) {
 // other star takes the subscription over: a lease that ran out is
 // withdrawn and woken again by the survivor.
 func TestDurableSubscriptionsAcrossStars(t *testing.T) {
+	t.Parallel()
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	ac := auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
@@ -180,6 +181,7 @@ func TestDurableSubscriptionsAcrossStars(t *testing.T) {
 // stream of the Durable Streams basin wakes a subscription at once, not
 // at the next audit (set to an hour here).
 func TestS2AppendWakesSubscription(t *testing.T) {
+	t.Parallel()
 	objs := memObjects(t)
 	e := subscribingStar(t, "solo", testsvc.SQLite(t), objs, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}, time.Hour)
 	want(t, e.dsAdmin("PUT", "feed", "", "Content-Type", "application/json"), 201, "")
@@ -198,6 +200,7 @@ func TestS2AppendWakesSubscription(t *testing.T) {
 // Streams face, and its refusals (like the 401 of a missing token) carry
 // the face's CORS headers so a browser can read them.
 func TestDurableClientRate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(_ *node.Config, o *server.Options) {
 		o.Auth = auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)}
 		o.Durable = &durable.Config{}

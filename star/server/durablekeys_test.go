@@ -20,6 +20,7 @@ func withDurable(_ *node.Config, o *server.Options) { o.Durable = &durable.Confi
 // emergency replaces every key: old kids leave the JWK Set and old wake
 // tokens are refused.
 func TestDurableKeyRoutes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth, withDurable)
 	cred, err := auth.InternalCredential([]byte(testKey))
 	if err != nil {
@@ -118,6 +119,7 @@ func jsonHas(b []byte, code string) bool {
 
 // Without the Durable Streams face the routes say so.
 func TestDurableKeyRoutesOff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	cred, err := auth.InternalCredential([]byte(testKey))
 	if err != nil {

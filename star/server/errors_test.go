@@ -21,6 +21,7 @@ import (
 // Every documented error status and code, for bad input of every kind;
 // never a 500, and a rejected append leaves the stream unchanged.
 func TestErrorCodes(t *testing.T) {
+	t.Parallel()
 	// A deletion stays pending through the table, however slow the machine.
 	e := newEnv(t, func(c *node.Config, _ *server.Options) { c.DeletionPending = time.Hour })
 	e.setupBasin("err-basin")
@@ -170,7 +171,10 @@ func TestErrorCodes(t *testing.T) {
 
 // Basin lifecycle errors: 409 while deleting, 404 after.
 func TestBasinDeletion(t *testing.T) {
-	e := newEnv(t)
+	t.Parallel()
+	// A deletion pending for 2 s (newEnv's is 300 ms): the 409s below must
+	// all land inside it, however slowly a loaded machine sends them.
+	e := newEnv(t, func(c *node.Config, _ *server.Options) { c.DeletionPending = 2 * time.Second })
 	e.setupBasin("gone-basin")
 	want(t, e.appendJSON("gone-basin", "s", textRecords("a", 1)), 200, "")
 	r := e.call("DELETE", "basins/gone-basin", nil)
@@ -206,6 +210,7 @@ func TestBasinDeletion(t *testing.T) {
 // Ensure (PUT) and reconfigure (PATCH) on basins and streams, and the
 // request token that makes a retried create succeed.
 func TestEnsureAndReconfigure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.call("PUT", "basins/ens-basin", nil)
 	want(t, r, 201, "")
@@ -261,6 +266,7 @@ func TestEnsureAndReconfigure(t *testing.T) {
 
 // A body cut off mid-way is 400 and applies nothing.
 func TestTruncatedBodies(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("cut-basin")
 	want(t, e.appendJSON("cut-basin", "c", textRecords("a", 2)), 200, "")
@@ -295,6 +301,7 @@ func TestTruncatedBodies(t *testing.T) {
 
 // After the star stops taking appends, they fail with a retryable 503.
 func TestUnavailableAfterClose(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("close-basin")
 	want(t, e.appendJSON("close-basin", "c", textRecords("a", 1)), 200, "")
@@ -306,6 +313,7 @@ func TestUnavailableAfterClose(t *testing.T) {
 }
 
 func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.call("GET", "/health", nil)
 	want(t, r, 200, "")
@@ -337,6 +345,7 @@ func TestHealthAndMetrics(t *testing.T) {
 // nothing; a PUT (ensure) may leave the Content-Type out only without a
 // body. application/*+json and parameters are JSON.
 func TestResourceBodiesNeedJSONContentType(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("ctype-basin")
 	sb := []string{"s2-basin", "ctype-basin"}

@@ -10,6 +10,7 @@ import (
 // by a lenient decoder (a stream the client cannot name again), so they
 // are 400 bad_json, as a JSON append's text is.
 func TestResourceBodiesKeepNamesExact(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	want(t, e.call("POST", "basins", jsonBody(map[string]any{"basin": "exactnames"}), bearer(testAdmin)...), 201, "")
 	for name, body := range map[string]string{

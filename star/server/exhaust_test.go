@@ -44,6 +44,8 @@ func heapInUse() uint64 {
 // sent, not what it announced (before: 2 MiB each), and must end with a
 // terminal 408 once its frame is FrameTimeout late.
 func TestStalledFramesHoldNoMemory(t *testing.T) {
+	// Not parallel: it measures the process heap, which tests running
+	// beside it would grow.
 	const sessions = 60 // × 2 MiB announced = 120 MiB before the fix
 	e := newEnv(t, withServer(func(o *server.Options) { o.FrameTimeout = 1500 * time.Millisecond }))
 	e.setupBasin("stall-basin")
@@ -141,6 +143,7 @@ func TestStalledFramesHoldNoMemory(t *testing.T) {
 // Item 7: the server advertises a bound on the streams (sessions) one
 // HTTP/2 connection may open at once.
 func TestMaxConcurrentStreamsAdvertised(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.base, "http://"), 5*time.Second)
 	if err != nil {
@@ -176,6 +179,7 @@ func TestMaxConcurrentStreamsAdvertised(t *testing.T) {
 // idle connections that never authenticated are closed to make room, see
 // TestConnectionAdmission).
 func TestConnectionLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withServer(func(o *server.Options) { o.MaxConns = 3 }))
 	addr := strings.TrimPrefix(e.base, "http://")
 	health := func(c net.Conn, wait time.Duration) error {
@@ -221,6 +225,7 @@ func TestConnectionLimit(t *testing.T) {
 // Item 8: a body dripped byte by byte is cut off at BodyReadTimeout with
 // 408 and nothing applied; the server's wait is bounded, not the client's.
 func TestDrippedBodyTimesOut(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withServer(func(o *server.Options) { o.BodyReadTimeout = 500 * time.Millisecond }))
 	e.setupBasin("drip-basin")
 	want(t, e.appendJSON("drip-basin", "s", textRecords("a", 1)), 200, "")
@@ -279,6 +284,7 @@ drip:
 // session and an idle append session past every timeout, and a
 // keep-alive connection reused after the deadline of its first request.
 func TestTimeoutsSpareSessions(t *testing.T) {
+	t.Parallel()
 	const limit = 400 * time.Millisecond
 	e := newEnv(t, withServer(func(o *server.Options) {
 		o.RequestTimeout, o.BodyReadTimeout, o.FrameTimeout, o.SessionWriteTimeout = limit, limit, limit, limit
@@ -332,6 +338,8 @@ func TestTimeoutsSpareSessions(t *testing.T) {
 // line is refused before any handler sees it (before: 500 methods made
 // 500 series, 100 methods of 500 KB added 82 MB).
 func TestMethodLabelBounded(t *testing.T) {
+	// Not parallel: it measures the process heap, which tests running
+	// beside it would grow.
 	e := newEnv(t)
 	addr := strings.TrimPrefix(e.base, "http://")
 	send := func(method string) int {
@@ -440,6 +448,7 @@ func (e *env) metaWrites() float64 {
 // no row behind; before, each created its stream and the star led it
 // until shutdown.
 func TestRejectedRequestsCreateNothing(t *testing.T) {
+	t.Parallel()
 	const names = 100
 	e := newEnv(t)
 	e.setupBasin("auto-basin") // creates on append and on read
@@ -506,6 +515,7 @@ func TestRejectedRequestsCreateNothing(t *testing.T) {
 // acknowledged, then a frame that stalls after its header ends the
 // session with 408 once FrameTimeout passes.
 func TestStalledFrameHTTP1(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withServer(func(o *server.Options) { o.FrameTimeout = 500 * time.Millisecond }))
 	e.setupBasin("h1-stall-basin")
 	pr, pw := io.Pipe()
@@ -545,6 +555,8 @@ func TestStalledFrameHTTP1(t *testing.T) {
 // must not pin those bodies for their wait: HTTP/2 lets a client send a
 // stream's whole window (16 MiB) before the handler reads.
 func TestUnreadBodiesAreDropped(t *testing.T) {
+	// Not parallel: it measures the process heap, which tests running
+	// beside it would grow.
 	const polls = 3
 	e := newEnv(t)
 	e.setupBasin("poll-basin")

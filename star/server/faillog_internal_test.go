@@ -19,6 +19,7 @@ import (
 // before). Real failures are logged, at most the burst and rate allow,
 // and the next line written counts the ones left out.
 func TestFailureLines(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	s := &Server{log: log, failures: newFailureLog(log)}

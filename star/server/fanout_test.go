@@ -27,6 +27,8 @@ var fanoutReaders = flag.Int("fanout.readers", 100, "live readers of TestTailFan
 // process holds per open reader. make test runs 100 readers; make
 // bench-read runs 1000.
 func TestTailFanOut(t *testing.T) {
+	// Not parallel: it measures the process heap, which tests running
+	// beside it would grow.
 	readers := *fanoutReaders
 	const (
 		batches = 100

@@ -30,6 +30,7 @@ func streamConfigOf(t *testing.T, e *env, basin, name string) api.StreamConfig {
 // streams as they are, and only new streams (or a field a reconfiguration
 // unsets) take the new default.
 func TestBasinDefaultCopiedAtCreate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	want(t, e.call("POST", "basins", []byte(`{"basin":"dflt-basin","config":{"create_stream_on_append":true,"default_stream_config":{"retention_policy":{"age":3600}}}}`)), 201, "")
 	want(t, e.stream("dflt-basin", "POST", "streams", []byte(`{"stream":"old"}`)), 201, "")
@@ -81,6 +82,7 @@ func TestBasinDefaultCopiedAtCreate(t *testing.T) {
 // again (POST or PUT) until the deletion is no longer pending; after it,
 // it can.
 func TestCreateWhileDeletionPending(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *node.Config, _ *server.Options) { c.DeletionPending = 2 * time.Second })
 	e.setupBasin("pend-basin")
 	want(t, e.stream("pend-basin", "POST", "streams", []byte(`{"stream":"p"}`)), 201, "")
@@ -119,6 +121,7 @@ func TestCreateWhileDeletionPending(t *testing.T) {
 // retry (same token, same config) is 201 with s2-provision-result: noop;
 // the same token with another config is 409; a first create says created.
 func TestIdempotentCreateKeysOnConfig(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("idem-basin")
 	cases := []struct {
@@ -160,6 +163,7 @@ func TestIdempotentCreateKeysOnConfig(t *testing.T) {
 // express ack histogram counts it), with every record still read back in
 // order.
 func TestStorageClassChangeAppliesPromptly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("class-basin")
 	want(t, e.stream("class-basin", "POST", "streams", []byte(`{"stream":"c","config":{"storage_class":"standard"}}`)), 201, "")
@@ -211,6 +215,7 @@ func expressAcks(t *testing.T, e *env) float64 {
 // Locations: the deployment's one location, in /v1/locations, the default
 // and basin info; a create may name it, not another.
 func TestLocations(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(_ *node.Config, o *server.Options) { o.Location = "aws:test-1" })
 	r := e.call("GET", "/v1/locations", nil)
 	want(t, r, 200, "")
@@ -241,6 +246,7 @@ func TestLocations(t *testing.T) {
 // The metrics API answers S2's sets and shapes: storage from the
 // metastore, the timeseries from what this star served.
 func TestMetricsAPI(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("mtr-basin")
 	rec := `{"records":[{"body":"0123456789"}]}` // 8 + 10 metered bytes
@@ -325,6 +331,7 @@ func TestMetricsAPI(t *testing.T) {
 // takes and gives records only with the s2-encryption-key it was written
 // with; what the node stores is not the plaintext.
 func TestStreamEncryption(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	want(t, e.call("POST", "basins", []byte(`{"basin":"enc-basin","config":{"stream_cipher":"aes-256-gcm","create_stream_on_append":true}}`)), 201, "")
 	r := e.stream("enc-basin", "POST", "streams", []byte(`{"stream":"secret"}`))

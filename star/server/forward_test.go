@@ -101,6 +101,7 @@ func starPair(t *testing.T) (a, b *env) {
 // by the leader through it: unary append, check-tail and read, an SSE
 // read session and an S2S append session (h2c, full duplex).
 func TestForwardToLeader(t *testing.T) {
+	t.Parallel()
 	a, b := starPair(t)
 	a.setupBasin("fwd-basin")
 	want(t, a.appendJSON("fwd-basin", "s", textRecords("a", 3)), 200, "")
@@ -166,6 +167,7 @@ func batch_(i int) *api.AppendInput { return batch(string(rune('p'+i)), 2) }
 // stream); once the leader stops, the star takes the stream over at its
 // tail.
 func TestForwardFailsOverWhenLeaderStops(t *testing.T) {
+	t.Parallel()
 	a, b := starPair(t)
 	a.setupBasin("fwd-basin")
 	want(t, a.appendJSON("fwd-basin", "s", textRecords("a", 4)), 200, "")
@@ -248,6 +250,7 @@ func checkAcked(t *testing.T, e *env, basin, stream string, acked map[uint64]str
 // leader (to b), instead of answering 503. Clients appending through b
 // see no error across the move, and every ack reads back at its seq.
 func TestForwardFollowsHandoff(t *testing.T) {
+	t.Parallel()
 	for _, to := range []string{"c", "b"} {
 		t.Run("to "+to, func(t *testing.T) {
 			objs := memObjects(t)
@@ -312,6 +315,8 @@ func metricValue(t *testing.T, e *env, series string) float64 {
 // star that forwards to the leader keep being acknowledged, end to end
 // over HTTP, and /health stays 200 on both stars; afterwards both go on.
 func TestForwardThroughMetastoreOutage(t *testing.T) {
+	// Not parallel: its 300 ms dead-after is the subject, and heartbeats
+	// starved by tests running beside it end the registration early.
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	aMeta, bMeta := mfaults.New(ms, 1), mfaults.New(ms, 2)

@@ -14,6 +14,7 @@ func newGate(n int) *gate {
 // A reader blocked on a full backlog gives up when the handler abandons
 // the session (the client went away), instead of blocking forever.
 func TestGatePushGivesUpWhenAbandoned(t *testing.T) {
+	t.Parallel()
 	g := newGate(1)
 	if !g.push(func() appendItem { return appendItem{} }) {
 		t.Fatal("first push refused")
@@ -39,6 +40,7 @@ func TestGatePushGivesUpWhenAbandoned(t *testing.T) {
 // Closing the gate (drain) stops later pushes without running their Submit;
 // what was queued stays for the writer.
 func TestGateCloseStopsSubmits(t *testing.T) {
+	t.Parallel()
 	g := newGate(4)
 	g.push(func() appendItem { return appendItem{} })
 	g.close()
@@ -67,6 +69,7 @@ func TestGateCloseStopsSubmits(t *testing.T) {
 // An item carrying an error ends the reader; the end of the body closes the
 // channel so the writer ends after the last ack.
 func TestGateErrorAndFinish(t *testing.T) {
+	t.Parallel()
 	g := newGate(4)
 	if g.push(func() appendItem { return appendItem{err: api.BadFrame("x")} }) {
 		t.Fatal("a failed item must stop the reader")

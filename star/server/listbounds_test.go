@@ -11,6 +11,7 @@ import (
 // 5xx from the metastore's key limits; a malformed escape is 400 on every
 // listing.
 func TestListParametersAreBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	want(t, e.call("POST", "basins", jsonBody(map[string]any{"basin": "listbounds"}), bearer(testAdmin)...), 201, "")
 	long := func(n int) string { return url.QueryEscape(strings.Repeat("a", n)) }

@@ -24,6 +24,7 @@ func madeUpToken(i int) string {
 // star has not verified answers 429 without a read, while a token it
 // verified before is still served.
 func TestMadeUpTokensAreBounded(t *testing.T) {
+	t.Parallel()
 	fm := mfaults.New(testsvc.SQLite(t), 1)
 	e := starAuthed(t, "a", fm, memObjects(t), nil, auth.Config{AdminToken: testAdmin, InternalKey: []byte(testKey)})
 	known := e.issue(map[string]any{"id": "known", "scope": map[string]any{"ops": []string{"list-basins"}}})
@@ -60,6 +61,7 @@ func TestMadeUpTokensAreBounded(t *testing.T) {
 // With a per-client rate, requests refused for their credentials count
 // against the client's address: past the rate they are 429s.
 func TestFailedAuthCountsAgainstTheClientRate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth, func(_ *node.Config, o *server.Options) { o.ClientRate = server.ClientRate{PerSec: 0.2, Burst: 3} })
 	for range 3 {
 		want(t, e.call("GET", "basins", nil, bearer("not-a-token")...), 401, "")

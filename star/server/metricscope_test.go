@@ -12,6 +12,7 @@ import (
 // basin set holds: a token scoped to one basin, even one that does not
 // exist, learns no other basin's name.
 func TestActiveBasinsWithinTheTokensScope(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth)
 	for _, b := range []string{"scoped-aaa", "scoped-aaab", "other-bbb"} {
 		want(t, e.call("POST", "basins", jsonBody(map[string]any{"basin": b}), bearer(testAdmin)...), 201, "")

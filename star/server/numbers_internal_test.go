@@ -51,6 +51,7 @@ func FuzzUsageWindowNumbers(f *testing.F) {
 // every wait a client may send: a u32 (2^32−1 s) never wraps the sum,
 // and a malformed one (−1, 2^64) adds nothing (the read answers 400).
 func TestRequestBudgetWait(t *testing.T) {
+	t.Parallel()
 	s := &Server{opts: Options{RequestTimeout: DefaultRequestTimeout}}
 	for _, w := range []uint64{0, 1, 60, 61, 1 << 31, math.MaxUint32, math.MaxUint32 + 1, math.MaxUint64} {
 		r := httptest.NewRequest("GET", "/v1/streams/s/records?wait="+strconv.FormatUint(w, 10), nil)

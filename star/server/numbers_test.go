@@ -15,6 +15,7 @@ import (
 // (shared/auditjob's TestRetentionHugeAgeKeepsEveryRecord). −1 and 2^64
 // are 400 bad_json, 0 is 422 as before.
 func TestRetentionNumbersTakenAsGiven(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ages := []uint64{1, 604800, api.MaxDurationSecs, api.MaxDurationSecs + 1, 293 * 365 * 24 * 3600, 1000 * 365 * 24 * 3600, 1<<63 - 1, 1<<64 - 1}
 	cfgOf := func(r resp) api.StreamConfig {

@@ -44,6 +44,7 @@ func metric(t *testing.T, e *env, line string) bool {
 // 429 with how long to wait, and changes nothing; another connection has
 // its own budget.
 func TestAppendBatchRateLimit(t *testing.T) {
+	t.Parallel()
 	// One batch per 2 s (burst 1): slow enough that no token comes back
 	// while the test runs on a loaded machine.
 	e := newEnv(t, withLimits(node.RateLimits{StreamBatchesPerSec: 0.5}))
@@ -101,6 +102,7 @@ func TestBatchRateLimitIsOptIn(t *testing.T) {
 
 // S2's per-stream throughput: all connections together.
 func TestAppendThroughputLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(node.RateLimits{StreamBytesPerSec: 64 << 10})) // burst: one largest batch, 1 MiB
 	e.setupBasin("tp-basin")
 	big := `{"records":[{"body":"` + strings.Repeat("x", 600<<10) + `"}]}`
@@ -125,6 +127,7 @@ func TestAppendThroughputLimit(t *testing.T) {
 // An append session past the limit is throttled, as S2 does: every input
 // is acknowledged, at the limit's pace.
 func TestAppendSessionThrottled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(node.RateLimits{StreamBatchesPerSec: 10}))
 	e.setupBasin("th-basin")
 	s := e.openAppendSession("th-basin", "s", api.CompressionNone)
@@ -147,6 +150,7 @@ func TestAppendSessionThrottled(t *testing.T) {
 // the session with S2's terminal frame: 429 rate_limited, after the acks
 // of the inputs before it.
 func TestAppendSessionRateLimitedFrame(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(node.RateLimits{StreamBatchesPerSec: 0.5, SessionThrottle: 50 * time.Millisecond}))
 	e.setupBasin("tf-basin")
 	s := e.openAppendSession("tf-basin", "s", api.CompressionNone)
@@ -168,6 +172,7 @@ func TestAppendSessionRateLimitedFrame(t *testing.T) {
 // 429 on any S2 API request, keyed by the caller-supplied key (the token
 // id) or else the client's IP; /health is not limited.
 func TestClientRateLimit(t *testing.T) {
+	t.Parallel()
 	// Burst 2, then one request per 5 s.
 	e := newEnv(t, func(_ *node.Config, o *server.Options) { o.ClientRate = server.ClientRate{PerSec: 0.2, Burst: 2} })
 	e.setupBasin("cl-basin") // the first of two
@@ -215,6 +220,7 @@ func TestClientRateLimit(t *testing.T) {
 // ingest_burst: the flusher is not held up by storage); another stream
 // waiting for the same full buffer is not at fault and gets 503.
 func TestPoolExhaustionByOneStreamIs429(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *node.Config, _ *server.Options) {
 		c.Standard.MemoryBufferBytes = 256 << 10
 		c.Standard.FlushInterval = 2 * time.Second // nothing is cut for 2 s
@@ -257,6 +263,7 @@ func newH1() *http.Client {
 // forwarding star's: two clients appending through a star that does not
 // lead the stream each get the per-connection batch budget (here 1).
 func TestForwardedAppendsCountTheClientConnection(t *testing.T) {
+	t.Parallel()
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
 	lim := func(c *node.Config) { c.Limits = node.RateLimits{StreamBatchesPerSec: 0.5} } // burst 1
@@ -280,6 +287,7 @@ func TestForwardedAppendsCountTheClientConnection(t *testing.T) {
 // its own, whatever address its requests come from; the admin token
 // counts by address.
 func TestClientRateLimitByToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withAuth, func(_ *node.Config, o *server.Options) { o.ClientRate = server.ClientRate{PerSec: 0.2, Burst: 2} })
 	scope := map[string]any{"basins": map[string]string{"prefix": ""}, "op_groups": map[string]any{"account": map[string]bool{"read": true}}}
 	t1 := e.issue(map[string]any{"id": "rl-one", "scope": scope})

@@ -185,6 +185,7 @@ func rvSetup(t *testing.T, a *env, stream string) {
 // terminal 401 frame after the acks of what it took; nothing the client
 // sends after is applied.
 func TestRevocationEndsAppendSession(t *testing.T) {
+	t.Parallel()
 	a, b := rvStars(t, server.Options{})
 	rvSetup(t, a, "app")
 	open := func(t *testing.T, tok string) <-chan sessionEnd {
@@ -261,6 +262,7 @@ func TestRevocationEndsAppendSession(t *testing.T) {
 
 // An S2S read session ends with a terminal 401 frame, then EOF.
 func TestRevocationEndsReadSession(t *testing.T) {
+	t.Parallel()
 	a, b := rvStars(t, server.Options{})
 	rvSetup(t, a, "rd")
 	rvAppendAdmin(t, a, rvBasin, "rd")
@@ -314,6 +316,7 @@ func TestRevocationEndsReadSession(t *testing.T) {
 
 // An SSE read session ends with S2's error event (authn).
 func TestRevocationEndsSSESession(t *testing.T) {
+	t.Parallel()
 	a, b := rvStars(t, server.Options{})
 	rvSetup(t, a, "sse")
 	rvAppendAdmin(t, a, rvBasin, "sse")
@@ -370,6 +373,7 @@ func TestRevocationEndsSSESession(t *testing.T) {
 
 // A long-poll read (wait) is answered 401 authn.
 func TestRevocationEndsLongPoll(t *testing.T) {
+	t.Parallel()
 	a, b := rvStars(t, server.Options{})
 	rvSetup(t, a, "lp")
 	open := func(t *testing.T, tok string) <-chan sessionEnd {
@@ -415,6 +419,7 @@ func TestRevocationEndsLongPoll(t *testing.T) {
 // events only, so the response ends; the client's reconnect is 401) and
 // long-poll (answered 401).
 func TestRevocationEndsDurableLiveReads(t *testing.T) {
+	t.Parallel()
 	a, b := rvStars(t, server.Options{Durable: &durable.Config{LongPoll: 8 * time.Second}})
 	want(t, a.ds("PUT", "room", "hello", "Content-Type", "text/plain", "Authorization", "Bearer "+testAdmin), 201, "")
 	rvAppendDurable := func(t *testing.T) {
@@ -518,6 +523,7 @@ func TestRevocationEndsDurableLiveReads(t *testing.T) {
 // on (TokenStaleIfError, as for new requests), checks and all; it still
 // ends at its token's expires_at.
 func TestSessionThroughMetastoreOutageEndsAtExpiry(t *testing.T) {
+	t.Parallel()
 	fm := mfaults.New(testsvc.SQLite(t), 1)
 	t.Cleanup(func() { fm.SetUnavailable(false) })
 	a := rvStar(t, "a", fm, memObjects(t), server.Options{})

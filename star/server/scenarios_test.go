@@ -17,6 +17,7 @@ import (
 
 // 1. Provisioning.
 func TestScenarioProvisioning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.call("POST", "basins", []byte(`{"basin":"prov-basin","config":{"create_stream_on_append":true,"create_stream_on_read":false,"default_stream_config":{"storage_class":"express"}}}`), "Content-Type", "application/json")
 	want(t, r, 201, "")
@@ -77,6 +78,7 @@ func TestScenarioProvisioning(t *testing.T) {
 
 // 2. String append with headers, read back.
 func TestScenarioStringAppend(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("str-basin")
 	r := e.appendJSON("str-basin", "s", `{"records":[{"headers":[["k","v"],["k2",""]],"body":"hello"},{"body":"wörld"},{"headers":[["only","header"]]}]}`)
@@ -117,6 +119,7 @@ func TestScenarioStringAppend(t *testing.T) {
 
 // 3. Binary round trip through protobuf, base64 JSON and an S2S session.
 func TestScenarioBinaryRoundTrip(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("bin-basin")
 	body := []byte{0x00, 0xff, 0x10, 0x00, 0xfe}
@@ -173,6 +176,7 @@ func TestScenarioBinaryRoundTrip(t *testing.T) {
 
 // 4. match_seq_num.
 func TestScenarioMatchSeqNum(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("match-basin")
 	want(t, e.appendJSON("match-basin", "m", `{"records":[{"body":"a"},{"body":"b"}],"match_seq_num":0}`), 200, "")
@@ -188,6 +192,7 @@ func TestScenarioMatchSeqNum(t *testing.T) {
 
 // 5. Fencing.
 func TestScenarioFencing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("fence-basin")
 	fence := func(tok string) string {
@@ -209,6 +214,7 @@ func TestScenarioFencing(t *testing.T) {
 
 // 6. Read edges.
 func TestScenarioReadEdges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("edge-basin")
 	e.call("PUT", "streams/e", nil, "s2-basin", "edge-basin")
@@ -277,6 +283,7 @@ func TestScenarioReadEdges(t *testing.T) {
 
 // 7. Long poll.
 func TestScenarioLongPoll(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("poll-basin")
 	want(t, e.appendJSON("poll-basin", "p", textRecords("a", 1)), 200, "")
@@ -324,6 +331,7 @@ func TestScenarioLongPoll(t *testing.T) {
 
 // 10. Commands, timestamps, deletion.
 func TestScenarioCommandsTimestampsDeletion(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("cmd-basin")
 	want(t, e.appendJSON("cmd-basin", "c", textRecords("a", 5)), 200, "")

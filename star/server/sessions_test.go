@@ -86,6 +86,7 @@ func (s *s2sRead) wantEnd(t *testing.T) {
 
 // 8. Tailing sessions: S2S and SSE.
 func TestScenarioTailingReadSession(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("tail-basin")
 	want(t, e.appendJSON("tail-basin", "t", textRecords("old", 2)), 200, "")
@@ -139,6 +140,7 @@ func TestScenarioTailingReadSession(t *testing.T) {
 }
 
 func TestSSESession(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("sse-basin")
 	want(t, e.appendJSON("sse-basin", "s", textRecords("a", 3)), 200, "")
@@ -281,6 +283,7 @@ func batch(prefix string, n int) *api.AppendInput {
 // 9. Append session: pipelined, ordered acks, drain on half-close, a
 // failure ends the session and later inputs are not applied.
 func TestScenarioAppendSession(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("sess-basin")
 	s := e.openAppendSession("sess-basin", "a", api.CompressionNone)
@@ -380,6 +383,7 @@ func TestScenarioAppendSession(t *testing.T) {
 
 // Read sessions compress frames of 1 KiB or more with the negotiated codec.
 func TestReadSessionCompression(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("zip-basin")
 	want(t, e.appendJSON("zip-basin", "z", `{"records":[{"body":"`+strings.Repeat("abc", 2000)+`"}]}`), 200, "")
@@ -399,6 +403,7 @@ func TestReadSessionCompression(t *testing.T) {
 
 // An S2S append session also works over HTTP/1.1 (full duplex, chunked).
 func TestAppendSessionHTTP1(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("h1-basin")
 	pr, pw := io.Pipe()
@@ -439,6 +444,7 @@ func TestAppendSessionHTTP1(t *testing.T) {
 
 // Deleting a stream ends the sessions still open on it.
 func TestDeleteEndsSessions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("del-basin")
 	want(t, e.appendJSON("del-basin", "d", textRecords("a", 1)), 200, "")
@@ -476,6 +482,7 @@ func TestDeleteEndsSessions(t *testing.T) {
 // append session acknowledges what it took, then ends with it; SSE gets
 // an error event with it; the http.Server then shuts down promptly.
 func TestDrainEndsSessions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("drain-basin")
 	rs := e.openReadSession("drain-basin", "d", "", "")
@@ -564,6 +571,7 @@ func TestDrainEndsSessions(t *testing.T) {
 // shows up only rarely here; BenchmarkEndToEndLatency on the fs store
 // hit it.)
 func TestTailingWhileAbsorbing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("absorb-basin")
 	want(t, e.stream("absorb-basin", "POST", "streams", []byte(`{"stream":"x","config":{"storage_class":"express"}}`)), 201, "")
@@ -623,6 +631,7 @@ func TestTailingWhileAbsorbing(t *testing.T) {
 // the request it first sent), with the count and bytes limits reduced by
 // what was delivered, and the ids carry on counting from it.
 func TestSSELastEventIDOverridesStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.setupBasin("lei-basin")
 	want(t, e.appendJSON("lei-basin", "s", textRecords("a", 6)), 200, "")

@@ -80,6 +80,7 @@ func tlsStar(t *testing.T, id string, ms meta.Store, objs objstore.Store, ca tes
 // CA are served, an S2S append session runs over h2+TLS, and neither a
 // client that does not trust the certificate nor a cleartext one is.
 func TestTLSServe(t *testing.T) {
+	t.Parallel()
 	ca := testsvc.NewCA(t, "star")
 	e := tlsStar(t, "tls-star", testsvc.SQLite(t), memObjects(t), ca, ca.CAFile)
 	e.setupBasin("tls-basin")
@@ -142,6 +143,7 @@ func TestTLSServe(t *testing.T) {
 // session included; a star that does not trust the leader's certificate
 // cannot forward.
 func TestTLSForward(t *testing.T) {
+	t.Parallel()
 	ca := testsvc.NewCA(t, "cluster")
 	ms, objs := testsvc.SQLite(t), memObjects(t)
 	a := tlsStar(t, "a", ms, objs, ca, ca.CAFile)

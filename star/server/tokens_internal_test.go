@@ -37,6 +37,7 @@ func (m *gatedMeta) Get(ctx context.Context, pk, sk string) (meta.Item, error) {
 // token re-check when the cache entry they share goes stale) cost one
 // metastore read between them, not one each.
 func TestTokenChecksShareOneRead(t *testing.T) {
+	t.Parallel()
 	keys, err := auth.Derive(auth.Config{AdminToken: "admin-token-for-tests-0123456789", InternalKey: []byte("internal-key-for-tests-0123456789abcdef")})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 // minute and hour, an old minute is forgotten once its slot is reused,
 // days sum hours, and the basin bound drops the least recently active.
 func TestUsageRings(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_800_000_000, 0).UTC()
 	u := newUsage(func() time.Time { return now })
 	u.record("b", useAppendOps, 2)

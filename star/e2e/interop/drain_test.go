@@ -16,6 +16,7 @@ import (
 // session and a long poll: each ends with S2's 503 server_draining, which
 // the SDK counts as side-effect free and resumes on at once.
 func TestS2TypeScriptSDKDrain(t *testing.T) {
+	t.Parallel()
 	root := testsvc.RepoRoot(t)
 	nodeTools := testsvc.NodeToolsDir(t)
 	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),

@@ -16,6 +16,7 @@ import (
 // star and then across a kill -9 of the star (a new one on the same data
 // directory): one copy, and identical acks.
 func TestS2TypeScriptSDKIdempotentProducer(t *testing.T) {
+	t.Parallel()
 	root := testsvc.RepoRoot(t)
 	nodeTools := testsvc.NodeToolsDir(t)
 	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),

@@ -44,6 +44,7 @@ var (
 // with its default settings (flush intervals, session heartbeats): what a
 // user running `make run` gets.
 func TestS2TypeScriptSDK(t *testing.T) {
+	t.Parallel()
 	root := testsvc.RepoRoot(t)
 	nodeTools := testsvc.NodeToolsDir(t)
 	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),
@@ -189,20 +190,42 @@ func withoutStarlogConfig(env []string) []string {
 	return out
 }
 
-// buildStar compiles the star binary from this module into a temp folder.
+// buildStar compiles the star binary from this module once for the
+// package (its tests run at once, each with its own star dev on it) into
+// a folder TestMain removes.
 func buildStar(t *testing.T, root string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
+	bin, err := starBin(root)
 	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "star")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/starlog/starlog/star")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build star: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
+}
+
+var (
+	starBinOnce sync.Once
+	starBinPath string
+	starBinErr  error
+	starBinDir  string
+)
+
+func starBin(root string) (string, error) {
+	starBinOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		}
+		if starBinDir, starBinErr = os.MkdirTemp("", "starlog-interop-"); starBinErr != nil {
+			return
+		}
+		starBinPath = filepath.Join(starBinDir, "star")
+		cmd := exec.Command(goBin, "build", "-o", starBinPath, "github.com/starlog/starlog/star")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			starBinErr = fmt.Errorf("go build star: %v\n%s", err, out)
+		}
+	})
+	return starBinPath, starBinErr
 }
 
 // waitHealthy polls the star's /health until it answers 200: the listener

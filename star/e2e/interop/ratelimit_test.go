@@ -15,6 +15,7 @@ import (
 // the throughput limit surfaces S2's 429 rate_limited, and an S2S append
 // session over the batch rate is throttled, every batch acknowledged.
 func TestS2TypeScriptSDKRateLimits(t *testing.T) {
+	t.Parallel()
 	root := testsvc.RepoRoot(t)
 	nodeTools := testsvc.NodeToolsDir(t)
 	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),

@@ -16,6 +16,7 @@ import (
 // must resume after, limits counted from it; and the SDK's readSession on
 // both transports resumes after a cut with no record lost or repeated.
 func TestS2TypeScriptSDKLastEventIDResume(t *testing.T) {
+	t.Parallel()
 	runSDKScript(t, "resume.mjs", 3)
 }
 
@@ -26,6 +27,7 @@ func TestS2TypeScriptSDKLastEventIDResume(t *testing.T) {
 // appends, reads from below the first retained record (unary, and a
 // readSession on both transports) start there; check-tail is unaffected.
 func TestS2TypeScriptSDKRetention(t *testing.T) {
+	t.Parallel()
 	runSDKScript(t, "retention.mjs", 5,
 		"--auditor-interval", "100ms",
 		"--settle-linger", "10ms", "--settle-age-cap", "50ms",

@@ -7,6 +7,7 @@ import "testing"
 // readSession on both transports) start at 4 within a second of the
 // trim's ack, long before anything settles (issue 29 item 2).
 func TestS2TypeScriptSDKTrim(t *testing.T) {
+	t.Parallel()
 	runSDKScript(t, "trim.mjs", 2)
 }
 
@@ -15,5 +16,6 @@ func TestS2TypeScriptSDKTrim(t *testing.T) {
 // that creates streams on read, with the SDK's streamConfig, creates the
 // stream with that config though the read is 416 (issue 29 item 3).
 func TestS2TypeScriptSDKCreateOnRead(t *testing.T) {
+	t.Parallel()
 	runSDKScript(t, "createonread.mjs", 2)
 }
