@@ -192,7 +192,8 @@ soak:
 ## run for SIM_MINUTES of wall time (each seed draws its sizes and faults,
 ## then heals and demands a settlement; SIM_SEEDS > 0 runs exactly that
 ## many seeds instead) and the deep exhaustive cases. `make test` runs the
-## seeds for their default budget (20 s: the suite's total time is tight)
+## seeds for their default budget (10 s; with the catalog simulation's
+## 20 s, 30 s of seeds: the suite's total time is tight)
 ## and the short exhaustive cases. A failing seed prints its trace and the
 ## one command that replays and shrinks it. Log: build/sim.log.
 SIM_MINUTES ?= 20
@@ -209,7 +210,7 @@ sim:
 ## names, crashes, partitions, handoffs, leaves, drains and held replies, for
 ## CATSIM_BUDGET of wall time, then the found-defect cases and the
 ## determinism check (a seed run twice gives one trace). `make test` runs the
-## seeds for their default budget (40 s), the found-defect cases and the
+## seeds for their default budget (20 s), the found-defect cases and the
 ## determinism check. A failing seed prints its trace and the
 ## command that replays it. Log: build/sim-catalog.log.
 CATSIM_BUDGET ?= 10m
