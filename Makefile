@@ -152,10 +152,13 @@ settle-era:
 ## adds its 2 minutes to the run. VERIFY_MINUTES (10) sets the length (`make
 ## test` runs 12 s with a few faults, one zone-halt, two re-creates and a 3 s
 ## outage). Log:
-## build/verify.log.
+## build/verify.log. Before it, the full fence races of shared/chain
+## (1,000 randomized runs and 10 on versitygw and DynamoDB Local; `make
+## test` runs 250 and 4).
 VERIFY_MINUTES ?= 10
 verify: sim sim-catalog
 	@mkdir -p build
+	$(GO) test -count=1 -timeout 30m -run '^TestFenceRace' ./shared/chain -args -chain.fence-long
 	@set -o pipefail; m=$(VERIFY_MINUTES); cd star/e2e && $(GO) test -count=1 -timeout $$((m*6+30))m -v -run TestLinearizable ./verify -args \
 	  -verify.duration=$${m}m -verify.round=20s -verify.stars=3 \
 	  -verify.kills=$$((m*6)) -verify.handoffs=$$((m*6)) -verify.store-faults=$$((m*9)) \
