@@ -62,19 +62,50 @@ $(STARLOG_NODE_TOOLS)/.installed: .ci/tools/package.json .ci/tools/package-lock.
 
 ## test: the whole suite (conformance suites against real protocol servers, fuzz seed corpora),
 ## the CDK tests and the deploy rehearsal of the synthesized stack.
-test: tools lint test-go test-infra rehearsal soak-short
+# On two cores most phases wait (on the network, on servers, on timers) more
+# than they compute, so test runs them in lanes: first the installs beside
+# lint (vet compiles what the tests will need); then the root module's tests
+# beside the e2e module's tests and the soak, and beside synth, the infra
+# tests and the rehearsal. -k: every lane runs to its end and any failure
+# fails test; --output-sync: a target's output is printed whole when it ends,
+# and every phase keeps its own log in build/.
+TEST_SYNC := --no-print-directory -k --output-sync=target
+test:
+	@$(MAKE) $(TEST_SYNC) -j3 tools cdk-cli lint
+	@st=0; $(MAKE) $(TEST_SYNC) -j3 test-go-root test-lane-e2e test-lane-infra || st=1; \
+	  $(MAKE) --no-print-directory test-go-summary || st=1; exit $$st
+
+.PHONY: test-lane-e2e test-lane-infra test-go-root test-go-e2e test-go-summary
+test-lane-e2e:
+	@st=0; $(MAKE) --no-print-directory test-go-e2e || st=1; $(MAKE) --no-print-directory soak-short || st=1; exit $$st
+test-lane-infra:
+	@$(MAKE) --no-print-directory -k -j1 test-infra rehearsal
 
 # Top-level test results and package lines are printed (the conformance
 # suites by name, so a run shows them passing against versitygw and DynamoDB
-# Local); the full -v log is kept in build/go-test.log.
+# Local); the full -v log is kept in build/go-test.log (the root module's,
+# then the e2e module's: build/go-test-root.log and build/go-test-e2e.log).
+GO_TEST_FLAGS := -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$'
+GO_TEST_SHOW := '^(ok |FAIL|--- |panic:)|^    --- FAIL'
 test-go:
+	@st=0; $(MAKE) $(TEST_SYNC) -j2 test-go-root test-go-e2e || st=1; \
+	  $(MAKE) --no-print-directory test-go-summary || st=1; exit $$st
+
+test-go-root:
 	@mkdir -p build
-	@set -o pipefail; { $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$' ./... ; s1=$$?; \
-	    cd star/e2e && $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$' ./... ; s2=$$?; exit $$((s1 | s2)); } 2>&1 \
-	  | tee build/go-test.log | grep -E '^(ok |FAIL|--- |panic:)|^    --- FAIL' ; st=$$?; \
+	@set -o pipefail; $(GO) test $(GO_TEST_FLAGS) ./... 2>&1 | tee build/go-test-root.log | grep -E $(GO_TEST_SHOW)
+
+test-go-e2e:
+	@mkdir -p build
+	@set -o pipefail; cd star/e2e && $(GO) test $(GO_TEST_FLAGS) ./... 2>&1 | tee $(CURDIR)/build/go-test-e2e.log | grep -E $(GO_TEST_SHOW)
+
+# The summary counts both modules' logs; it fails when either module's go
+# test did (a FAIL line: a test, a build or a panicked binary) or left no log.
+test-go-summary:
+	@cat build/go-test-root.log build/go-test-e2e.log > build/go-test.log || exit 1; \
 	  p=$$(grep -c '^--- PASS' build/go-test.log); f=$$(grep -c '^--- FAIL' build/go-test.log); k=$$(grep -c '^--- SKIP' build/go-test.log); \
 	  echo "go test: $$p passed, $$f failed, $$k skipped"; \
-	  if [ $$st -ne 0 ] || [ $$f -ne 0 ]; then echo "go test failed: see build/go-test.log"; exit 1; fi
+	  if [ $$f -ne 0 ] || grep -q '^FAIL' build/go-test.log; then echo "go test failed: see build/go-test.log"; exit 1; fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^infra/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
