@@ -69,17 +69,21 @@ $(STARLOG_NODE_TOOLS)/.installed: .ci/tools/package.json .ci/tools/package-lock.
 # tests and the rehearsal. -k: every lane runs to its end and any failure
 # fails test; --output-sync: a target's output is printed whole when it ends,
 # and every phase keeps its own log in build/.
+# Each phase prints its wall and CPU time (bash's time: the phase's processes
+# and their children), so a slow run says where the time went.
 TEST_SYNC := --no-print-directory -k --output-sync=target
+PHASE_TIME = TIMEFORMAT='phase $(1): %R s wall, %U s user, %S s sys'; time
 test:
-	@$(MAKE) $(TEST_SYNC) -j3 tools cdk-cli lint
-	@st=0; $(MAKE) $(TEST_SYNC) -j3 test-go-root test-lane-e2e test-lane-infra || st=1; \
+	@$(call PHASE_TIME,tools+cdk-cli+lint) $(MAKE) $(TEST_SYNC) -j3 tools cdk-cli lint
+	@st=0; $(call PHASE_TIME,all test lanes) $(MAKE) $(TEST_SYNC) -j3 test-go-root test-lane-e2e test-lane-infra || st=1; \
 	  $(MAKE) --no-print-directory test-go-summary || st=1; exit $$st
 
 .PHONY: test-lane-e2e test-lane-infra test-go-root test-go-e2e test-go-summary
 test-lane-e2e:
-	@st=0; $(MAKE) --no-print-directory test-go-e2e || st=1; $(MAKE) --no-print-directory soak-short || st=1; exit $$st
+	@st=0; { $(call PHASE_TIME,test-go-e2e) $(MAKE) --no-print-directory test-go-e2e; } || st=1; \
+	  { $(call PHASE_TIME,soak-short) $(MAKE) --no-print-directory soak-short; } || st=1; exit $$st
 test-lane-infra:
-	@$(MAKE) --no-print-directory -k -j1 test-infra rehearsal
+	@$(call PHASE_TIME,synth+test-infra+rehearsal) $(MAKE) --no-print-directory -k -j1 test-infra rehearsal
 
 # Top-level test results and package lines are printed (the conformance
 # suites by name, so a run shows them passing against versitygw and DynamoDB
@@ -93,7 +97,7 @@ test-go:
 
 test-go-root:
 	@mkdir -p build
-	@set -o pipefail; $(GO) test $(GO_TEST_FLAGS) ./... 2>&1 | tee build/go-test-root.log | grep -E $(GO_TEST_SHOW)
+	@set -o pipefail; $(call PHASE_TIME,test-go-root) { $(GO) test $(GO_TEST_FLAGS) ./... 2>&1 | tee build/go-test-root.log | grep -E $(GO_TEST_SHOW); }
 
 test-go-e2e:
 	@mkdir -p build
