@@ -63,19 +63,54 @@ $(STARLOG_NODE_TOOLS)/.installed: .ci/tools/package.json .ci/tools/package-lock.
 
 ## test: the whole suite (conformance suites against real protocol servers, fuzz seed corpora),
 ## the CDK tests and the deploy rehearsal of the synthesized stack.
-test: tools lint test-go test-infra rehearsal soak-short
+# On two cores most phases wait (on the network, on servers, on timers) more
+# than they compute, so test runs them in lanes: first the installs beside
+# lint (vet compiles what the tests will need); then the root module's tests
+# beside the e2e module's tests and the soak, and beside synth, the infra
+# tests and the rehearsal. -k: every lane runs to its end and any failure
+# fails test; --output-sync: a target's output is printed whole when it ends,
+# and every phase keeps its own log in build/.
+# Each phase prints its wall and CPU time (bash's time: the phase's processes
+# and their children), so a slow run says where the time went.
+TEST_SYNC := --no-print-directory -k --output-sync=target
+PHASE_TIME = TIMEFORMAT='phase $(1): %R s wall, %U s user, %S s sys'; time
+test:
+	@$(call PHASE_TIME,tools+cdk-cli+lint) $(MAKE) $(TEST_SYNC) -j3 tools cdk-cli lint
+	@st=0; $(call PHASE_TIME,all test lanes) $(MAKE) $(TEST_SYNC) -j3 test-go-root test-lane-e2e test-lane-infra || st=1; \
+	  $(MAKE) --no-print-directory test-go-summary || st=1; exit $$st
+
+.PHONY: test-lane-e2e test-lane-infra test-go-root test-go-e2e test-go-summary
+test-lane-e2e:
+	@st=0; { $(call PHASE_TIME,test-go-e2e) $(MAKE) --no-print-directory test-go-e2e; } || st=1; \
+	  { $(call PHASE_TIME,soak-short) $(MAKE) --no-print-directory soak-short; } || st=1; exit $$st
+test-lane-infra:
+	@$(call PHASE_TIME,synth+test-infra+rehearsal) $(MAKE) --no-print-directory -k -j1 test-infra rehearsal
 
 # Top-level test results and package lines are printed (the conformance
 # suites by name, so a run shows them passing against versitygw and DynamoDB
-# Local); the full -v log is kept in build/go-test.log.
+# Local); the full -v log is kept in build/go-test.log (the root module's,
+# then the e2e module's: build/go-test-root.log and build/go-test-e2e.log).
+GO_TEST_FLAGS := -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$'
+GO_TEST_SHOW := '^(ok |FAIL|--- |panic:)|^    --- FAIL'
 test-go:
+	@st=0; $(MAKE) $(TEST_SYNC) -j2 test-go-root test-go-e2e || st=1; \
+	  $(MAKE) --no-print-directory test-go-summary || st=1; exit $$st
+
+test-go-root:
 	@mkdir -p build
-	@set -o pipefail; { $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$' ./... ; s1=$$?; \
-	    cd star/e2e && $(GO) test -count=1 -timeout 20m -v -skip '^TestRehearsal|^TestSoak$$' ./... ; s2=$$?; exit $$((s1 | s2)); } 2>&1 \
-	  | tee build/go-test.log | grep -E '^(ok |FAIL|--- |panic:)|^    --- FAIL' ; st=$$?; \
+	@set -o pipefail; $(call PHASE_TIME,test-go-root) { $(GO) test $(GO_TEST_FLAGS) ./... 2>&1 | tee build/go-test-root.log | grep -E $(GO_TEST_SHOW); }
+
+test-go-e2e:
+	@mkdir -p build
+	@set -o pipefail; cd star/e2e && $(GO) test $(GO_TEST_FLAGS) ./... 2>&1 | tee $(CURDIR)/build/go-test-e2e.log | grep -E $(GO_TEST_SHOW)
+
+# The summary counts both modules' logs; it fails when either module's go
+# test did (a FAIL line: a test, a build or a panicked binary) or left no log.
+test-go-summary:
+	@cat build/go-test-root.log build/go-test-e2e.log > build/go-test.log || exit 1; \
 	  p=$$(grep -c '^--- PASS' build/go-test.log); f=$$(grep -c '^--- FAIL' build/go-test.log); k=$$(grep -c '^--- SKIP' build/go-test.log); \
 	  echo "go test: $$p passed, $$f failed, $$k skipped"; \
-	  if [ $$st -ne 0 ] || [ $$f -ne 0 ]; then echo "go test failed: see build/go-test.log"; exit 1; fi
+	  if [ $$f -ne 0 ] || grep -q '^FAIL' build/go-test.log; then echo "go test failed: see build/go-test.log"; exit 1; fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^infra/')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -159,10 +194,13 @@ settle-era:
 ## adds its 2 minutes to the run. VERIFY_MINUTES (10) sets the length (`make
 ## test` runs 12 s with a few faults, one zone-halt, two re-creates and a 3 s
 ## outage). Log:
-## build/verify.log.
+## build/verify.log. Before it, the full fence races of shared/chain
+## (1,000 randomized runs and 10 on versitygw and DynamoDB Local; `make
+## test` runs 250 and 4).
 VERIFY_MINUTES ?= 10
 verify: sim sim-catalog
 	@mkdir -p build
+	$(GO) test -count=1 -timeout 30m -run '^TestFenceRace' ./shared/chain -args -chain.fence-long
 	@set -o pipefail; m=$(VERIFY_MINUTES); cd star/e2e && $(GO) test -count=1 -timeout $$((m*6+30))m -v -run TestLinearizable ./verify -args \
 	  -verify.duration=$${m}m -verify.round=20s -verify.stars=3 \
 	  -verify.kills=$$((m*6)) -verify.handoffs=$$((m*6)) -verify.store-faults=$$((m*9)) \
@@ -199,7 +237,8 @@ soak:
 ## run for SIM_MINUTES of wall time (each seed draws its sizes and faults,
 ## then heals and demands a settlement; SIM_SEEDS > 0 runs exactly that
 ## many seeds instead) and the deep exhaustive cases. `make test` runs the
-## seeds for their default budget (20 s: the suite's total time is tight)
+## seeds for their default budget (10 s; with the catalog simulation's
+## 20 s, 30 s of seeds: the suite's total time is tight)
 ## and the short exhaustive cases. A failing seed prints its trace and the
 ## one command that replays and shrinks it. Log: build/sim.log.
 SIM_MINUTES ?= 20
@@ -216,7 +255,7 @@ sim:
 ## names, crashes, partitions, handoffs, leaves, drains and held replies, for
 ## CATSIM_BUDGET of wall time, then the found-defect cases and the
 ## determinism check (a seed run twice gives one trace). `make test` runs the
-## seeds for their default budget (40 s), the found-defect cases and the
+## seeds for their default budget (20 s), the found-defect cases and the
 ## determinism check. A failing seed prints its trace and the
 ## command that replays it. Log: build/sim-catalog.log.
 CATSIM_BUDGET ?= 10m

@@ -3,6 +3,7 @@ package chain_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -172,8 +173,15 @@ func TestForeignFenceDeposesWriter(t *testing.T) {
 // released slot lies below the cut, every slot below the cut is committed,
 // the cut is dead, the walk covers exactly [0, cut), the writer is deposed,
 // and the garbage window above the cut holds no flight copy afterwards.
+//
+// make test runs 250 runs (seeds 0–249), make verify the full 1,000
+// (-chain.fence-long): at about 20 ms a run the full count cost make test
+// 21 s of its time, most of it waiting for CPU on a loaded machine.
 func TestFenceRaceRandomized(t *testing.T) {
-	runs := 1000
+	runs := 250
+	if *flagFenceLong {
+		runs = 1000
+	}
 	if testing.Short() {
 		runs = 100
 	}
@@ -336,6 +344,8 @@ func fenceRace(e env, run int, rng *rand.Rand) error {
 	return nil
 }
 
+var flagFenceLong = flag.Bool("chain.fence-long", false, "the fence races' full run counts (make verify): 1,000 randomized, 10 on S3 and DynamoDB; make test runs 250 and 4")
+
 var sharedDynamo testsvc.SharedDynamo
 
 func TestMain(m *testing.M) {
@@ -345,10 +355,16 @@ func TestMain(m *testing.M) {
 }
 
 // The fence race on the production adapters: the s3 backend on versitygw
-// and the dynamo backend on DynamoDB Local.
+// and the dynamo backend on DynamoDB Local. A run costs about 4 s of
+// requests against them: make test runs seeds 0–3, make verify all ten
+// (-chain.fence-long).
 func TestFenceRaceOnS3AndDynamo(t *testing.T) {
 	e := env{meta: stores.Dynamo(t, &sharedDynamo), store: stores.S3(t, buckets...)}
-	for run := range 10 {
+	runs := 4
+	if *flagFenceLong {
+		runs = 10
+	}
+	for run := range runs {
 		if err := fenceRace(e, run, rand.New(rand.NewPCG(uint64(run), 11))); err != nil {
 			t.Fatalf("run %d: %v", run, err)
 		}

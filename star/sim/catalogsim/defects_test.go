@@ -129,7 +129,17 @@ func TestCatalogDefects(t *testing.T) {
 					t.Logf("%s breaks %s, as expected before the fix: %v", what, tc.invariant, r.Failure)
 				}
 			}
-			check(fmt.Sprintf("seed %d", tc.seed), Run(t, sw, chainsim.NewRandom(sw.Seed), traceOpts()...))
+			run := func(ch chainsim.Chooser) Result {
+				t.Helper()
+				start := time.Now()
+				r := Run(t, sw, ch, traceOpts()...)
+				// What a case costs (make test's time is tight): steps and
+				// fake time run, against the real time they took.
+				t.Logf("%d steps, %v of fake time (fault phase: %d steps or %v), %d checks, in %v",
+					r.Steps, r.Took.Round(time.Second), sw.FaultSteps, sw.FaultTime, r.Checks, time.Since(start).Round(time.Millisecond))
+				return r
+			}
+			check(fmt.Sprintf("seed %d", tc.seed), run(chainsim.NewRandom(sw.Seed)))
 			vals, err := readTape(tc.name)
 			if os.IsNotExist(err) {
 				return
@@ -137,7 +147,7 @@ func TestCatalogDefects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			check("the shrunk tape testdata/"+tc.name+".tape", Run(t, sw, chainsim.Replay(vals), traceOpts()...))
+			check("the shrunk tape testdata/"+tc.name+".tape", run(chainsim.Replay(vals)))
 		})
 	}
 }

@@ -25,8 +25,10 @@ func TestCatalogDeterminism(t *testing.T) {
 		sw.IdleRelease = 0
 		// Short runs: what still varies (goroutines woken at one fake
 		// instant racing for a lock, see the package doc) grows with the
-		// run; the randomized run measures the rest.
-		sw.FaultSteps = min(sw.FaultSteps, 800)
+		// run; the randomized run measures the rest. 400 steps (800
+		// until the suite's time got tight) halve the cost; longer runs
+		// replay in TestCatalogDefects and the seeds.
+		sw.FaultSteps = min(sw.FaultSteps, 400)
 		a := Run(t, sw, chainsim.NewRandom(sw.Seed), opts...)
 		b := Run(t, sw, chainsim.NewRandom(sw.Seed), opts...)
 		if a.Trace.Hash() != b.Trace.Hash() || a.Steps != b.Steps {

@@ -105,7 +105,7 @@
 //
 // Flags (go test ./star/sim/catalogsim -args …):
 //
-//	-catalogsim.budget=40s   wall time TestCatalogSeeds spends on seeds
+//	-catalogsim.budget=20s   wall time TestCatalogSeeds spends on seeds
 //	-catalogsim.seeds=N      run exactly N seeds instead
 //	-catalogsim.first=N      the first seed
 //	-catalogsim.seed=N       replay one seed (prints its swarm and figures)

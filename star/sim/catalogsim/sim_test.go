@@ -19,7 +19,7 @@ import (
 var (
 	flagSeed         = flag.Uint64("catalogsim.seed", 0, "replay this one seed in TestCatalogSeeds (0: run many)")
 	flagFirst        = flag.Uint64("catalogsim.first", 1, "first seed TestCatalogSeeds runs")
-	flagBudget       = flag.Duration("catalogsim.budget", 40*time.Second, "wall-clock time TestCatalogSeeds spends on seeds")
+	flagBudget       = flag.Duration("catalogsim.budget", 20*time.Second, "wall-clock time TestCatalogSeeds spends on seeds")
 	flagSeeds        = flag.Int("catalogsim.seeds", 0, "run exactly this many seeds instead of a time budget")
 	flagTrace        = flag.Bool("catalogsim.trace", false, "keep and print the full trace")
 	flagLogs         = flag.Bool("catalogsim.logs", false, "let the stars log to stderr")

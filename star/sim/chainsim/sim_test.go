@@ -17,7 +17,7 @@ import (
 
 var (
 	flagSeed   = flag.Uint64("chainsim.seed", 0, "replay this one seed in TestSimSeeds (0: run many)")
-	flagBudget = flag.Duration("chainsim.budget", 20*time.Second, "wall-clock time TestSimSeeds spends on seeds")
+	flagBudget = flag.Duration("chainsim.budget", 10*time.Second, "wall-clock time TestSimSeeds spends on seeds")
 	flagSeeds  = flag.Int("chainsim.seeds", 0, "run exactly this many seeds instead of a time budget")
 	flagFirst  = flag.Uint64("chainsim.first", 1, "first seed TestSimSeeds runs")
 	flagTrace  = flag.Bool("chainsim.trace", false, "keep and print the full trace")
@@ -128,7 +128,8 @@ func runOpts() []Option {
 }
 
 // TestSimSeeds runs the randomized simulation for a time budget
-// (-chainsim.budget: 20 s under go test, longer in make sim), or exactly
+// (-chainsim.budget: 10 s under go test, so that the two simulations
+// share 30 s of make test; longer in make sim), or exactly
 // -chainsim.seeds=N seeds, or replays one (-chainsim.seed=N). Seeds are
 // taken in order from -chainsim.first, so a run covers a prefix.
 func TestSimSeeds(t *testing.T) {
