@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/ratelimit"
 	"github.com/starlog/starlog/star/streams"
 )
 
@@ -97,7 +98,7 @@ func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingApp
 	// The rate limits before the admit lock: a throttled session input
 	// must not hold up a handoff (admit's write side). A stream created
 	// just now has fresh buckets, so its first batch is always within them.
-	if err := a.n.limits.admit(ctx, a.l.s.ID, in); err != nil {
+	if err := a.n.limits.Admit(ctx, a.l.s.ID, in); err != nil {
 		return nil, err
 	}
 	// A marked batch needs the stream's producers: loaded once, before
@@ -172,7 +173,7 @@ func (n *Node) Append(ctx context.Context, basin, name string, in *api.AppendInp
 		return api.AppendAck{}, err
 	}
 	defer a.Close()
-	actx, cancel := context.WithTimeout(context.WithValue(ctx, unaryKey{}, true), n.cfg.AdmitTimeout)
+	actx, cancel := context.WithTimeout(ratelimit.WithUnary(ctx), n.cfg.AdmitTimeout)
 	p, err := a.Submit(actx, in)
 	cancel()
 	if err != nil {
@@ -208,8 +209,8 @@ func (n *Node) appendErr(class meta.Class, err error, sequenced bool) error {
 	case errors.As(err, &inv):
 		return api.Invalid("%s", inv.Reason)
 	case errors.Is(err, loglet.ErrOverShare):
-		n.CountRateLimited(RateLimitPoolShare)
-		return api.RateLimitedAfter(poolShareRetry, "this stream holds more than its share of the star's write buffer; retry after %v", poolShareRetry)
+		n.CountRateLimited(ratelimit.ReasonPoolShare)
+		return api.RateLimitedAfter(ratelimit.PoolShareRetry, "this stream holds more than its share of the star's write buffer; retry after %v", ratelimit.PoolShareRetry)
 	case errors.Is(err, loglet.ErrDeposed), errors.Is(err, loglet.ErrClosed):
 		if sequenced {
 			return api.Unavailable("the star stopped leading this stream before the append was acknowledged; it may or may not be durable")
@@ -285,3 +286,7 @@ func facadeRequest(in *api.AppendInput) facade.Request {
 func position(p facade.Position) api.StreamPosition {
 	return api.StreamPosition{SeqNum: p.SeqNum, Timestamp: p.Timestamp}
 }
+
+// CountRateLimited counts a 429 the server answered itself (reason is one
+// of the ratelimit.Reason* constants).
+func (n *Node) CountRateLimited(reason string) { n.limits.Count(reason) }

@@ -14,6 +14,7 @@ import (
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/ratelimit"
 	"github.com/starlog/starlog/star/reader"
 )
 
@@ -105,8 +106,8 @@ type Config struct {
 	// star leads idle are bounded by what clients use. Like BalanceEvery,
 	// zero or negative turns it off (Defaults() has it on).
 	IdleRelease time.Duration
-	// Limits are the per-stream append rate limits (ratelimit.go).
-	Limits RateLimits
+	// Limits are the per-stream append rate limits (star/ratelimit).
+	Limits ratelimit.Limits
 }
 
 // DefaultAbsorbWriteBudget is the default of Config.AbsorbWriteBudget:
@@ -249,7 +250,7 @@ func (c Config) withDefaults() Config {
 		c.ReadWindowBytes = d.ReadWindowBytes
 	}
 	c.Settle = c.Settle.WithDefaults()
-	c.Limits = c.Limits.withDefaults()
+	c.Limits = c.Limits.WithDefaults()
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = d.DeadAfter
 	}

@@ -158,3 +158,8 @@ func (n *Node) retryRetires(ctx context.Context) {
 		n.mu.Unlock()
 	}
 }
+
+// Stars lists every star in the registry (star status; lead.Stars).
+func (n *Node) Stars(ctx context.Context) ([]lead.RegisteredStar, error) {
+	return lead.Stars(ctx, n.meta, n.cfg.DeadAfter)
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/ratelimit"
 	"github.com/starlog/starlog/star/reader"
 )
 
@@ -108,7 +109,7 @@ type Node struct {
 	// it has yet to retire (id → name; retryRetires).
 	unretired map[string]string
 
-	limits *appendLimits
+	limits *ratelimit.Streams
 
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
@@ -190,7 +191,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		}
 		n.ownMeta = ms
 	}
-	if n.limits, err = newAppendLimits(cfg.Limits, n.reg); err != nil {
+	if n.limits, err = ratelimit.NewStreams(cfg.Limits, n.reg); err != nil {
 		return nil, fmt.Errorf("node: rate limit metrics: %w", err)
 	}
 	if n.meta, err = metametrics.Wrap(ms, n.reg); err != nil {

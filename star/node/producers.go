@@ -2,12 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/starlog/starlog/shared/api"
-	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/facade"
 	"github.com/starlog/starlog/star/producer"
 )
@@ -22,23 +20,9 @@ const (
 	// producerLoadTimeout bounds the load of a stream's producer table: the
 	// checkpoint and the fold of the records after it.
 	producerLoadTimeout = 30 * time.Second
-	// producerFoldBatch is how many records one read of the fold asks for.
-	producerFoldBatch = 1000
-	// ProducerCheckpointEvery is how many records a stream appends after
-	// its last producer checkpoint before the leader writes the next: a
-	// star that opens the stream folds at most about this many records
-	// (and never records older than producer.IdleMs before the tail).
-	ProducerCheckpointEvery = 4096
 	// producerCheckpointTimeout bounds one checkpoint write.
 	producerCheckpointTimeout = 10 * time.Second
 )
-
-// producerKey is where a stream's producer checkpoint lives: its own
-// partition, keyed by the stream's id (an incarnation), so a recreated
-// stream never reads its predecessor's.
-func producerKey(streamID string) meta.Key {
-	return meta.Key{PK: "producers#" + streamID, SK: "checkpoint"}
-}
 
 // marked reports whether an append's first record carries a producer
 // header (the facade judges whether it is well formed).
@@ -90,7 +74,11 @@ func (a *Appender) runProducerLoad(ld *producerLoad) {
 	ctx, cancel := context.WithTimeout(context.Background(), producerLoadTimeout)
 	defer cancel()
 	ld.err = l.s.LoadProducers(ctx, func(ctx context.Context, tail facade.Position) (*producer.Table, error) {
-		return a.n.foldProducers(ctx, a.basin, a.name, l.s.ID, tail)
+		read := func(ctx context.Context, req api.ReadRequest) ([]api.Record, error) {
+			b, err := a.n.Read(ctx, a.basin, a.name, req, nil)
+			return b.Records, err
+		}
+		return producer.Rebuild(ctx, a.n.meta, l.s.ID, tail.SeqNum, tail.Timestamp, read, a.n.log)
 	})
 	l.producerLoadMu.Lock()
 	if ld.err != nil {
@@ -103,95 +91,11 @@ func (a *Appender) runProducerLoad(ld *producerLoad) {
 	close(ld.done)
 }
 
-// foldProducers rebuilds a stream's producers as of its durable tail: the
-// checkpoint, then the records after it. Records whose timestamp is more
-// than producer.IdleMs below the tail's hold no producer any later batch
-// (stamped at or after the tail) remembers, so the fold skips them.
-func (n *Node) foldProducers(ctx context.Context, basin, name, id string, tail facade.Position) (*producer.Table, error) {
-	t, from := producer.New(), uint64(0)
-	it, err := n.meta.Get(ctx, producerKey(id).PK, producerKey(id).SK)
-	switch {
-	case err == nil:
-		c, err := producer.DecodeCheckpoint(it.Val)
-		if err != nil {
-			return nil, err
-		}
-		if c.Next <= tail.SeqNum {
-			t, from = producer.FromCheckpoint(c), c.Next
-		}
-	case !errors.Is(err, meta.ErrNotFound):
-		return nil, fmt.Errorf("node: producer checkpoint of %s: %w", id, err)
-	}
-	if from >= tail.SeqNum {
-		return t, nil
-	}
-	noWait, folded := time.Duration(0), 0
-	if tail.Timestamp > producer.IdleMs {
-		one := uint64(1)
-		b, err := n.Read(ctx, basin, name, api.ReadRequest{From: api.FromTimestamp, Value: tail.Timestamp - producer.IdleMs, Count: &one, Wait: &noWait}, nil)
-		if err != nil {
-			return nil, fmt.Errorf("node: producers of %s: the fold's start: %w", id, err)
-		}
-		if len(b.Records) == 1 {
-			from = max(from, b.Records[0].SeqNum)
-		}
-	}
-	for from < tail.SeqNum {
-		count := min(producerFoldBatch, tail.SeqNum-from)
-		b, err := n.Read(ctx, basin, name, api.ReadRequest{From: api.FromSeqNum, Value: from, Clamp: true, Count: &count, Wait: &noWait}, nil)
-		if err != nil {
-			return nil, fmt.Errorf("node: producers of %s: fold from %d: %w", id, from, err)
-		}
-		recs := b.Records
-		for len(recs) > 0 && recs[len(recs)-1].SeqNum >= tail.SeqNum {
-			recs = recs[:len(recs)-1]
-		}
-		if len(recs) == 0 {
-			break // nothing retained below the tail from here
-		}
-		t.Fold(recs)
-		from = recs[len(recs)-1].SeqNum + 1
-		folded += len(recs)
-		if folded >= ProducerCheckpointEvery && from < tail.SeqNum {
-			// The fold so far is the table as of from: a later load
-			// resumes here if this one does not finish.
-			n.putProducerCheckpoint(ctx, id, t, from, recs[len(recs)-1])
-			folded = 0
-		}
-	}
-	if folded > 0 {
-		n.putProducerCheckpoint(ctx, id, t, tail.SeqNum, api.Record{Timestamp: &tail.Timestamp})
-	}
-	return t, nil
-}
-
-// putProducerCheckpoint writes a fold's table as of next (every record
-// below it folded; last is the last one), best effort: a failure only
-// makes a later fold longer.
-func (n *Node) putProducerCheckpoint(ctx context.Context, id string, t *producer.Table, next uint64, last api.Record) {
-	var ts uint64
-	if last.Timestamp != nil {
-		ts = *last.Timestamp
-	}
-	c, ok := t.Snapshot(next, ts)
-	if !ok {
-		return
-	}
-	b, err := c.Encode()
-	if err == nil {
-		k := producerKey(id)
-		_, err = n.meta.Put(ctx, k.PK, k.SK, b, meta.Always())
-	}
-	if err != nil {
-		n.log.Warn("producer checkpoint of a fold failed", "stream", id, "err", err)
-	}
-}
-
 // maybeCheckpointProducers writes the producer checkpoint of a loaded
-// stream in the background once ProducerCheckpointEvery records were
+// stream in the background once producer.CheckpointEvery records were
 // appended since the last one: never on the ack path, one write at a time.
 func (n *Node) maybeCheckpointProducers(l *ledStream) {
-	if !l.producersLoaded.Load() || l.s.Tail().SeqNum-l.producerCkpt.Load() < ProducerCheckpointEvery {
+	if !l.producersLoaded.Load() || l.s.Tail().SeqNum-l.producerCkpt.Load() < producer.CheckpointEvery {
 		return
 	}
 	if !l.producerCkptBusy.CompareAndSwap(false, true) {
@@ -214,12 +118,7 @@ func (n *Node) checkpointProducers(ctx context.Context, l *ledStream) error {
 	if !ok || c.Next <= l.producerCkpt.Load() {
 		return nil
 	}
-	b, err := c.Encode()
-	if err != nil {
-		return err
-	}
-	k := producerKey(l.s.ID)
-	if _, err := n.meta.Put(ctx, k.PK, k.SK, b, meta.Always()); err != nil {
+	if err := producer.SaveCheckpoint(ctx, n.meta, l.s.ID, c); err != nil {
 		return err
 	}
 	l.producerCkpt.Store(c.Next)

@@ -155,7 +155,7 @@ func TestProducerCheckpointRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < node.ProducerCheckpointEvery/1000+1; i++ {
+	for i := 0; i < producer.CheckpointEvery/1000+1; i++ {
 		if _, err := n1.Append(ctx, "ckpt-basin", "s", records(fmt.Sprint("fill", i), 1000), nil); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func streamIDIn(t *testing.T, st stores, basin, name string) string {
 }
 
 // waitProducerCheckpoint waits for the stream's producer checkpoint to
-// cover at least ProducerCheckpointEvery records and to name producer p.
+// cover at least producer.CheckpointEvery records and to name producer p.
 func waitProducerCheckpoint(t *testing.T, st stores, id string) {
 	t.Helper()
 	poll.UntilErr(t, 10*time.Second, "the producer checkpoint", func() error {
@@ -203,7 +203,7 @@ func waitProducerCheckpoint(t *testing.T, st stores, id string) {
 		if err != nil {
 			return err
 		}
-		if c.Next < node.ProducerCheckpointEvery || len(c.Producers) == 0 || c.Producers[0].ID != "p" {
+		if c.Next < producer.CheckpointEvery || len(c.Producers) == 0 || c.Producers[0].ID != "p" {
 			return fmt.Errorf("checkpoint %+v", c)
 		}
 		return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/ratelimit"
 	"github.com/starlog/starlog/star/server"
 )
 
@@ -108,7 +109,7 @@ type common struct {
 	bodyReadTimeout, requestTimeout  time.Duration
 	frameTimeout, sessionWriteTimout time.Duration
 
-	// rate limits (node.RateLimits, server.ClientRate)
+	// rate limits (ratelimit.Limits, server.ClientRate)
 	streamMiBPerSec, streamBatchesPerSec float64
 	sessionThrottle                      time.Duration
 	clientPerSec                         float64
@@ -182,9 +183,9 @@ func (c *common) register(fs *pflag.FlagSet, defListen string) {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", server.DefaultRequestTimeout, "a unary request's whole life, its response written (a read's wait comes on top)")
 	fs.DurationVar(&c.frameTimeout, "frame-timeout", server.DefaultFrameTimeout, "an S2S frame must complete within this of its header (the session ends with 408)")
 	fs.DurationVar(&c.sessionWriteTimout, "session-write-timeout", server.DefaultSessionWriteTimeout, "a session's client must take each frame or event within this, or it is cut off")
-	fs.Float64Var(&c.streamMiBPerSec, "append-stream-mib-per-sec", node.DefaultStreamBytesPerSec/(1<<20), "per-stream append throughput limit in MiB/s of metered bytes, all clients together (S2's limit; 0 turns it off): past it a unary append is 429 rate_limited, a session is throttled")
-	fs.Float64Var(&c.streamBatchesPerSec, "append-stream-batches-per-sec", 0, fmt.Sprintf("append batches per second one client connection may send to one stream; 0 (the default) turns it off. S2 sets %d to share a multi-tenant service: set it on a star many tenants share", node.S2BatchesPerSec))
-	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", node.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
+	fs.Float64Var(&c.streamMiBPerSec, "append-stream-mib-per-sec", ratelimit.DefaultStreamBytesPerSec/(1<<20), "per-stream append throughput limit in MiB/s of metered bytes, all clients together (S2's limit; 0 turns it off): past it a unary append is 429 rate_limited, a session is throttled")
+	fs.Float64Var(&c.streamBatchesPerSec, "append-stream-batches-per-sec", 0, fmt.Sprintf("append batches per second one client connection may send to one stream; 0 (the default) turns it off. S2 sets %d to share a multi-tenant service: set it on a star many tenants share", ratelimit.S2BatchesPerSec))
+	fs.DurationVar(&c.sessionThrottle, "append-session-throttle", ratelimit.DefaultSessionThrottle, "longest an append-session input waits for the rate limits before the session ends with 429 rate_limited")
 	fs.Float64Var(&c.clientPerSec, "client-rate-per-sec", 0, "requests per second each client (access token; the admin token and open stars by IP address) may make on S2's API; 0 (the default) turns the limit off")
 	fs.IntVar(&c.clientBurst, "client-rate-burst", 0, "requests a client may make at once under --client-rate-per-sec (0: one second's worth)")
 	fs.StringVar(&c.durablePrefix, "durable-prefix", durable.DefaultPrefix, "path prefix of the Durable Streams protocol on the API port (empty: not served)")
@@ -278,7 +279,7 @@ func (c *common) nodeConfig() node.Config {
 	cfg.HeartbeatEvery, cfg.DeadAfter = c.registryBeat, c.deadAfter
 	cfg.BalanceEvery = c.balanceEvery
 	cfg.IdleRelease = c.idleRelease
-	cfg.Limits = node.RateLimits{
+	cfg.Limits = ratelimit.Limits{
 		StreamBytesPerSec:   offIfZero(c.streamMiBPerSec * (1 << 20)),
 		StreamBatchesPerSec: offIfZero(c.streamBatchesPerSec),
 		SessionThrottle:     c.sessionThrottle,
@@ -286,7 +287,7 @@ func (c *common) nodeConfig() node.Config {
 	return cfg
 }
 
-// offIfZero maps a flag's 0 ("off") onto a negative rate (RateLimits
+// offIfZero maps a flag's 0 ("off") onto a negative rate (ratelimit.Limits
 // fills zero with the default).
 func offIfZero(v float64) float64 {
 	if v <= 0 {

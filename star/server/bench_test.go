@@ -10,6 +10,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/ratelimit"
 	"github.com/starlog/starlog/star/server"
 )
 
@@ -31,7 +32,7 @@ func benchEnv(b *testing.B) *env {
 		c.Standard.FlushInterval = d.Standard.FlushInterval
 		c.Express.FlushInterval = d.Express.FlushInterval
 		// The engine's ceiling, not S2's per-stream limits.
-		c.Limits = node.RateLimits{StreamBytesPerSec: -1, StreamBatchesPerSec: -1}
+		c.Limits = ratelimit.Limits{StreamBytesPerSec: -1, StreamBatchesPerSec: -1}
 	})
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
-	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/ratelimit"
 )
 
@@ -75,7 +74,7 @@ func (s *Server) limitClient(w http.ResponseWriter, r *http.Request, k routeKind
 func (s *Server) takeClient(r *http.Request) (time.Duration, bool) {
 	wait, ok := s.clients.Take(clientKey(r), 1, time.Now())
 	if !ok {
-		s.n.CountRateLimited(node.RateLimitClient)
+		s.n.CountRateLimited(ratelimit.ReasonClient)
 	}
 	return wait, ok
 }
@@ -122,14 +121,14 @@ func (s *Server) countFailedAuth(r *http.Request, err *api.Error) *api.Error {
 		return err
 	}
 	if wait, ok := s.clients.Take("ip:"+clientIP(r.RemoteAddr), 1, time.Now()); !ok {
-		s.n.CountRateLimited(node.RateLimitClient)
+		s.n.CountRateLimited(ratelimit.ReasonClient)
 		return api.RateLimitedAfter(wait, "this client's request rate limit is exceeded (requests refused for their credentials count too); retry after %v", wait.Round(time.Millisecond))
 	}
 	return err
 }
 
 // withClientConn names the client connection of an append (see
-// node.WithClient): the peer's word for it on a forwarded request, else
+// ratelimit.WithClient): the peer's word for it on a forwarded request, else
 // the connection's remote address.
 func withClientConn(r *http.Request) *http.Request {
 	conn := r.RemoteAddr
@@ -138,7 +137,7 @@ func withClientConn(r *http.Request) *http.Request {
 			conn = c
 		}
 	}
-	return r.WithContext(node.WithClient(r.Context(), conn))
+	return r.WithContext(ratelimit.WithClient(r.Context(), conn))
 }
 
 // setRetryAfter sets the retry headers of a 429: Retry-After in whole

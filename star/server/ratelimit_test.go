@@ -14,10 +14,11 @@ import (
 	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/ratelimit"
 	"github.com/starlog/starlog/star/server"
 )
 
-func withLimits(l node.RateLimits) envOpt {
+func withLimits(l ratelimit.Limits) envOpt {
 	return func(c *node.Config, _ *server.Options) { c.Limits = l }
 }
 
@@ -47,7 +48,7 @@ func TestAppendBatchRateLimit(t *testing.T) {
 	t.Parallel()
 	// One batch per 2 s (burst 1): slow enough that no token comes back
 	// while the test runs on a loaded machine.
-	e := newEnv(t, withLimits(node.RateLimits{StreamBatchesPerSec: 0.5}))
+	e := newEnv(t, withLimits(ratelimit.Limits{StreamBatchesPerSec: 0.5}))
 	e.setupBasin("rl-basin")
 	want(t, e.appendJSON("rl-basin", "s", textRecords("a", 1)), 200, "")
 	want429(t, e.appendJSON("rl-basin", "s", textRecords("b", 1)), 2000)
@@ -103,7 +104,7 @@ func TestBatchRateLimitIsOptIn(t *testing.T) {
 // S2's per-stream throughput: all connections together.
 func TestAppendThroughputLimit(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withLimits(node.RateLimits{StreamBytesPerSec: 64 << 10})) // burst: one largest batch, 1 MiB
+	e := newEnv(t, withLimits(ratelimit.Limits{StreamBytesPerSec: 64 << 10})) // burst: one largest batch, 1 MiB
 	e.setupBasin("tp-basin")
 	big := `{"records":[{"body":"` + strings.Repeat("x", 600<<10) + `"}]}`
 	want(t, e.appendJSON("tp-basin", "s", big), 200, "")
@@ -128,7 +129,7 @@ func TestAppendThroughputLimit(t *testing.T) {
 // is acknowledged, at the limit's pace.
 func TestAppendSessionThrottled(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withLimits(node.RateLimits{StreamBatchesPerSec: 10}))
+	e := newEnv(t, withLimits(ratelimit.Limits{StreamBatchesPerSec: 10}))
 	e.setupBasin("th-basin")
 	s := e.openAppendSession("th-basin", "s", api.CompressionNone)
 	start := time.Now()
@@ -151,7 +152,7 @@ func TestAppendSessionThrottled(t *testing.T) {
 // of the inputs before it.
 func TestAppendSessionRateLimitedFrame(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withLimits(node.RateLimits{StreamBatchesPerSec: 0.5, SessionThrottle: 50 * time.Millisecond}))
+	e := newEnv(t, withLimits(ratelimit.Limits{StreamBatchesPerSec: 0.5, SessionThrottle: 50 * time.Millisecond}))
 	e.setupBasin("tf-basin")
 	s := e.openAppendSession("tf-basin", "s", api.CompressionNone)
 	s.send(t, batch("x", 1))
@@ -266,7 +267,7 @@ func TestForwardedAppendsCountTheClientConnection(t *testing.T) {
 	t.Parallel()
 	objs := memObjects(t)
 	ms := testsvc.SQLite(t)
-	lim := func(c *node.Config) { c.Limits = node.RateLimits{StreamBatchesPerSec: 0.5} } // burst 1
+	lim := func(c *node.Config) { c.Limits = ratelimit.Limits{StreamBatchesPerSec: 0.5} } // burst 1
 	a, b := starWith(t, "a", ms, objs, lim), starWith(t, "b", ms, objs, lim)
 	a.setupBasin("fl-basin")
 	want(t, a.appendJSON("fl-basin", "s", textRecords("lead", 1)), 200, "") // a leads s

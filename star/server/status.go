@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/starlog/starlog/star/auth"
-	"github.com/starlog/starlog/star/node"
+	"github.com/starlog/starlog/star/lead"
 )
 
 // StatusPath is starlog's cluster status endpoint (`star status`):
@@ -34,7 +34,7 @@ type ClusterStatus struct {
 // StarStatus is one star: its registry row and, for a star that is not
 // dead, its own figures (or why they are missing).
 type StarStatus struct {
-	node.RegisteredStar
+	lead.RegisteredStar
 	Local *LocalStatus `json:"local,omitempty"`
 	Error string       `json:"error,omitempty"`
 }

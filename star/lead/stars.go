@@ -1,4 +1,4 @@
-package node
+package lead
 
 import (
 	"context"
@@ -26,16 +26,17 @@ type RegisteredStar struct {
 }
 
 // Stars lists every star in the registry, in directory order, with the
-// state peers would judge it in now.
-func (n *Node) Stars(ctx context.Context) ([]RegisteredStar, error) {
-	ids, err := leader.Stars(ctx, n.meta)
+// state peers would judge it in now (a heartbeat older than deadAfter
+// presumes its star dead).
+func Stars(ctx context.Context, ms meta.Store, deadAfter time.Duration) ([]RegisteredStar, error) {
+	ids, err := leader.Stars(ctx, ms)
 	if err != nil {
 		return nil, fmt.Errorf("list stars: %w", err)
 	}
 	now := time.Now()
 	out := make([]RegisteredStar, 0, len(ids))
 	for _, id := range ids {
-		reg, _, ok, err := leader.ReadRegistration(ctx, n.meta, id)
+		reg, _, ok, err := leader.ReadRegistration(ctx, ms, id)
 		if err != nil {
 			return nil, fmt.Errorf("read star %s: %w", id, err)
 		}
@@ -47,7 +48,7 @@ func (n *Node) Stars(ctx context.Context) ([]RegisteredStar, error) {
 		switch {
 		case reg.Decommissioned:
 			st.State = "decommissioned"
-		case (reg.State == meta.StarLive || reg.State == meta.StarDraining) && !leader.Live(reg, reg.Incarnation, now, n.cfg.DeadAfter):
+		case (reg.State == meta.StarLive || reg.State == meta.StarDraining) && !leader.Live(reg, reg.Incarnation, now, deadAfter):
 			st.State = meta.StarDead
 		}
 		out = append(out, st)

@@ -1,4 +1,4 @@
-package node
+package ratelimit
 
 import (
 	"context"
@@ -7,10 +7,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starlog/starlog/shared/api"
-	"github.com/starlog/starlog/star/ratelimit"
 )
 
-// RateLimits are the per-stream append limits S2 documents (its "Limits"
+// The append limits of the streams a star leads (docs/design.md §3): the
+// star (star/node) admits every batch through Streams before sequencing
+// it.
+
+// Limits are the per-stream append limits S2 documents (its "Limits"
 // page: 100 MiBps per stream, and 200 batches per second per stream per
 // client connection). Past them a unary append is 429 rate_limited with a
 // retry-after; an append session is throttled (its input waits for the
@@ -18,7 +21,7 @@ import (
 // ends the session with a 429 terminal frame. A zero StreamBytesPerSec
 // or SessionThrottle takes the default; a zero StreamBatchesPerSec leaves
 // the batch limit off (it is opt-in); a negative rate turns a limit off.
-type RateLimits struct {
+type Limits struct {
 	// StreamBytesPerSec bounds a stream's appended metered bytes per
 	// second, all clients together (enforced by the star that leads it).
 	// The burst is one second's worth, and at least one largest batch.
@@ -47,7 +50,8 @@ const (
 	DefaultSessionThrottle = 2 * time.Second
 )
 
-func (r RateLimits) withDefaults() RateLimits {
+// WithDefaults fills the zero fields that take a default.
+func (r Limits) WithDefaults() Limits {
 	if r.StreamBytesPerSec == 0 {
 		r.StreamBytesPerSec = DefaultStreamBytesPerSec
 	}
@@ -60,46 +64,49 @@ func (r RateLimits) withDefaults() RateLimits {
 // Reasons of starlog_rate_limited_total: a fixed set, so the label is
 // bounded.
 const (
-	// RateLimitStreamBytes: a stream's append bytes per second.
-	RateLimitStreamBytes = "stream_bytes"
-	// RateLimitStreamBatches: a connection's append batches per second to
+	// ReasonStreamBytes: a stream's append bytes per second.
+	ReasonStreamBytes = "stream_bytes"
+	// ReasonStreamBatches: a connection's append batches per second to
 	// one stream.
-	RateLimitStreamBatches = "stream_batches"
-	// RateLimitClient: a client's (token's) requests per second (the
+	ReasonStreamBatches = "stream_batches"
+	// ReasonClient: a client's (token's) requests per second (the
 	// server's optional per-client limit).
-	RateLimitClient = "client"
-	// RateLimitPoolShare: an append that found the write buffer full
+	ReasonClient = "client"
+	// ReasonPoolShare: an append that found the write buffer full
 	// because its own stream holds more than its fair share of it.
-	RateLimitPoolShare = "pool_share"
+	ReasonPoolShare = "pool_share"
 )
 
-var rateLimitReasons = [...]string{RateLimitStreamBytes, RateLimitStreamBatches, RateLimitClient, RateLimitPoolShare}
+var reasons = [...]string{ReasonStreamBytes, ReasonStreamBatches, ReasonClient, ReasonPoolShare}
 
-// poolShareRetry is the retry-after of a pool_share 429: about the time
+// PoolShareRetry is the retry-after of a pool_share 429: about the time
 // the star takes to cut and upload what the stream already holds.
-const poolShareRetry = time.Second
+const PoolShareRetry = time.Second
 
-// appendLimits enforces RateLimits on the streams this star leads.
-type appendLimits struct {
-	cfg     RateLimits
-	bytes   *ratelimit.Keyed // by stream id
-	batches *ratelimit.Keyed // by stream id and client connection
+// Streams enforces Limits on the streams a star leads.
+type Streams struct {
+	cfg     Limits
+	bytes   *Keyed // by stream id
+	batches *Keyed // by stream id and client connection
 	limited *prometheus.CounterVec
 }
 
-func newAppendLimits(cfg RateLimits, reg prometheus.Registerer) (*appendLimits, error) {
-	l := &appendLimits{cfg: cfg}
+// NewStreams returns the limits cfg (Limits.WithDefaults fills its zero
+// fields first) and
+// registers their counter, starlog_rate_limited_total, on reg.
+func NewStreams(cfg Limits, reg prometheus.Registerer) (*Streams, error) {
+	l := &Streams{cfg: cfg}
 	if cfg.StreamBytesPerSec > 0 {
-		l.bytes = ratelimit.NewKeyed(cfg.StreamBytesPerSec, max(int(cfg.StreamBytesPerSec), api.MaxBatchMeteredBytes), 0)
+		l.bytes = NewKeyed(cfg.StreamBytesPerSec, max(int(cfg.StreamBytesPerSec), api.MaxBatchMeteredBytes), 0)
 	}
 	if cfg.StreamBatchesPerSec > 0 {
-		l.batches = ratelimit.NewKeyed(cfg.StreamBatchesPerSec, int(cfg.StreamBatchesPerSec), 0)
+		l.batches = NewKeyed(cfg.StreamBatchesPerSec, int(cfg.StreamBatchesPerSec), 0)
 	}
 	l.limited = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Name: "rate_limited_total",
 		Help: "Requests answered 429 rate_limited (or append-session inputs ended so), by reason: stream_bytes, stream_batches, client, pool_share.",
 	}, []string{"reason"})
-	for _, r := range rateLimitReasons {
+	for _, r := range reasons {
 		l.limited.WithLabelValues(r)
 	}
 	if err := reg.Register(l.limited); err != nil {
@@ -108,9 +115,9 @@ func newAppendLimits(cfg RateLimits, reg prometheus.Registerer) (*appendLimits, 
 	return l, nil
 }
 
-// CountRateLimited counts a 429 the server answered itself (reason is one
-// of the RateLimit* constants).
-func (n *Node) CountRateLimited(reason string) { n.limits.limited.WithLabelValues(reason).Inc() }
+// Count counts a 429 answered outside Admit (reason is one of the
+// Reason* constants).
+func (l *Streams) Count(reason string) { l.limited.WithLabelValues(reason).Inc() }
 
 type clientKey struct{}
 
@@ -122,15 +129,21 @@ func WithClient(ctx context.Context, conn string) context.Context {
 
 type unaryKey struct{}
 
-// admit applies the stream's limits to one batch before it is sequenced.
+// WithUnary marks a request as a unary append: over a limit, Admit
+// refuses it at once rather than wait.
+func WithUnary(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unaryKey{}, true)
+}
+
+// Admit applies the stream's limits to one batch before it is sequenced.
 // A unary append over a limit is refused at once (429 with how long to
 // wait); a session input waits for the limit, up to SessionThrottle.
-func (l *appendLimits) admit(ctx context.Context, streamID string, in *api.AppendInput) error {
+func (l *Streams) Admit(ctx context.Context, streamID string, in *api.AppendInput) error {
 	conn, _ := ctx.Value(clientKey{}).(string)
 	unary := ctx.Value(unaryKey{}) != nil
 	now := time.Now()
 	type take struct {
-		k      *ratelimit.Keyed
+		k      *Keyed
 		key    string
 		n      int
 		reason string
@@ -140,8 +153,8 @@ func (l *appendLimits) admit(ctx context.Context, streamID string, in *api.Appen
 		batches = nil // no client connection (an in-process caller): nothing to count it by
 	}
 	takes := [...]take{
-		{batches, streamID + "\x00" + conn, 1, RateLimitStreamBatches},
-		{l.bytes, streamID, int(api.MeteredBytes(in.Records)), RateLimitStreamBytes},
+		{batches, streamID + "\x00" + conn, 1, ReasonStreamBatches},
+		{l.bytes, streamID, int(api.MeteredBytes(in.Records)), ReasonStreamBytes},
 	}
 	var wait time.Duration
 	var cancels []func()
@@ -180,7 +193,7 @@ func (l *appendLimits) admit(ctx context.Context, streamID string, in *api.Appen
 }
 
 func limitName(reason string) string {
-	if reason == RateLimitStreamBytes {
+	if reason == ReasonStreamBytes {
 		return "throughput"
 	}
 	return "batch rate"
