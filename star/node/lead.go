@@ -49,10 +49,12 @@ type ledStream struct {
 	lastUse atomic.Int64
 
 	// foundTrim is the trim point findTrim found in the records, once
-	// trimFound is set (trimpoint.go); findMu runs it once.
+	// trimFound is set (trimpoint.go); findSem (capacity 1) runs one find
+	// at a time: a channel, not a mutex, so a waiter gives up with its
+	// request and is durably blocked in the simulations' synctest bubbles.
 	foundTrim atomic.Uint64
 	trimFound atomic.Bool
-	findMu    sync.Mutex
+	findSem   chan struct{}
 
 	// The stream's idempotent producers (producers.go): loaded into its
 	// sequencer, the tail of the last checkpoint, a checkpoint in flight.
@@ -61,6 +63,28 @@ type ledStream struct {
 	producerCkptBusy atomic.Bool
 	producerLoadMu   sync.Mutex
 	producerLoad     *producerLoad // the load in flight, if any
+}
+
+// slotLock is a mutex made of a channel: an open holds its slot's lock
+// across metastore and object store calls, and a goroutine waiting for it
+// must be durably blocked in the simulations' synctest bubbles (which a
+// sync.Mutex waiter is not: a row check waiting on a slot an open held
+// across a scheduled call stalled the catalog simulation's seed 9).
+type slotLock struct{ c chan struct{} }
+
+func newSlotLock() slotLock { return slotLock{c: make(chan struct{}, 1)} }
+
+func (l slotLock) Lock()   { l.c <- struct{}{} }
+func (l slotLock) Unlock() { <-l.c }
+
+// TryLock takes the lock if it is free, without waiting.
+func (l slotLock) TryLock() bool {
+	select {
+	case l.c <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 func (l *ledStream) touch() { l.lastUse.Store(time.Now().UnixNano()) }
@@ -110,7 +134,7 @@ func (l *ledStream) gone() error {
 // says nothing after it (a successor took the released lease without
 // fencing this star).
 type ledSlot struct {
-	mu       sync.Mutex
+	mu       slotLock
 	l        *ledStream
 	deleted  bool
 	releases uint64
@@ -218,7 +242,7 @@ func (n *Node) leadIn(ctx context.Context, slot *ledSlot, b *catalog.BasinEntry,
 		l.Absorber().Forget(id)
 		return nil, err
 	}
-	slot.l = &ledStream{s: s, key: e.Key, name: e.Key.Name, class: class, loglet: l, lost: n.zombie}
+	slot.l = &ledStream{s: s, key: e.Key, name: e.Key.Name, class: class, loglet: l, lost: n.zombie, findSem: make(chan struct{}, 1)}
 	slot.l.touch()
 	n.log.Debug("leading stream", "basin", e.Key.Basin, "stream", e.Key.Name, "id", id, "class", class, "tail", s.Tail().SeqNum, "lease_version", lease.Version)
 	return slot.l, nil
@@ -247,7 +271,7 @@ func (n *Node) slot(id string) *ledSlot {
 	defer n.mu.Unlock()
 	slot := n.led[id]
 	if slot == nil {
-		slot = &ledSlot{}
+		slot = &ledSlot{mu: newSlotLock()}
 		n.led[id] = slot
 	}
 	return slot
@@ -301,7 +325,7 @@ func (n *Node) unlead(id string) {
 	n.mu.Lock()
 	slot := n.led[id]
 	if slot == nil {
-		slot = &ledSlot{}
+		slot = &ledSlot{mu: newSlotLock()}
 		n.led[id] = slot
 	}
 	n.mu.Unlock()

@@ -35,8 +35,12 @@ func (n *Node) findTrim(ctx context.Context, l *ledStream, basin string) error {
 	if l.trimFound.Load() {
 		return nil
 	}
-	l.findMu.Lock()
-	defer l.findMu.Unlock()
+	select {
+	case l.findSem <- struct{}{}:
+	case <-ctx.Done():
+		return n.storageErr("find the stream's trim point", ctx.Err())
+	}
+	defer func() { <-l.findSem }()
 	if l.trimFound.Load() {
 		return nil
 	}

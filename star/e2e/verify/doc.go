@@ -61,8 +61,10 @@
 // such appends (347 and 1,224 acknowledged, one answered 204 duplicate
 // after a retry) beside the S2 clients', both histories linearizable.
 //
-// Every stream also has idempotent producers of the S2 face
-// (producers.go, -verify.producers per stream): batches marked with the
+// With -verify.producers (make verify: 1; off in make test's short run,
+// where one clean-clone run's round stayed undecided after the checker's
+// 3 minutes), every stream also has idempotent producers of the S2 face
+// (producers.go): batches marked with the
 // starlog-producer headers, each sent again with its mark and records
 // after no answer, a 5xx or a 429, to a random star; all attempts are one
 // operation, answered with the original ack, so a batch applied twice is
