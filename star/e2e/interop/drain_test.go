@@ -3,7 +3,6 @@ package interop_test
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -17,15 +16,7 @@ import (
 // the SDK counts as side-effect free and resumes on at once.
 func TestS2TypeScriptSDKDrain(t *testing.T) {
 	t.Parallel()
-	root := testsvc.RepoRoot(t)
-	nodeTools := testsvc.NodeToolsDir(t)
-	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),
-		"the S2 TypeScript SDK (@s2-dev/streamstore)")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found on PATH: %v", err)
-	}
-	script := filepath.Join(root, "star", "e2e", "interop", "testdata", "drain.mjs")
+	root, nodeTools, node, script := sdkScript(t, "drain.mjs")
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "10s")

@@ -17,15 +17,7 @@ import (
 // directory): one copy, and identical acks.
 func TestS2TypeScriptSDKIdempotentProducer(t *testing.T) {
 	t.Parallel()
-	root := testsvc.RepoRoot(t)
-	nodeTools := testsvc.NodeToolsDir(t)
-	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),
-		"the S2 TypeScript SDK (@s2-dev/streamstore)")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found on PATH: %v", err)
-	}
-	script := filepath.Join(root, "star", "e2e", "interop", "testdata", "idempotent.mjs")
+	root, nodeTools, node, script := sdkScript(t, "idempotent.mjs")
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	data := t.TempDir()

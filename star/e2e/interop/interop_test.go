@@ -20,6 +20,25 @@ import (
 	"github.com/starlog/starlog/shared/testsvc"
 )
 
+// sdkScript checks what a scenario of the S2 TypeScript SDK needs (the
+// SDK under the node tools, node on PATH, the script in testdata) and
+// returns the repository root, the node tools folder, node and the
+// script's path.
+func sdkScript(t *testing.T, name string) (root, nodeTools, node, script string) {
+	t.Helper()
+	root = testsvc.RepoRoot(t)
+	nodeTools = testsvc.NodeToolsDir(t)
+	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),
+		"the S2 TypeScript SDK (@s2-dev/streamstore)")
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found on PATH: the S2 SDK scenarios need Node 20 (install it, then run `make tools`): %v", err)
+	}
+	script = filepath.Join(root, "star", "e2e", "interop", "testdata", name)
+	testsvc.RequireFile(t, script, name)
+	return root, nodeTools, node, script
+}
+
 // wantScenarios is what conformance.mjs reports: the ten scenarios of
 // docs/design.md §16.3, with the three session scenarios (3, 8, 9) run once per SDK
 // transport, the access-token scenario (11), S2 fidelity (12), stream
@@ -45,16 +64,7 @@ var (
 // user running `make run` gets.
 func TestS2TypeScriptSDK(t *testing.T) {
 	t.Parallel()
-	root := testsvc.RepoRoot(t)
-	nodeTools := testsvc.NodeToolsDir(t)
-	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),
-		"the S2 TypeScript SDK (@s2-dev/streamstore)")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found on PATH: the S2 SDK conformance needs Node 20 (install it, then run `make tools`): %v", err)
-	}
-	script := filepath.Join(root, "star", "e2e", "interop", "testdata", "conformance.mjs")
-	testsvc.RequireFile(t, script, "the conformance script")
+	root, nodeTools, node, script := sdkScript(t, "conformance.mjs")
 
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))

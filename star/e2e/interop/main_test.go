@@ -4,6 +4,8 @@ import (
 	"flag"
 	"os"
 	"testing"
+
+	"github.com/starlog/starlog/shared/testsvc"
 )
 
 // testParallel is how many tests run at once unless -parallel is given:
@@ -11,17 +13,11 @@ import (
 // port, own data folder) with a Node script whose run is mostly waiting
 // (the conformance script's 30 s idle session sets the package's pace),
 // so GOMAXPROCS, the default, would queue them for no gain.
-const testParallel = "8"
+const testParallel = 8
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", testParallel); err != nil {
-			panic(err)
-		}
-	}
+	testsvc.DefaultParallel(testParallel)
 	code := m.Run()
 	if starBinDir != "" {
 		os.RemoveAll(starBinDir)

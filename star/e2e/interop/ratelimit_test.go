@@ -3,7 +3,6 @@ package interop_test
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,15 +15,7 @@ import (
 // session over the batch rate is throttled, every batch acknowledged.
 func TestS2TypeScriptSDKRateLimits(t *testing.T) {
 	t.Parallel()
-	root := testsvc.RepoRoot(t)
-	nodeTools := testsvc.NodeToolsDir(t)
-	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),
-		"the S2 TypeScript SDK (@s2-dev/streamstore)")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found on PATH: %v", err)
-	}
-	script := filepath.Join(root, "star", "e2e", "interop", "testdata", "ratelimits.mjs")
+	root, nodeTools, node, script := sdkScript(t, "ratelimits.mjs")
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	star := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s",

@@ -3,7 +3,6 @@ package interop_test
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,16 +38,7 @@ func TestS2TypeScriptSDKRetention(t *testing.T) {
 // testdata against it, and wants every scenario to pass, want of them.
 func runSDKScript(t *testing.T, name string, want int, starArgs ...string) {
 	t.Helper()
-	root := testsvc.RepoRoot(t)
-	nodeTools := testsvc.NodeToolsDir(t)
-	testsvc.RequireFile(t, filepath.Join(nodeTools, "@s2-dev", "streamstore", "package.json"),
-		"the S2 TypeScript SDK (@s2-dev/streamstore)")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found on PATH: %v", err)
-	}
-	script := filepath.Join(root, "star", "e2e", "interop", "testdata", name)
-	testsvc.RequireFile(t, script, name)
+	root, nodeTools, node, script := sdkScript(t, name)
 	bin := buildStar(t, root)
 	addr := testsvc.Addr(testsvc.FreePort(t))
 	args := append([]string{"dev", "--data", t.TempDir(), "--listen", addr, "--shutdown-timeout", "5s"}, starArgs...)
