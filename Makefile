@@ -266,6 +266,17 @@ sim-catalog:
 	  -args -catalogsim.budget=$(CATSIM_BUDGET) 2>&1 | tee build/sim-catalog.log \
 	  | grep -E '^(ok |FAIL|--- |panic:)|^    --- |(sim|defects)_test.go:[0-9]+: [^ ]'
 
+## upgrade: the rolling-upgrade test (issue 32 item 5; docs/deploy.md
+## "Upgrades"): builds UPGRADE_FROM (the previous release: the last commit
+## CI landed; move it forward at each release) and this tree, then runs a
+## three-star cluster and an auditor process from the old build through
+## the linearizability workload while each is replaced by the new build
+## (about 5 minutes; UPGRADE_ARGS passes -verify.* flags).
+UPGRADE_FROM ?= bc8dc19
+.PHONY: upgrade
+upgrade:
+	UPGRADE_FROM=$(UPGRADE_FROM) bash .ci/upgrade.sh
+
 ## failover-bench: failover time (issue 6): kill -9 of a stream's leader, then
 ## the first ack through the other star, FAILOVER_KILLS kills at leader backlogs
 ## of 0, 100 and 1000 flights; prints the table (figures in docs/bench.md).

@@ -161,6 +161,10 @@ func (s *Starlog) auditor() {
 			props.MaxEventAge = awscdk.Duration_Minutes(jsii.Number(float64(max(2*f.ScheduleMinutes, 1))))
 		}
 		fn := awslambda.NewFunction(st, jsii.String(id+"Function"), props)
+		// Stars before the auditor (docs/deploy.md, "Upgrades"): an update
+		// replaces the functions' code only once the stars' rolling update
+		// has finished, so a new auditor never meets an old star.
+		fn.Node().AddDependency(s.Stars)
 		s.Functions[job] = fn
 		s.FunctionRoles[job] = role
 

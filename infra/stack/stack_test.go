@@ -2,6 +2,7 @@ package stack
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -401,6 +402,29 @@ func TestStars(t *testing.T) {
 			"UpdatePolicy", like("AutoScalingRollingUpdate", like(
 				"MaxBatchSize", 1, "MinInstancesInService", 3, "WaitOnResourceSignals", true)),
 		))
+	})
+	// Stars before the auditor (docs/deploy.md, "Upgrades"): every auditor
+	// function waits for the stars' group, so an update rolls the stars
+	// first and replaces the functions' code after.
+	check(t, "auditor functions update after the stars", func() {
+		var asg string
+		for id := range x.resources("AWS::AutoScaling::AutoScalingGroup") {
+			asg = id
+		}
+		n := 0
+		for id, r := range x.resources("AWS::Lambda::Function") {
+			if !strings.Contains(fmt.Sprint(r["Properties"]), "starlog auditor: ") {
+				continue // CDK's own handlers
+			}
+			n++
+			deps, _ := r["DependsOn"].([]any)
+			if !slices.Contains(deps, any(asg)) {
+				t.Errorf("auditor function %s does not depend on the stars' group %s: DependsOn %v", id, asg, deps)
+			}
+		}
+		if n != len(config.Jobs) {
+			t.Errorf("%d auditor functions, want %d", n, len(config.Jobs))
+		}
 	})
 	check(t, "launch template: IMDSv2 only, arm64 type", func() {
 		x.tmpl.HasResourceProperties(jsii.String("AWS::EC2::LaunchTemplate"), like(

@@ -93,7 +93,11 @@ func NewStar(spec StarSpec) *Star {
 func (s *Star) Endpoint() string { return s.spec.Endpoint }
 
 // ID is the star's id ("" when the spec did not fix one).
-func (s *Star) ID() string { return s.spec.ID }
+func (s *Star) ID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spec.ID
+}
 
 // FaultControl is the base URL of the star's dev fault control, "" if none.
 func (s *Star) FaultControl() string { return s.spec.FaultControl }

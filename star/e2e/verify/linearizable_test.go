@@ -525,6 +525,8 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 			}
 			t.Logf("round %d: %s", r, ev.Detail)
 		case ev.Fault == "supervisor-restart":
+		case ev.Fault == "upgrade": // TestRollingUpgrade's
+			t.Logf("round %d: upgrade: %s", r, ev.Detail)
 		case ev.Failed:
 			t.Logf("round %d: %s not done: %s", r, ev.Fault, ev.Detail)
 		default:
