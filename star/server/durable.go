@@ -13,8 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
 )
@@ -57,6 +61,15 @@ func (s *Server) serveDurable(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(durable.HeaderServerRequest)
 	}
 	r = forwardedFrom(r, internal)
+	if s.tracer != nil {
+		// A server span per request, as on S2's routes: a child of the
+		// client's traceparent or of the forwarding star's span.
+		rec := &recorder{ResponseWriter: w}
+		ctx, span := s.tracer.Start(tracing.Propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)),
+			"durable-streams "+methodLabel(r.Method), trace.WithSpanKind(trace.SpanKindServer))
+		w, r = rec, r.WithContext(ctx)
+		defer func() { s.endDurableSpan(span, r, rec.status) }()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {

@@ -33,3 +33,24 @@ func (s *Server) endSpan(span trace.Span, r *http.Request, rt route, status int)
 	}
 	span.End()
 }
+
+// endDurableSpan ends a Durable Streams request's server span: the star,
+// the face, the stream's path, the status.
+func (s *Server) endDurableSpan(span trace.Span, r *http.Request, status int) {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("starlog.star", s.n.StarID()),
+			attribute.String("starlog.face", "durable-streams"),
+			attribute.String("url.path", r.URL.Path),
+			attribute.Int("http.response.status_code", status),
+			attribute.Bool("starlog.forwarded", r.Header.Get(HeaderForwardedBy) != ""),
+		)
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+	}
+	span.End()
+}

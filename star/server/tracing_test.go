@@ -19,6 +19,7 @@ import (
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/server"
 )
 
@@ -56,15 +57,13 @@ func spanAttr(s *tracepb.Span, key string) string {
 	return ""
 }
 
-// Tracing, configured by the standard OTEL_* environment: an append
-// forwarded from one star to its stream's leader is one trace, the
-// leader's server span a child of the forwarding star's (W3C traceparent
-// on the internal path), and a client's own traceparent is the parent of
-// both (issue 32 item 3).
-func TestForwardedAppendIsOneTrace(t *testing.T) {
+// tracingFromEnv turns tracing on through the standard OTEL_* environment,
+// exporting to an OTLP/HTTP receiver started for the test.
+func tracingFromEnv(t *testing.T) (*tracing.Tracing, *otlpReceiver) {
+	t.Helper()
 	rcv := &otlpReceiver{}
 	col := httptest.NewServer(rcv)
-	defer col.Close()
+	t.Cleanup(col.Close)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
@@ -72,20 +71,24 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 	if err != nil || !tr.On {
 		t.Fatalf("tracing from the environment: on %v, %v", tr != nil && tr.On, err)
 	}
-	objs, ms := memObjects(t), testsvc.SQLite(t)
-	opts := server.Options{Tracer: tr, Auth: auth.Open()}
-	a := starServing(t, "a", ms, objs, nil, opts)
-	b := starServing(t, "b", ms, objs, nil, opts)
-	a.setupBasin("trace-basin")
-	want(t, a.appendJSON("trace-basin", "s", textRecords("a", 1)), 200, "") // a leads s
+	return tr, rcv
+}
 
-	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	const clientSpan = "00f067aa0ba902b7"
-	want(t, b.appendJSON("trace-basin", "s", textRecords("b", 2), "traceparent", "00-"+clientTrace+"-"+clientSpan+"-01"), 200, "")
+// clientTrace and clientSpan are a client's traceparent (W3C's example).
+const (
+	clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	clientSpan  = "00f067aa0ba902b7"
+	traceparent = "00-" + clientTrace + "-" + clientSpan + "-01"
+)
+
+// forwardedSpans waits until the client's trace holds a span named name
+// from star a (the leader) and one from star b (the forwarding star), then
+// shuts tracing down; it fails the test naming every span seen otherwise.
+func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *otlpReceiver, name string) (atA, atB *tracepb.Span) {
+	t.Helper()
 	// A star's span ends when its handler returns, which may be just
 	// after the client has the whole response: flush until both are in.
 	flusher := tr.TracerProvider.(interface{ ForceFlush(context.Context) error })
-	var atA, atB *tracepb.Span
 	find := func() bool {
 		if err := flusher.ForceFlush(t.Context()); err != nil {
 			t.Fatal(err)
@@ -93,7 +96,7 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 		rcv.mu.Lock()
 		defer rcv.mu.Unlock()
 		for _, s := range rcv.spans {
-			if hex.EncodeToString(s.TraceId) != clientTrace || s.Name != "POST records" {
+			if hex.EncodeToString(s.TraceId) != clientTrace || s.Name != name {
 				continue
 			}
 			switch spanAttr(s, "starlog.star") {
@@ -123,7 +126,7 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 		for _, s := range rcv.spans {
 			names = append(names, s.Name+"@"+spanAttr(s, "starlog.star")+" "+hex.EncodeToString(s.TraceId))
 		}
-		t.Fatalf("the client's trace has the forwarding star's span %v and the leader's %v; spans: %v", atB != nil, atA != nil, names)
+		t.Fatalf("the client's trace has the forwarding star's %q span %v and the leader's %v; spans: %v", name, atB != nil, atA != nil, names)
 	}
 	if got := hex.EncodeToString(atB.ParentSpanId); got != clientSpan {
 		t.Errorf("the forwarding star's span has parent %s, want the client's %s", got, clientSpan)
@@ -131,8 +134,47 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 	if string(atA.ParentSpanId) != string(atB.SpanId) {
 		t.Errorf("the leader's span has parent %x, want the forwarding star's span %x", atA.ParentSpanId, atB.SpanId)
 	}
-	if atB.Kind != tracepb.Span_SPAN_KIND_SERVER || spanAttr(atA, "starlog.name") != "s" || spanAttr(atA, "starlog.basin") != "trace-basin" {
-		t.Errorf("span kind %v, leader's attributes %v", atB.Kind, atA.Attributes)
+	if atB.Kind != tracepb.Span_SPAN_KIND_SERVER || atA.Kind != tracepb.Span_SPAN_KIND_SERVER {
+		t.Errorf("span kinds %v and %v, want server", atB.Kind, atA.Kind)
+	}
+	return atA, atB
+}
+
+// Tracing, configured by the standard OTEL_* environment: an append
+// forwarded from one star to its stream's leader is one trace, the
+// leader's server span a child of the forwarding star's (W3C traceparent
+// on the internal path), and a client's own traceparent is the parent of
+// both (issue 32 item 3).
+func TestForwardedAppendIsOneTrace(t *testing.T) {
+	tr, rcv := tracingFromEnv(t)
+	objs, ms := memObjects(t), testsvc.SQLite(t)
+	opts := server.Options{Tracer: tr, Auth: auth.Open()}
+	a := starServing(t, "a", ms, objs, nil, opts)
+	b := starServing(t, "b", ms, objs, nil, opts)
+	a.setupBasin("trace-basin")
+	want(t, a.appendJSON("trace-basin", "s", textRecords("a", 1)), 200, "") // a leads s
+	want(t, b.appendJSON("trace-basin", "s", textRecords("b", 2), "traceparent", traceparent), 200, "")
+	atA, _ := forwardedSpans(t, tr, rcv, "POST records")
+	if spanAttr(atA, "starlog.name") != "s" || spanAttr(atA, "starlog.basin") != "trace-basin" {
+		t.Errorf("leader's attributes %v", atA.Attributes)
+	}
+}
+
+// The Durable Streams face is traced the same way: an append through the
+// star that does not lead the stream is one trace across both stars.
+func TestForwardedDurableAppendIsOneTrace(t *testing.T) {
+	tr, rcv := tracingFromEnv(t)
+	objs, ms := memObjects(t), testsvc.SQLite(t)
+	opts := server.Options{Tracer: tr, Auth: auth.Open(), Durable: &durable.Config{}}
+	a := starServing(t, "a", ms, objs, nil, opts)
+	b := starServing(t, "b", ms, objs, nil, opts)
+	want(t, a.ds("PUT", "room", "hello", "Content-Type", "text/plain"), 201, "") // a leads room
+	want(t, b.ds("POST", "room", "more", "Content-Type", "text/plain", "traceparent", traceparent), 204, "")
+	atA, atB := forwardedSpans(t, tr, rcv, "durable-streams POST")
+	for _, sp := range []*tracepb.Span{atA, atB} {
+		if spanAttr(sp, "starlog.face") != "durable-streams" || spanAttr(sp, "url.path") != "/ds/room" {
+			t.Errorf("span attributes %v", sp.Attributes)
+		}
 	}
 }
 
