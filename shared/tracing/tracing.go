@@ -30,12 +30,19 @@ type Tracing struct {
 	// On says traces are exported (otherwise the provider is a no-op).
 	On       bool
 	shutdown func(context.Context) error
+	flush    func(context.Context) error
 }
 
 // Off is tracing turned off: a no-op provider.
 func Off() *Tracing {
-	return &Tracing{TracerProvider: noop.NewTracerProvider(), shutdown: func(context.Context) error { return nil }}
+	none := func(context.Context) error { return nil }
+	return &Tracing{TracerProvider: noop.NewTracerProvider(), shutdown: none, flush: none}
 }
+
+// Flush exports the spans ended so far (bounded by ctx): what a Lambda
+// function does before its invocation returns, since the runtime may
+// freeze the process until the next one.
+func (t *Tracing) Flush(ctx context.Context) error { return t.flush(ctx) }
 
 // Shutdown flushes the spans not yet exported and stops the exporter
 // (bounded by ctx).
@@ -93,5 +100,5 @@ func FromEnv(ctx context.Context, service string) (*Tracing, error) {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	return &Tracing{TracerProvider: tp, On: true, shutdown: tp.Shutdown}, nil
+	return &Tracing{TracerProvider: tp, On: true, shutdown: tp.Shutdown, flush: tp.ForceFlush}, nil
 }

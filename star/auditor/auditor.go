@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/settle"
@@ -37,14 +38,17 @@ type Options struct {
 	// Registerer takes the runner's metrics (nil: none). The job metrics
 	// of shared/settle are the Stores' own.
 	Registerer prometheus.Registerer
+	// Tracer traces each plan, janitor pass and job (nil: none).
+	Tracer trace.TracerProvider
 }
 
 // Runner is the in-process auditor.
 type Runner struct {
-	st  *settle.Stores
-	o   Options
-	log *slog.Logger
-	m   *metrics
+	st     *settle.Stores
+	o      Options
+	log    *slog.Logger
+	m      *metrics
+	tracer trace.Tracer // nil: tracing off
 
 	// doJob runs one job (auditjob.Do; tests substitute it).
 	doJob func(context.Context, *settle.Stores, auditjob.Job) error
@@ -87,8 +91,12 @@ func New(st *settle.Stores, o Options) (*Runner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Runner{st: st, o: o, log: log.With("component", "auditor"), m: newMetrics(o.Registerer),
-		doJob: auditjob.Do, pending: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
+	r := &Runner{st: st, o: o, log: log.With("component", "auditor"), m: newMetrics(o.Registerer),
+		doJob: auditjob.Do, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+	if o.Tracer != nil {
+		r.tracer = o.Tracer.Tracer("github.com/starlog/starlog/star/auditor")
+	}
+	return r, nil
 }
 
 // Run runs the auditor on st every interval until ctx ends.
@@ -133,11 +141,11 @@ func (r *Runner) Tick(ctx context.Context) error {
 		now = r.st.Now()
 	}
 	var errs []error
-	jobs, err := auditjob.Plan(ctx, r.st, now)
+	jobs, err := auditjob.PlanTraced(ctx, r.tracer, r.st, now)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("plan: %w", err))
 	}
-	rep, err := auditjob.Janitor(ctx, r.st)
+	rep, err := auditjob.JanitorTraced(ctx, r.tracer, r.st)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("janitor: %w", err))
 	}
@@ -258,10 +266,12 @@ func (r *Runner) run(ctx context.Context, it item) {
 
 // do runs a job; a panic is its failure, not the process's.
 func (r *Runner) do(ctx context.Context, j auditjob.Job) (err error) {
+	ctx, end := auditjob.StartSpan(ctx, r.tracer, string(j.Kind), j.Attributes()...)
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
 		}
+		end(err)
 	}()
 	return r.doJob(ctx, r.st, j)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/fs"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auditor"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
@@ -122,7 +123,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				deps:  node.Deps{Meta: ms, Objects: objs},
 				srv:   c.serverOptions(authCfg),
 				kafka: &kf,
-				ready: func(ctx context.Context, n *node.Node, addr net.Addr) error {
+				ready: func(ctx context.Context, n *node.Node, addr net.Addr, tr *tracing.Tracing) error {
 					if basin != "" {
 						if err := ensureDevBasin(ctx, n, basin); err != nil {
 							return err
@@ -130,7 +131,11 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 					}
 					if interval > 0 {
 						st := devAuditStores(n, ms, objs, cfg, data)
-						if err := audit.start(ctx, st, auditor.Options{Interval: interval, Registerer: n.Registry()}); err != nil {
+						ao := auditor.Options{Interval: interval, Registerer: n.Registry()}
+						if tr.On { // the in-process auditor's spans go where the star's do
+							ao.Tracer = tr
+						}
+						if err := audit.start(ctx, st, ao); err != nil {
 							return err
 						}
 					}

@@ -45,7 +45,7 @@ type runOptions struct {
 	log *slog.Logger
 	// ready runs once the star serves, with its address (the dev banner,
 	// the default basin).
-	ready func(ctx context.Context, n *node.Node, addr net.Addr) error
+	ready func(ctx context.Context, n *node.Node, addr net.Addr, tr *tracing.Tracing) error
 }
 
 // setPeerCredential makes the star's own calls to peers (the settle
@@ -185,7 +185,7 @@ func run(o runOptions) error {
 	}
 	var readyErr error
 	if o.ready != nil {
-		if readyErr = o.ready(ctx, n, ln.Addr()); readyErr != nil {
+		if readyErr = o.ready(ctx, n, ln.Addr(), tr); readyErr != nil {
 			o.log.Error("startup failed; shutting down", "err", readyErr)
 			stop()
 		}

@@ -4,16 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
@@ -23,48 +17,12 @@ import (
 	"github.com/starlog/starlog/star/server"
 )
 
-// otlpReceiver is an OTLP/HTTP trace receiver: it keeps every span sent.
-type otlpReceiver struct {
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
-
-func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	var req coltracepb.ExportTraceServiceRequest
-	if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
-		http.Error(w, "bad export", http.StatusBadRequest)
-		return
-	}
-	o.mu.Lock()
-	for _, rs := range req.ResourceSpans {
-		for _, ss := range rs.ScopeSpans {
-			o.spans = append(o.spans, ss.Spans...)
-		}
-	}
-	o.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	w.Write(b)
-}
-
-func spanAttr(s *tracepb.Span, key string) string {
-	for _, a := range s.Attributes {
-		if a.Key == key {
-			return a.Value.GetStringValue()
-		}
-	}
-	return ""
-}
-
 // tracingFromEnv turns tracing on through the standard OTEL_* environment,
 // exporting to an OTLP/HTTP receiver started for the test.
-func tracingFromEnv(t *testing.T) (*tracing.Tracing, *otlpReceiver) {
+func tracingFromEnv(t *testing.T) (*tracing.Tracing, *testsvc.OTLPReceiver) {
 	t.Helper()
-	rcv := &otlpReceiver{}
-	col := httptest.NewServer(rcv)
-	t.Cleanup(col.Close)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
+	rcv := testsvc.StartOTLPReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
 	tr, err := tracing.FromEnv(t.Context(), "starlog-test")
@@ -84,7 +42,7 @@ const (
 // forwardedSpans waits until the client's trace holds a span named name
 // from star a (the leader) and one from star b (the forwarding star), then
 // shuts tracing down; it fails the test naming every span seen otherwise.
-func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *otlpReceiver, name string) (atA, atB *tracepb.Span) {
+func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *testsvc.OTLPReceiver, name string) (atA, atB *tracepb.Span) {
 	t.Helper()
 	// A star's span ends when its handler returns, which may be just
 	// after the client has the whole response: flush until both are in.
@@ -93,13 +51,11 @@ func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *otlpReceiver, name s
 		if err := flusher.ForceFlush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		rcv.mu.Lock()
-		defer rcv.mu.Unlock()
-		for _, s := range rcv.spans {
+		for _, s := range rcv.Spans() {
 			if hex.EncodeToString(s.TraceId) != clientTrace || s.Name != name {
 				continue
 			}
-			switch spanAttr(s, "starlog.star") {
+			switch testsvc.SpanAttr(s, "starlog.star") {
 			case "a":
 				atA = s
 			case "b":
@@ -119,12 +75,10 @@ func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *otlpReceiver, name s
 	if err := tr.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rcv.mu.Lock()
-	defer rcv.mu.Unlock()
 	if atA == nil || atB == nil {
 		names := []string{}
-		for _, s := range rcv.spans {
-			names = append(names, s.Name+"@"+spanAttr(s, "starlog.star")+" "+hex.EncodeToString(s.TraceId))
+		for _, s := range rcv.Spans() {
+			names = append(names, s.Name+"@"+testsvc.SpanAttr(s, "starlog.star")+" "+hex.EncodeToString(s.TraceId))
 		}
 		t.Fatalf("the client's trace has the forwarding star's %q span %v and the leader's %v; spans: %v", name, atB != nil, atA != nil, names)
 	}
@@ -155,7 +109,7 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 	want(t, a.appendJSON("trace-basin", "s", textRecords("a", 1)), 200, "") // a leads s
 	want(t, b.appendJSON("trace-basin", "s", textRecords("b", 2), "traceparent", traceparent), 200, "")
 	atA, _ := forwardedSpans(t, tr, rcv, "POST records")
-	if spanAttr(atA, "starlog.name") != "s" || spanAttr(atA, "starlog.basin") != "trace-basin" {
+	if testsvc.SpanAttr(atA, "starlog.name") != "s" || testsvc.SpanAttr(atA, "starlog.basin") != "trace-basin" {
 		t.Errorf("leader's attributes %v", atA.Attributes)
 	}
 }
@@ -172,7 +126,7 @@ func TestForwardedDurableAppendIsOneTrace(t *testing.T) {
 	want(t, b.ds("POST", "room", "more", "Content-Type", "text/plain", "traceparent", traceparent), 204, "")
 	atA, atB := forwardedSpans(t, tr, rcv, "durable-streams POST")
 	for _, sp := range []*tracepb.Span{atA, atB} {
-		if spanAttr(sp, "starlog.face") != "durable-streams" || spanAttr(sp, "url.path") != "/ds/room" {
+		if testsvc.SpanAttr(sp, "starlog.face") != "durable-streams" || testsvc.SpanAttr(sp, "url.path") != "/ds/room" {
 			t.Errorf("span attributes %v", sp.Attributes)
 		}
 	}

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/auditjob/awsenv"
 	"github.com/starlog/starlog/shared/settle"
+	"github.com/starlog/starlog/shared/tracing"
 )
 
 // Job names, as the CDK stack names the functions and their folders.
@@ -49,6 +51,30 @@ type Runtime struct {
 	// Reserve is kept free of a queue batch's deadline so the handler
 	// can still report which records failed (default 5 s).
 	Reserve time.Duration
+	// Tracing, when on, traces each plan, janitor pass and job and is
+	// flushed before each invocation returns (nil: off).
+	Tracing *tracing.Tracing
+}
+
+// tracer is the runtime's tracer, nil when tracing is off.
+func (rt *Runtime) tracer() trace.Tracer {
+	if rt.Tracing == nil || !rt.Tracing.On {
+		return nil
+	}
+	return rt.Tracing.Tracer("github.com/starlog/starlog/functions")
+}
+
+// flush exports the invocation's spans before it returns (the runtime may
+// freeze the process after), within a second.
+func (rt *Runtime) flush(ctx context.Context) {
+	if rt.Tracing == nil || !rt.Tracing.On {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := rt.Tracing.Flush(fctx); err != nil {
+		rt.log().Warn("tracing: spans not exported", "err", err)
+	}
 }
 
 // Load builds job's Runtime from the process environment: the stores,
@@ -73,7 +99,11 @@ func Load(ctx context.Context, job string) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := &Runtime{Stores: art.Stores, Logger: log}
+	tr, err := tracing.FromEnv(ctx, "starlog-"+job)
+	if err != nil {
+		return nil, err
+	}
+	rt := &Runtime{Stores: art.Stores, Logger: log, Tracing: tr}
 	if art.Queues != nil {
 		rt.Sender = art.Queues
 	}
@@ -106,8 +136,9 @@ func Plan(rt *Runtime) func(context.Context, events.EventBridgeEvent) error {
 		if rt.Sender == nil {
 			return errors.New("handler: plan has no queues to send to")
 		}
+		defer rt.flush(ctx)
 		t0 := time.Now()
-		jobs, err := auditjob.Plan(ctx, rt.Stores, rt.now())
+		jobs, err := auditjob.PlanTraced(ctx, rt.tracer(), rt.Stores, rt.now())
 		if err != nil {
 			return fmt.Errorf("plan: %w", err)
 		}
@@ -132,7 +163,8 @@ func Janitor(rt *Runtime) func(context.Context, events.EventBridgeEvent) error {
 		if rt.Sender == nil {
 			return errors.New("handler: janitor has no queue to send to")
 		}
-		rep, err := auditjob.Janitor(ctx, rt.Stores)
+		defer rt.flush(ctx)
+		rep, err := auditjob.JanitorTraced(ctx, rt.tracer(), rt.Stores)
 		if err != nil && len(rep.Jobs) == 0 {
 			return fmt.Errorf("janitor: %w", err)
 		}
@@ -169,6 +201,7 @@ func count(jobs []auditjob.Job, k settle.Kind) int {
 // record never fails its batch.
 func Queue(rt *Runtime, kind settle.Kind) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		defer rt.flush(ctx)
 		resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
 		jctx, cancel := rt.jobContext(ctx)
 		defer cancel()
@@ -222,5 +255,5 @@ func (rt *Runtime) one(ctx context.Context, kind settle.Kind, body []byte) (j au
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
 	}()
-	return j, auditjob.Do(ctx, rt.Stores, j)
+	return j, auditjob.DoTraced(ctx, rt.tracer(), rt.Stores, j)
 }

@@ -1,0 +1,70 @@
+package testsvc
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// OTLPReceiver is an OTLP/HTTP trace receiver on loopback (protobuf on
+// /v1/traces, as the OpenTelemetry SDK's http/protobuf exporter sends):
+// it keeps every span exported to it.
+type OTLPReceiver struct {
+	// URL is the receiver's endpoint, for OTEL_EXPORTER_OTLP_ENDPOINT.
+	URL string
+
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+// StartOTLPReceiver starts a receiver, closed when the test ends.
+func StartOTLPReceiver(t testing.TB) *OTLPReceiver {
+	t.Helper()
+	o := &OTLPReceiver{}
+	srv := httptest.NewServer(http.HandlerFunc(o.serve))
+	t.Cleanup(srv.Close)
+	o.URL = srv.URL
+	return o
+}
+
+func (o *OTLPReceiver) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var req coltracepb.ExportTraceServiceRequest
+	if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
+		http.Error(w, "bad export", http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			o.spans = append(o.spans, ss.Spans...)
+		}
+	}
+	o.mu.Unlock()
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	b, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	w.Write(b)
+}
+
+// Spans are the spans received so far.
+func (o *OTLPReceiver) Spans() []*tracepb.Span {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]*tracepb.Span(nil), o.spans...)
+}
+
+// SpanAttr is a span's string attribute key ("" if absent).
+func SpanAttr(s *tracepb.Span, key string) string {
+	for _, a := range s.Attributes {
+		if a.Key == key {
+			return a.Value.GetStringValue()
+		}
+	}
+	return ""
+}
