@@ -112,7 +112,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // driveRate submits req round-robin over the streams at bytesPerSec (of
 // record bodies) for dur, open loop (a slow ack does not slow the
 // submitter), and returns each batch's ack latency.
-func driveRate(b *testing.B, ss []*streams.Stream, bytesPerSec int, dur time.Duration, req facade.Request) []time.Duration {
+func driveRate(b testing.TB, ss []*streams.Stream, bytesPerSec int, dur time.Duration, req facade.Request) []time.Duration {
 	ctx := context.Background()
 	var size int
 	for _, r := range req.Records {
