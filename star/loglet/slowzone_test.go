@@ -120,21 +120,22 @@ func closedLoop(t testing.TB, ss []*streams.Stream, n int, req facade.Request) [
 }
 
 // A flight acknowledged at W=2 holds nothing its successors need while its
-// third copy straggles: with every PUT taking the same time, the acks with
-// az3 200 ms slow, or never answering, are the healthy acks to the
-// nanosecond (a window slot, an ordered release or a buffer held until
-// all K copies answered would show as later acks once the window of 4 is
-// full of flights whose third copy is still out).
+// third copy straggles: with every PUT taking the same time, no ack with
+// az3 200 ms slow, or never answering, is later than the healthy run's
+// latest by more than a flush interval (which of two batches arriving in
+// the same fake instant makes a flight varies with the bubble's
+// scheduling, so acks move by a millisecond). A window slot, an ordered
+// release or a buffer held until all K copies answered would add the
+// straggler's 200 ms once the window of 4 is full of flights whose third
+// copy is still out (or, blocked, halt the epoch).
 func TestOneSlowZoneHoldsNothing(t *testing.T) {
-	const n = 400
+	const n, interval = 400, 2 * time.Millisecond
 	put := faults.Constant(5 * time.Millisecond)
 	healthy := zoneCase{put: put, third: "healthy", window: 4}.ackLatencies(t, n)
-	slices.Sort(healthy)
 	for _, third := range []string{"slow", "blocked"} {
 		got := zoneCase{put: put, third: third, window: 4}.ackLatencies(t, n)
-		slices.Sort(got)
-		if !slices.Equal(got, healthy) {
-			t.Errorf("az3 %s: acks differ from the healthy run: %v\nhealthy: %v", third, got, healthy)
+		if slices.Max(got) > slices.Max(healthy)+interval {
+			t.Errorf("az3 %s: latest ack %v, healthy %v (p50 %v, healthy %v)", third, slices.Max(got), slices.Max(healthy), quantile(got, .5), quantile(healthy, .5))
 		}
 	}
 }
