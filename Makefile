@@ -299,6 +299,24 @@ bench-subs:
 	@set -o pipefail; $(GO) test -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkSubscriptionDriving$$' -benchtime 1x ./star/server \
 	  -args -subs.window=$(SUBS_WINDOW) 2>&1 | tee build/bench-subs.log | grep -E '^(Benchmark|ok |FAIL|panic:)'
 
+## bench-curve: ack latency against ingest (issue 31 item 6): star/loglet's
+## BenchmarkLatencyCurve drives each class at the star's default flush
+## settings on the latency-injecting store (Standard PUT p50 40 / p99 150 ms,
+## Express 5 / 20 ms), 16 streams open loop, at each rate of CURVE_RATES
+## (MiB/s, ascending; a class stops at the first it does not sustain) for
+## CURVE_SECONDS each; star/e2e/latcurve draws docs/bench-curve.png beside
+## the anchors' figures. CSV and log in build/ (figures in docs/bench.md).
+CURVE_RATES ?= 1,2,5,10,20,50,100,200
+CURVE_SECONDS ?= 3
+.PHONY: bench-curve
+bench-curve:
+	@mkdir -p build
+	@echo "load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee build/bench-curve.log
+	@set -o pipefail; $(GO) test -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkLatencyCurve$$' -benchtime 1x ./star/loglet \
+	  -args -curve.rates=$(CURVE_RATES) -curve.dur=$(CURVE_SECONDS)s -curve.csv=$(CURDIR)/build/bench-curve.csv 2>&1 \
+	  | tee -a build/bench-curve.log | grep -E '^(Benchmark|ok |FAIL|panic:)'
+	cd star/e2e && $(GO) run ./latcurve -csv $(CURDIR)/build/bench-curve.csv -png $(CURDIR)/docs/bench-curve.png
+
 ## bench-read: catch-up reads (issue 19): whole streams of READ_BYTES of 1 KiB
 ## records from seq 0, from settled objects and Standard/Express transit, on
 ## the directory store and behind S3-like GET latency, with and without

@@ -112,7 +112,14 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // driveRate submits req round-robin over the streams at bytesPerSec (of
 // record bodies) for dur, open loop (a slow ack does not slow the
 // submitter), and returns each batch's ack latency.
-func driveRate(b *testing.B, ss []*streams.Stream, bytesPerSec int, dur time.Duration, req facade.Request) []time.Duration {
+func driveRate(b testing.TB, ss []*streams.Stream, bytesPerSec int, dur time.Duration, req facade.Request) []time.Duration {
+	lat, _ := driveRateLag(b, ss, bytesPerSec, dur, req)
+	return lat
+}
+
+// driveRateLag is driveRate that also says how far the submitter fell
+// behind its schedule by the last submission (a machine short of CPU).
+func driveRateLag(b testing.TB, ss []*streams.Stream, bytesPerSec int, dur time.Duration, req facade.Request) (lat []time.Duration, lag time.Duration) {
 	ctx := context.Background()
 	var size int
 	for _, r := range req.Records {
@@ -120,7 +127,6 @@ func driveRate(b *testing.B, ss []*streams.Stream, bytesPerSec int, dur time.Dur
 	}
 	every := time.Duration(float64(time.Second) * float64(size) / float64(bytesPerSec))
 	var mu sync.Mutex
-	var lat []time.Duration
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -129,6 +135,7 @@ func driveRate(b *testing.B, ss []*streams.Stream, bytesPerSec int, dur time.Dur
 			break
 		}
 		time.Sleep(time.Until(at))
+		lag = max(lag, time.Since(at))
 		t, err := ss[i%len(ss)].Submit(ctx, req)
 		if err != nil {
 			b.Fatal(err)
@@ -144,5 +151,5 @@ func driveRate(b *testing.B, ss []*streams.Stream, bytesPerSec int, dur time.Dur
 		})
 	}
 	wg.Wait()
-	return lat
+	return lat, lag
 }
