@@ -113,12 +113,26 @@ type putResult struct {
 	err    error
 }
 
+// PutAttempt is one PUT of one copy of a slot: for a trace of the commit.
+type PutAttempt struct {
+	Bucket     string
+	Start, End time.Time
+	Err        error
+}
+
 // Commit writes body, the rendered bundle of slot, to every bucket of the
 // set with create-once PUTs and returns nil once W copies are ours. It
 // returns a *HaltError when a foreign occupant is seen before W, or W is
 // not reached within the deadline; ctx's error when the caller gives up.
 // Copies still uploading after W finish in the background.
 func (w *Writer) Commit(ctx context.Context, slot uint64, body []byte) error {
+	return w.CommitObserved(ctx, slot, body, nil)
+}
+
+// CommitObserved is Commit telling each (when not nil) about every PUT
+// attempt as it ends, from the attempt's goroutine: a straggler's after
+// CommitObserved has returned.
+func (w *Writer) CommitObserved(ctx context.Context, slot uint64, body []byte, each func(PutAttempt)) error {
 	k, q := len(w.buckets), w.Epoch.Params.W
 	key := w.c.slotKey(w.Epoch.Epoch, slot)
 
@@ -128,7 +142,7 @@ func (w *Writer) Commit(ctx context.Context, slot uint64, body []byte) error {
 	for i := range w.buckets {
 		go func() {
 			defer w.bgWG.Done()
-			occ, err := w.putCopy(sctx, i, key, slot, body)
+			occ, err := w.putCopy(sctx, i, key, slot, body, each)
 			results <- putResult{i, occ, err}
 		}()
 	}
@@ -189,7 +203,7 @@ func (w *Writer) drainLater(results <-chan putResult, pending int, cancel contex
 // object that does not decode), or Unknown with the last error when ctx
 // ends first. Indefinite outcomes are probed; a retried create-once PUT
 // can never write twice.
-func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, body []byte) (Occupant, error) {
+func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, body []byte, each func(PutAttempt)) (Occupant, error) {
 	b := w.buckets[i]
 	r := w.c.newRetrier("put " + b.Name() + " " + key)
 	want := copyID{w.Epoch.Epoch, slot, w.nonce}
@@ -200,6 +214,9 @@ func (w *Writer) putCopy(ctx context.Context, i int, key string, slot uint64, bo
 		cancel()
 		if w.observe != nil {
 			w.observe(b.Name(), time.Since(start), err)
+		}
+		if each != nil {
+			each(PutAttempt{Bucket: b.Name(), Start: start, End: time.Now(), Err: err})
 		}
 		switch {
 		case err == nil:

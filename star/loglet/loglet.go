@@ -196,8 +196,24 @@ type Batch struct {
 	// released (batches of one loglet complete in slot order, so a stream's
 	// batches complete in seq order), or the failure.
 	Done func(error)
+	// Trace, when set, is told each step of the batch's way to its ack
+	// (for a trace of the append): from the loglet's loop, and a PUT's
+	// from the PUT's goroutine, a straggler's after the ack.
+	Trace func(Step)
 
 	answered bool // Done was called (owned by run)
+}
+
+// Step is one timed step of a batch on its way to its ack.
+type Step struct {
+	// Name is "pool wait" (admitted, until its flight is cut), "cut" (the
+	// flight cut and rendered), "put <bucket>" (one PUT attempt of the
+	// flight's slot) or "release" (W copies durable, until the ack: the
+	// flights of earlier slots are released first).
+	Name       string
+	Start, End time.Time
+	Slot       uint64
+	Err        error
 }
 
 // answer calls Done once.
@@ -262,6 +278,10 @@ type flight struct {
 	buckets []string   // the epoch's bucket set, where an evicted flight is read
 	span    *meta.Span // the epoch, as the reader names it (set by the index)
 	started time.Time
+	// committed is when W copies were durable; traced are the batches
+	// with a Trace (nil when none).
+	committed time.Time
+	traced    []*Batch
 }
 
 type uploadResult struct {

@@ -126,6 +126,10 @@ func (l *Loglet) cut() bool {
 		}
 		byStream[id] = append(byStream[id], e.Value)
 		l.metrics.poolWait.Observe(f.started.Sub(e.Admitted).Seconds())
+		if b := e.Value; b.Trace != nil {
+			f.traced = append(f.traced, b)
+			b.Trace(Step{Name: "pool wait", Start: e.Admitted, End: f.started})
+		}
 	}
 	l.pool.Release(poolBytes)
 	for _, id := range order {
@@ -147,6 +151,9 @@ func (l *Loglet) cut() bool {
 		return false
 	}
 	l.backlog.addBytes(f.bodyLen)
+	if f.traced != nil {
+		f.trace(Step{Name: "cut", Start: f.started, End: time.Now()})
+	}
 	l.metrics.inflight.Set(float64(l.core.Inflight()))
 	l.metrics.flightBytes.Observe(float64(len(f.body)))
 	l.upload(f)
@@ -179,10 +186,27 @@ func (l *Loglet) render(f *flight) error {
 
 func (l *Loglet) upload(f *flight) {
 	w, ctx, epoch, slot, body := l.writer, l.epochCtx, f.epoch, f.slot, f.body
+	var each func(chain.PutAttempt)
+	if traced := f.traced; traced != nil {
+		each = func(p chain.PutAttempt) {
+			st := Step{Name: "put " + p.Bucket, Start: p.Start, End: p.End, Slot: slot, Err: p.Err}
+			for _, b := range traced {
+				b.Trace(st)
+			}
+		}
+	}
 	go func() {
-		err := w.Commit(ctx, slot, body)
+		err := w.CommitObserved(ctx, slot, body, each)
 		l.results <- uploadResult{epoch: epoch, slot: slot, err: err}
 	}()
+}
+
+// trace tells f's traced batches about a step of the flight.
+func (f *flight) trace(st Step) {
+	st.Slot = f.slot
+	for _, b := range f.traced {
+		b.Trace(st)
+	}
 }
 
 // onResult feeds one upload's outcome to the Core and carries out what it
@@ -194,7 +218,8 @@ func (l *Loglet) onResult(ctx context.Context, r uploadResult) {
 	}
 	eff := l.core.Uploaded(r.epoch, r.slot, r.err)
 	for _, f := range eff.Committed {
-		l.metrics.commitLatency.Observe(time.Since(f.started).Seconds())
+		f.committed = time.Now()
+		l.metrics.commitLatency.Observe(f.committed.Sub(f.started).Seconds())
 	}
 	if eff.Halt != nil {
 		l.startRecovery(ctx, eff)
@@ -217,6 +242,15 @@ func (l *Loglet) releaseAll(fs []*flight) {
 func (l *Loglet) release(f *flight) {
 	l.index.Add(f)
 	now := time.Now()
+	if f.traced != nil {
+		// A flight released by a recovery's fence has no commit time.
+		from := f.committed
+		if from.IsZero() {
+			from = f.started
+		}
+		f.trace(Step{Name: "release", Start: from, End: now})
+		f.traced = nil
+	}
 	for _, b := range f.batches {
 		b.answer(nil)
 	}

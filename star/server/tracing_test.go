@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/starlog/starlog/shared/poll"
@@ -145,5 +148,76 @@ func TestTracingOffByDefault(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
 	if _, err := tracing.FromEnv(t.Context(), "x"); err == nil {
 		t.Fatal("an unsupported exporter was accepted")
+	}
+}
+
+// One append is one span tree: the request's server span with a child per
+// step on the way to its ack, each with its own times: admission, the
+// sequencing, the wait in the pool, the cut, each bucket's PUT (all three
+// of an Express flight's, the straggler's too, which may end after the
+// ack) and the release (issue 32 item 3).
+func TestAppendSpanTree(t *testing.T) {
+	tr, rcv := tracingFromEnv(t)
+	e := starServing(t, "a", testsvc.SQLite(t), memObjects(t), nil, server.Options{Tracer: tr, Auth: auth.Open()})
+	e.setupBasin("tree-basin")
+	want(t, e.stream("tree-basin", "PUT", "streams/x", []byte(`{"storage_class":"express"}`)), 201, "")
+	want(t, e.appendJSON("tree-basin", "x", textRecords("a", 2), "traceparent", traceparent), 200, "")
+
+	flusher := tr.TracerProvider.(interface{ ForceFlush(context.Context) error })
+	steps := []string{"admit", "sequence", "pool wait", "cut", "put express-a", "put express-b", "put express-c", "release"}
+	var root *tracepb.Span
+	children := map[string]*tracepb.Span{}
+	err := poll.Wait(5*time.Second, func() error {
+		if err := flusher.ForceFlush(t.Context()); err != nil {
+			return err
+		}
+		for _, s := range rcv.Spans() {
+			if hex.EncodeToString(s.TraceId) != clientTrace {
+				continue
+			}
+			if s.Name == "POST records" {
+				root = s
+			} else {
+				children[s.Name] = s
+			}
+		}
+		for _, name := range steps {
+			if root == nil || children[name] == nil {
+				return fmt.Errorf("missing %q", name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var got []string
+		for name := range children {
+			got = append(got, name)
+		}
+		t.Fatalf("the append's trace: root %v, children %v: %v", root != nil, got, err)
+	}
+	for _, name := range steps {
+		c := children[name]
+		if string(c.ParentSpanId) != string(root.SpanId) {
+			t.Errorf("%q is not a child of the request's span", name)
+		}
+		if c.StartTimeUnixNano < root.StartTimeUnixNano || c.EndTimeUnixNano < c.StartTimeUnixNano {
+			t.Errorf("%q runs %d..%d, the request %d..%d", name, c.StartTimeUnixNano, c.EndTimeUnixNano, root.StartTimeUnixNano, root.EndTimeUnixNano)
+		}
+	}
+	// The steps follow each other: admitted, sequenced, cut, then the
+	// release ends no later than the request.
+	order := []string{"admit", "sequence", "pool wait", "cut", "release"}
+	for i := 1; i < len(order); i++ {
+		if a, b := children[order[i-1]], children[order[i]]; b.StartTimeUnixNano < a.EndTimeUnixNano {
+			t.Errorf("%q starts before %q ends", order[i], order[i-1])
+		}
+	}
+	if r := children["release"]; r.EndTimeUnixNano > root.EndTimeUnixNano {
+		t.Errorf("the release ends after the request")
+	}
+	for _, name := range steps[3:] { // the flight's steps name its slot
+		if !slices.ContainsFunc(children[name].Attributes, func(a *commonpb.KeyValue) bool { return a.Key == "starlog.slot" }) {
+			t.Errorf("%q has no slot: %v", name, children[name].Attributes)
+		}
 	}
 }

@@ -113,6 +113,8 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 		r := facadeRecord(in)
 		size += int64(r.MeteredSize()) + recordOverhead
 	}
+	hook := stepTracer(ctx)
+	t0 := time.Now()
 	res, err := s.loglet.Reserve(ctx, size)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && s.loglet.OverShare(s.ID) {
@@ -123,6 +125,8 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 		}
 		return nil, err
 	}
+	admitted := time.Now()
+	traceStep(hook, "admit", t0, admitted)
 	s.mu.Lock()
 	seq, err := s.fac.Sequence(req, uint64(s.now().UnixMilli()))
 	if err != nil {
@@ -141,9 +145,11 @@ func (s *Stream) Submit(ctx context.Context, req facade.Request) (*Ticket, error
 	if seq.Producer != nil {
 		s.marked[seq.Start.SeqNum] = t
 	}
-	s.loglet.Push(res, &loglet.Batch{StreamID: s.ID, Seq: seq, Done: t.complete})
+	sequenced := time.Now()
+	s.loglet.Push(res, &loglet.Batch{StreamID: s.ID, Seq: seq, Done: t.complete, Trace: hook})
 	s.last = t
 	s.mu.Unlock()
+	traceStep(hook, "sequence", admitted, sequenced)
 	return t, nil
 }
 
