@@ -195,6 +195,14 @@ func TestAppendSpanTree(t *testing.T) {
 		}
 		t.Fatalf("the append's trace: root %v, children %v: %v", root != nil, got, err)
 	}
+	// The tree as the receiver got it, times from the request's start (the
+	// sample in docs/deploy.md "Traces" is this log).
+	ms := func(ns uint64) string { return fmt.Sprintf("%7.3f ms", float64(int64(ns-root.StartTimeUnixNano))/1e6) }
+	t.Logf("%-14s %s .. %s", root.Name, ms(root.StartTimeUnixNano), ms(root.EndTimeUnixNano))
+	for _, name := range steps {
+		c := children[name]
+		t.Logf("  %-14s %s .. %s", name, ms(c.StartTimeUnixNano), ms(c.EndTimeUnixNano))
+	}
 	for _, name := range steps {
 		c := children[name]
 		if string(c.ParentSpanId) != string(root.SpanId) {
