@@ -89,18 +89,7 @@ func (r *idemRun) finish(t *testing.T) {
 // offset than its ack's.
 func (r *idemRun) check(t *testing.T, c *kgo.Client, topic string) {
 	t.Helper()
-	lo := kmsg.NewPtrListOffsetsRequest()
-	lt := kmsg.NewListOffsetsRequestTopic()
-	lt.Topic = topic
-	lp := kmsg.NewListOffsetsRequestTopicPartition()
-	lp.Partition, lp.Timestamp = 0, -1
-	lt.Partitions = append(lt.Partitions, lp)
-	lo.Topics = append(lo.Topics, lt)
-	resp, err := lo.RequestWith(ctxT(t), c)
-	if err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
-		t.Fatalf("latest offset: %v %+v", err, resp)
-	}
-	end := resp.Topics[0].Partitions[0].Offset
+	end := latestOffset(t, c, topic)
 	cons, err := kgo.NewClient(kgo.SeedBrokers(c.OptValue(kgo.SeedBrokers).([]string)...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
 	if err != nil {
@@ -200,4 +189,21 @@ func TestIdempotentProduceAcrossHandoff(t *testing.T) {
 	r.finish(t)
 	t.Logf("handoff %+v; %d acknowledged before it", res, before)
 	r.check(t, c.admin(), "moving")
+}
+
+// latestOffset is partition 0's end offset, from ListOffsets.
+func latestOffset(t *testing.T, c *kgo.Client, topic string) int64 {
+	t.Helper()
+	lo := kmsg.NewPtrListOffsetsRequest()
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = topic
+	lp := kmsg.NewListOffsetsRequestTopicPartition()
+	lp.Partition, lp.Timestamp = 0, -1
+	lt.Partitions = append(lt.Partitions, lp)
+	lo.Topics = append(lo.Topics, lt)
+	resp, err := lo.RequestWith(ctxT(t), c)
+	if err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("latest offset of %s: %v %+v", topic, err, resp)
+	}
+	return resp.Topics[0].Partitions[0].Offset
 }
