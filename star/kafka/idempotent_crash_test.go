@@ -134,6 +134,7 @@ func TestIdempotentProduceSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds star dev and kills it with SIGKILL")
 	}
+	t.Parallel() // its own star dev process, ports and data; it mostly waits
 	star := startDevProcess(t)
 	adm, err := kgo.NewClient(kgo.SeedBrokers(star.kafkaAdr), kgo.RetryTimeout(30*time.Second))
 	if err != nil {

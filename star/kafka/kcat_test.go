@@ -88,6 +88,7 @@ func TestKcatIdempotentKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds star dev and kills it with SIGKILL")
 	}
+	t.Parallel() // its own star dev process, ports and data; it mostly waits
 	kcat := kcatPath(t)
 	star := startDevProcess(t)
 	adm, err := kgo.NewClient(kgo.SeedBrokers(star.kafkaAdr), kgo.RetryTimeout(30*time.Second))
@@ -296,6 +297,7 @@ func TestKcatGroupOfTwo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds star dev")
 	}
+	t.Parallel() // its own star dev process, ports and data; it mostly waits
 	kcat := kcatPath(t)
 	star := startDevProcess(t)
 	adm, err := kgo.NewClient(kgo.SeedBrokers(star.kafkaAdr), kgo.RetryTimeout(30*time.Second),
