@@ -16,6 +16,14 @@ const (
 	HeaderProducer      = "starlog-producer"
 	HeaderProducerEpoch = "starlog-producer-epoch"
 	HeaderProducerSeq   = "starlog-producer-seq"
+	// HeaderProducerRecords, on a marked batch, is its record count and
+	// says its seq counts records, not batches (Kafka's sequence, which
+	// the Kafka face's idempotent producers carry): the producer's next
+	// seq is this batch's plus its record count, modulo ProducerSeqWrap.
+	HeaderProducerRecords = "starlog-producer-records"
+	// ProducerSeqWrap is where a seq counted in records wraps to 0, as
+	// Kafka's int32 sequence does; such a seq is below it.
+	ProducerSeqWrap = 1 << 31
 	// MaxProducerIDBytes bounds a producer id.
 	MaxProducerIDBytes = 128
 )
@@ -31,15 +39,29 @@ const (
 type ProducerMark struct {
 	ID         string
 	Epoch, Seq uint64
+	// Records is the batch's record count when its seq counts records
+	// (HeaderProducerRecords), 0 when it counts batches.
+	Records uint64
+}
+
+// NextSeq is the seq the producer's batch after this one carries: one
+// more, or, counted in records, Records more modulo ProducerSeqWrap.
+func (m ProducerMark) NextSeq() uint64 {
+	if m.Records == 0 {
+		return m.Seq + 1
+	}
+	return (m.Seq + m.Records) % ProducerSeqWrap
 }
 
 // ProducerOf reads the producer headers of a batch's first record. ok is
 // false when the record carries none of them. A malformed mark (an id
 // outside 1–128 bytes, a value that is not a decimal u64, an epoch or seq
-// without an id or an id without both, a header given twice) is a 422.
+// without an id or an id without both, a header given twice, a record
+// count of 0 or with a seq not below ProducerSeqWrap) is a 422. That a
+// record count is the batch's own is for the sequencer to check.
 func ProducerOf(headers []Header) (m ProducerMark, ok bool, err *Error) {
-	var id, epoch, seq []byte
-	var seen [3]bool
+	var id, epoch, seq, records []byte
+	var seen [4]bool
 	for _, h := range headers {
 		var i int
 		switch {
@@ -49,6 +71,8 @@ func ProducerOf(headers []Header) (m ProducerMark, ok bool, err *Error) {
 			i, epoch = 1, h.Value
 		case bytes.Equal(h.Name, []byte(HeaderProducerSeq)):
 			i, seq = 2, h.Value
+		case bytes.Equal(h.Name, []byte(HeaderProducerRecords)):
+			i, records = 3, h.Value
 		default:
 			continue
 		}
@@ -57,7 +81,7 @@ func ProducerOf(headers []Header) (m ProducerMark, ok bool, err *Error) {
 		}
 		seen[i] = true
 	}
-	if !seen[0] && !seen[1] && !seen[2] {
+	if !seen[0] && !seen[1] && !seen[2] && !seen[3] {
 		return ProducerMark{}, false, nil
 	}
 	if !seen[0] || !seen[1] || !seen[2] {
@@ -75,7 +99,17 @@ func ProducerOf(headers []Header) (m ProducerMark, ok bool, err *Error) {
 	if perr != nil {
 		return ProducerMark{}, false, Invalid("%s: %v", HeaderProducerSeq, perr)
 	}
-	return ProducerMark{ID: string(id), Epoch: e, Seq: s}, true, nil
+	m = ProducerMark{ID: string(id), Epoch: e, Seq: s}
+	if seen[3] {
+		if m.Records, perr = parseDecimal(records); perr != nil {
+			return ProducerMark{}, false, Invalid("%s: %v", HeaderProducerRecords, perr)
+		}
+		if m.Records == 0 || m.Seq >= ProducerSeqWrap {
+			return ProducerMark{}, false, Invalid("%s needs a count of at least 1 and a %s below %d, got %d and %d",
+				HeaderProducerRecords, HeaderProducerSeq, uint64(ProducerSeqWrap), m.Records, m.Seq)
+		}
+	}
+	return m, true, nil
 }
 
 // parseDecimal accepts a canonical decimal u64: digits only, no sign, no
@@ -96,13 +130,18 @@ func parseDecimal(b []byte) (uint64, error) {
 	return v, nil
 }
 
-// ProducerHeaders are the headers that mark a batch's first record.
+// ProducerHeaders are the headers that mark a batch's first record (with
+// HeaderProducerRecords when m.Records is set).
 func ProducerHeaders(m ProducerMark) []Header {
-	return []Header{
+	hs := []Header{
 		{Name: []byte(HeaderProducer), Value: []byte(m.ID)},
 		{Name: []byte(HeaderProducerEpoch), Value: strconv.AppendUint(nil, m.Epoch, 10)},
 		{Name: []byte(HeaderProducerSeq), Value: strconv.AppendUint(nil, m.Seq, 10)},
 	}
+	if m.Records > 0 {
+		hs = append(hs, Header{Name: []byte(HeaderProducerRecords), Value: strconv.AppendUint(nil, m.Records, 10)})
+	}
+	return hs
 }
 
 // ProducerConflict is the 409 body of a producer refusal: the standard

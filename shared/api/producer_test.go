@@ -35,6 +35,12 @@ func TestProducerOf(t *testing.T) {
 		{name: "bad decimal", hs: hdrs(HeaderProducer, "p", HeaderProducerEpoch, "0", HeaderProducerSeq, "-1"), invalid: "starlog-producer-seq"},
 		{name: "leading zero", hs: hdrs(HeaderProducer, "p", HeaderProducerEpoch, "01", HeaderProducerSeq, "0"), invalid: "starlog-producer-epoch"},
 		{name: "overflow", hs: hdrs(HeaderProducer, "p", HeaderProducerEpoch, "0", HeaderProducerSeq, "18446744073709551616"), invalid: "starlog-producer-seq"},
+		{name: "records", hs: hdrs(HeaderProducer, "k", HeaderProducerEpoch, "0", HeaderProducerSeq, "2147483647", HeaderProducerRecords, "3"), ok: true,
+			want: ProducerMark{ID: "k", Seq: 2147483647, Records: 3}},
+		{name: "records alone", hs: hdrs(HeaderProducerRecords, "3"), invalid: "needs all of"},
+		{name: "no records", hs: hdrs(HeaderProducer, "k", HeaderProducerEpoch, "0", HeaderProducerSeq, "0", HeaderProducerRecords, "0"), invalid: "at least 1"},
+		{name: "records past the wrap", hs: hdrs(HeaderProducer, "k", HeaderProducerEpoch, "0", HeaderProducerSeq, "2147483648", HeaderProducerRecords, "1"), invalid: "below 2147483648"},
+		{name: "records twice", hs: hdrs(HeaderProducer, "k", HeaderProducerEpoch, "0", HeaderProducerSeq, "0", HeaderProducerRecords, "1", HeaderProducerRecords, "1"), invalid: "twice"},
 		{name: "twice", hs: hdrs(HeaderProducer, "p", HeaderProducer, "q", HeaderProducerEpoch, "0", HeaderProducerSeq, "0"), invalid: "twice"},
 	} {
 		m, ok, err := ProducerOf(c.hs)
@@ -47,6 +53,28 @@ func TestProducerOf(t *testing.T) {
 		if err != nil || ok != c.ok || m != c.want {
 			t.Errorf("%s: got %+v %v %v, want %+v %v", c.name, m, ok, err, c.want, c.ok)
 		}
+	}
+}
+
+// A seq counted in records moves by the batch's records and wraps as
+// Kafka's int32 sequence does; one counted in batches moves by one.
+func TestProducerNextSeq(t *testing.T) {
+	for _, c := range []struct {
+		m    ProducerMark
+		want uint64
+	}{
+		{ProducerMark{Seq: 7}, 8},
+		{ProducerMark{Seq: 7, Records: 5}, 12},
+		{ProducerMark{Seq: ProducerSeqWrap - 2, Records: 5}, 3},
+		{ProducerMark{Seq: ProducerSeqWrap - 5, Records: 5}, 0},
+	} {
+		if got := c.m.NextSeq(); got != c.want {
+			t.Errorf("%+v: next %d, want %d", c.m, got, c.want)
+		}
+	}
+	m := ProducerMark{ID: "k", Epoch: 2, Seq: 9, Records: 4}
+	if got, ok, err := ProducerOf(ProducerHeaders(m)); !ok || err != nil || got != m {
+		t.Fatalf("ProducerHeaders(%+v) reads back as %+v %v %v", m, got, ok, err)
 	}
 }
 

@@ -216,7 +216,7 @@ func (s *Stream) Sequence(req Request, nowMs uint64) (Sequenced, error) {
 	s.next += n
 	s.lastTS, s.token, s.trim = lastTS, token, trim
 	if mark != nil {
-		s.producers.Applied(*mark, producer.Batch{Seq: mark.Seq,
+		s.producers.Applied(*mark, producer.Batch{Seq: mark.Seq, Records: mark.Records,
 			Start: producer.Pos(out.Start), End: producer.Pos(out.End)})
 	}
 	return out, nil
@@ -236,6 +236,9 @@ func (s *Stream) judgeProducer(req Request, nowMs uint64) (*api.ProducerMark, pr
 	}
 	if !ok {
 		return nil, producer.Decision{}, nil
+	}
+	if m.Records != 0 && m.Records != uint64(len(req.Records)) {
+		return nil, producer.Decision{}, invalidf("%s says %d records, the batch has %d", api.HeaderProducerRecords, m.Records, len(req.Records))
 	}
 	if s.producers == nil {
 		return nil, producer.Decision{}, ErrProducersNotLoaded
@@ -375,7 +378,7 @@ func (s *Stream) Reconfigure(cfg Config) { s.cfg = cfg }
 func hasProducerHeader(hs []format.Header) bool {
 	for _, h := range hs {
 		switch string(h.Name) {
-		case api.HeaderProducer, api.HeaderProducerEpoch, api.HeaderProducerSeq:
+		case api.HeaderProducer, api.HeaderProducerEpoch, api.HeaderProducerSeq, api.HeaderProducerRecords:
 			return true
 		}
 	}

@@ -116,3 +116,31 @@ func TestProducerBatchWaitsForTheTable(t *testing.T) {
 	}
 	mustSeq(t, s, batch(rec("unmarked")), 1)
 }
+
+// A mark counted in records (the Kafka face's) must state the batch's
+// own record count, and moves the producer's next seq by it.
+func TestProducerRecordCountedMark(t *testing.T) {
+	s := withProducers(State{NextSeq: 0})
+	counted := func(seq, n uint64, bodies ...string) Request {
+		req := batch()
+		for i, b := range bodies {
+			in := rec(b)
+			if i == 0 {
+				for _, h := range api.ProducerHeaders(api.ProducerMark{ID: "k", Seq: seq, Records: n}) {
+					in.Headers = append(in.Headers, format.Header(h))
+				}
+			}
+			req.Records = append(req.Records, in)
+		}
+		return req
+	}
+	wantInvalid(t, mustReject(t, s, counted(0, 3, "a", "b"), 1), "says 3 records, the batch has 2")
+	mustSeq(t, s, counted(0, 2, "a", "b"), 1)
+	a := mustSeq(t, s, counted(2, 1, "c"), 2)
+	if a.Start.SeqNum != 2 || a.Producer == nil || a.Producer.Records != 1 {
+		t.Fatalf("the batch at seq 2 (after 2 records): %+v", a)
+	}
+	if _, ok := errors.AsType[DuplicateError](mustReject(t, s, counted(0, 2, "a", "b"), 3)); !ok {
+		t.Fatal("a retry of the first batch is not a duplicate")
+	}
+}

@@ -46,3 +46,14 @@ func EncodeTestCompressedBatch(codec int8, n int32, records []byte) []byte {
 	binary.BigEndian.PutUint32(raw[batchCRCAt:], crcOf(raw))
 	return raw
 }
+
+// EncodeTestIdempotentBatch is EncodeTestBatch of an idempotent producer:
+// producer id pid, epoch and the first record's sequence seq.
+func EncodeTestIdempotentBatch(pid int64, epoch int16, seq int32, values ...[]byte) []byte {
+	raw := EncodeTestBatch(values...)
+	binary.BigEndian.PutUint64(raw[43:], uint64(pid))
+	binary.BigEndian.PutUint16(raw[51:], uint16(epoch))
+	binary.BigEndian.PutUint32(raw[53:], uint32(seq))
+	binary.BigEndian.PutUint32(raw[batchCRCAt:], crcOf(raw))
+	return raw
+}

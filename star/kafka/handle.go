@@ -101,6 +101,8 @@ func (cs *conn) dispatch(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 		return cs.describeConfigs(ctx, r), nil
 	case *kmsg.ListOffsetsRequest:
 		return cs.listOffsets(ctx, r), nil
+	case *kmsg.InitProducerIDRequest:
+		return cs.initProducerID(ctx, r), nil
 	case *kmsg.ProduceRequest:
 		return cs.produce(ctx, r), nil
 	case *kmsg.FetchRequest:

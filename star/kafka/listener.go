@@ -41,6 +41,8 @@ type Server struct {
 	groups  *coordinator // consumer groups' membership (groups.go)
 	offsets offsetRows   // their committed offsets' rows (grouprow.go)
 
+	pids producerIDs // this star's block of producer ids (producerid.go)
+
 	requests  *prometheus.CounterVec
 	connGauge prometheus.Gauge
 	refused   prometheus.Counter

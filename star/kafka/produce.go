@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -141,7 +142,8 @@ func checkBatchSizes(data []byte, maxBatch int32) error {
 }
 
 // produceCode is codeOf for a produce partition: a record the star
-// refused is INVALID_RECORD, one over a batch's size MESSAGE_TOO_LARGE.
+// refused is INVALID_RECORD, one over a batch's size MESSAGE_TOO_LARGE,
+// and an idempotent producer's refusals are Kafka's (producerCode).
 func produceCode(err error) int16 {
 	var re *recordError
 	if errors.As(err, &re) {
@@ -149,6 +151,9 @@ func produceCode(err error) int16 {
 	}
 	var ae *api.Error
 	if errors.As(err, &ae) {
+		if code, ok := producerCode(ae); ok {
+			return code
+		}
 		switch ae.Status {
 		case 413:
 			return kerr.MessageTooLarge.Code
@@ -169,18 +174,21 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte,
 	if err := checkBatchSizes(data, maxBatch); err != nil {
 		return nil, err
 	}
-	recs, err := decodeBatches(data, budget)
+	batches, err := decodeProduce(data, budget)
 	if err != nil {
 		return nil, err
 	}
-	for i := range recs {
-		if sz := recs[i].MeteredSize(); sz > api.MaxBatchMeteredBytes {
-			return nil, &recordError{code: kerr.MessageTooLarge.Code,
-				msg: fmt.Sprintf("a record of %d metered bytes is over an S2 batch's %d", sz, api.MaxBatchMeteredBytes)}
+	for _, b := range batches {
+		for i := range b.recs {
+			if sz := b.recs[i].MeteredSize(); sz > api.MaxBatchMeteredBytes {
+				return nil, &recordError{code: kerr.MessageTooLarge.Code,
+					msg: fmt.Sprintf("a record of %d metered bytes is over an S2 batch's %d", sz, api.MaxBatchMeteredBytes)}
+			}
 		}
 	}
-	if len(recs) == 0 {
-		return nil, nil
+	chunks, err := chunksOf(batches)
+	if err != nil || len(chunks) == 0 {
+		return nil, err
 	}
 	stream := partitionStream(topic, p)
 	// A missing stream (its topic being deleted) is a 404: the partition
@@ -190,30 +198,30 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte,
 		// Another star leads the stream: the chunks go there, in order,
 		// each once the one before it is acknowledged (an S2 append at
 		// the leader per chunk, as a forwarded S2 append).
-		return s.submitAt(ctx, addr, stream, recs), nil
+		return s.submitAt(ctx, addr, stream, chunks), nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	pp := &pendingPart{a: a}
-	for len(recs) > 0 {
-		n := chunkLen(recs)
+	for _, c := range chunks {
 		sctx, cancel := context.WithTimeout(ctx, admitTimeout)
-		pa, err := a.Submit(sctx, &api.AppendInput{Records: recs[:n]})
+		pa, err := a.Submit(sctx, &api.AppendInput{Records: c})
 		cancel()
 		if err != nil {
 			return pp, err
 		}
 		pp.pending = append(pp.pending, pa)
-		recs = recs[n:]
 	}
 	return pp, nil
 }
 
 // chunkLen is how many of recs go in the next S2 batch: at most 1,000
-// records, 1 MiB metered.
-func chunkLen(recs []api.Record) int {
-	n, bytes := 0, uint64(0)
+// records, 1 MiB metered, the first record counted with reserve more
+// bytes (a producer's mark, yet to be added to it). 0 when the first
+// does not fit.
+func chunkLen(recs []api.Record, reserve uint64) int {
+	n, bytes := 0, reserve
 	for n < len(recs) && n < api.MaxBatchRecords && bytes+recs[n].MeteredSize() <= api.MaxBatchMeteredBytes {
 		bytes += recs[n].MeteredSize()
 		n++
@@ -221,17 +229,11 @@ func chunkLen(recs []api.Record) int {
 	return n
 }
 
-// submitAt appends a partition's records at the star at addr, which
+// submitAt appends a partition's chunks at the star at addr, which
 // leads its stream. A request's chunks of one partition are appended one
 // after another, so they keep their order; a failed chunk ends the
 // partition (the ones after it are not sent).
-func (s *Server) submitAt(ctx context.Context, addr, stream string, recs []api.Record) *pendingPart {
-	var chunks [][]api.Record
-	for len(recs) > 0 {
-		n := chunkLen(recs)
-		chunks = append(chunks, recs[:n])
-		recs = recs[n:]
-	}
+func (s *Server) submitAt(ctx context.Context, addr, stream string, chunks [][]api.Record) *pendingPart {
 	pp := &pendingPart{}
 	if len(chunks) == 1 {
 		pp.pending = append(pp.pending, s.appendAt(ctx, addr, stream, &api.AppendInput{Records: chunks[0]}))
@@ -253,4 +255,79 @@ func (s *Server) submitAt(ctx context.Context, addr, stream string, recs []api.R
 	}()
 	pp.pending = append(pp.pending, seq)
 	return pp
+}
+
+// chunksOf splits a partition's batches into S2 batches (chunkLen's):
+// batches without a producer run together; an idempotent producer's batch
+// is split alone, each chunk's first record marked with the producer, its
+// epoch, the sequence of the chunk's first record and its record count
+// (api.ProducerHeaders, counted in records: docs/kafka.md "Idempotent
+// producers"). Kafka's sequence counts records, so the chunks of one
+// Kafka batch are consecutive batches of the producer, each applied once,
+// and a retry, chunked alike, is judged chunk by chunk.
+func chunksOf(bs []producedBatch) ([][]api.Record, error) {
+	var out [][]api.Record
+	var plain []api.Record
+	flush := func() {
+		for len(plain) > 0 {
+			n := chunkLen(plain, 0) // ≥ 1: every record fits an S2 batch
+			out = append(out, plain[:n])
+			plain = plain[n:]
+		}
+	}
+	for _, b := range bs {
+		if b.pid < 0 {
+			plain = append(plain, b.recs...)
+			continue
+		}
+		flush()
+		recs := b.recs
+		for off := uint64(0); len(recs) > 0; {
+			m := api.ProducerMark{ID: producerMarkID(b.pid), Epoch: uint64(b.epoch),
+				Seq: (uint64(b.seq) + off) % api.ProducerSeqWrap, Records: api.MaxBatchRecords}
+			reserve := (&api.Record{Headers: api.ProducerHeaders(m)}).MeteredSize() - 8
+			n := chunkLen(recs, reserve)
+			if n == 0 {
+				return nil, &recordError{code: kerr.MessageTooLarge.Code,
+					msg: fmt.Sprintf("a record of %d metered bytes, with an idempotent producer's headers, is over an S2 batch's %d",
+						recs[0].MeteredSize()+reserve, api.MaxBatchMeteredBytes)}
+			}
+			m.Records = uint64(n)
+			recs[0].Headers = append(recs[0].Headers, api.ProducerHeaders(m)...)
+			out = append(out, recs[:n])
+			recs, off = recs[n:], off+uint64(n)
+		}
+	}
+	flush()
+	return out, nil
+}
+
+// producerMarkID is the starlog producer id of Kafka producer id pid.
+func producerMarkID(pid int64) string { return "kafka-" + strconv.FormatInt(pid, 10) }
+
+// producerCode maps an idempotent producer's refusal (a 409 of
+// shared/api's producer codes) to the Kafka error clients expect of it:
+//
+//   - a seq past the next, or inside the batches remembered:
+//     OUT_OF_ORDER_SEQUENCE_NUMBER;
+//   - a seq other than 0 where the star expects the producer to start at
+//     0 (an id it does not know, or has forgotten): UNKNOWN_PRODUCER_ID,
+//     on which clients start over with a new producer id;
+//   - an epoch below the producer's: INVALID_PRODUCER_EPOCH;
+//   - a retry of a batch applied so long ago that its offset is not
+//     remembered: DUPLICATE_SEQUENCE_NUMBER, which franz-go and
+//     librdkafka take for success (without an offset).
+func producerCode(ae *api.Error) (int16, bool) {
+	switch ae.Code {
+	case api.CodeProducerSeqGap:
+		if next, ok := ae.ProducerExpectedSeq(); ok && next == 0 {
+			return kerr.UnknownProducerID.Code, true
+		}
+		return kerr.OutOfOrderSequenceNumber.Code, true
+	case api.CodeProducerEpochStale:
+		return kerr.InvalidProducerEpoch.Code, true
+	case api.CodeProducerAckForgotten:
+		return kerr.DuplicateSequenceNumber.Code, true
+	}
+	return 0, false
 }

@@ -14,9 +14,9 @@ import (
 // HeaderKey is the record header that holds a Kafka record's key: the
 // first header of a record produced with a key (an empty value is an
 // empty key; no such header is a null key). Kafka headers follow it,
-// name for name; a Kafka header may not be named HeaderKey, nor have an
-// empty name (a starlog record whose one header has an empty name is a
-// command record).
+// name for name; a Kafka header may not be named HeaderKey or as an
+// idempotent producer's mark (producerHeader), nor have an empty name (a
+// starlog record whose one header has an empty name is a command record).
 const HeaderKey = "kafka.key"
 
 // Record batch v2 layout (the offsets kmsg.RecordBatch reads at).
@@ -46,14 +46,34 @@ func corrupt(format string, args ...any) *recordError {
 	return &recordError{code: kerr.CorruptMessage.Code, msg: fmt.Sprintf(format, args...)}
 }
 
-// decodeBatches reads the record batches of one produce partition into
+// producedBatch is one record batch of a produce: its records, and its
+// idempotent producer (pid -1 when it has none).
+type producedBatch struct {
+	recs  []api.Record
+	pid   int64
+	epoch int16
+	seq   int32 // the batch's first record's sequence
+}
+
+// decodeBatches is decodeProduce's records, the batches run together.
+func decodeBatches(data []byte, budget *int64) ([]api.Record, error) {
+	bs, err := decodeProduce(data, budget)
+	var out []api.Record
+	for _, b := range bs {
+		out = append(out, b.recs...)
+	}
+	return out, err
+}
+
+// decodeProduce reads the record batches of one produce partition into
 // starlog records, in order. Only magic 2 is accepted; every batch's CRC
 // is checked; transactional and control batches are refused (no
-// transactions are served). The batches' records, decompressed, take
+// transactions are served), as is a batch with a producer id but a
+// negative epoch or sequence. The batches' records, decompressed, take
 // from *budget (the bytes left of the request's MaxProduceRecordBytes);
 // past it the partition is refused.
-func decodeBatches(data []byte, budget *int64) ([]api.Record, error) {
-	var out []api.Record
+func decodeProduce(data []byte, budget *int64) ([]producedBatch, error) {
+	var out []producedBatch
 	for len(data) > 0 {
 		if len(data) < batchHeaderLen {
 			return nil, corrupt("record batch truncated: %d bytes", len(data))
@@ -77,13 +97,24 @@ func decodeBatches(data []byte, budget *int64) ([]api.Record, error) {
 		if b.Attributes&(attrTransactional|attrControl) != 0 {
 			return nil, &recordError{code: kerr.UnsupportedVersion.Code, msg: "transactional and control batches are not served"}
 		}
+		pb := producedBatch{pid: -1}
+		if b.ProducerID >= 0 {
+			if b.ProducerEpoch < 0 || b.FirstSequence < 0 {
+				return nil, &recordError{code: kerr.InvalidRecord.Code,
+					msg: fmt.Sprintf("a batch of producer id %d has epoch %d and sequence %d", b.ProducerID, b.ProducerEpoch, b.FirstSequence)}
+			}
+			pb.pid, pb.epoch, pb.seq = b.ProducerID, b.ProducerEpoch, b.FirstSequence
+		}
 		recs, err := decompress(b.Records, b.Attributes&attrCompression, *budget)
 		if err != nil {
 			return nil, err
 		}
 		*budget -= int64(len(recs))
-		if out, err = appendRecords(out, &b, recs); err != nil {
+		if pb.recs, err = appendRecords(nil, &b, recs); err != nil {
 			return nil, err
+		}
+		if len(pb.recs) > 0 {
+			out = append(out, pb)
 		}
 	}
 	return out, nil
@@ -126,7 +157,7 @@ func fromKafka(b *kmsg.RecordBatch, kr *kmsg.Record) (api.Record, error) {
 		r.Headers = append(r.Headers, api.Header{Name: []byte(HeaderKey), Value: kr.Key})
 	}
 	for _, h := range kr.Headers {
-		if h.Key == "" || h.Key == HeaderKey {
+		if h.Key == "" || h.Key == HeaderKey || producerHeader(h.Key) {
 			return api.Record{}, &recordError{code: kerr.InvalidRecord.Code,
 				msg: fmt.Sprintf("a record header may not be named %q (docs/kafka.md)", h.Key)}
 		}
@@ -145,7 +176,9 @@ func fromKafka(b *kmsg.RecordBatch, kr *kmsg.Record) (api.Record, error) {
 }
 
 // toKafka maps a starlog record back: a first header named HeaderKey is
-// the key, the other headers are Kafka headers.
+// the key, the other headers are Kafka headers, but for an idempotent
+// producer's mark (producerHeader), which Kafka carries in the batch, not
+// the record.
 func toKafka(r *api.Record) (key []byte, headers []kmsg.Header) {
 	hs := r.Headers
 	if len(hs) > 0 && string(hs[0].Name) == HeaderKey {
@@ -155,9 +188,24 @@ func toKafka(r *api.Record) (key []byte, headers []kmsg.Header) {
 		}
 	}
 	for _, h := range hs {
+		if producerHeader(string(h.Name)) {
+			continue
+		}
 		headers = append(headers, kmsg.Header{Key: string(h.Name), Value: h.Value})
 	}
 	return key, headers
+}
+
+// producerHeader reports whether name is one of an idempotent producer's
+// mark (shared/api's starlog-producer headers): the face writes them on
+// the first record of an idempotent batch, so a Kafka header may not be
+// named so, and a fetch leaves them out.
+func producerHeader(name string) bool {
+	switch name {
+	case api.HeaderProducer, api.HeaderProducerEpoch, api.HeaderProducerSeq, api.HeaderProducerRecords:
+		return true
+	}
+	return false
 }
 
 // appendBatch appends one uncompressed record batch v2 holding recs (seq

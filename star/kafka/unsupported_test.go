@@ -31,7 +31,7 @@ func TestApiVersionsAdvertisesExactlyWhatIsServed(t *testing.T) {
 	}
 	want := []kv{{0, 3, 11}, {1, 4, 12}, {2, 1, 6}, {3, 0, 12},
 		{8, 0, 8}, {9, 1, 8}, {10, 0, 4}, {11, 0, 9}, {12, 0, 4}, {13, 0, 5}, {14, 0, 5}, {15, 0, 5}, {16, 0, 4},
-		{17, 0, 1}, {18, 0, 3}, {19, 0, 7}, {20, 0, 6}, {32, 0, 4}, {36, 0, 2}, {37, 0, 3}, {42, 0, 2}, {60, 0, 1}}
+		{17, 0, 1}, {18, 0, 3}, {19, 0, 7}, {20, 0, 6}, {22, 0, 4}, {32, 0, 4}, {36, 0, 2}, {37, 0, 3}, {42, 0, 2}, {60, 0, 1}}
 	if av.ErrorCode != 0 || !slices.Equal(got, want) {
 		t.Fatalf("ApiVersions: code %d, keys %v\nwant %v", av.ErrorCode, got, want)
 	}
@@ -77,11 +77,13 @@ func TestTransactionsUnsupported(t *testing.T) {
 	if err != nil || resp.(*kmsg.FindCoordinatorResponse).ErrorCode != kerr.UnsupportedVersion.Code {
 		t.Fatalf("FindCoordinator of a transactional id: %v %+v", err, resp)
 	}
-	ip := kmsg.NewPtrInitProducerIDRequest()
-	ip.TransactionalID = kmsg.StringPtr("txn")
-	resp, err = r.send(ip)
-	if err != nil || resp.(*kmsg.InitProducerIDResponse).ErrorCode != kerr.UnsupportedVersion.Code {
-		t.Fatalf("InitProducerID: %v %+v", err, resp)
+	for _, v := range []int16{4, 5} { // served (for idempotent producers), and not
+		ip := kmsg.NewPtrInitProducerIDRequest()
+		ip.Version, ip.TransactionalID = v, kmsg.StringPtr("txn")
+		resp, err = r.send(ip)
+		if err != nil || resp.(*kmsg.InitProducerIDResponse).ErrorCode != kerr.UnsupportedVersion.Code {
+			t.Fatalf("InitProducerID v%d of a transactional id: %v %+v", v, err, resp)
+		}
 	}
 	of := kmsg.NewPtrOffsetFetchRequest() // v9: KIP-848's, not served
 	of.Version = 9

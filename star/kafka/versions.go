@@ -16,6 +16,8 @@ import (
 // served (librdkafka will not authenticate with a broker that lacks v0).
 // The group requests stop before the versions of KIP-848's consumer
 // protocol and of topic ids; OffsetFetch v0 read ZooKeeper's offsets.
+// InitProducerId serves idempotent producers, not transactions; 5 is
+// KIP-890's, for transactions.
 var served = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 0, MinVersion: 3, MaxVersion: 11}, // Produce
 	{ApiKey: 1, MinVersion: 4, MaxVersion: 12}, // Fetch
@@ -34,6 +36,7 @@ var served = []kmsg.ApiVersionsResponseApiKey{
 	{ApiKey: 18, MinVersion: 0, MaxVersion: 3}, // ApiVersions
 	{ApiKey: 19, MinVersion: 0, MaxVersion: 7}, // CreateTopics
 	{ApiKey: 20, MinVersion: 0, MaxVersion: 6}, // DeleteTopics
+	{ApiKey: 22, MinVersion: 0, MaxVersion: 4}, // InitProducerId
 	{ApiKey: 32, MinVersion: 0, MaxVersion: 4}, // DescribeConfigs
 	{ApiKey: 36, MinVersion: 0, MaxVersion: 2}, // SaslAuthenticate
 	{ApiKey: 37, MinVersion: 0, MaxVersion: 3}, // CreatePartitions

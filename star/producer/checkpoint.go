@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/starlog/starlog/shared/api"
 )
 
 // Checkpoint is a table as of a stream's durable tail Next: what a star
@@ -46,7 +48,7 @@ func (t *Table) Snapshot(tail, nowMs uint64) (c Checkpoint, ok bool) {
 			Batches: append([]Batch(nil), e.batches[:n]...)}
 		if n < len(e.batches) {
 			last := e.batches[n-1]
-			row.Next, row.Order = last.Seq+1, last.Start.SeqNum
+			row.Next, row.Order = api.ProducerMark{Seq: last.Seq, Records: last.Records}.NextSeq(), last.Start.SeqNum
 			// lastUsed is a max over the batches; the pending ones only
 			// raised it, and the remaining last one is the durable bound.
 			row.LastUsed = last.Start.Timestamp

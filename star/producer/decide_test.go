@@ -15,16 +15,27 @@ import (
 // TestDecide runs the scenarios of testdata/decide: the pure decision and
 // its state, batch by batch.
 //
-//	batch id=p epoch=E seq=S at=<first stream seq> n=<records> ts=<ms>
+//	batch id=p epoch=E seq=S at=<first stream seq> n=<records> ts=<ms> [records]
 //	    decides at ts; an Apply is recorded as applied at [at, at+n).
+//	    With records the seq counts records (the mark carries n).
 //	fold
-//	<stream seq> <ts> <id> <epoch> <seq>   (one marked record a line)
+//	<stream seq> <ts> <id> <epoch> <seq> [<records>]   (one record a line)
 //	    folds the records into a fresh table (a restart).
 //	snapshot tail=T now=N   then   restore
 //	    checkpoints the table as of the durable tail T, and restarts from it.
+//	checkpoint   (a checkpoint's JSON as input)
+//	    restarts from that checkpoint.
 //	show
 func TestDecide(t *testing.T) {
 	datadriven.RunTest(t, "testdata/decide", func(t *testing.T, d *datadriven.TestData) string {
+		return run(t, d)
+	})
+}
+
+// TestDecideRecords runs testdata/records: seqs counted in records, as
+// the Kafka face's producers count them.
+func TestDecideRecords(t *testing.T) {
+	datadriven.RunTest(t, "testdata/records", func(t *testing.T, d *datadriven.TestData) string {
 		return run(t, d)
 	})
 }
@@ -53,9 +64,12 @@ func run(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "id", &id)
 		m := api.ProducerMark{ID: id, Epoch: arg(t, d, "epoch"), Seq: arg(t, d, "seq")}
 		at, n, ts := arg(t, d, "at"), arg(t, d, "n"), arg(t, d, "ts")
+		if d.HasArg("records") {
+			m.Records = n
+		}
 		dec := ddTable.Decide(m, ts)
 		if dec.Kind == Apply {
-			ddTable.Applied(m, Batch{Seq: m.Seq, Start: Pos{at, ts}, End: Pos{at + n, ts}})
+			ddTable.Applied(m, Batch{Seq: m.Seq, Records: m.Records, Start: Pos{at, ts}, End: Pos{at + n, ts}})
 		}
 		return describe(m, dec)
 	case "fold":
@@ -63,14 +77,17 @@ func run(t *testing.T, d *datadriven.TestData) string {
 		var recs []api.Record
 		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
 			f := strings.Fields(line)
-			if len(f) != 5 {
-				t.Fatalf("fold line %q: want <seq> <ts> <id> <epoch> <seq>", line)
+			if len(f) != 5 && len(f) != 6 {
+				t.Fatalf("fold line %q: want <seq> <ts> <id> <epoch> <seq> [<records>]", line)
 			}
 			seq, _ := strconv.ParseUint(f[0], 10, 64)
 			ts, _ := strconv.ParseUint(f[1], 10, 64)
 			hs := []api.Header{{Name: []byte(api.HeaderProducer), Value: []byte(f[2])},
 				{Name: []byte(api.HeaderProducerEpoch), Value: []byte(f[3])},
 				{Name: []byte(api.HeaderProducerSeq), Value: []byte(f[4])}}
+			if len(f) == 6 {
+				hs = append(hs, api.Header{Name: []byte(api.HeaderProducerRecords), Value: []byte(f[5])})
+			}
 			if f[2] == "-" {
 				hs = nil
 			}
@@ -91,6 +108,13 @@ func run(t *testing.T, d *datadriven.TestData) string {
 			t.Fatal(err)
 		}
 		return string(b)
+	case "checkpoint":
+		var err error
+		if ddCkpt, err = DecodeCheckpoint([]byte(d.Input)); err != nil {
+			t.Fatal(err)
+		}
+		ddTable = FromCheckpoint(ddCkpt)
+		return show(ddTable)
 	case "restore":
 		ddTable = FromCheckpoint(ddCkpt)
 		return show(ddTable)

@@ -21,6 +21,6 @@ func (t *Table) Fold(recs []api.Record) {
 		if t.Decide(m, ts).Kind != Apply {
 			continue
 		}
-		t.Applied(m, Batch{Seq: m.Seq, Start: Pos{SeqNum: r.SeqNum, Timestamp: ts}})
+		t.Applied(m, Batch{Seq: m.Seq, Records: m.Records, Start: Pos{SeqNum: r.SeqNum, Timestamp: ts}})
 	}
 }

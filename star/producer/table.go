@@ -31,9 +31,12 @@ type Pos struct {
 // stream positions of its ack. End is zero when the batch was rebuilt from
 // the records (its length is not in them).
 type Batch struct {
-	Seq   uint64 `json:"seq"`
-	Start Pos    `json:"start"`
-	End   Pos    `json:"end"`
+	Seq uint64 `json:"seq"`
+	// Records is the mark's record count when its seq counts records
+	// (api.HeaderProducerRecords), else 0.
+	Records uint64 `json:"records,omitempty"`
+	Start   Pos    `json:"start"`
+	End     Pos    `json:"end"`
 }
 
 // EndKnown reports whether the batch's end was recorded.
@@ -118,8 +121,13 @@ func expired(e *entry, nowMs uint64) bool {
 //
 // An unknown (or forgotten) producer starts at seq 0 of any epoch. A known
 // one's older epoch is Stale; a newer epoch must start at seq 0; in its
-// epoch, seq next is applied, a seq below it is a retry (Duplicate while
-// its ack is among the last MaxAcks, else Forgotten), a seq above is a Gap.
+// epoch, its next seq is applied, the seq of a batch among its last
+// MaxAcks is a retry (Duplicate), a seq below those is a retry whose ack
+// is forgotten (Forgotten), and any other seq is a Gap: past the next, or
+// among the remembered batches without starting one (a seq counted in
+// records, m.Records set, may name a record inside a batch). Seqs counted
+// in records wrap at api.ProducerSeqWrap, so below and past are taken
+// modulo it, below meaning less than half of it behind the next.
 func (t *Table) Decide(m api.ProducerMark, nowMs uint64) Decision {
 	e := t.live(m.ID, nowMs)
 	switch {
@@ -132,19 +140,32 @@ func (t *Table) Decide(m api.ProducerMark, nowMs uint64) Decision {
 		return Decision{Kind: Stale, Current: e.epoch}
 	case m.Seq == e.next:
 		return Decision{Kind: Apply}
-	case m.Seq > e.next:
-		return Decision{Kind: Gap, Expected: e.next}
 	}
 	for _, b := range e.batches {
 		if b.Seq == m.Seq {
 			return Decision{Kind: Duplicate, Batch: b}
 		}
 	}
-	return Decision{Kind: Forgotten, Expected: e.next}
+	if belowRemembered(m, e) {
+		return Decision{Kind: Forgotten, Expected: e.next}
+	}
+	return Decision{Kind: Gap, Expected: e.next}
+}
+
+// belowRemembered reports whether m's seq is behind the producer's next
+// and before its oldest remembered batch: a batch applied, its ack gone.
+func belowRemembered(m api.ProducerMark, e *entry) bool {
+	if m.Records == 0 {
+		return m.Seq < e.next && (len(e.batches) == 0 || m.Seq < e.batches[0].Seq)
+	}
+	const wrap = api.ProducerSeqWrap
+	behind := func(seq uint64) uint64 { return (e.next + wrap - seq%wrap) % wrap }
+	b := behind(m.Seq)
+	return b < wrap/2 && (len(e.batches) == 0 || b > behind(e.batches[0].Seq))
 }
 
 // Applied records a batch that Decide said to Apply (or, in a fold, one the
-// records show applied): b.Seq must be m.Seq.
+// records show applied): b.Seq must be m.Seq, b.Records m.Records.
 func (t *Table) Applied(m api.ProducerMark, b Batch) {
 	e := t.byID[m.ID]
 	if e == nil || expired(e, b.Start.Timestamp) {
@@ -162,7 +183,7 @@ func (t *Table) Applied(m api.ProducerMark, b Batch) {
 		e.batches = e.batches[:MaxAcks-1]
 	}
 	e.batches = append(e.batches, b)
-	e.next = m.Seq + 1
+	e.next = m.NextSeq()
 	e.lastUsed, e.order = max(e.lastUsed, b.Start.Timestamp), b.Start.SeqNum
 }
 

@@ -127,10 +127,9 @@ var kcatDeliveredRE = regexp.MustCompile(`Message delivered to partition 0 \(off
 // A kill -9 of the star while kcat produces loses no record kcat was told
 // was delivered: after a restart on the same data each reads back at the
 // offset its delivery report gave (kcat itself ends when its broker is
-// gone). Idempotence is off (librdkafka's
-// enable.idempotence=true needs InitProducerId, not served yet), so a
-// batch retried across the kill may be appended twice: duplicates are
-// allowed here, losses are not. One request in flight keeps the delivery
+// gone). Idempotence is off (star/kafka's TestKcatIdempotentKill9 runs
+// it on), so a batch retried across the kill may be appended twice:
+// duplicates are allowed here, losses are not. One request in flight keeps the delivery
 // reports in the order of the lines, so the i-th report is the i-th line.
 func TestKcatKill9LosesNoAcknowledgedRecord(t *testing.T) {
 	kcat := kcatBin(t)
