@@ -1,0 +1,278 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/starlog/starlog/shared/objstore"
+)
+
+// run is the materializer: it seals the open segment once its first record
+// is materializeAfter old (at once when a delete waits on it, the journal
+// is half full, or the store closes), writes each sealed segment's records
+// to their files, and retires the segment. Segments retire in order.
+func (j *journal) run() {
+	defer close(j.stopped)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		if j.failed != nil {
+			return // the next open's replay settles what is left
+		}
+		var seg *segment
+		if len(j.segs) > 0 {
+			seg = j.segs[0]
+		}
+		var wait <-chan time.Time
+		switch {
+		case seg == nil:
+			if j.closing {
+				return
+			}
+		case seg.sealed:
+		case j.flushing:
+			// The flusher may be writing to it: its end notifies.
+		case j.closing || seg.id <= j.urgent || j.bytes >= maxUnretired/2 || len(seg.entries) > 0 && time.Since(seg.first) >= materializeAfter:
+			j.sealLocked()
+		case len(seg.entries) > 0:
+			wait = time.After(materializeAfter - time.Since(seg.first))
+		}
+		if seg == nil || !seg.sealed {
+			ch := j.changed
+			j.mu.Unlock()
+			select {
+			case <-ch:
+			case <-wait:
+			}
+			j.mu.Lock()
+			continue
+		}
+		entries := seg.entries
+		j.mu.Unlock()
+		err := j.materialize(entries)
+		if err == nil {
+			err = j.retire(seg.path)
+		}
+		j.mu.Lock()
+		if err != nil {
+			if j.closing {
+				j.failed = err
+				return
+			}
+			j.mu.Unlock()
+			time.Sleep(retryAfter)
+			j.mu.Lock()
+			continue
+		}
+		for _, e := range entries {
+			j.removeLocked(e)
+			j.bytes -= int64(len(e.body))
+		}
+		j.segs = j.segs[1:]
+		j.retired.Add(1)
+		j.notifyLocked()
+	}
+}
+
+// retire removes a materialized segment and makes the removal durable
+// before any of its keys may be deleted: a replay of it after a delete
+// would resurrect the key.
+func (j *journal) retire(path string) error {
+	if err := j.fsys.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return j.fsys.SyncDir(j.dir)
+}
+
+// materialize writes the entries' files (materializers at once) and then
+// syncs every folder they were linked or created in.
+func (j *journal) materialize(entries []*jentry) error {
+	var (
+		mu   sync.Mutex
+		dirs = map[string]bool{}
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, materializers)
+	)
+	for _, e := range entries {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ds, err := j.materializeOne(e)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, d := range ds {
+				dirs[d] = true
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("fs: materialize %s/%s: %w", e.bucket, e.key, err))
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, d := range slices.Sorted(func(yield func(string) bool) {
+		for d := range dirs {
+			if !yield(d) {
+				return
+			}
+		}
+	}) {
+		if err := j.fsys.SyncDir(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// materializeOne writes e's body to a synced temp file in staging, stamped
+// with e's mtime, and links it to the key create-once. A key already there
+// is this record's own file (materialized before a crash that came before
+// its segment retired): only one unretired record may name a key, and no
+// other writer shares a journaled store. It returns the folders to sync.
+func (j *journal) materializeOne(e *jentry) ([]string, error) {
+	bdir := filepath.Join(j.root, e.bucket)
+	if _, err := os.Stat(bdir); err != nil {
+		return nil, nil // no such bucket: nothing can be stored there
+	}
+	target := filepath.Join(bdir, filepath.FromSlash(e.key))
+	tmp := filepath.Join(j.root, stagingDir, e.bucket, "journal-"+strconv.FormatUint(e.seq, 16))
+	if err := j.writeFile(tmp, e.body, e.stamp); err != nil {
+		return nil, err
+	}
+	defer j.fsys.Remove(tmp)
+	var dirs []string
+	for range publishAttempts {
+		err := j.fsys.Link(tmp, target)
+		switch {
+		case err == nil:
+			return append(dirs, filepath.Dir(target)), nil
+		case errors.Is(err, syscall.EEXIST):
+			fi, lerr := os.Lstat(target)
+			if lerr != nil {
+				continue
+			}
+			if !fi.IsDir() {
+				return append(dirs, filepath.Dir(target)), nil // materialized before
+			}
+			if j.fsys.Remove(target) != nil { // only an empty folder gives way
+				return dirs, fmt.Errorf("%w: %q is a folder of existing keys", objstore.ErrKeyConflict, e.key)
+			}
+		case errors.Is(err, syscall.ENOENT):
+			for _, p := range objstore.ParentKeys(e.key) {
+				d := filepath.Join(bdir, filepath.FromSlash(p))
+				if err := j.fsys.Mkdir(d); err == nil {
+					dirs = append(dirs, filepath.Dir(d))
+				} else if !errors.Is(err, syscall.EEXIST) {
+					break // pruned meanwhile: link again
+				}
+			}
+		default:
+			return dirs, err
+		}
+	}
+	return dirs, fmt.Errorf("fs: gave up after %d attempts racing folder removals", publishAttempts)
+}
+
+// writeFile writes a new synced file at path with mtime stamp, replacing a
+// leftover of a crashed materialization.
+func (j *journal) writeFile(path string, body []byte, stamp int64) error {
+	f, err := j.fsys.Create(path)
+	if errors.Is(err, os.ErrExist) {
+		j.fsys.Remove(path)
+		f, err = j.fsys.Create(path)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(body)
+	if err == nil {
+		err = f.Stamp(time.Unix(0, stamp))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		j.fsys.Remove(path)
+	}
+	return err
+}
+
+// recover replays the segments a previous process left, oldest first:
+// every whole record of each is materialized (its torn tail, never
+// acknowledged, is dropped), then the segment is retired.
+func (j *journal) recover() error {
+	if err := j.fsys.Mkdir(j.dir); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	names, err := j.fsys.ReadDir(j.dir)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	j.nextSeg = 1
+	for _, name := range names {
+		hex, ok := strings.CutSuffix(name, ".seg")
+		id, perr := strconv.ParseUint(hex, 16, 64)
+		if !ok || perr != nil {
+			continue
+		}
+		j.nextSeg = max(j.nextSeg, id+1)
+		path := filepath.Join(j.dir, name)
+		data, err := j.fsys.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var entries []*jentry
+		for len(data) > 0 {
+			r, n, err := decodeRecord(data)
+			if err != nil {
+				break // the torn tail
+			}
+			data = data[n:]
+			j.seq = max(j.seq, r.seq)
+			entries = append(entries, &jentry{bucket: r.bucket, key: r.key, body: r.body, stamp: r.stamp, seq: r.seq})
+		}
+		// A record naming an invalid bucket or key is not one this store
+		// wrote: skip it rather than write outside a bucket.
+		entries = slices.DeleteFunc(entries, func(e *jentry) bool {
+			return objstore.ValidateBucketName(e.bucket) != nil || objstore.ValidateKey(e.key) != nil
+		})
+		if err := j.materialize(entries); err != nil {
+			return err
+		}
+		if err := j.retire(path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close stops taking writes, materializes and retires everything, and
+// waits for the materializer.
+func (j *journal) close() error {
+	j.mu.Lock()
+	j.closing = true
+	j.notifyLocked()
+	j.mu.Unlock()
+	<-j.stopped
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.failed != nil && !errors.Is(j.failed, errClosed) {
+		return j.failed
+	}
+	return nil
+}
