@@ -42,6 +42,9 @@ type Store struct {
 	root string
 	lock *os.File // the root's flock (lockRoot)
 	j    *journal // nil without Options.Journal
+	// fsys serves the journal and deletes (osFS; the crash-consistency
+	// test records through it).
+	fsys fileSys
 	// lastStamp is the last mtime stamped on an object (stamp).
 	lastStamp atomic.Int64
 	dirs      *dirSyncs // directory fsyncs shared by concurrent publishes
@@ -96,7 +99,7 @@ func open(root string, o Options, fsys fileSys) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{root: abs, lock: lock, dirs: newDirSyncs(), unnamed: unnamedWorks(staging)}
+	s := &Store{root: abs, lock: lock, fsys: fsys, dirs: newDirSyncs(), unnamed: unnamedWorks(staging)}
 	if o.Journal {
 		s.j = newJournal(fsys, abs, s.stamp)
 		if err := s.j.recover(); err != nil {
@@ -618,20 +621,20 @@ func (b *bucket) delete(ctx context.Context, key string) error {
 	target := b.path(key)
 	// unlink(2), never rmdir: a folder name is not an object, and a missing
 	// key (or one below a file) is already deleted.
-	err := syscall.Unlink(target)
+	err := b.s.fsys.Unlink(target)
 	switch {
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
 		return nil
 	case err != nil:
 		return fmt.Errorf("fs: delete %s: %w", b.what(key), err)
 	}
-	if err := syncDir(filepath.Dir(target)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+	if err := b.s.fsys.SyncDir(filepath.Dir(target)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 		return &objstore.IndefiniteError{Err: fmt.Errorf("fs: delete %s: %w", b.what(key), err)}
 	}
 	// Prune emptied folders so their names can become keys; rmdir fails on
 	// a folder that is not empty, which ends the walk.
 	for dir := filepath.Dir(target); dir != b.dir; dir = filepath.Dir(dir) {
-		if os.Remove(dir) != nil {
+		if b.s.fsys.Rmdir(dir) != nil {
 			break
 		}
 	}

@@ -86,7 +86,7 @@ func (j *journal) run() {
 // before any of its keys may be deleted: a replay of it after a delete
 // would resurrect the key.
 func (j *journal) retire(path string) error {
-	if err := j.fsys.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := j.fsys.Unlink(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return j.fsys.SyncDir(j.dir)
@@ -150,7 +150,7 @@ func (j *journal) materializeOne(e *jentry) ([]string, error) {
 	if err := j.writeFile(tmp, e.body, e.stamp); err != nil {
 		return nil, err
 	}
-	defer j.fsys.Remove(tmp)
+	defer j.fsys.Unlink(tmp)
 	var dirs []string
 	for range publishAttempts {
 		err := j.fsys.Link(tmp, target)
@@ -165,7 +165,7 @@ func (j *journal) materializeOne(e *jentry) ([]string, error) {
 			if !fi.IsDir() {
 				return append(dirs, filepath.Dir(target)), nil // materialized before
 			}
-			if j.fsys.Remove(target) != nil { // only an empty folder gives way
+			if j.fsys.Rmdir(target) != nil { // only an empty folder gives way
 				return dirs, fmt.Errorf("%w: %q is a folder of existing keys", objstore.ErrKeyConflict, e.key)
 			}
 		case errors.Is(err, syscall.ENOENT):
@@ -189,7 +189,7 @@ func (j *journal) materializeOne(e *jentry) ([]string, error) {
 func (j *journal) writeFile(path string, body []byte, stamp int64) error {
 	f, err := j.fsys.Create(path)
 	if errors.Is(err, os.ErrExist) {
-		j.fsys.Remove(path)
+		j.fsys.Unlink(path)
 		f, err = j.fsys.Create(path)
 	}
 	if err != nil {
@@ -206,7 +206,7 @@ func (j *journal) writeFile(path string, body []byte, stamp int64) error {
 		err = cerr
 	}
 	if err != nil {
-		j.fsys.Remove(path)
+		j.fsys.Unlink(path)
 	}
 	return err
 }
@@ -215,7 +215,13 @@ func (j *journal) writeFile(path string, body []byte, stamp int64) error {
 // every whole record of each is materialized (its torn tail, never
 // acknowledged, is dropped), then the segment is retired.
 func (j *journal) recover() error {
-	if err := j.fsys.Mkdir(j.dir); err != nil && !errors.Is(err, os.ErrExist) {
+	// The journal's folder must itself be durable before a segment in it
+	// acknowledges anything.
+	if err := j.fsys.Mkdir(j.dir); err == nil {
+		if err := j.fsys.SyncDir(j.root); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrExist) {
 		return err
 	}
 	names, err := j.fsys.ReadDir(j.dir)

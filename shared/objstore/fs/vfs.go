@@ -2,6 +2,7 @@ package fs
 
 import (
 	"os"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -22,7 +23,10 @@ type fileSys interface {
 	Mkdir(path string) error
 	// Link names old's file new too; EEXIST when new exists.
 	Link(old, new string) error
-	Remove(path string) error
+	// Unlink removes a file's name (never a folder: EISDIR).
+	Unlink(path string) error
+	// Rmdir removes an empty folder.
+	Rmdir(path string) error
 	// SyncDir makes dir's entries (creates, links, removes) durable.
 	SyncDir(dir string) error
 }
@@ -60,8 +64,16 @@ func (osFS) ReadDir(dir string) ([]string, error) {
 
 func (osFS) Mkdir(path string) error    { return os.Mkdir(path, 0o755) }
 func (osFS) Link(old, new string) error { return os.Link(old, new) }
-func (osFS) Remove(path string) error   { return os.Remove(path) }
-func (osFS) SyncDir(dir string) error   { return syncDir(dir) }
+func (osFS) Unlink(path string) error   { return pathErr("unlink", path, syscall.Unlink(path)) }
+func (osFS) Rmdir(path string) error    { return pathErr("rmdir", path, syscall.Rmdir(path)) }
+
+func pathErr(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &os.PathError{Op: op, Path: path, Err: err}
+}
+func (osFS) SyncDir(dir string) error { return syncDir(dir) }
 
 type osFile struct{ f *os.File }
 
