@@ -19,7 +19,8 @@ import (
 
 // The crash-consistency test, in the manner of ALICE (Pillai et al.,
 // OSDI '14): the store runs a workload on a recorder that logs every
-// write, sync and directory change it issues; then for every prefix of
+// write, sync (of a file, a folder or the file system) and directory
+// change it issues; then for every prefix of
 // the log a crash image is built twice, once keeping only what was synced
 // by then (a file's data as of its last fsync, a folder's entries as of
 // its last fsync: a power cut) and once keeping everything (kill -9), the
@@ -37,6 +38,7 @@ const (
 	opUnlink
 	opRmdir
 	opSyncDir
+	opSyncFS
 )
 
 type op struct {
@@ -127,6 +129,13 @@ func (r *recorder) SyncDir(dir string) error {
 	r.log = append(r.log, op{kind: opSyncDir, path: r.rel(dir)})
 	r.mu.Unlock()
 	return osFS{}.SyncDir(dir)
+}
+
+func (r *recorder) SyncFS(path string) error {
+	r.mu.Lock()
+	r.log = append(r.log, op{kind: opSyncFS})
+	r.mu.Unlock()
+	return osFS{}.SyncFS(path)
 }
 
 type recFile struct {
@@ -245,6 +254,11 @@ func (m *model) apply(o op) {
 		delete(m.dirs[parent], name)
 	case opSyncDir:
 		m.durDirs[o.path] = maps.Clone(m.dirs[o.path])
+	case opSyncFS:
+		for d, es := range m.dirs {
+			m.durDirs[d] = maps.Clone(es)
+		}
+		maps.Copy(m.durData, m.data)
 	}
 }
 

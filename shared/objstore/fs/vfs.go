@@ -29,6 +29,9 @@ type fileSys interface {
 	Rmdir(path string) error
 	// SyncDir makes dir's entries (creates, links, removes) durable.
 	SyncDir(dir string) error
+	// SyncFS makes everything written on the file system holding path
+	// durable, data and folders (syncfs(2)).
+	SyncFS(path string) error
 }
 
 // file is a file being written by the journal.
@@ -74,6 +77,15 @@ func pathErr(op, path string, err error) error {
 	return &os.PathError{Op: op, Path: path, Err: err}
 }
 func (osFS) SyncDir(dir string) error { return syncDir(dir) }
+
+func (osFS) SyncFS(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pathErr("syncfs", path, unix.Syncfs(int(f.Fd())))
+}
 
 type osFile struct{ f *os.File }
 
