@@ -317,7 +317,9 @@ func (j *journal) flushLocked() {
 			seg.entries = append(seg.entries, e)
 			close(e.done)
 		}
-		if seg.size >= segmentBytes {
+		// The flusher seals too: under steady load it hands off to the
+		// next group without ever going idle for the materializer.
+		if seg.size >= segmentBytes || j.dueLocked(seg) {
 			j.sealLocked()
 		}
 	}

@@ -40,7 +40,7 @@ func (j *journal) run() {
 		case seg.sealed:
 		case j.flushing:
 			// The flusher may be writing to it: its end notifies.
-		case j.closing || seg.id <= j.urgent || j.bytes >= maxUnretired/2 || len(seg.entries) > 0 && time.Since(seg.first) >= materializeAfter:
+		case j.dueLocked(seg):
 			j.sealLocked()
 		case len(seg.entries) > 0:
 			wait = time.After(materializeAfter - time.Since(seg.first))
@@ -80,6 +80,14 @@ func (j *journal) run() {
 		j.retired.Add(1)
 		j.notifyLocked()
 	}
+}
+
+// dueLocked reports whether the open segment seg should be sealed now:
+// the store is closing, a delete waits on it, the journal is half full,
+// or its first record is materializeAfter old.
+func (j *journal) dueLocked(seg *segment) bool {
+	return j.closing || seg.id <= j.urgent || j.bytes >= maxUnretired/2 ||
+		len(seg.entries) > 0 && time.Since(seg.first) >= materializeAfter
 }
 
 // retire removes a materialized segment and makes the removal durable
