@@ -114,6 +114,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				return err
 			}
 			defer ms.Close()
+			defer objs.(io.Closer).Close() // materializes the journal
 			var audit auditorHandle
 			defer audit.wait() // before the metastore closes
 			out := cmd.OutOrStdout()
@@ -285,13 +286,16 @@ func openDevStores(ctx context.Context, data string, cfg node.Config) (meta.Stor
 	if err != nil {
 		return nil, nil, fmt.Errorf("metastore: %w", err)
 	}
-	objs, err := fs.New(filepath.Join(data, "objects"))
+	// One star writes the folder: its small PUTs go through the store's
+	// journal (a cluster's stars share theirs without one).
+	objs, err := fs.Open(filepath.Join(data, "objects"), fs.Options{Journal: true})
 	if err != nil {
 		ms.Close()
 		return nil, nil, fmt.Errorf("object store: %w", err)
 	}
 	for _, b := range append(slices.Clone(cfg.Standard.Buckets), cfg.Express.Buckets...) {
 		if err := objs.CreateBucket(b); err != nil {
+			objs.Close()
 			ms.Close()
 			return nil, nil, fmt.Errorf("object store: %w", err)
 		}

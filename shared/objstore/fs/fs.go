@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,7 +40,14 @@ const publishAttempts = 16
 // Store is a directory of buckets.
 type Store struct {
 	root string
-	dirs *dirSyncs // directory fsyncs shared by concurrent publishes
+	lock *os.File // the root's flock (lockRoot)
+	j    *journal // nil without Options.Journal
+	// fsys serves the journal and deletes (osFS; the crash-consistency
+	// test records through it).
+	fsys fileSys
+	// lastStamp is the last mtime stamped on an object (stamp).
+	lastStamp atomic.Int64
+	dirs      *dirSyncs // directory fsyncs shared by concurrent publishes
 	// unnamed: PUTs write their temp file as an O_TMPFILE inode (probed by
 	// New); false falls back to named temp files in staging.
 	unnamed bool
@@ -48,8 +56,37 @@ type Store struct {
 	step func(name string)
 }
 
-// New opens (creating if needed) a store rooted at root.
-func New(root string) (*Store, error) {
+// Options chooses how a store is opened.
+type Options struct {
+	// Journal appends create-once PUTs of up to MaxJournaled bytes to the
+	// store's journal (one data sync per group of concurrent PUTs) and
+	// materializes them in the background. It takes the root's lock
+	// exclusively: no other process may open the store meanwhile, with or
+	// without a journal. Without it, any number of processes share the
+	// root (each PUT links its own file), and none may journal.
+	Journal bool
+}
+
+// ErrLocked is the refusal to open a root that another store holds in a
+// way this one cannot share: a journaled store excludes every other.
+var ErrLocked = errors.New("fs: the store is in use by a journaled store (or, to journal, by another)")
+
+// lockFile is the root's lock: flock(2) shared by stores without a
+// journal, exclusive for a journaled one; the kernel drops it when the
+// process dies, so a crash never leaves the root locked.
+const lockFile = ".starlog-lock"
+
+// New opens (creating if needed) a store rooted at root, without a
+// journal: any number of processes may share the root this way.
+func New(root string) (*Store, error) { return Open(root, Options{}) }
+
+// Open opens (creating if needed) a store rooted at root. A journaled
+// store first replays what a previous process left in the journal.
+func Open(root string, o Options) (*Store, error) {
+	return open(root, o, osFS{})
+}
+
+func open(root string, o Options, fsys fileSys) (*Store, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("fs: root %q: %w", root, err)
@@ -58,7 +95,78 @@ func New(root string) (*Store, error) {
 	if err := os.MkdirAll(staging, 0o755); err != nil {
 		return nil, fmt.Errorf("fs: create root: %w", err)
 	}
-	return &Store{root: abs, dirs: newDirSyncs(), unnamed: unnamedWorks(staging)}, nil
+	lock, err := lockRoot(abs, o.Journal)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{root: abs, lock: lock, fsys: fsys, dirs: newDirSyncs(), unnamed: unnamedWorks(staging)}
+	if o.Journal {
+		s.j = newJournal(fsys, abs, s.stamp)
+		if err := s.j.recover(); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("fs: journal replay: %w", err)
+		}
+		go s.j.run()
+	}
+	return s, nil
+}
+
+func lockRoot(root string, exclusive bool) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(root, lockFile), os.O_RDONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("fs: lock: %w", err)
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, root)
+		}
+		return nil, fmt.Errorf("fs: lock: %w", err)
+	}
+	return f, nil
+}
+
+// Close materializes and retires the journal (if any) and releases the
+// root's lock. The store must not be used afterwards.
+func (s *Store) Close() error {
+	var err error
+	if s.j != nil {
+		err = s.j.close()
+	}
+	if s.lock != nil {
+		if cerr := s.lock.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// stamp returns a modification time for a new object, in ns, unique in
+// this store: the object's ETag, stable from its PUT on (a journaled
+// object's file is stamped with it when materialized).
+func (s *Store) stamp() int64 {
+	for {
+		last, now := s.lastStamp.Load(), time.Now().UnixNano()
+		if now <= last {
+			now = last + 1
+		}
+		if s.lastStamp.CompareAndSwap(last, now) {
+			return now
+		}
+	}
+}
+
+// JournalStats reports a journaled store's group syncs, the records they
+// covered, and the segments retired so far (zero without a journal).
+func (s *Store) JournalStats() (syncs, records, retired uint64) {
+	if s.j == nil {
+		return 0, 0, 0
+	}
+	return s.j.syncs.Load(), s.j.records.Load(), s.j.retired.Load()
 }
 
 // unnamedWorks reports whether dir's file system gives O_TMPFILE inodes
@@ -211,15 +319,13 @@ func (b *bucket) exists() error {
 	return nil
 }
 
-// etag identifies one incarnation of an object: the inode and mtime of its
-// file change when the key is deleted and created again.
-func etag(fi os.FileInfo) string {
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
-	}
-	return strconv.FormatUint(ino, 16) + "-" + strconv.FormatInt(fi.ModTime().UnixNano(), 16)
-}
+// etag identifies one incarnation of an object: its file's mtime, which
+// every PUT stamps with a time unique in the store (Store.stamp), so a key
+// deleted and created again changes it, and a journaled object keeps the
+// ETag its PUT returned once its file is materialized.
+func etag(fi os.FileInfo) string { return stampETag(fi.ModTime().UnixNano()) }
+
+func stampETag(ns int64) string { return strconv.FormatInt(ns, 16) }
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
@@ -276,6 +382,9 @@ func (b *bucket) writeTemp(prefix string, body []byte) (temp, error) {
 	}
 	b.s.at("created")
 	_, err = f.Write(body)
+	if err == nil {
+		err = stampFile(f, time.Unix(0, b.s.stamp()))
+	}
 	b.s.at("written")
 	if err == nil {
 		err = f.Sync()
@@ -395,6 +504,20 @@ func (b *bucket) PutIfAbsent(ctx context.Context, key string, body []byte) (objs
 	if err := b.ready(ctx, key); err != nil {
 		return objstore.ObjectInfo{}, err
 	}
+	if j := b.s.j; j != nil {
+		if len(body) <= MaxJournaled {
+			info, err := j.put(ctx, b, key, body)
+			if err != nil {
+				return objstore.ObjectInfo{}, fmt.Errorf("fs: put %s: %w", b.what(key), err)
+			}
+			return info, nil
+		}
+		release, err := j.hold(ctx, b.name, key, kindDirect)
+		if err != nil {
+			return objstore.ObjectInfo{}, fmt.Errorf("fs: put %s: %w", b.what(key), err)
+		}
+		defer release()
+	}
 	// Writing first and probing never: link(2) is the arbiter.
 	tmp, err := b.writeTemp("put-*", body)
 	if err != nil {
@@ -433,6 +556,15 @@ func (b *bucket) Get(ctx context.Context, key string, off, n int64) ([]byte, err
 	if err := b.ready(ctx, key); err != nil {
 		return nil, err
 	}
+	if j := b.s.j; j != nil {
+		if e := j.lookup(b.name, key); e != nil {
+			start, end, err := objstore.ClampRange(int64(len(e.body)), off, n)
+			if err != nil {
+				return nil, fmt.Errorf("fs: get %s: %w", b.what(key), err)
+			}
+			return append([]byte(nil), e.body[start:end]...), nil
+		}
+	}
 	f, fi, err := b.open(key)
 	if err != nil {
 		return nil, err
@@ -454,6 +586,11 @@ func (b *bucket) Head(ctx context.Context, key string) (objstore.ObjectInfo, err
 	if err := b.ready(ctx, key); err != nil {
 		return objstore.ObjectInfo{}, err
 	}
+	if j := b.s.j; j != nil {
+		if e := j.lookup(b.name, key); e != nil {
+			return objstore.ObjectInfo{Key: key, Size: int64(len(e.body)), ETag: stampETag(e.stamp)}, nil
+		}
+	}
 	fi, err := os.Lstat(b.path(key))
 	if err != nil || !fi.Mode().IsRegular() {
 		if err == nil || errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
@@ -468,27 +605,36 @@ func (b *bucket) Delete(ctx context.Context, key string) error {
 	if err := b.ready(ctx, key); err != nil {
 		return err
 	}
-	return b.delete(key)
+	return b.delete(ctx, key)
 }
 
-func (b *bucket) delete(key string) error {
+// delete removes key; in a journaled store it first holds the key, which
+// retires a segment that journaled it (a replay must not bring it back).
+func (b *bucket) delete(ctx context.Context, key string) error {
+	if j := b.s.j; j != nil {
+		release, err := j.hold(ctx, b.name, key, kindDelete)
+		if err != nil {
+			return fmt.Errorf("fs: delete %s: %w", b.what(key), err)
+		}
+		defer release()
+	}
 	target := b.path(key)
 	// unlink(2), never rmdir: a folder name is not an object, and a missing
 	// key (or one below a file) is already deleted.
-	err := syscall.Unlink(target)
+	err := b.s.fsys.Unlink(target)
 	switch {
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
 		return nil
 	case err != nil:
 		return fmt.Errorf("fs: delete %s: %w", b.what(key), err)
 	}
-	if err := syncDir(filepath.Dir(target)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+	if err := b.s.fsys.SyncDir(filepath.Dir(target)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 		return &objstore.IndefiniteError{Err: fmt.Errorf("fs: delete %s: %w", b.what(key), err)}
 	}
 	// Prune emptied folders so their names can become keys; rmdir fails on
 	// a folder that is not empty, which ends the walk.
 	for dir := filepath.Dir(target); dir != b.dir; dir = filepath.Dir(dir) {
-		if os.Remove(dir) != nil {
+		if b.s.fsys.Rmdir(dir) != nil {
 			break
 		}
 	}
@@ -514,7 +660,7 @@ func (b *bucket) DeleteMany(ctx context.Context, keys []string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := b.delete(k); err != nil {
+		if err := b.delete(ctx, k); err != nil {
 			return err
 		}
 	}

@@ -15,10 +15,23 @@ func newStore(t testing.TB, buckets ...string) *fs.Store {
 
 func newStoreAt(t testing.TB, root string, buckets ...string) *fs.Store {
 	t.Helper()
-	s, err := fs.New(root)
+	return openStoreAt(t, root, fs.Options{}, buckets...)
+}
+
+// newJournaled is a store with a journal on a new folder; it is closed
+// when the test ends.
+func newJournaled(t testing.TB, buckets ...string) *fs.Store {
+	t.Helper()
+	return openStoreAt(t, t.TempDir(), fs.Options{Journal: true}, buckets...)
+}
+
+func openStoreAt(t testing.TB, root string, o fs.Options, buckets ...string) *fs.Store {
+	t.Helper()
+	s, err := fs.Open(root, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	for _, b := range buckets {
 		if err := s.CreateBucket(b); err != nil {
 			t.Fatal(err)
@@ -42,5 +55,14 @@ func TestConformanceNamedTemps(t *testing.T) {
 		s := newStore(t, names...)
 		fs.NamedTemps(s)
 		return s, names
+	})
+}
+
+// TestConformanceJournal runs the suite on a journaled store: small PUTs
+// go through the journal, larger ones and multipart uploads direct.
+func TestConformanceJournal(t *testing.T) {
+	objstoretest.Run(t, func(t *testing.T) (objstore.Store, []string) {
+		names := []string{"bucket-a", "bucket-b"}
+		return newJournaled(t, names...), names
 	})
 }

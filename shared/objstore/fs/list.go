@@ -29,6 +29,17 @@ func (b *bucket) List(ctx context.Context, prefix string) iter.Seq2[objstore.Obj
 			yield(objstore.ObjectInfo{}, err)
 			return
 		}
+		// A journaled store's keys not yet retired are listed from the
+		// journal (materialized or not), their files skipped.
+		var journaled map[string]*jentry
+		if j := b.s.j; j != nil {
+			journaled = j.snapshot(b.name, prefix)
+			for key, e := range journaled {
+				if !yield(objstore.ObjectInfo{Key: key, Size: int64(len(e.body)), ETag: stampETag(e.stamp)}, nil) {
+					return
+				}
+			}
+		}
 		// Start at the deepest folder the prefix names completely.
 		start := b.dir
 		if i := strings.LastIndexByte(prefix, '/'); i > 0 {
@@ -63,7 +74,7 @@ func (b *bucket) List(ctx context.Context, prefix string) iter.Seq2[objstore.Obj
 				return nil
 			}
 			key := filepath.ToSlash(path[len(b.dir)+1:])
-			if !strings.HasPrefix(key, prefix) {
+			if !strings.HasPrefix(key, prefix) || journaled[key] != nil {
 				return nil
 			}
 			fi, err := d.Info()

@@ -47,7 +47,8 @@ func TestSameBehaviourAsMem(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		fst := newStoreAt(t, root, "bucket-a")
+		journal := rapid.Bool().Draw(rt, "journal")
+		fst := openStoreAt(t, root, fs.Options{Journal: journal}, "bucket-a")
 		if rapid.Bool().Draw(rt, "named temps") {
 			fs.NamedTemps(fst)
 		}

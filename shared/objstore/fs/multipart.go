@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/starlog/starlog/shared/objstore"
 )
@@ -87,6 +88,17 @@ func (m *multipart) AddCopyPart(ctx context.Context, srcBucket, srcKey string, o
 	if err := src.ready(ctx, srcKey); err != nil {
 		return fmt.Errorf("fs: multipart %s: copy source: %w", m.what(), err)
 	}
+	if j := src.s.j; j != nil {
+		if e := j.lookup(src.name, srcKey); e != nil {
+			if err := objstore.CheckCopyRange(int64(len(e.body)), off, n); err != nil {
+				return fmt.Errorf("fs: multipart %s: %w", m.what(), err)
+			}
+			return m.addPart(ctx, func(f *os.File) (int64, error) {
+				k, err := f.Write(e.body[off : off+n])
+				return int64(k), err
+			})
+		}
+	}
 	sf, fi, err := src.open(srcKey)
 	if err != nil {
 		return fmt.Errorf("fs: multipart %s: copy source: %w", m.what(), err)
@@ -119,6 +131,13 @@ func (m *multipart) Complete(ctx context.Context) (objstore.ObjectInfo, error) {
 	if err := m.concat(out); err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("fs: multipart %s: %w", m.what(), err)
 	}
+	if j := m.b.s.j; j != nil {
+		release, err := j.hold(ctx, m.b.name, m.key, kindDirect)
+		if err != nil {
+			return objstore.ObjectInfo{}, fmt.Errorf("fs: multipart %s: %w", m.what(), err)
+		}
+		defer release()
+	}
 	info, err := m.b.publish(temp{path: out}, m.key)
 	if err != nil {
 		return objstore.ObjectInfo{}, fmt.Errorf("fs: multipart %s: %w", m.what(), err)
@@ -143,6 +162,9 @@ func (m *multipart) concat(out string) error {
 			if err != nil {
 				return err
 			}
+		}
+		if err := stampFile(f, time.Unix(0, m.b.s.stamp())); err != nil {
+			return err
 		}
 		return f.Sync()
 	}()

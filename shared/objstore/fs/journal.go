@@ -1,0 +1,432 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/starlog/starlog/shared/objstore"
+)
+
+// MaxJournaled is the largest body a create-once PUT appends to the
+// journal; larger ones, and multipart uploads, are written to their own
+// file at once (the direct path).
+const MaxJournaled = 64 << 10
+
+const (
+	// journalDir holds the journal's segments, beside the buckets (not a
+	// bucket name: those start with a letter or digit).
+	journalDir = ".starlog-journal"
+	// segmentBytes seals a segment once this much is in it.
+	segmentBytes = 4 << 20
+	// materializeAfter seals the open segment and materializes it once its
+	// first record is this old.
+	materializeAfter = 50 * time.Millisecond
+	// maxUnretired bounds the journaled bytes not yet retired (held in
+	// memory for reads): a PUT past it waits for the materializer.
+	maxUnretired = 32 << 20
+	// materializers is the parallelism of one segment's file writes and
+	// fsyncs (concurrent fsyncs share the file system's commits).
+	materializers = 8
+	// retryAfter spaces the materializer's attempts after an error.
+	retryAfter = 100 * time.Millisecond
+)
+
+// ErrJournalFailed is the refusal of every write after a journal write or
+// sync failed: what reached the disk is unknown (a failed fsync may have
+// dropped dirty pages), so the store stops writing until it is reopened,
+// whose replay settles it.
+var ErrJournalFailed = errors.New("fs: journal failed; reopen the store")
+
+var errClosed = errors.New("fs: store closed")
+
+type entryKind uint8
+
+const (
+	kindPut    entryKind = iota // a journaled PUT
+	kindDirect                  // a direct-path PUT in progress (holds the key)
+	kindDelete                  // a delete in progress (holds the key)
+)
+
+// jentry is one key the journal holds: a journaled PUT (pending until its
+// group's sync, then durable until its segment retires) or a hold on the
+// key by a direct PUT or a delete.
+type jentry struct {
+	kind    entryKind
+	id      string // bucket + "\x00" + key
+	bucket  string
+	key     string
+	body    []byte
+	stamp   int64 // the object's mtime, ns
+	seq     uint64
+	durable bool
+	seg     *segment
+	done    chan struct{} // closed when a pending PUT or a hold ends
+	err     error         // a pending PUT's outcome
+}
+
+type segment struct {
+	id      uint64
+	path    string
+	f       file
+	size    int64
+	entries []*jentry // durable records, in order
+	first   time.Time // when its first group was synced
+	sealed  bool
+}
+
+// journal is the store's append-only journal of small create-once PUTs
+// (docs/design.md §4.1): a PUT appends one record, one data sync covers
+// every PUT that arrived while the previous sync ran (group commit), an
+// index in memory serves the journaled keys at once, and a materializer
+// writes each sealed segment's records to their own files, then retires
+// the segment. Only one process may write a journaled store: Open takes an
+// exclusive lock on the root.
+type journal struct {
+	fsys fileSys
+	root string
+	dir  string
+
+	mu       sync.Mutex
+	live     map[string]*jentry // keys journaled or held
+	folders  map[string]int     // bucket+"\x00"+prefix: live PUTs below it
+	buf      []byte             // records awaiting the next sync
+	batch    []*jentry          // their entries
+	flushing bool
+	cur      *segment // the open segment (nil: the next flush makes one)
+	segs     []*segment
+	nextSeg  uint64
+	seq      uint64
+	bytes    int64  // journaled bytes not yet retired
+	urgent   uint64 // retire segments up to this id now (ids start at 1): a delete waits
+	failed   error
+	closing  bool
+	changed  chan struct{} // closed and replaced on every change
+	stopped  chan struct{}
+
+	syncs, records, retired atomic.Uint64
+	stamp                   func() int64
+}
+
+func newJournal(fsys fileSys, root string, stamp func() int64) *journal {
+	return &journal{
+		fsys: fsys, root: root, dir: filepath.Join(root, journalDir),
+		live: map[string]*jentry{}, folders: map[string]int{},
+		changed: make(chan struct{}), stopped: make(chan struct{}),
+		stamp: stamp,
+	}
+}
+
+func (j *journal) notifyLocked() {
+	close(j.changed)
+	j.changed = make(chan struct{})
+}
+
+// waitLocked releases the lock until the journal changes or ctx ends.
+func (j *journal) waitLocked(ctx context.Context) error {
+	ch := j.changed
+	j.mu.Unlock()
+	defer j.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (j *journal) writableLocked() error {
+	if j.failed != nil {
+		return fmt.Errorf("%w: %w", ErrJournalFailed, j.failed)
+	}
+	if j.closing {
+		return errClosed
+	}
+	return nil
+}
+
+func (j *journal) addLocked(e *jentry) {
+	j.live[e.id] = e
+	if e.kind != kindDelete {
+		for _, p := range objstore.ParentKeys(e.key) {
+			j.folders[e.bucket+"\x00"+p]++
+		}
+	}
+}
+
+func (j *journal) removeLocked(e *jentry) {
+	if j.live[e.id] != e {
+		return
+	}
+	delete(j.live, e.id)
+	if e.kind != kindDelete {
+		for _, p := range objstore.ParentKeys(e.key) {
+			id := e.bucket + "\x00" + p
+			if j.folders[id]--; j.folders[id] <= 0 {
+				delete(j.folders, id)
+			}
+		}
+	}
+}
+
+// conflictLocked applies the nesting rule to the keys the journal holds.
+func (j *journal) conflictLocked(bucket, key string) error {
+	for _, p := range objstore.ParentKeys(key) {
+		if e := j.live[bucket+"\x00"+p]; e != nil && e.kind != kindDelete {
+			return fmt.Errorf("%w: %q is below key %q", objstore.ErrKeyConflict, key, p)
+		}
+	}
+	if j.folders[bucket+"\x00"+key] > 0 {
+		return fmt.Errorf("%w: %q is a folder of existing keys", objstore.ErrKeyConflict, key)
+	}
+	return nil
+}
+
+// diskCheck applies create-once and the nesting rule to the files: one
+// lstat in the common case (a missing name whose folders are folders).
+func diskCheck(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		d, err := os.Open(path)
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		names, _ := d.Readdirnames(1)
+		d.Close()
+		if len(names) > 0 {
+			return fmt.Errorf("%w: a folder of existing keys", objstore.ErrKeyConflict)
+		}
+		return nil // an empty folder gives way to the key
+	case err == nil:
+		return objstore.ErrExists
+	case errors.Is(err, syscall.ENOENT):
+		return nil
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: below an existing key", objstore.ErrKeyConflict)
+	}
+	return err
+}
+
+// put journals a create-once PUT and returns once its group is synced.
+func (j *journal) put(ctx context.Context, b *bucket, key string, body []byte) (objstore.ObjectInfo, error) {
+	id := b.name + "\x00" + key
+	j.mu.Lock()
+	for {
+		if err := j.writableLocked(); err != nil {
+			j.mu.Unlock()
+			return objstore.ObjectInfo{}, err
+		}
+		if e := j.live[id]; e != nil {
+			if e.kind == kindPut && e.durable {
+				j.mu.Unlock()
+				return objstore.ObjectInfo{}, objstore.ErrExists
+			}
+		} else if err := j.conflictLocked(b.name, key); err != nil {
+			j.mu.Unlock()
+			return objstore.ObjectInfo{}, err
+		} else if j.bytes < maxUnretired {
+			if err := diskCheck(b.path(key)); err != nil {
+				j.mu.Unlock()
+				return objstore.ObjectInfo{}, err
+			}
+			break
+		}
+		// A pending PUT or a hold on the key, or the journal is full:
+		// wait for the outcome, or for the materializer.
+		if err := j.waitLocked(ctx); err != nil {
+			j.mu.Unlock()
+			return objstore.ObjectInfo{}, err
+		}
+	}
+	j.seq++
+	body = bytes.Clone(body) // the caller may reuse its buffer
+	e := &jentry{kind: kindPut, id: id, bucket: b.name, key: key, body: body, stamp: j.stamp(), seq: j.seq, done: make(chan struct{})}
+	j.buf = appendRecord(j.buf, record{seq: e.seq, stamp: e.stamp, bucket: e.bucket, key: key, body: body})
+	j.batch = append(j.batch, e)
+	j.addLocked(e)
+	j.bytes += int64(len(body))
+	if !j.flushing {
+		// Lead this group: its sync covers everyone queued so far.
+		j.flushing = true
+		j.flushLocked()
+	}
+	j.mu.Unlock()
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return objstore.ObjectInfo{}, &objstore.IndefiniteError{Err: ctx.Err()}
+	}
+	if e.err != nil {
+		return objstore.ObjectInfo{}, e.err
+	}
+	return objstore.ObjectInfo{Key: key, Size: int64(len(body)), ETag: stampETag(e.stamp)}, nil
+}
+
+// flushLocked writes and syncs the queued records as one group, with the
+// lock held on entry and exit (released for the I/O). Records queued
+// meanwhile are flushed by a goroutine of their own, so the leader
+// returns after its own group.
+func (j *journal) flushLocked() {
+	buf, batch := j.buf, j.batch
+	j.buf, j.batch = nil, nil
+	seg, err := j.cur, j.failed
+	j.mu.Unlock()
+	fresh := false
+	if err == nil && seg == nil {
+		seg, err = j.newSegment()
+		fresh = err == nil
+	}
+	if err == nil {
+		if _, err = seg.f.Write(buf); err == nil {
+			err = seg.f.Sync()
+		}
+	}
+	j.mu.Lock()
+	if fresh {
+		j.cur = seg
+		j.segs = append(j.segs, seg)
+	}
+	if err != nil {
+		if j.failed == nil {
+			j.failed = fmt.Errorf("fs: journal: %w", err)
+		}
+		for _, e := range batch {
+			e.err = &objstore.IndefiniteError{Err: j.failed}
+			j.removeLocked(e)
+			j.bytes -= int64(len(e.body))
+			close(e.done)
+		}
+	} else {
+		j.syncs.Add(1)
+		j.records.Add(uint64(len(batch)))
+		if seg.first.IsZero() {
+			seg.first = time.Now()
+		}
+		seg.size += int64(len(buf))
+		for _, e := range batch {
+			e.durable, e.seg = true, seg
+			seg.entries = append(seg.entries, e)
+			close(e.done)
+		}
+		// The flusher seals too: under steady load it hands off to the
+		// next group without ever going idle for the materializer.
+		if seg.size >= segmentBytes || j.dueLocked(seg) {
+			j.sealLocked()
+		}
+	}
+	j.notifyLocked()
+	if len(j.buf) > 0 {
+		go func() {
+			j.mu.Lock()
+			j.flushLocked()
+			j.mu.Unlock()
+		}()
+		return
+	}
+	j.flushing = false
+}
+
+// newSegment creates the next segment file and makes its name durable, so
+// a replay finds every record acknowledged in it.
+func (j *journal) newSegment() (*segment, error) {
+	id := j.nextSeg // only the flusher (one at a time) and recovery take ids
+	j.nextSeg++
+	path := filepath.Join(j.dir, fmt.Sprintf("%016x.seg", id))
+	f, err := j.fsys.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.fsys.SyncDir(j.dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &segment{id: id, path: path, f: f}, nil
+}
+
+// sealLocked closes the open segment to new records; the flusher must not
+// be writing to it.
+func (j *journal) sealLocked() {
+	if j.cur == nil {
+		return
+	}
+	j.cur.sealed = true
+	j.cur.f.Close()
+	j.cur = nil
+}
+
+// lookup returns key's journaled PUT if it is durable and not retired.
+func (j *journal) lookup(bucket, key string) *jentry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if e := j.live[bucket+"\x00"+key]; e != nil && e.kind == kindPut && e.durable {
+		return e
+	}
+	return nil
+}
+
+// snapshot returns the durable journaled PUTs of bucket under prefix.
+func (j *journal) snapshot(bucket, prefix string) map[string]*jentry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := map[string]*jentry{}
+	for _, e := range j.live {
+		if e.kind == kindPut && e.durable && e.bucket == bucket && strings.HasPrefix(e.key, prefix) {
+			out[e.key] = e
+		}
+	}
+	return out
+}
+
+// hold takes key for a direct PUT (kindDirect: create-once and the nesting
+// rule against the journal's keys) or a delete (kindDelete: the key's
+// journaled PUT is retired first, so no segment replays it after the
+// delete). Release ends the hold.
+func (j *journal) hold(ctx context.Context, bucket, key string, kind entryKind) (release func(), err error) {
+	id := bucket + "\x00" + key
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		if err := j.writableLocked(); err != nil {
+			return nil, err
+		}
+		e := j.live[id]
+		if e == nil {
+			break
+		}
+		if e.kind == kindPut && e.durable {
+			if kind == kindDirect {
+				return nil, objstore.ErrExists
+			}
+			if e.seg.id > j.urgent {
+				j.urgent = e.seg.id
+				j.notifyLocked()
+			}
+		}
+		if err := j.waitLocked(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if kind == kindDirect {
+		if err := j.conflictLocked(bucket, key); err != nil {
+			return nil, err
+		}
+	}
+	h := &jentry{kind: kind, id: id, bucket: bucket, key: key, done: make(chan struct{})}
+	j.addLocked(h)
+	return func() {
+		j.mu.Lock()
+		j.removeLocked(h)
+		close(h.done)
+		j.notifyLocked()
+		j.mu.Unlock()
+	}, nil
+}

@@ -1,0 +1,276 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/starlog/starlog/shared/objstore"
+)
+
+// run is the materializer: it seals the open segment once its first record
+// is materializeAfter old (at once when a delete waits on it, the journal
+// is half full, or the store closes), writes each sealed segment's records
+// to their files, and retires the segment. Segments retire in order.
+func (j *journal) run() {
+	defer close(j.stopped)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		if j.failed != nil {
+			return // the next open's replay settles what is left
+		}
+		var seg *segment
+		if len(j.segs) > 0 {
+			seg = j.segs[0]
+		}
+		var wait <-chan time.Time
+		switch {
+		case seg == nil:
+			if j.closing {
+				return
+			}
+		case seg.sealed:
+		case j.flushing:
+			// The flusher may be writing to it: its end notifies.
+		case j.dueLocked(seg):
+			j.sealLocked()
+		case len(seg.entries) > 0:
+			wait = time.After(materializeAfter - time.Since(seg.first))
+		}
+		if seg == nil || !seg.sealed {
+			ch := j.changed
+			j.mu.Unlock()
+			select {
+			case <-ch:
+			case <-wait:
+			}
+			j.mu.Lock()
+			continue
+		}
+		entries := seg.entries
+		j.mu.Unlock()
+		err := j.materialize(entries)
+		if err == nil {
+			err = j.retire(seg.path)
+		}
+		j.mu.Lock()
+		if err != nil {
+			if j.closing {
+				j.failed = err
+				return
+			}
+			j.mu.Unlock()
+			time.Sleep(retryAfter)
+			j.mu.Lock()
+			continue
+		}
+		for _, e := range entries {
+			j.removeLocked(e)
+			j.bytes -= int64(len(e.body))
+		}
+		j.segs = j.segs[1:]
+		j.retired.Add(1)
+		j.notifyLocked()
+	}
+}
+
+// dueLocked reports whether the open segment seg should be sealed now:
+// the store is closing, a delete waits on it, the journal is half full,
+// or its first record is materializeAfter old.
+func (j *journal) dueLocked(seg *segment) bool {
+	return j.closing || seg.id <= j.urgent || j.bytes >= maxUnretired/2 ||
+		len(seg.entries) > 0 && time.Since(seg.first) >= materializeAfter
+}
+
+// retire removes a materialized segment and makes the removal durable
+// before any of its keys may be deleted: a replay of it after a delete
+// would resurrect the key.
+func (j *journal) retire(path string) error {
+	if err := j.fsys.Unlink(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return j.fsys.SyncDir(j.dir)
+}
+
+// materialize writes the entries' files (materializers at once), unsynced,
+// then makes all of them durable with one syncfs(2): the journal holds
+// them until then, so one sync of the file system replaces a data sync
+// per file and a sync per folder (the disk's cache flush is the cost).
+func (j *journal) materialize(entries []*jentry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, materializers)
+	)
+	for _, e := range entries {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := j.materializeOne(e); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("fs: materialize %s/%s: %w", e.bucket, e.key, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return j.fsys.SyncFS(j.root)
+}
+
+// materializeOne writes e's body to a temp file in staging, stamped with
+// e's mtime, and links it to the key create-once. A key already there is
+// this record's own file (materialized before a crash that came before its
+// segment retired): only one unretired record may name a key, and no
+// other writer shares a journaled store.
+func (j *journal) materializeOne(e *jentry) error {
+	bdir := filepath.Join(j.root, e.bucket)
+	if _, err := os.Stat(bdir); err != nil {
+		return nil // no such bucket: nothing can be stored there
+	}
+	target := filepath.Join(bdir, filepath.FromSlash(e.key))
+	tmp := filepath.Join(j.root, stagingDir, e.bucket, "journal-"+strconv.FormatUint(e.seq, 16))
+	if err := j.writeFile(tmp, e.body, e.stamp); err != nil {
+		return err
+	}
+	defer j.fsys.Unlink(tmp)
+	for range publishAttempts {
+		err := j.fsys.Link(tmp, target)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, syscall.EEXIST):
+			fi, lerr := os.Lstat(target)
+			if lerr != nil {
+				continue
+			}
+			if !fi.IsDir() {
+				return nil // materialized before
+			}
+			if j.fsys.Rmdir(target) != nil { // only an empty folder gives way
+				return fmt.Errorf("%w: %q is a folder of existing keys", objstore.ErrKeyConflict, e.key)
+			}
+		case errors.Is(err, syscall.ENOENT):
+			for _, p := range objstore.ParentKeys(e.key) {
+				d := filepath.Join(bdir, filepath.FromSlash(p))
+				if err := j.fsys.Mkdir(d); err != nil && !errors.Is(err, syscall.EEXIST) {
+					break // pruned meanwhile: link again
+				}
+			}
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("fs: gave up after %d attempts racing folder removals", publishAttempts)
+}
+
+// writeFile writes a new file at path with mtime stamp (not synced: the
+// caller syncs the file system), replacing a leftover of a crashed
+// materialization.
+func (j *journal) writeFile(path string, body []byte, stamp int64) error {
+	f, err := j.fsys.Create(path)
+	if errors.Is(err, os.ErrExist) {
+		j.fsys.Unlink(path)
+		f, err = j.fsys.Create(path)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(body)
+	if err == nil {
+		err = f.Stamp(time.Unix(0, stamp))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		j.fsys.Unlink(path)
+	}
+	return err
+}
+
+// recover replays the segments a previous process left, oldest first:
+// every whole record of each is materialized (its torn tail, never
+// acknowledged, is dropped), then the segment is retired.
+func (j *journal) recover() error {
+	// The journal's folder must itself be durable before a segment in it
+	// acknowledges anything.
+	if err := j.fsys.Mkdir(j.dir); err == nil {
+		if err := j.fsys.SyncDir(j.root); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	names, err := j.fsys.ReadDir(j.dir)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	j.nextSeg = 1
+	for _, name := range names {
+		hex, ok := strings.CutSuffix(name, ".seg")
+		id, perr := strconv.ParseUint(hex, 16, 64)
+		if !ok || perr != nil {
+			continue
+		}
+		j.nextSeg = max(j.nextSeg, id+1)
+		path := filepath.Join(j.dir, name)
+		data, err := j.fsys.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var entries []*jentry
+		for len(data) > 0 {
+			r, n, err := decodeRecord(data)
+			if err != nil {
+				break // the torn tail
+			}
+			data = data[n:]
+			j.seq = max(j.seq, r.seq)
+			entries = append(entries, &jentry{bucket: r.bucket, key: r.key, body: r.body, stamp: r.stamp, seq: r.seq})
+		}
+		// A record naming an invalid bucket or key is not one this store
+		// wrote: skip it rather than write outside a bucket.
+		entries = slices.DeleteFunc(entries, func(e *jentry) bool {
+			return objstore.ValidateBucketName(e.bucket) != nil || objstore.ValidateKey(e.key) != nil
+		})
+		if err := j.materialize(entries); err != nil {
+			return err
+		}
+		if err := j.retire(path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close stops taking writes, materializes and retires everything, and
+// waits for the materializer.
+func (j *journal) close() error {
+	j.mu.Lock()
+	j.closing = true
+	j.notifyLocked()
+	j.mu.Unlock()
+	<-j.stopped
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.failed != nil && !errors.Is(j.failed, errClosed) {
+		return j.failed
+	}
+	return nil
+}
