@@ -213,6 +213,7 @@ func (c *conn) readCmd() *cobra.Command {
 		bytes  uint64
 		format string
 		clamp  bool
+		prof   string
 	)
 	cmd := &cobra.Command{
 		Use:   "read STREAM",
@@ -246,6 +247,11 @@ header names, values and bodies in base64.`,
 			if cmd.Flags().Changed("bytes") {
 				limit.bytes = &bytes
 			}
+			stopProfile, err := startCPUProfile(prof)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			ctx, stop := interruptible(cmd.Context())
 			defer stop()
 			return runRead(ctx, s, req, limit, cmd.OutOrStdout(), cmd.ErrOrStderr(), format)
@@ -257,6 +263,7 @@ header names, values and bodies in base64.`,
 	f.Uint64Var(&bytes, "bytes", 0, "read at most this many metered bytes")
 	f.StringVar(&format, "format", formatText, "output: text, json or json-base64")
 	f.BoolVar(&clamp, "clamp", false, "start at the tail when the start is past it")
+	f.StringVar(&prof, "cpuprofile", "", "write this process's CPU profile of the read to the file")
 	return cmd
 }
 
