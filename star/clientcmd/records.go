@@ -280,7 +280,9 @@ func runRead(ctx context.Context, s *sdk.Stream, req api.ReadRequest, limit read
 	req.Count, req.Bytes = limit.count, limit.bytes
 	noWait := time.Duration(0)
 	req.Wait = &noWait // end at the tail
-	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{})
+	// Each batch is written out before the next is read: decoded in
+	// place, not copied out of its frame.
+	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{ReuseBatch: true})
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Status == http.StatusRequestedRangeNotSatisfiable {
 		tail, _ := ae.Tail()
@@ -354,7 +356,7 @@ printed. --format is as for read.`,
 
 // runTail prints records from a read session until ctx ends.
 func runTail(ctx context.Context, s *sdk.Stream, req api.ReadRequest, out io.Writer, format string) error {
-	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{})
+	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{ReuseBatch: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
