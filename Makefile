@@ -333,6 +333,26 @@ bench-read:
 	@set -o pipefail; $(GO) test -count=1 -timeout 30m -v -run 'TestTailFanOut$$' ./star/server \
 	  -args -fanout.readers=$(READ_FANOUT) 2>&1 | tee -a build/bench-read.log
 
+## bench-read-cli: `star read` from seq 0 of a 1 GiB stream of 1 KiB records
+## against `star dev`, to /dev/null (issue 31), from transit and from settled
+## objects: READ_CLI_RUNS runs, medians, client and star CPU per GiB, the
+## load average beside each run, and CPU profiles of both sides
+## (build/bench-read-cli; figures in docs/bench.md). READ_CLI_BASE=<git rev>
+## builds that revision too and runs it interleaved with this tree's, for a
+## before/after ratio in one run. The streams are written once and kept.
+READ_CLI_RUNS ?= 5
+READ_CLI_BASE ?=
+.PHONY: bench-read-cli
+bench-read-cli:
+	@mkdir -p build/bench-read-cli
+	$(GO) build -o bin/star ./star
+	@if [ -n "$(READ_CLI_BASE)" ]; then \
+	  rm -rf build/bench-read-cli/base-src && mkdir -p build/bench-read-cli/base-src && \
+	  git archive $(READ_CLI_BASE) | tar -x -C build/bench-read-cli/base-src && \
+	  (cd build/bench-read-cli/base-src && $(GO) build -o ../star-base ./star) || exit 1; \
+	fi
+	READ_CLI_RUNS=$(READ_CLI_RUNS) bash .ci/bench-read-cli.sh $(if $(READ_CLI_BASE),base=build/bench-read-cli/star-base) now=bin/star
+
 ## bench-peer: starlog against NATS JetStream (issue 17, star/e2e/peerbench): a
 ## pinned nats-server with file storage and fsync on every message
 ## (sync_interval: always) next to `star dev` on its directory store, the six

@@ -207,14 +207,63 @@ func DecodeReadBatchProto(body []byte) (*ReadBatch, *Error) {
 	if err != nil {
 		return nil, BadProto("read batch: %v", err)
 	}
-	own := append([]byte(nil), body...)
 	b := &ReadBatch{}
+	var recs []Record
 	if nrec > 0 {
-		b.Records = make([]Record, 0, nrec)
+		recs = make([]Record, 0, nrec)
 	}
-	ts := make([]uint64, nrec)
-	hdrs := make([]Header, 0, nhdr)
-	for p := own; len(p) > 0; {
+	decodeReadBatch(b, append([]byte(nil), body...), recs, make([]uint64, nrec), make([]Header, 0, nhdr), nil)
+	return b, nil
+}
+
+// ReadBatchDecoder decodes ReadBatch payloads one after another without
+// copying them: the batch Decode returns (its records, their bodies,
+// headers and timestamps) aliases the payload and the decoder's own
+// slices, so it is valid only until the next Decode and while the
+// payload is. A reader that is done with each batch before it reads the
+// next frame (`star read`) saves a copy and a fresh allocation of every
+// batch; DecodeReadBatchProto is for batches kept longer. The zero value
+// is ready to use.
+type ReadBatchDecoder struct {
+	b    ReadBatch
+	tail StreamPosition
+	recs []Record
+	ts   []uint64
+	hdrs []Header
+}
+
+// Decode decodes payload as DecodeReadBatchProto does, into the decoder.
+func (d *ReadBatchDecoder) Decode(payload []byte) (*ReadBatch, *Error) {
+	nrec, nhdr, err := countReadBatch(payload)
+	if err != nil {
+		return nil, BadProto("read batch: %v", err)
+	}
+	if cap(d.recs) < nrec {
+		d.recs = make([]Record, 0, nrec)
+		d.ts = make([]uint64, nrec)
+	}
+	if cap(d.hdrs) < nhdr {
+		d.hdrs = make([]Header, 0, nhdr)
+	}
+	ts := d.ts[:nrec]
+	clear(ts) // a record without a timestamp field has 0
+	d.b = ReadBatch{}
+	var recs []Record
+	if nrec > 0 {
+		recs = d.recs[:0]
+	}
+	decodeReadBatch(&d.b, payload, recs, ts, d.hdrs[:0], &d.tail)
+	return &d.b, nil
+}
+
+// decodeReadBatch decodes p, a ReadBatch countReadBatch checked, into b:
+// its records appended to recs (capacity for all of them), their
+// timestamps in ts (one each, zeroed), their headers appended to hdrs
+// (capacity for all), all aliasing p. tail holds the tail (nil: a new
+// one).
+func decodeReadBatch(b *ReadBatch, p []byte, recs []Record, ts []uint64, hdrs []Header, tail *StreamPosition) {
+	b.Records = recs
+	for len(p) > 0 {
 		num, typ, n := protowire.ConsumeTag(p)
 		p = p[n:]
 		switch {
@@ -228,17 +277,18 @@ func DecodeReadBatchProto(body []byte) (*ReadBatch, *Error) {
 		case num == fieldBatchTail && typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(p)
 			p = p[n:]
-			t := StreamPosition{}
-			if b.Tail != nil {
-				t = *b.Tail // a repeated message field merges
+			if b.Tail == nil {
+				if tail == nil {
+					tail = new(StreamPosition)
+				}
+				*tail = StreamPosition{}
+				b.Tail = tail
 			}
-			decodePosition(v, &t)
-			b.Tail = &t
+			decodePosition(v, b.Tail) // a repeated message field merges
 		default:
 			p = p[protowire.ConsumeFieldValue(num, typ, p):]
 		}
 	}
-	return b, nil
 }
 
 // countReadBatch checks a ReadBatch's wire shape (every field well formed,

@@ -25,6 +25,13 @@ type ReadSessionOptions struct {
 	// arrives for this long while Next waits. Default
 	// DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
+	// ReuseBatch decodes each batch in place: the batch Next returns (its
+	// records, bodies and headers) aliases the frame it came in and the
+	// session's own slices, valid only until the next Next or Close. A
+	// reader done with each batch before the next (one that writes it
+	// out, as star read does) saves a copy and a fresh allocation of
+	// every batch.
+	ReuseBatch bool
 }
 
 // ReadSession is an S2S read session: batches of records from a start
@@ -47,6 +54,7 @@ type ReadSession struct {
 	policy RetryPolicy
 
 	conn     *readConn
+	dec      api.ReadBatchDecoder // ReuseBatch's
 	failures int
 	backoff  *backoff.ExponentialBackOff
 	err      error
@@ -325,7 +333,13 @@ func (r *ReadSession) readBatch() (*api.ReadBatch, error) {
 	if f.ReconnectAdvised {
 		c.reconnect = true
 	}
-	b, derr := api.DecodeReadBatchProto(f.Payload)
+	var b *api.ReadBatch
+	var derr *api.Error
+	if r.opts.ReuseBatch {
+		b, derr = r.dec.Decode(f.Payload)
+	} else {
+		b, derr = api.DecodeReadBatchProto(f.Payload)
+	}
 	if derr != nil {
 		return nil, &ProtocolError{Msg: "read session: decode batch", Err: derr}
 	}

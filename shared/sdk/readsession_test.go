@@ -387,3 +387,50 @@ func TestReadSessionClose(t *testing.T) {
 		t.Fatal("Next still blocked after Close")
 	}
 }
+
+// TestReadSessionReuseBatch: a session decoding in place delivers every
+// record once, across batches and a reconnect, each batch read before the
+// next Next (as its contract asks).
+func TestReadSessionReuseBatch(t *testing.T) {
+	var sessions atomic.Int32
+	_, _, s := setup(t, sdktest.Options{
+		ReadSessionHook: func(url.Values) sdktest.ReadFault {
+			if sessions.Add(1) == 1 {
+				return sdktest.ReadFault{DropAfter: 1}
+			}
+			return sdktest.ReadFault{}
+		},
+	}, nil)
+	appendText(t, s, "0", "1", "2")
+	ctx := testCtx(t)
+	rs, err := s.ReadSession(ctx, api.ReadRequest{From: api.FromSeqNum, Count: api.Uint64(5)}, ReadSessionOptions{ReuseBatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var got []string
+	for {
+		if len(got) == 3 {
+			appendText(t, s, "3", "4")
+		}
+		b, err := rs.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range b.Records {
+			if r.SeqNum != uint64(len(got)) || r.Timestamp == nil {
+				t.Fatalf("batch record %d: seq %d timestamp %v, want seq %d", i, r.SeqNum, r.Timestamp, len(got))
+			}
+			got = append(got, string(r.Body)) // copied before the next Next
+		}
+	}
+	if strings.Join(got, ",") != "0,1,2,3,4" {
+		t.Fatalf("read %q", got)
+	}
+	if rs.Reconnects() != 1 {
+		t.Fatalf("reconnects %d, want 1", rs.Reconnects())
+	}
+}

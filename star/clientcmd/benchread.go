@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,17 +60,11 @@ public listener).`,
 			if cfg.metricsURL == "" && endpoint != "" {
 				cfg.metricsURL = strings.TrimSuffix(endpoint, "/") + "/metrics"
 			}
-			if cfg.cpuProfile != "" {
-				pf, err := os.Create(cfg.cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer pf.Close()
-				if err := pprof.StartCPUProfile(pf); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cfg.cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			sseTarget := sseTarget{endpoint: endpoint, basin: c.fromEnv(c.basin, EnvBasin), token: c.fromEnv(c.token, EnvToken)}
 			res, err := runBenchRead(ctx, b.Stream(cfg.stream), sseTarget, cfg)
 			if err != nil {

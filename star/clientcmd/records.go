@@ -213,6 +213,7 @@ func (c *conn) readCmd() *cobra.Command {
 		bytes  uint64
 		format string
 		clamp  bool
+		prof   string
 	)
 	cmd := &cobra.Command{
 		Use:   "read STREAM",
@@ -246,6 +247,11 @@ header names, values and bodies in base64.`,
 			if cmd.Flags().Changed("bytes") {
 				limit.bytes = &bytes
 			}
+			stopProfile, err := startCPUProfile(prof)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			ctx, stop := interruptible(cmd.Context())
 			defer stop()
 			return runRead(ctx, s, req, limit, cmd.OutOrStdout(), cmd.ErrOrStderr(), format)
@@ -257,6 +263,7 @@ header names, values and bodies in base64.`,
 	f.Uint64Var(&bytes, "bytes", 0, "read at most this many metered bytes")
 	f.StringVar(&format, "format", formatText, "output: text, json or json-base64")
 	f.BoolVar(&clamp, "clamp", false, "start at the tail when the start is past it")
+	f.StringVar(&prof, "cpuprofile", "", "write this process's CPU profile of the read to the file")
 	return cmd
 }
 
@@ -273,7 +280,9 @@ func runRead(ctx context.Context, s *sdk.Stream, req api.ReadRequest, limit read
 	req.Count, req.Bytes = limit.count, limit.bytes
 	noWait := time.Duration(0)
 	req.Wait = &noWait // end at the tail
-	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{})
+	// Each batch is written out before the next is read: decoded in
+	// place, not copied out of its frame.
+	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{ReuseBatch: true})
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Status == http.StatusRequestedRangeNotSatisfiable {
 		tail, _ := ae.Tail()
@@ -347,7 +356,7 @@ printed. --format is as for read.`,
 
 // runTail prints records from a read session until ctx ends.
 func runTail(ctx context.Context, s *sdk.Stream, req api.ReadRequest, out io.Writer, format string) error {
-	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{})
+	rs, err := s.ReadSession(ctx, req, sdk.ReadSessionOptions{ReuseBatch: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
