@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/starlog/starlog/shared/auditjob"
+	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -133,11 +134,11 @@ func (r *Runner) Tick(ctx context.Context) error {
 		now = r.st.Now()
 	}
 	var errs []error
-	jobs, err := auditjob.Plan(ctx, r.st, now)
+	jobs, err := auditjob.Plan(meta.WithWriter(ctx, meta.WriterPlan), r.st, now)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("plan: %w", err))
 	}
-	rep, err := auditjob.Janitor(ctx, r.st)
+	rep, err := auditjob.Janitor(meta.WithWriter(ctx, meta.WriterJanitor), r.st)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("janitor: %w", err))
 	}
@@ -263,7 +264,7 @@ func (r *Runner) do(ctx context.Context, j auditjob.Job) (err error) {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return r.doJob(ctx, r.st, j)
+	return r.doJob(meta.WithWriter(ctx, string(j.Kind)), r.st, j)
 }
 
 func (r *Runner) finish(j auditjob.Job) {
