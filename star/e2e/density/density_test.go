@@ -139,6 +139,15 @@ func runRow(t *testing.T, bin string, n int, warm, window time.Duration, mibps f
 		t.Fatal(err)
 	}
 	b := cl.Basin(basin)
+	// star dev creates its basin once it serves: wait for it.
+	if err := poll.Wait(time.Minute, func() error {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := cl.GetBasinConfig(c, basin)
+		return err
+	}); err != nil {
+		t.Fatalf("N=%d: basin %s: %v", n, basin, err)
+	}
 	name := func(i int) string { return fmt.Sprintf("d%d-%05d", n, i) }
 	body := make([]byte, recordBytes)
 	for i := range body {
