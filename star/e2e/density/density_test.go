@@ -39,6 +39,7 @@ const (
 	recordsPerAppend = 16 // 128 appends/s at 2 MiB/s: a stream of 10,000 gets one every 78 s
 	workers          = 32
 	basin            = "starlog-dev"
+	takeoverBound    = 5 * time.Minute
 )
 
 // row is one N's figures over the measured window.
@@ -303,16 +304,18 @@ func runRow(t *testing.T, bin string, n int, warm, window time.Duration, mibps f
 		t.Fatal(err)
 	}
 	ts := time.Now()
-	err = poll.Wait(3*time.Minute, func() error {
+	err = poll.Wait(takeoverBound, func() error {
 		actx, c := context.WithTimeout(ctx, 5*time.Second)
 		defer c()
 		_, err := b.Stream(target).Append(actx, batch(1))
 		return err
 	})
-	if err != nil {
-		t.Fatalf("N=%d: no append acknowledged after the restart: %v (log %s)", n, err, s.logPath)
-	}
 	r.takeover = time.Since(ts)
+	if err != nil {
+		// Reported, not fatal: the row's other figures stand.
+		t.Errorf("N=%d: no append acknowledged within %v of the restart: %v (log %s)", n, takeoverBound, err, s.logPath)
+		r.takeover = -1
+	}
 	return r
 }
 
@@ -422,7 +425,11 @@ func table(t *testing.T, rows []row) {
 		for _, v := range r.auditorObjects {
 			ao += v
 		}
-		fmt.Fprintf(&sb, " %.0f | %.0f | %v |\n", ao/r.gib, r.peakRSS, r.takeover.Round(10*time.Millisecond))
+		to := r.takeover.Round(10 * time.Millisecond).String()
+		if r.takeover < 0 {
+			to = "> " + takeoverBound.String()
+		}
+		fmt.Fprintf(&sb, " %.0f | %.0f | %s |\n", ao/r.gib, r.peakRSS, to)
 	}
 	t.Log(sb.String())
 	if one == nil {
