@@ -313,7 +313,11 @@ func runRow(t *testing.T, bin string, n int, warm, window time.Duration, mibps f
 	r.takeover = time.Since(ts)
 	if err != nil {
 		// Reported, not fatal: the row's other figures stand.
-		t.Errorf("N=%d: no append acknowledged within %v of the restart: %v (log %s)", n, takeoverBound, err, s.logPath)
+		t.Errorf("N=%d: no append acknowledged within %v of the restart: %v", n, takeoverBound, err)
+		if b, err := os.ReadFile(s.logPath); err == nil { // the folder goes with the test
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			t.Logf("N=%d: the star's last log lines:\n%s", n, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
 		r.takeover = -1
 	}
 	return r
