@@ -160,6 +160,26 @@ bench-density:
 	    | tee -a build/bench-density.log | grep -E '^(Benchmark|ok |FAIL|panic:)' || exit 1; \
 	done; done; echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a build/bench-density.log
 
+## bench-density-star: the whole `star dev` on its defaults (its in-process
+## auditor included) at DENSITY_STAR_MIBPS (2) of 1 KiB records over N =
+## DENSITY_STAR_STREAMS (1, 1,000, 10,000) streams: metastore writes by writer
+## and row kind (starlog_meta_writes_total), the auditor's object requests,
+## peak RSS and a kill -9 takeover, each row after DENSITY_STAR_WARMUP s of
+## paced ingest over DENSITY_STAR_SECONDS s (issue 31; figures in
+## docs/bench.md, "Density of the whole star"). The auditor settles at the
+## 15 min age cap beyond a few streams: a row that should count it needs a
+## warm-up of 900 s and a window of 600 s.
+DENSITY_STAR_STREAMS ?= 1 1000 10000
+DENSITY_STAR_WARMUP ?= 120
+DENSITY_STAR_SECONDS ?= 120
+DENSITY_STAR_MIBPS ?= 2
+.PHONY: bench-density-star
+bench-density-star:
+	@mkdir -p build
+	@set -o pipefail; cd star/e2e && DENSITY_STAR=1 DENSITY_STAR_STREAMS="$(DENSITY_STAR_STREAMS)" DENSITY_STAR_WARMUP=$(DENSITY_STAR_WARMUP) \
+	  DENSITY_STAR_SECONDS=$(DENSITY_STAR_SECONDS) DENSITY_STAR_MIBPS=$(DENSITY_STAR_MIBPS) \
+	  $(GO) test -count=1 -timeout 120m -run '^TestDensityOfTheWholeStar$$' -v ./density 2>&1 | tee ../../build/bench-density-star.log | grep -E 'density_test|^(ok |FAIL|---|panic:)'
+
 ## bench-settle-density: the auditor's requests per GiB (settle, trim, the
 ## janitor's reclaim) against the stream count (issue 15): 4 MiB/s of 1 KiB
 ## records over N = 1, 100, 1,000 and 10,000 streams of one star, Standard

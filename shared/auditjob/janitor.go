@@ -151,13 +151,14 @@ func Janitor(ctx context.Context, st *settle.Stores) (JanitorReport, error) {
 		}
 	}
 	var errs []error
-	if rep.Retention, err = Retention(ctx, st, now); err != nil {
+	if rep.Retention, err = Retention(meta.WithWriter(ctx, meta.WriterRetention), st, now); err != nil {
 		errs = append(errs, err)
 	}
-	if rep.Deleted, err = reclaim.ReclaimStreams(ctx, st, now); err != nil {
+	rctx := meta.WithWriter(ctx, meta.WriterReclaim) // counted apart from the janitor's own writes
+	if rep.Deleted, err = reclaim.ReclaimStreams(rctx, st, now); err != nil {
 		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
 	}
-	if rep.Reclaim, err = reclaim.Reclaim(ctx, st, now); err != nil {
+	if rep.Reclaim, err = reclaim.Reclaim(rctx, st, now); err != nil {
 		errs = append(errs, fmt.Errorf("auditjob: janitor: %w", err))
 	}
 	return rep, errors.Join(errs...)

@@ -247,15 +247,16 @@ func (s *densitySim) absorbDue(ctx context.Context, force bool) {
 	}
 }
 
-// passWrites is star/loglet's charge for a pass: a ref per stream, the
-// marker, its stream shards, the checkpoint CAS.
+// passWrites is star/loglet's charge for a pass: a ref per stream and the
+// settle's later delete of it, the marker, its stream shards, the
+// checkpoint CAS.
 func passWrites(streams int) int {
 	ids := streams * (32 + 3)
 	shards := 0
 	if ids > meta.MarkerInlineBytes {
 		shards = (ids + meta.MarkerShardBytes - 1) / meta.MarkerShardBytes
 	}
-	return streams + 2 + shards
+	return 2*streams + 2 + shards
 }
 
 func later(a, b time.Time) time.Time {

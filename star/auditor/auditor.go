@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/starlog/starlog/shared/auditjob"
+	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
 )
 
@@ -141,11 +142,11 @@ func (r *Runner) Tick(ctx context.Context) error {
 		now = r.st.Now()
 	}
 	var errs []error
-	jobs, err := auditjob.PlanTraced(ctx, r.tracer, r.st, now)
+	jobs, err := auditjob.PlanTraced(meta.WithWriter(ctx, meta.WriterPlan), r.tracer, r.st, now)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("plan: %w", err))
 	}
-	rep, err := auditjob.JanitorTraced(ctx, r.tracer, r.st)
+	rep, err := auditjob.JanitorTraced(meta.WithWriter(ctx, meta.WriterJanitor), r.tracer, r.st)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("janitor: %w", err))
 	}
@@ -273,7 +274,7 @@ func (r *Runner) do(ctx context.Context, j auditjob.Job) (err error) {
 		}
 		end(err)
 	}()
-	return r.doJob(ctx, r.st, j)
+	return r.doJob(meta.WithWriter(ctx, string(j.Kind)), r.st, j)
 }
 
 func (r *Runner) finish(j auditjob.Job) {

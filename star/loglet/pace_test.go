@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/star/loglet"
 	"github.com/starlog/starlog/star/streams"
@@ -166,4 +167,60 @@ func plainCounter(h *harness, name string) float64 {
 		}
 	}
 	return v
+}
+
+// refRows counts the span refs of ids now in the metastore.
+func refRows(t *testing.T, h *harness, ids []string) int {
+	t.Helper()
+	n := 0
+	for _, id := range ids {
+		q := meta.Query{PK: "stream#" + id, From: meta.RefPrefix, To: meta.RefPrefix + "~"}
+		for {
+			pg, err := h.meta.Query(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(pg.Items)
+			if pg.Next == "" {
+				break
+			}
+			q.PageToken = pg.Next
+		}
+	}
+	return n
+}
+
+// Every span ref a pass writes costs a second write later, when the settle
+// that covers it deletes it (shared/settle: one delete per covered ref), so
+// the budget is charged for both: the absorb's writes plus the deletes its
+// refs will take stay within it. Charged for the put alone, a star at
+// density wrote its budget in refs and the settle as many again in deletes
+// (issue 31: the whole star dev at 1,000 streams, twice the budget).
+func TestAbsorbWritesAndTheirSettleDeletesStayWithinTheBudget(t *testing.T) {
+	const budget, nStreams = 200.0, 40 // passes about 0.2 s apart: a dozen in the run
+	h := newHarness(t, func(c *loglet.Config) {
+		c.FlushInterval = 20 * time.Millisecond
+		c.TargetFlight = 1 << 20
+		c.Pacer = loglet.NewPacer(budget)
+	})
+	var ids []string
+	for i := range nStreams {
+		ids = append(ids, fmt.Sprintf("s%02d", i))
+	}
+	for _, id := range ids {
+		h.stream(id)
+	}
+	refs0 := refRows(t, h, ids)
+	h.meta.ResetCounts()
+	start := time.Now()
+	appendFor(t, h, ids, 3*time.Second)
+	writes := h.meta.Counts().Writes()
+	elapsed := time.Since(start)
+	deletes := refRows(t, h, ids) - refs0 // each is a settle's delete to come
+	bound := budget*elapsed.Seconds() + 2*float64(2*nStreams+3)
+	t.Logf("%d absorb writes and %d span refs for the settle to delete in %v: %.1f/s (budget %.0f/s, bound %.0f)",
+		writes, deletes, elapsed.Round(time.Millisecond), float64(writes+int64(deletes))/elapsed.Seconds(), budget, bound)
+	if float64(writes)+float64(deletes) > bound {
+		t.Fatalf("%d absorb writes and %d deletes to come in %v: more than the budget's %.0f", writes, deletes, elapsed, bound)
+	}
 }

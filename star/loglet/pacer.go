@@ -55,15 +55,19 @@ func (p *Pacer) Due() time.Time {
 	return p.paid
 }
 
-// passWrites is the metastore writes of a pass over streams streams: one
-// span ref each, the marker, its stream shards, the checkpoint CAS.
+// passWrites is the metastore writes a pass over streams streams costs the
+// star: one span ref each, the marker, its stream shards, the checkpoint
+// CAS, and for each ref the delete the settle that covers it will make
+// (shared/settle deletes every covered span ref, one write each). Charged
+// for the put alone, a star at density wrote its budget in refs and its
+// settle as many again in deletes (issue 31).
 func passWrites(streams int) int {
 	ids := streams * (32 + 3) // ids of 32 hex digits (star/node), JSON-quoted
 	shards := 0
 	if ids > meta.MarkerInlineBytes {
 		shards = (ids + meta.MarkerShardBytes - 1) / meta.MarkerShardBytes
 	}
-	return streams + 2 + shards
+	return 2*streams + 2 + shards
 }
 
 // nextPass is when the absorb loop starts its next pass, given the last

@@ -52,7 +52,7 @@ func TestNextPassSpacing(t *testing.T) {
 }
 
 func TestPassWrites(t *testing.T) {
-	for _, c := range []struct{ streams, want int }{{1, 3}, {29, 31}, {100, 103}, {1000, 1004}, {20000, 20024}} {
+	for _, c := range []struct{ streams, want int }{{1, 4}, {29, 60}, {100, 203}, {1000, 2004}, {20000, 40024}} {
 		if got := passWrites(c.streams); got != c.want {
 			t.Errorf("passWrites(%d) = %d, want %d", c.streams, got, c.want)
 		}

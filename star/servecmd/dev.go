@@ -14,13 +14,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
+	metametrics "github.com/starlog/starlog/shared/meta/metrics"
 	"github.com/starlog/starlog/shared/meta/sqlite"
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/fs"
+	objmetrics "github.com/starlog/starlog/shared/objstore/metrics"
 	"github.com/starlog/starlog/shared/settle"
 	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auditor"
@@ -131,7 +134,10 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 						}
 					}
 					if interval > 0 {
-						st := devAuditStores(n, ms, objs, cfg, data)
+						st, err := devAuditStores(n, ms, objs, cfg, data)
+						if err != nil {
+							return err
+						}
 						ao := auditor.Options{Interval: interval, Registerer: n.Registry()}
 						if tr.On { // the in-process auditor's spans go where the star's do
 							ao.Tracer = tr
@@ -305,11 +311,22 @@ func openDevStores(ctx context.Context, data string, cfg node.Config) (meta.Stor
 
 // devAuditStores are the auditor's stores in dev: the star's, its
 // settlement policy, scratch under the data folder, metrics beside the
-// star's on /metrics.
-func devAuditStores(n *node.Node, ms meta.Store, objs objstore.Store, cfg node.Config, data string) *settle.Stores {
+// star's on /metrics: its metastore writes in the star's count of writes,
+// by pass and job (starlog_meta_writes_total's writer), and its object
+// requests as auditor_starlog_objstore_* (apart from the star's).
+func devAuditStores(n *node.Node, ms meta.Store, objs objstore.Store, cfg node.Config, data string) (*settle.Stores, error) {
 	sc := cfg.Settle
 	sc.ScratchDir = filepath.Join(data, "scratch")
 	sc.DeadAfter = cfg.DeadAfter
+	ms, err := metametrics.WrapWrites(ms, n.Registry(), meta.WriterAuditor)
+	if err != nil {
+		return nil, err
+	}
+	counted, err := objmetrics.Wrap(objs, prometheus.WrapRegistererWithPrefix("auditor_", n.Registry()))
+	if err != nil {
+		return nil, err
+	}
+	objs = counted
 	return &settle.Stores{
 		Meta: ms, Objects: objs,
 		SettledBucket: cfg.Standard.Buckets[0],
@@ -317,7 +334,7 @@ func devAuditStores(n *node.Node, ms meta.Store, objs objstore.Store, cfg node.C
 		Config:        sc,
 		Metrics:       settle.NewMetrics(n.Registry()),
 		Logger:        n.Logger(),
-	}
+	}, nil
 }
 
 // auditorHandle runs the dev auditor beside the star and waits for it.
