@@ -147,3 +147,44 @@ func TestFetchMinBytesWaitsForMore(t *testing.T) {
 		t.Fatalf("code %d, %d batch bytes", rp.ErrorCode, len(rp.RecordBatches))
 	}
 }
+
+// A fetch fills a partition up to its PartitionMaxBytes, not only to one
+// read's 1,000 records: a catch-up consumer gets its bytes in one round
+// trip, not one per 1,000 records.
+func TestFetchFillsThePartitionLimit(t *testing.T) {
+	s := startStar(t, true)
+	c := s.admin()
+	createTopic(t, c, "fill", 1)
+	const n = 2500
+	p := s.admin(kgo.DefaultProduceTopic("fill"), kgo.ProducerLinger(time.Second))
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = kgo.StringRecord("0123456789")
+	}
+	if err := p.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := fetchReq("fill", 0, 0, 0, 1).RequestWith(ctxT(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := resp.Topics[0].Partitions[0]
+	if rp.ErrorCode != 0 {
+		t.Fatalf("fetch: code %d", rp.ErrorCode)
+	}
+	next, data := int64(0), rp.RecordBatches
+	for len(data) > 0 {
+		var b kmsg.RecordBatch
+		if err := b.ReadFrom(data); err != nil {
+			t.Fatalf("batch at offset %d: %v", next, err)
+		}
+		if b.FirstOffset != next {
+			t.Fatalf("a batch starts at offset %d, want %d", b.FirstOffset, next)
+		}
+		next += int64(b.NumRecords)
+		data = data[12+int(b.Length):]
+	}
+	if next != n {
+		t.Fatalf("one fetch of 1 MiB answered %d of %d records of 10 bytes", next, n)
+	}
+}
