@@ -339,8 +339,8 @@ $(TOOLS)/bin/nats-server:
 ## start through a kgo consumer, an S2S read session and `star read`.
 ## Prints medians and ratios; CPU profiles of the star (first run of each
 ## row and face) go to build/bench-kafka. Log: build/bench-kafka.log.
-KAFKA_RUNS ?= 5
-KAFKA_SECONDS ?= 5
+KAFKA_RUNS ?= 4
+KAFKA_SECONDS ?= 4
 KAFKA_READ_BYTES ?= 1073741824
 .PHONY: bench-kafka
 bench-kafka:

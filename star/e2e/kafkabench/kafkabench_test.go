@@ -29,6 +29,22 @@ func TestQuantileAndMedian(t *testing.T) {
 	}
 }
 
+// With every ack's latency kept, the table's percentiles pool the runs.
+func TestPooledPercentiles(t *testing.T) {
+	var a, b []time.Duration
+	for i := range 100 {
+		a = append(a, time.Duration(i+1)) // 1..100
+		b = append(b, time.Duration(1000+i))
+	}
+	ss := []Sample{{P99: 99, Lat: a}, {P99: 1099, Lat: b}}
+	if got := p99(ss); got != 1097 {
+		t.Fatalf("pooled p99 %v, want the 198th of 200, 1097", got)
+	}
+	if got := p50(ss); got != 100 {
+		t.Fatalf("pooled p50 %v, want 100", got)
+	}
+}
+
 // The table has one line per workload: both faces' median rates, the
 // ratio, the median ack percentiles and the goal, met or missed; the
 // `star read` figure goes below it.
@@ -116,7 +132,7 @@ func TestProduceS2S(t *testing.T) {
 		}
 		total += len(recs) - 1 // less the one sent before the clock
 	}
-	if s.Rate <= 0 || s.P50 <= 0 || s.P99 < s.P50 || total == 0 {
+	if s.Rate <= 0 || s.P50 <= 0 || s.P99 < s.P50 || total == 0 || len(s.Lat) != total {
 		t.Fatalf("sample %+v over %d records", s, total)
 	}
 }

@@ -109,7 +109,7 @@ func summarize(ds []*driver, elapsed time.Duration) Sample {
 		all = append(all, d.lat...)
 	}
 	n := len(all)
-	return Sample{Rate: float64(n) / elapsed.Seconds(), P50: Quantile(all, 0.50), P99: Quantile(all, 0.99)}
+	return Sample{Rate: float64(n) / elapsed.Seconds(), P50: Quantile(all, 0.50), P99: Quantile(all, 0.99), Lat: all}
 }
 
 // KafkaOptions are the kgo producers' settings besides the workload's.

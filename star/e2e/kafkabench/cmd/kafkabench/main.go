@@ -52,8 +52,8 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.starBin, "star", "bin/star", "the star binary")
-	flag.IntVar(&o.runs, "runs", 5, "runs of every workload (medians are quoted)")
-	flag.DurationVar(&o.dur, "duration", 5*time.Second, "length of one produce run of one workload on one face")
+	flag.IntVar(&o.runs, "runs", 4, "runs of every workload (medians are quoted)")
+	flag.DurationVar(&o.dur, "duration", 4*time.Second, "length of one produce run of one workload on one face")
 	flag.IntVar(&o.recordSize, "record-size", 1024, "record body (Kafka value) size in bytes")
 	flag.Int64Var(&o.readBytes, "read-bytes", 1<<30, "bytes of record bodies in the read row's partition (written once, read from the start every run); 0: no read row")
 	flag.StringVar(&o.work, "work", "build/bench-kafka", "folder for the stars' data, logs and profiles (wiped first)")
