@@ -128,32 +128,10 @@ func (s *Server) fetchOnce(ctx context.Context, parts []*fetchPart, maxBytes int
 			fp.next = recs[len(recs)-1].SeqNum + 1
 		}
 		fp.rp.RecordBatches = appendBatch([]byte{}, recs)
-		fp.rp.RecordBatches = s.fillPartition(ctx, fp, t.SeqNum, min(fp.limit, maxBytes-total), fp.rp.RecordBatches)
 		total += len(fp.rp.RecordBatches)
 		waitOn = append(waitOn, fp)
 	}
 	return total, waitOn
-}
-
-// fillPartition appends batches read from fp.next on to dst while the
-// partition's answer stays within limit bytes and short of tail (the
-// high watermark it reports). One read is at most 1,000 records (an S2
-// read's bound), so without this a catch-up consumer would get one
-// round trip per 1,000 records whatever its PartitionMaxBytes. A read
-// that fails or finds nothing that fits ends the fill, keeping what
-// dst already holds (the next fetch reads on from there).
-func (s *Server) fillPartition(ctx context.Context, fp *fetchPart, tail uint64, limit int, dst []byte) []byte {
-	zero := time.Duration(0)
-	for len(dst) > 0 && len(dst) < limit && fp.next < tail && ctx.Err() == nil {
-		b, err := s.read(ctx, fp.stream, api.ReadRequest{From: api.FromSeqNum, Value: fp.next,
-			Count: api.Uint64(min(tail-fp.next, api.MaxBatchRecords)), Bytes: api.Uint64(uint64(limit - len(dst))), Wait: &zero})
-		if err != nil || len(b.Records) == 0 {
-			break
-		}
-		fp.next = b.Records[len(b.Records)-1].SeqNum + 1
-		dst = appendBatch(dst, b.Records)
-	}
-	return dst
 }
 
 // waitAny returns once any of parts has a record at or past its next, or
