@@ -137,7 +137,7 @@ func (r Row) Goal() string {
 		return "none set"
 	case w.Express:
 		gap := p99(r.Kafka) - p99(r.S2S)
-		return fmt.Sprintf("p99 +%s ≤ %s (%s)", ms(gap), ms(GoalExpressP99), metOrMissed(gap <= GoalExpressP99))
+		return fmt.Sprintf("p99 %+.2f ms, ≤ +%s (%s)", float64(gap)/1e6, ms(GoalExpressP99), metOrMissed(gap <= GoalExpressP99))
 	}
 	return fmt.Sprintf("≥ %g× (%s)", GoalThroughputRatio, metOrMissed(r.Ratio() >= GoalThroughputRatio))
 }
