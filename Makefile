@@ -399,6 +399,26 @@ bench-peer: $(TOOLS)/bin/nats-server
 $(TOOLS)/bin/nats-server:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
 
+## bench-kafka: the Kafka face beside the S2 face (issue 30, star/e2e/kafkabench):
+## one `star dev --open` serving both, 1 KiB records produced through kgo
+## (acks=all) and through the Go SDK's S2S append sessions, 1 and 16
+## producers, interleaved, KAFKA_RUNS runs of KAFKA_SECONDS each; a second
+## star dev with S3 Express-like latency (--dev-express-latency) for the
+## Express rows' ack p99; and a partition of KAFKA_READ_BYTES read from its
+## start through a kgo consumer, an S2S read session and `star read`.
+## Prints medians and ratios; CPU profiles of the star (first run of each
+## row and face) go to build/bench-kafka. Log: build/bench-kafka.log.
+KAFKA_RUNS ?= 4
+KAFKA_SECONDS ?= 4
+KAFKA_READ_BYTES ?= 1073741824
+.PHONY: bench-kafka
+bench-kafka:
+	@mkdir -p build
+	$(GO) build -o bin/star ./star
+	cd star/e2e && $(GO) build -o $(CURDIR)/bin/kafkabench ./kafkabench/cmd/kafkabench
+	@set -o pipefail; bin/kafkabench --star bin/star --runs $(KAFKA_RUNS) --duration $(KAFKA_SECONDS)s \
+	  --read-bytes $(KAFKA_READ_BYTES) --work build/bench-kafka 2>&1 | tee build/bench-kafka.log
+
 ## proto: regenerate shared/api/s2pb from shared/api/s2/v1/s2.proto (needs protoc on PATH:
 ## apt-get install protobuf-compiler). The generated file is checked in; CI never runs this.
 PROTOC_GEN_GO_VERSION := v1.36.12

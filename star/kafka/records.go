@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -25,6 +27,9 @@ const (
 	batchLengthAt     = 8  // Length: the bytes after it
 	batchCRCAt        = 17 // CRC-32C of everything after it
 	batchAttrsAt      = 21
+	batchFirstTSAt    = 27
+	batchMaxTSAt      = 35
+	batchNumRecordsAt = 57
 	attrCompression   = 0x07
 	attrLogAppend     = 0x08
 	attrTransactional = 0x10
@@ -213,52 +218,95 @@ func producerHeader(name string) bool {
 // out: their offsets are gaps, as in a compacted Kafka topic, and
 // lastSeq (the last seq num read, command or not) ends the batch so a
 // consumer moves past them. No records and no commands: dst unchanged.
+//
+// Each record is encoded once, straight into dst after the batch header,
+// its length computed beforehand (recordLen), and the header's counts,
+// timestamps, length and CRC are filled in at the end: the fetch path
+// copies a body once here, not through a scratch record and a body
+// buffer as well.
 func appendBatch(dst []byte, recs []api.Record) []byte {
 	if len(recs) == 0 {
 		return dst
 	}
 	first, last := recs[0].SeqNum, recs[len(recs)-1].SeqNum
-	b := kmsg.RecordBatch{
-		FirstOffset: int64(first), Magic: 2,
-		LastOffsetDelta: int32(last - first),
-		ProducerID:      -1, ProducerEpoch: -1, FirstSequence: -1,
-	}
-	var firstTS, maxTS int64 = -1, -1
-	var body []byte
-	var tmp []byte
+	var firstTS int64 = -1
+	size := batchHeaderLen
 	for i := range recs {
 		r := &recs[i]
 		if api.IsCommand(r.Headers) {
 			continue
 		}
-		ts := int64(0)
-		if r.Timestamp != nil {
-			ts = int64(*r.Timestamp)
-		}
 		if firstTS < 0 {
-			firstTS = ts
+			firstTS = timestampOf(r)
 		}
+		size += len(r.Body) + 24 // the varints and attributes, about
+		for _, h := range r.Headers {
+			size += len(h.Name) + len(h.Value) + 10
+		}
+	}
+	dst = slices.Grow(dst, size)
+	start := len(dst)
+	hdr := kmsg.RecordBatch{
+		FirstOffset: int64(first), Magic: 2,
+		LastOffsetDelta: int32(last - first),
+		ProducerID:      -1, ProducerEpoch: -1, FirstSequence: -1,
+	}
+	dst = hdr.AppendTo(dst)
+	var maxTS int64 = -1
+	var n int32
+	for i := range recs {
+		r := &recs[i]
+		if api.IsCommand(r.Headers) {
+			continue
+		}
+		ts := timestampOf(r)
 		maxTS = max(maxTS, ts)
 		key, headers := toKafka(r)
 		kr := kmsg.Record{TimestampDelta64: ts - firstTS, OffsetDelta: int32(r.SeqNum - first),
 			Key: key, Value: r.Body, Headers: headers}
-		// Length is what follows it: encode with a zero length (one
-		// byte), then prefix the real one.
-		tmp = kr.AppendTo(tmp[:0])
-		body = binary.AppendVarint(body, int64(len(tmp)-1))
-		body = append(body, tmp[1:]...)
-		b.NumRecords++
+		kr.Length = recordLen(&kr)
+		dst = kr.AppendTo(dst)
+		n++
 	}
 	if firstTS < 0 {
 		firstTS, maxTS = 0, 0
 	}
-	b.FirstTimestamp, b.MaxTimestamp, b.Records = firstTS, maxTS, body
-	start := len(dst)
-	dst = b.AppendTo(dst)
 	raw := dst[start:]
 	binary.BigEndian.PutUint32(raw[batchLengthAt:], uint32(len(raw)-12))
+	binary.BigEndian.PutUint64(raw[batchFirstTSAt:], uint64(firstTS))
+	binary.BigEndian.PutUint64(raw[batchMaxTSAt:], uint64(maxTS))
+	binary.BigEndian.PutUint32(raw[batchNumRecordsAt:], uint32(n))
 	binary.BigEndian.PutUint32(raw[batchCRCAt:], crcOf(raw))
 	return dst
+}
+
+// timestampOf is a record's timestamp in ms (0: none).
+func timestampOf(r *api.Record) int64 {
+	if r.Timestamp == nil {
+		return 0
+	}
+	return int64(*r.Timestamp)
+}
+
+// recordLen is the length kr.AppendTo writes after its Length varint:
+// the attributes byte, the varints and the fields, as kmsg lays them
+// out (TestAppendBatchRecordLen holds it to kmsg's encoding).
+func recordLen(kr *kmsg.Record) int32 {
+	n := 1 + kbin.VarlongLen(kr.TimestampDelta64) + kbin.VarintLen(kr.OffsetDelta) +
+		varintBytesLen(kr.Key) + varintBytesLen(kr.Value) + kbin.VarintLen(int32(len(kr.Headers)))
+	for i := range kr.Headers {
+		h := &kr.Headers[i]
+		n += kbin.VarintLen(int32(len(h.Key))) + len(h.Key) + varintBytesLen(h.Value)
+	}
+	return int32(n)
+}
+
+// varintBytesLen is the encoded length of nullable varint-prefixed bytes.
+func varintBytesLen(b []byte) int {
+	if b == nil {
+		return kbin.VarintLen(-1)
+	}
+	return kbin.VarintLen(int32(len(b))) + len(b)
 }
 
 // crcOf is the CRC a record batch must carry.

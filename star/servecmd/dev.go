@@ -53,6 +53,7 @@ func Dev() *cobra.Command {
 		open     bool
 		internal string
 		kf       kafkaFace
+		latency  string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -98,6 +99,9 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				if open {
 					return errors.New("--open runs one star: a cluster's stars always authenticate")
 				}
+				if latency != "" {
+					return errors.New("--dev-express-latency runs one star")
+				}
 				kf.optional = !cmd.Flags().Changed("kafka-listen")
 				return runCluster(cmd.OutOrStdout(), log, cmd.Flags(), data, c.listen, basin, stars, authCfg, &kf)
 			}
@@ -116,6 +120,12 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 			if err != nil {
 				return err
 			}
+			lat, err := parseDevLatency(latency)
+			if err != nil {
+				ms.Close()
+				return err
+			}
+			objs = withDevLatency(objs, cfg.Express.Buckets, lat)
 			defer ms.Close()
 			defer objs.(io.Closer).Close() // materializes the journal
 			var audit auditorHandle
@@ -164,6 +174,7 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 	fs.BoolVar(&open, "open", false, "run without authentication (every request acts as the admin): local experiments only")
 	fs.IntVar(&stars, "stars", 1, "run this many star processes on consecutive ports from --listen's, sharing the data folder's stores (a local cluster; no in-process auditor)")
 	fs.StringVar(&internal, "internal-listen", "", "address to serve operators on (/metrics, the /v1/starlog/ endpoints and the Go profiler under /debug/pprof/); when set, --listen serves only the S2 API and /health (one star only)")
+	fs.StringVar(&latency, "dev-express-latency", "", "P50,P99 (for example 5ms,20ms): add a log-normal latency with these percentiles to every request on the Express buckets, as on S3 Express (benchmarks only; one star)")
 	c.register(fs, DefaultDevListen)
 	kf.register(fs, DefaultDevKafkaListen)
 	diskFlushDefaults(fs, true) // the directory store: no per-request price
