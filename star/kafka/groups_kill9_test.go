@@ -4,7 +4,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -31,13 +30,7 @@ type devProcess struct {
 
 func startDevProcess(t *testing.T) *devProcess {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "star")
-	build := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star")
-	build.Dir = testsvc.RepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build star: %v\n%s", err, out)
-	}
-	p := &devProcess{t: t, bin: bin, data: t.TempDir(),
+	p := &devProcess{t: t, bin: buildStar(t), data: t.TempDir(),
 		httpAddr: testsvc.Addr(testsvc.FreePort(t)), kafkaAdr: testsvc.Addr(testsvc.FreePort(t))}
 	p.start()
 	t.Cleanup(p.kill)
