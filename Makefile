@@ -82,7 +82,7 @@ test:
 .PHONY: test-lane-e2e test-lane-infra test-go-root test-go-e2e test-go-summary
 test-lane-e2e:
 	@st=0; { $(call PHASE_TIME,test-go-e2e) $(MAKE) --no-print-directory test-go-e2e; } || st=1; \
-	  { $(call PHASE_TIME,soak-short) $(MAKE) --no-print-directory soak-short; } || st=1; exit $$st
+	  { $(call PHASE_TIME,soak-short) $(MAKE) --no-print-directory soak-short; } || st=1; { $(call PHASE_TIME,kafka-suite) $(MAKE) --no-print-directory kafka-suite; } || st=1; exit $$st
 test-lane-infra:
 	@$(call PHASE_TIME,synth+test-infra+rehearsal) $(MAKE) --no-print-directory -k -j1 test-infra rehearsal
 
@@ -135,7 +135,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./shared/...
 
 ## kafka-suite: franz-go's own kgo test suite (the go.mod version) against a
-## star dev's Kafka face; over a minute, so not in make test (docs/kafka.md).
+## star dev's Kafka face; in make test after the soak (docs/kafka.md).
 .PHONY: kafka-suite
 kafka-suite:
 	bash .ci/kgo-suite.sh

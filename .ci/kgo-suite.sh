@@ -14,18 +14,11 @@ GO=${GO:-go}
 
 # Tests that fail against a star, and why. A name with a slash is a subtest.
 declare -A expected=(
-  # Consumer groups (FindCoordinator, JoinGroup, …) are not served yet
-  # (issue 30 item 4): the client fails the group's poll with "broker is
-  # too old".
-  [TestGroupETL]="consumer groups"
-  [TestGroupSimple]="consumer groups"
-  [TestIssue523]="consumer groups"
-  [TestIssue1034]="consumer groups (FindCoordinator)"
   # Looks up a group coordinator to make __consumer_offsets exist, then
-  # expects the regex consumer to skip that internal topic.
-  [TestConsumeRegex]="consumer groups (__consumer_offsets)"
-  # Transactions are not in issue 30 (InitProducerId is not served).
-  [TestTxnEtl]="transactions"
+  # expects Metadata to list that internal topic and the regex consumer to
+  # skip it: a star keeps committed offsets in a metastore row per group
+  # (docs/kafka.md, Consumer groups), with no internal topic to list.
+  [TestConsumeRegex]="no __consumer_offsets topic"
   # A starlog record is at most 1 MiB metered (an S2 record's bound): the
   # test produces one 5 MiB record.
   [TestIssueFetchLargerThanBrokerMaxReadBytes]="records over 1 MiB"
@@ -36,6 +29,13 @@ declare -A expected=(
   [TestPooling]="fetches are uncompressed"
 )
 # A failing test's subtests fail with it; their reason is the test's.
+
+# Tests not run, and why: TestTxnEtl's transactional producer fails every
+# record (transactions are not in issue 30: "cannot produce record
+# transactionally if not in a transaction"), and its group consumers,
+# served now, then wait for the 50,000 records until go test's -timeout
+# kills the whole suite.
+skip='^TestTxnEtl$'
 
 version=$($GO list -m -f '{{.Version}}' github.com/twmb/franz-go)
 dir=$($GO mod download -json "github.com/twmb/franz-go@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
@@ -73,7 +73,7 @@ echo "kgo-suite: franz-go $version pkg/kgo against star dev at 127.0.0.1:$kafka_
 start=$SECONDS
 set +e
 (cd "$work/franz-go/pkg/kgo" && KGO_SEEDS="127.0.0.1:$kafka_port" KGO_TEST_RF=1 KGO_TEST_RECORDS=50000 KGO_LOG_LEVEL=none \
-  $GO test -count=1 -timeout 15m -v -run "${KGO_SUITE_RUN:-.}" .) >"$log" 2>&1
+  $GO test -count=1 -timeout 15m -v -run "${KGO_SUITE_RUN:-.}" -skip "$skip" .) >"$log" 2>&1
 set -e
 
 count() { grep -cE "$1" "$log" || true; }
@@ -81,7 +81,7 @@ mapfile -t failed < <(sed -n 's/^\s*--- FAIL: \([^ ]*\) .*/\1/p' "$log")
 bad=0
 echo "kgo-suite: top-level tests: $(count '^--- PASS') passed, $(count '^--- FAIL') failed, $(count '^--- SKIP') skipped;" \
   "with subtests: $(count '^\s*--- PASS') passed, ${#failed[@]} failed, $(count '^\s*--- SKIP') skipped;" \
-  "$((SECONDS - start)) s"
+  "$((SECONDS - start)) s; not run: $skip"
 for t in "${failed[@]}"; do
   top=${t%%/*}
   if [ -n "${expected[$t]:-}" ]; then

@@ -13,6 +13,7 @@ import (
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -64,6 +65,8 @@ type Star interface {
 	CreateStream(ctx context.Context, basin string, req api.CreateStreamRequest, token string) (api.StreamInfo, error)
 	StreamConfig(ctx context.Context, basin, name string) (api.StreamConfig, error)
 	DeleteStream(ctx context.Context, basin, name string) error
+	// Stars lists the registry's stars (ListGroups asks each live one).
+	Stars(ctx context.Context) ([]lead.RegisteredStar, error)
 	Meta() meta.Store
 	Registry() *prometheus.Registry
 	Logger() *slog.Logger

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -216,5 +217,65 @@ func TestCrossFaceDurableStreams(t *testing.T) {
 	}
 	if h := hdrs(recs[2]); len(recs[2].Value) != 0 || h["ds-close"] != "true" {
 		t.Fatalf("the close marker through Kafka: value %q headers %v", recs[2].Value, recs[2].Headers)
+	}
+}
+
+// The edges of the mapping, both ways: a Kafka record's own timestamp (an
+// hour old) reads back through S2 as given, and an S2 append's timestamp
+// is the Kafka record's; an empty key is the header kafka.key with an
+// empty value and a null key no header, both ways; a null value is an
+// empty body, and an empty-valued header stays a header.
+func TestCrossFaceMappingEdges(t *testing.T) {
+	s := startStar(t, true)
+	createTopic(t, s.admin(), "edges", 1)
+	p := s.admin(kgo.DefaultProduceTopic("edges"))
+	past := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	recs := []*kgo.Record{
+		{Key: []byte{}, Value: []byte("empty key"), Timestamp: past},
+		{Value: nil, Timestamp: past.Add(time.Millisecond), Headers: []kgo.RecordHeader{{Key: "h", Value: nil}}},
+	}
+	if err := p.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := s.s2("GET", "edges/0", "?seq_num=0", nil)
+	var read struct{ Records []s2Record }
+	if err := json.Unmarshal(body, &read); code != 200 || err != nil || len(read.Records) != 2 {
+		t.Fatalf("S2 read: %d %s", code, body)
+	}
+	if r := read.Records[0]; r.Body != "empty key" || len(r.Headers) != 1 || r.Headers[0] != [2]string{kafka.HeaderKey, ""} ||
+		r.Timestamp != uint64(past.UnixMilli()) {
+		t.Fatalf("S2 read of a Kafka record with an empty key at %d: %+v", past.UnixMilli(), r)
+	}
+	if r := read.Records[1]; r.Body != "" || len(r.Headers) != 1 || r.Headers[0] != [2]string{"h", ""} ||
+		r.Timestamp != uint64(past.UnixMilli())+1 {
+		t.Fatalf("S2 read of a Kafka record with a null key and value at %d: %+v", past.UnixMilli()+1, r)
+	}
+
+	at := uint64(past.Add(time.Second).UnixMilli())
+	records := []map[string]any{
+		{"headers": [][2]string{{kafka.HeaderKey, ""}, {"e", ""}}, "body": "s2 empty key", "timestamp": at},
+		{"body": "", "timestamp": at + 1},
+	}
+	if code, body := s.s2("POST", "edges/0", "", map[string]any{"records": records}); code != 200 {
+		t.Fatalf("S2 append: %d %s", code, body)
+	}
+	cons := s.admin(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"edges": {0: kgo.NewOffset().At(2)}}))
+	var got []*kgo.Record
+	for len(got) < 2 {
+		fs := cons.PollFetches(ctxT(t))
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fs.Records()...)
+	}
+	a, b := got[0], got[1]
+	if a.Offset != 2 || a.Key == nil || len(a.Key) != 0 || string(a.Value) != "s2 empty key" || len(a.Headers) != 1 ||
+		a.Headers[0].Key != "e" || len(a.Headers[0].Value) != 0 || a.Timestamp.UnixMilli() != int64(at) {
+		t.Fatalf("an S2 record with an empty kafka.key at %d through Kafka: offset %d key %v value %q headers %v ts %d",
+			at, a.Offset, a.Key, a.Value, a.Headers, a.Timestamp.UnixMilli())
+	}
+	if b.Offset != 3 || b.Key != nil || len(b.Value) != 0 || len(b.Headers) != 0 || b.Timestamp.UnixMilli() != int64(at)+1 {
+		t.Fatalf("an S2 record with no headers and an empty body at %d through Kafka: offset %d key %v value %q headers %v ts %d",
+			at+1, b.Offset, b.Key, b.Value, b.Headers, b.Timestamp.UnixMilli())
 	}
 }

@@ -71,13 +71,7 @@ func (p *peers) stream(addr, stream string) (*sdk.Stream, error) {
 	defer p.mu.Unlock()
 	c, ok := p.clients[addr]
 	if !ok {
-		u := addr
-		if !strings.Contains(u, "://") {
-			u = "http://" + u
-			if p.cfg.TLS != nil {
-				u = "https://" + addr
-			}
-		}
+		u := p.baseURL(addr)
 		var err error
 		// One attempt: an append retried here could land twice, and the
 		// Kafka client retries what it is told to.
@@ -89,6 +83,18 @@ func (p *peers) stream(addr, stream string) (*sdk.Stream, error) {
 		p.clients[addr] = c
 	}
 	return c.Basin(p.basin).Stream(stream), nil
+}
+
+// baseURL is the URL of the star at addr (a lease's address: host:port,
+// or with its scheme).
+func (p *peers) baseURL(addr string) string {
+	switch {
+	case strings.Contains(addr, "://"):
+		return addr
+	case p.cfg.TLS != nil:
+		return "https://" + addr
+	}
+	return "http://" + addr
 }
 
 // peerTransport adds the forwarding headers and the client's token.

@@ -1,12 +1,15 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/starlog/starlog/shared/meta"
 )
 
 // The group protocol's requests: FindCoordinator, JoinGroup, SyncGroup,
@@ -28,7 +31,11 @@ func groupWaitOf(req kmsg.Request) time.Duration {
 	return 0
 }
 
-func (cs *conn) findCoordinator(ctx context.Context, r *kmsg.FindCoordinatorRequest) kmsg.Response {
+// findCoordinator answers this star, broker 0, for every group it may
+// describe, as Metadata names it the one broker: a star that does not
+// coordinate the group forwards its requests to the one that does
+// (groupforward.go).
+func (cs *conn) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	host, port := cs.self()
 	answer := func(key string) kmsg.FindCoordinatorResponseCoordinator {
@@ -42,8 +49,6 @@ func (cs *conn) findCoordinator(ctx context.Context, r *kmsg.FindCoordinatorRequ
 			c.ErrorCode = kerr.InvalidGroupID.Code
 		case !cs.mayGroup(groupDescribe, key):
 			c.ErrorCode = kerr.GroupAuthorizationFailed.Code
-		default:
-			c.ErrorCode = cs.s.coordinatorCode(ctx, key, kerr.CoordinatorNotAvailable.Code)
 		}
 		if c.ErrorCode == 0 {
 			c.NodeID, c.Host, c.Port = brokerID, host, port
@@ -231,14 +236,53 @@ func (cs *conn) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsReques
 	return resp
 }
 
-// listGroups answers the groups this star holds and every group with
-// committed offsets, which the token may describe.
+// listGroups answers the groups of the cluster the token may describe:
+// those this star holds members of, every group with committed offsets
+// (Empty unless a star holds it), and on a cluster those every other live
+// star holds, asked over the internal path (a peer's own ListGroups
+// answers only its own). A star that cannot be asked makes the answer
+// COORDINATOR_NOT_AVAILABLE, which clients retry, with what was gathered.
 func (cs *conn) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ListGroupsResponse)
-	ids, err := cs.s.listGroupRows(ctx)
+	groups, err := cs.localGroups(ctx)
 	if err != nil {
 		resp.ErrorCode = groupErrCode(err)
 		return resp
+	}
+	if !cs.peer && cs.s.peers != nil {
+		all := *r
+		all.StatesFilter = nil // filtered here, once the states are merged
+		others, code := cs.peerGroups(ctx, &all)
+		resp.ErrorCode = code
+		at := map[string]int{}
+		for i, g := range groups {
+			at[g.Group] = i
+		}
+		for _, g := range others {
+			i, ok := at[g.Group]
+			switch {
+			case !ok:
+				at[g.Group] = len(groups)
+				groups = append(groups, g)
+			case groups[i].GroupState == stateEmpty && g.GroupState != stateEmpty:
+				groups[i] = g // held by that star, with members
+			}
+		}
+	}
+	for _, g := range groups {
+		if len(r.StatesFilter) == 0 || containsFold(r.StatesFilter, g.GroupState) {
+			resp.Groups = append(resp.Groups, g)
+		}
+	}
+	return resp
+}
+
+// localGroups lists the groups this star holds and every group with
+// committed offsets, which the token may describe.
+func (cs *conn) localGroups(ctx context.Context) ([]kmsg.ListGroupsResponseGroup, error) {
+	ids, err := cs.s.listGroupRows(ctx)
+	if err != nil {
+		return nil, err
 	}
 	cs.s.groups.mu.Lock()
 	held := map[string]groupSummary{}
@@ -248,6 +292,7 @@ func (cs *conn) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.
 	}
 	cs.s.groups.mu.Unlock()
 	done := map[string]bool{}
+	var out []kmsg.ListGroupsResponseGroup
 	for _, id := range ids {
 		if done[id] || !validGroupID(id) || !cs.mayGroup(groupDescribe, id) {
 			continue
@@ -257,14 +302,52 @@ func (cs *conn) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.
 		if !ok {
 			sum.state = stateEmpty
 		}
-		if len(r.StatesFilter) > 0 && !containsFold(r.StatesFilter, sum.state) {
-			continue
-		}
 		lg := kmsg.NewListGroupsResponseGroup()
 		lg.Group, lg.ProtocolType, lg.GroupState = id, sum.protocolType, sum.state
-		resp.Groups = append(resp.Groups, lg)
+		out = append(out, lg)
 	}
-	return resp
+	return out, nil
+}
+
+// peerGroups asks every other live star of the registry for its own
+// listing (at once, each within the request's deadline), and a code for
+// a star that could not be asked.
+func (cs *conn) peerGroups(ctx context.Context, r *kmsg.ListGroupsRequest) ([]kmsg.ListGroupsResponseGroup, int16) {
+	stars, err := cs.s.star.Stars(ctx)
+	if err != nil {
+		cs.s.log.Warn("kafka: ListGroups: cannot list the stars", "err", err)
+		return nil, kerr.CoordinatorNotAvailable.Code
+	}
+	type answer struct {
+		groups []kmsg.ListGroupsResponseGroup
+		code   int16
+	}
+	ch := make(chan answer, len(stars))
+	asked := 0
+	for _, st := range stars {
+		if st.ID == cs.s.peers.cfg.StarID || st.Address == "" || (st.State != meta.StarLive && st.State != meta.StarDraining) {
+			continue
+		}
+		asked++
+		go func() {
+			resp, err := cs.s.peers.kafka(ctx, st.Address, cs, r)
+			if err != nil {
+				cs.s.log.Warn("kafka: ListGroups: a star did not answer", "star", st.ID, "err", err)
+				ch <- answer{code: kerr.CoordinatorNotAvailable.Code}
+				return
+			}
+			lr := resp.(*kmsg.ListGroupsResponse)
+			ch <- answer{groups: lr.Groups, code: lr.ErrorCode}
+		}()
+	}
+	var out []kmsg.ListGroupsResponseGroup
+	var code int16
+	for range asked {
+		a := <-ch
+		out = append(out, a.groups...)
+		code = cmp.Or(code, a.code)
+	}
+	return out, code
 }
 
 func containsFold(list []string, s string) bool {

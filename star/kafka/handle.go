@@ -108,7 +108,24 @@ func (cs *conn) dispatch(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 	case *kmsg.FetchRequest:
 		return cs.fetch(ctx, r), nil
 	case *kmsg.FindCoordinatorRequest:
-		return cs.findCoordinator(ctx, r), nil
+		return cs.findCoordinator(r), nil
+	case *kmsg.ListGroupsRequest:
+		return cs.listGroups(ctx, r), nil
+	case *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
+		*kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest, *kmsg.DescribeGroupsRequest, *kmsg.DeleteGroupsRequest:
+		// At the group's coordinator, this star or another (groupforward.go).
+		if resp, ok := cs.splitGroups(ctx, req); ok {
+			return resp, nil
+		}
+		return cs.groupRequest(ctx, req), nil
+	}
+	return nil, fmt.Errorf("%w: %s has no handler", errClose, kmsg.NameForKey(req.Key()))
+}
+
+// serveGroup answers a group request here, as the group's coordinator
+// (or NOT_COORDINATOR when this star is not).
+func (cs *conn) serveGroup(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	switch r := req.(type) {
 	case *kmsg.JoinGroupRequest:
 		return cs.joinGroup(ctx, r), nil
 	case *kmsg.SyncGroupRequest:
@@ -121,12 +138,12 @@ func (cs *conn) dispatch(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 		return cs.offsetCommit(ctx, r), nil
 	case *kmsg.OffsetFetchRequest:
 		return cs.offsetFetch(ctx, r), nil
-	case *kmsg.ListGroupsRequest:
-		return cs.listGroups(ctx, r), nil
 	case *kmsg.DescribeGroupsRequest:
 		return cs.describeGroups(ctx, r), nil
 	case *kmsg.DeleteGroupsRequest:
 		return cs.deleteGroups(ctx, r), nil
+	case *kmsg.ListGroupsRequest:
+		return cs.listGroups(ctx, r), nil
 	}
-	return nil, fmt.Errorf("%w: %s has no handler", errClose, kmsg.NameForKey(req.Key()))
+	return nil, fmt.Errorf("%w: %s is not a group request", errClose, kmsg.NameForKey(req.Key()))
 }

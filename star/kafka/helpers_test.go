@@ -150,6 +150,7 @@ func startStarWith(t testing.TB, o starOpts) *star {
 		t.Fatal(err)
 	}
 	go k.Serve(kln)
+	srv.ServeKafka(k.PeerHandler())
 	s := &star{t: t, n: n, srv: srv, k: k, base: "http://" + ln.Addr().String(), kafka: kln.Addr().String(), open: o.open}
 	t.Cleanup(func() {
 		k.Close()

@@ -64,7 +64,7 @@ func New(cfg Config) (*Server, error) {
 		groups: newCoordinator()}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "kafka", Name: "requests_total",
-		Help: "Kafka requests by API (ApiVersions, Produce, Fetch, …; unknown: a key not served) and result (ok; error: answered with an error code in some part; refused: the connection was closed for it).",
+		Help: "Kafka requests by API (ApiVersions, Produce, Fetch, …; unknown: a key not served) and result (ok; error: answered with an error code in some part; refused: the connection was closed for it; peer: a group request another star forwarded here, its coordinator).",
 	}, []string{"api", "result"})
 	s.connGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "starlog", Subsystem: "kafka", Name: "connections",
@@ -183,6 +183,10 @@ type conn struct {
 	// closeAfter closes the connection once the current response is out
 	// (a failed authentication).
 	closeAfter bool
+	// peer: the request came from another star (grouppeer.go), which
+	// forwarded it here as to the group's coordinator: it is answered
+	// here, never forwarded again.
+	peer bool
 }
 
 // errClose ends a connection without a response: what a Kafka broker

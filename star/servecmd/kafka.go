@@ -81,6 +81,7 @@ func (f *kafkaFace) start(n *node.Node, srv *server.Server, ln net.Listener, so 
 	if err != nil {
 		return nil, err
 	}
+	srv.ServeKafka(ks.PeerHandler()) // peers' group requests for the groups this star coordinates
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)
 	}

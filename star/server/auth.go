@@ -109,7 +109,7 @@ func opsOf(k routeKind, method string) (ops []auth.Op, inBody bool) {
 // internalRoute reports whether k is one of starlog's own paths, callable
 // only with the cluster's internal credential.
 func internalRoute(k routeKind) bool {
-	return k == routeDrain || k == routeSettle || k == routeHandoff || k == routeDurableKeys || k == routeDurableRotate || k == routeStatus
+	return k == routeDrain || k == routeSettle || k == routeHandoff || k == routeDurableKeys || k == routeDurableRotate || k == routeStatus || k == routeKafka
 }
 
 // authorize authenticates r and checks that it may do what rt and its

@@ -403,7 +403,7 @@ func TestInternalPaths(t *testing.T) {
 	for _, c := range []struct {
 		method, path string
 	}{{"GET", "/v1/starlog/drain"}, {"POST", "/v1/starlog/drain"}, {"POST", "/v1/starlog/settle"}, {"POST", "/v1/starlog/streams/s/handoff"},
-		{"GET", server.DurableKeysPath}, {"POST", server.DurableRotatePath}, {"GET", server.StatusPath}} {
+		{"GET", server.DurableKeysPath}, {"POST", server.DurableRotatePath}, {"GET", server.StatusPath}, {"POST", server.KafkaPath}} {
 		want(t, e.call(c.method, c.path, nil), 401, auth.CodeAuthn)
 		want(t, e.call(c.method, c.path, nil, bearer(testAdmin)...), 403, auth.CodePermissionDenied)
 		want(t, e.call(c.method, c.path, nil, auth.HeaderInternal, "wrong"), 401, auth.CodeAuthn)

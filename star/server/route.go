@@ -34,10 +34,11 @@ const (
 	routeDurableKeys               // /v1/starlog/durable/keys (admin)
 	routeDurableRotate             // /v1/starlog/durable/keys/rotate (admin)
 	routeStatus                    // /v1/starlog/status (admin: star status)
+	routeKafka                     // /v1/starlog/kafka (internal: a peer's forwarded Kafka group request)
 )
 
 var routeNames = [...]string{"unknown", "basins", "basin", "streams", "stream", "records", "tail", "health", "metrics", "handoff", "drain", "settle", "access_tokens", "access_token",
-	"locations", "default_location", "account_metrics", "basin_metrics", "stream_metrics", "durable_keys", "durable_rotate_keys", "status"}
+	"locations", "default_location", "account_metrics", "basin_metrics", "stream_metrics", "durable_keys", "durable_rotate_keys", "status", "kafka"}
 
 func (k routeKind) String() string { return routeNames[k] }
 
@@ -82,6 +83,8 @@ func parsePath(escaped string) (route, *api.Error) {
 		return route{kind: routeDurableRotate}, nil
 	case StatusPath:
 		return route{kind: routeStatus}, nil
+	case KafkaPath:
+		return route{kind: routeKafka}, nil
 	}
 	rest, ok := strings.CutPrefix(escaped, "/v1/")
 	if !ok {
@@ -139,7 +142,7 @@ func (k routeKind) allowed() string {
 		return "GET, PUT, PATCH, DELETE"
 	case routeRecords:
 		return "GET, POST"
-	case routeHandoff, routeSettle, routeDurableRotate:
+	case routeHandoff, routeSettle, routeDurableRotate, routeKafka:
 		return "POST"
 	case routeDrain:
 		return "GET, POST"

@@ -148,6 +148,7 @@ type Server struct {
 	clients *ratelimit.Keyed // per-client request rate; nil when off
 
 	ds     *durable.Handler // the Durable Streams face; nil when off
+	kafka  kafkaPeer        // the Kafka face's peer endpoint (kafkapeer.go)
 	codecs *codecs          // compressed unary bodies (compress.go)
 	usage  *usage           // what this star served, for the metrics API (usage.go)
 }
@@ -374,7 +375,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // calls (a settle run has its own bound).
 func (s *Server) requestBudget(r *http.Request, rt route) (time.Duration, bool) {
 	switch rt.kind {
-	case routeSettle, routeHandoff, routeMetrics:
+	case routeSettle, routeHandoff, routeMetrics, routeKafka:
+		// routeKafka: a forwarded JoinGroup waits up to its rebalance
+		// timeout; the Kafka face bounds each request itself.
 		return 0, false
 	case routeRecords:
 		if isSession(r) {
@@ -476,6 +479,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rt route) {
 	case routeDurableRotate:
 		if m == http.MethodPost {
 			s.rotateDurableKeys(w, r)
+			return
+		}
+	case routeKafka:
+		if m == http.MethodPost {
+			s.serveKafka(w, r)
 			return
 		}
 	case routeTokens:
