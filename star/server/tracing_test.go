@@ -15,6 +15,7 @@ import (
 	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/tracing"
+	"github.com/starlog/starlog/shared/tracing/otlprecv"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/durable"
 	"github.com/starlog/starlog/star/server"
@@ -22,9 +23,9 @@ import (
 
 // tracingFromEnv turns tracing on through the standard OTEL_* environment,
 // exporting to an OTLP/HTTP receiver started for the test.
-func tracingFromEnv(t *testing.T) (*tracing.Tracing, *testsvc.OTLPReceiver) {
+func tracingFromEnv(t *testing.T) (*tracing.Tracing, *otlprecv.Receiver) {
 	t.Helper()
-	rcv := testsvc.StartOTLPReceiver(t)
+	rcv := otlprecv.Start(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
@@ -45,7 +46,7 @@ const (
 // forwardedSpans waits until the client's trace holds a span named name
 // from star a (the leader) and one from star b (the forwarding star), then
 // shuts tracing down; it fails the test naming every span seen otherwise.
-func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *testsvc.OTLPReceiver, name string) (atA, atB *tracepb.Span) {
+func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *otlprecv.Receiver, name string) (atA, atB *tracepb.Span) {
 	t.Helper()
 	// A star's span ends when its handler returns, which may be just
 	// after the client has the whole response: flush until both are in.
@@ -58,7 +59,7 @@ func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *testsvc.OTLPReceiver
 			if hex.EncodeToString(s.TraceId) != clientTrace || s.Name != name {
 				continue
 			}
-			switch testsvc.SpanAttr(s, "starlog.star") {
+			switch otlprecv.SpanAttr(s, "starlog.star") {
 			case "a":
 				atA = s
 			case "b":
@@ -81,7 +82,7 @@ func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *testsvc.OTLPReceiver
 	if atA == nil || atB == nil {
 		names := []string{}
 		for _, s := range rcv.Spans() {
-			names = append(names, s.Name+"@"+testsvc.SpanAttr(s, "starlog.star")+" "+hex.EncodeToString(s.TraceId))
+			names = append(names, s.Name+"@"+otlprecv.SpanAttr(s, "starlog.star")+" "+hex.EncodeToString(s.TraceId))
 		}
 		t.Fatalf("the client's trace has the forwarding star's %q span %v and the leader's %v; spans: %v", name, atB != nil, atA != nil, names)
 	}
@@ -112,7 +113,7 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 	want(t, a.appendJSON("trace-basin", "s", textRecords("a", 1)), 200, "") // a leads s
 	want(t, b.appendJSON("trace-basin", "s", textRecords("b", 2), "traceparent", traceparent), 200, "")
 	atA, _ := forwardedSpans(t, tr, rcv, "POST records")
-	if testsvc.SpanAttr(atA, "starlog.name") != "s" || testsvc.SpanAttr(atA, "starlog.basin") != "trace-basin" {
+	if otlprecv.SpanAttr(atA, "starlog.name") != "s" || otlprecv.SpanAttr(atA, "starlog.basin") != "trace-basin" {
 		t.Errorf("leader's attributes %v", atA.Attributes)
 	}
 }
@@ -129,7 +130,7 @@ func TestForwardedDurableAppendIsOneTrace(t *testing.T) {
 	want(t, b.ds("POST", "room", "more", "Content-Type", "text/plain", "traceparent", traceparent), 204, "")
 	atA, atB := forwardedSpans(t, tr, rcv, "durable-streams POST")
 	for _, sp := range []*tracepb.Span{atA, atB} {
-		if testsvc.SpanAttr(sp, "starlog.face") != "durable-streams" || testsvc.SpanAttr(sp, "url.path") != "/ds/room" {
+		if otlprecv.SpanAttr(sp, "starlog.face") != "durable-streams" || otlprecv.SpanAttr(sp, "url.path") != "/ds/room" {
 			t.Errorf("span attributes %v", sp.Attributes)
 		}
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/starlog/starlog/shared/auditjob"
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/settle"
-	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/tracing"
+	"github.com/starlog/starlog/shared/tracing/otlprecv"
 )
 
 // With the OpenTelemetry environment set on the function, each invocation
@@ -20,7 +20,7 @@ import (
 // it returns: a frozen Lambda would otherwise hold them until its next
 // invocation, or lose them (issue 32 item 3: the auditor's jobs).
 func TestInvocationsTracedAndFlushed(t *testing.T) {
-	rcv := testsvc.StartOTLPReceiver(t)
+	rcv := otlprecv.Start(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	tr, err := tracing.FromEnv(t.Context(), "starlog-janitor")
@@ -48,7 +48,7 @@ func TestInvocationsTracedAndFlushed(t *testing.T) {
 	for _, s := range rcv.Spans() {
 		names = append(names, s.Name)
 		if s.Name == "auditor chain-settle" {
-			job = testsvc.SpanAttr(s, "starlog.chain")
+			job = otlprecv.SpanAttr(s, "starlog.chain")
 		}
 	}
 	for _, want := range []string{"auditor janitor", "auditor plan", "auditor chain-settle"} {

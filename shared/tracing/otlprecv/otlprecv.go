@@ -1,4 +1,6 @@
-package testsvc
+// Package otlprecv is an OTLP/HTTP trace receiver for tests: the spans a
+// process exports, as a collector would get them.
+package otlprecv
 
 import (
 	"io"
@@ -12,10 +14,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// OTLPReceiver is an OTLP/HTTP trace receiver on loopback (protobuf on
+// Receiver is an OTLP/HTTP trace receiver on loopback (protobuf on
 // /v1/traces, as the OpenTelemetry SDK's http/protobuf exporter sends):
 // it keeps every span exported to it.
-type OTLPReceiver struct {
+type Receiver struct {
 	// URL is the receiver's endpoint, for OTEL_EXPORTER_OTLP_ENDPOINT.
 	URL string
 
@@ -23,17 +25,17 @@ type OTLPReceiver struct {
 	spans []*tracepb.Span
 }
 
-// StartOTLPReceiver starts a receiver, closed when the test ends.
-func StartOTLPReceiver(t testing.TB) *OTLPReceiver {
+// StartReceiver starts a receiver, closed when the test ends.
+func Start(t testing.TB) *Receiver {
 	t.Helper()
-	o := &OTLPReceiver{}
+	o := &Receiver{}
 	srv := httptest.NewServer(http.HandlerFunc(o.serve))
 	t.Cleanup(srv.Close)
 	o.URL = srv.URL
 	return o
 }
 
-func (o *OTLPReceiver) serve(w http.ResponseWriter, r *http.Request) {
+func (o *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	var req coltracepb.ExportTraceServiceRequest
 	if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
@@ -53,7 +55,7 @@ func (o *OTLPReceiver) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // Spans are the spans received so far.
-func (o *OTLPReceiver) Spans() []*tracepb.Span {
+func (o *Receiver) Spans() []*tracepb.Span {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]*tracepb.Span(nil), o.spans...)
