@@ -100,6 +100,10 @@ type Stats struct {
 	// them whose records no read ever returned (they did not happen),
 	// Observed those whose records a read returned (they happened).
 	Indefinite, Pruned, Observed int
+	// Unplaceable counts those of Pruned that went into a deleted
+	// incarnation (no final read-back) and that no seq the run's reads
+	// and acks leave free could hold (extent.canPlace).
+	Unplaceable int
 	// ShortReads counts reads that returned fewer records than asked
 	// although the client knew of more (its own acks and tails).
 	ShortReads int
@@ -352,7 +356,10 @@ func (h *History) Unread(streams map[string]bool) {
 //
 // A deleted incarnation (Catalog.Retired, given by Unread) has no final
 // read-back, so an append into it that no read saw may still have taken
-// effect: such an append stays open (OutUnknown) instead of being pruned.
+// effect: such an append stays open (OutUnknown) instead of being pruned,
+// unless no seq the reads and acks of the run leave free could hold its
+// records (extent.canPlace): then, had it taken effect, no checked
+// operation could see it, and it is pruned as well.
 func (h *History) Operations() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -376,12 +383,14 @@ func (h *History) Operations() []porcupine.Operation {
 	}
 	ops := make([]porcupine.Operation, 0, len(h.ops))
 	pruned, observed := 0, 0
+	open := map[string]bool{} // unread streams with appends left open
 	for _, op := range h.ops {
 		in := op.Input.(*Input)
 		if in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown {
 			sg, k, ok := h.observed(in, carriers[in.Stream])
 			if !ok && h.unread[in.Stream] {
 				ops = append(ops, op) // open: it may or may not have happened
+				open[in.Stream] = true
 				continue
 			}
 			if !ok {
@@ -401,9 +410,41 @@ func (h *History) Operations() []porcupine.Operation {
 		}
 		ops = append(ops, op)
 	}
+	if len(open) > 0 {
+		var placed int
+		ops, placed = pruneUnplaceable(ops, open)
+		pruned += placed
+		h.stats.Unplaceable = placed
+	}
 	h.stats.Pruned = pruned
 	h.stats.Observed = observed
 	return ops
+}
+
+// pruneUnplaceable drops the open appends of the streams in open that no
+// seq the other operations leave free could hold (extent.canPlace), and
+// says how many it dropped.
+func pruneUnplaceable(ops []porcupine.Operation, open map[string]bool) ([]porcupine.Operation, int) {
+	byStream := map[string][]porcupine.Operation{}
+	for _, op := range ops {
+		if s := op.Input.(*Input).Stream; open[s] {
+			byStream[s] = append(byStream[s], op)
+		}
+	}
+	ext := map[string]*extent{}
+	for s, part := range byStream {
+		ext[s] = extentOf(part)
+	}
+	kept, dropped := ops[:0], 0
+	for _, op := range ops {
+		in := op.Input.(*Input)
+		if e := ext[in.Stream]; e != nil && in.Kind == KindAppend && op.Output.(*Output).Outcome == OutUnknown && !e.canPlace(in) {
+			dropped++
+			continue
+		}
+		kept = append(kept, op)
+	}
+	return kept, dropped
 }
 
 // observed reports whether a read returned a record of in that no other

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os/exec"
 	"strings"
 	"testing"
@@ -375,5 +376,104 @@ func TestHistoryKeepsUnreadIndefiniteAppendsOfRetiredStreams(t *testing.T) {
 	}
 	if res := porcupine.CheckOperationsTimeout(Model(), ops, 0); res != porcupine.Ok {
 		t.Fatalf("an ack past an unseen append into a deleted incarnation checks %v", res)
+	}
+}
+
+// The shape that left rounds undecided (two kill -9s in one round, then
+// the catalog stream deleted): many indefinite appends into a deleted
+// incarnation, none read, while the run's acks and reads cover every seq
+// up to the furthest any operation saw. None of them can sit anywhere an
+// operation looks, so they are pruned and the history decides at once;
+// before, each stayed open to the end and porcupine's search for the
+// incarnation ran past the checker's budget.
+func TestHistoryPrunesUnplaceableAppendsOfRetiredStreams(t *testing.T) {
+	const stream, open = "c@0", 60
+	h := NewHistory()
+	h.Unread(map[string]bool{stream: true})
+	at := int64(0)
+	tick := func() int64 { at += 10; return at }
+	fence := rec("fence")
+	var seq uint64
+	for i := range 40 {
+		// Two clients ack in turn; a third's appends fail indefinitely
+		// (its star was killed), some of them fencing batches that carry
+		// the fence record every fence carries.
+		bodies := []string{fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)}
+		call := tick()
+		h.ops = append(h.ops, porcupine.Operation{ClientId: i % 2, Call: call, Return: tick(),
+			Input:  &Input{Stream: stream, Kind: KindAppend, Records: recs(bodies...)},
+			Output: &Output{Outcome: OutOK, Start: seq, End: seq + 2}})
+		seq += 2
+		// A reader reads the batch back now and then.
+		if i%4 == 3 {
+			call := tick()
+			h.ops = append(h.ops, porcupine.Operation{ClientId: 3, Call: call, Return: tick(),
+				Input:  &Input{Stream: stream, Kind: KindRead, From: seq - 2, Count: 10},
+				Output: &Output{Outcome: OutOK, Records: recs(bodies...)}})
+		}
+	}
+	for i := range open {
+		in := &Input{Stream: stream, Kind: KindAppend, Records: recs(fmt.Sprintf("x%d", i), fmt.Sprintf("y%d", i))}
+		if i%10 == 0 {
+			tok := fmt.Sprint(i)
+			in.Records, in.FenceTo = append([]uint64{fence}, in.Records...), &tok
+		}
+		h.ops = append(h.ops, porcupine.Operation{ClientId: 4 + i, Call: int64(i * 13), Return: math.MaxInt64,
+			Input: in, Output: &Output{Outcome: OutUnknown}})
+	}
+	h.ops = append(h.ops, porcupine.Operation{ClientId: 2, Call: tick(), Return: tick(),
+		Input: &Input{Stream: stream, Kind: KindCheckTail}, Output: &Output{Outcome: OutOK, Tail: seq}})
+	ops := h.Operations()
+	left := 0
+	for _, op := range ops {
+		if op.Output.(*Output).Outcome == OutUnknown {
+			left++
+		}
+	}
+	if left != 0 {
+		t.Fatalf("%d of %d indefinite appends into the deleted incarnation left open, want 0: every seq below the tail %d is acknowledged", left, open, seq)
+	}
+	if st := h.Stats(); st.Pruned != open {
+		t.Fatalf("stats %+v: want %d pruned", st, open)
+	}
+	if res := porcupine.CheckOperationsTimeout(Model(), ops, 10*time.Second); res != porcupine.Ok {
+		t.Fatalf("check = %v", res)
+	}
+}
+
+// An indefinite append into a deleted incarnation stays open where the
+// run leaves room for it: a seq no read or ack covers, or seqs a read
+// returned its own records at (its records shared with another batch,
+// so the read does not observe it).
+func TestHistoryKeepsPlaceableAppendsOfRetiredStreams(t *testing.T) {
+	const stream = "c@0"
+	for _, tc := range []struct {
+		name string
+		open []uint64 // the open append's records
+		ops  []porcupine.Operation
+	}{
+		{"a gap below an ack", recs("x", "y"), []porcupine.Operation{
+			{ClientId: 0, Call: 0, Return: 10, Input: &Input{Stream: stream, Kind: KindAppend, Records: recs("a")}, Output: &Output{Outcome: OutOK, Start: 0, End: 1}},
+			{ClientId: 1, Call: 20, Return: 30, Input: &Input{Stream: stream, Kind: KindAppend, Records: recs("b")}, Output: &Output{Outcome: OutOK, Start: 3, End: 4}},
+		}},
+		{"read as its own shared record", recs("fence", "x"), []porcupine.Operation{
+			{ClientId: 0, Call: 0, Return: 10, Input: &Input{Stream: stream, Kind: KindAppend, Records: recs("a")}, Output: &Output{Outcome: OutOK, Start: 0, End: 1}},
+			{ClientId: 1, Call: 5, Return: math.MaxInt64, Input: &Input{Stream: stream, Kind: KindAppend, Records: recs("fence")}, Output: &Output{Outcome: OutUnknown}},
+			{ClientId: 2, Call: 20, Return: 30, Input: &Input{Stream: stream, Kind: KindRead, From: 1, Count: 5}, Output: &Output{Outcome: OutOK, Records: recs("fence")}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewHistory()
+			h.Unread(map[string]bool{stream: true})
+			h.ops = append(tc.ops, porcupine.Operation{ClientId: 9, Call: 1, Return: math.MaxInt64,
+				Input: &Input{Stream: stream, Kind: KindAppend, Records: tc.open}, Output: &Output{Outcome: OutUnknown}})
+			ops := h.Operations()
+			if len(ops) != len(h.ops) {
+				t.Fatalf("%d operations of %d: an append with room in the stream was pruned", len(ops), len(h.ops))
+			}
+			if res := porcupine.CheckOperationsTimeout(Model(), ops, 0); res != porcupine.Ok {
+				t.Fatalf("check = %v", res)
+			}
+		})
 	}
 }

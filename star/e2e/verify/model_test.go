@@ -2,8 +2,12 @@ package verify
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -280,4 +284,125 @@ func TestClassify(t *testing.T) {
 	if out := outputFromError(OutRangeNotSatisfiable, rng); out.Tail != 3 {
 		t.Errorf("416 output tail = %d, want 3", out.Tail)
 	}
+}
+
+// Pruning the appends no free seq could hold (pruneUnplaceable) never
+// changes the verdict: on small histories of one stream, drawn from an
+// execution of the model (indefinite appends applied or not) and some
+// then corrupted, the check with and without them agrees.
+func TestPruneUnplaceableKeepsVerdicts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(28, 2))
+	verdicts, prunedIn := map[porcupine.CheckResult]int{}, 0
+	for range 3000 {
+		ops := drawHistory(rng)
+		kept, n := pruneUnplaceable(slices.Clone(ops), map[string]bool{"s": true})
+		want := porcupine.CheckOperationsTimeout(Model(), ops, 0)
+		got := porcupine.CheckOperationsTimeout(Model(), kept, 0)
+		if got != want {
+			var b strings.Builder
+			for _, op := range ops {
+				fmt.Fprintf(&b, "  [%d, %d] %s\n", op.Call, op.Return, describeOperation(op.Input, op.Output))
+			}
+			t.Fatalf("%d appends pruned: %v, want %v, history:\n%s", n, got, want, b.String())
+		}
+		verdicts[want]++
+		if n > 0 {
+			prunedIn++
+		}
+	}
+	t.Logf("verdicts %v; appends pruned in %d histories", verdicts, prunedIn)
+	if verdicts[porcupine.Ok] < 100 || verdicts[porcupine.Illegal] < 100 || prunedIn < 100 {
+		t.Fatalf("the draw is too narrow: verdicts %v, pruned in %d", verdicts, prunedIn)
+	}
+}
+
+// drawHistory runs one stream's model with up to ten concurrent
+// operations and records what each saw; a third of the histories then
+// get one result corrupted.
+func drawHistory(rng *rand.Rand) []porcupine.Operation {
+	type pending struct {
+		op   porcupine.Operation
+		at   int64 // when it takes effect
+		kind int
+	}
+	n := 4 + rng.IntN(7)
+	ps := make([]pending, n)
+	for i := range ps {
+		call := rng.Int64N(100)
+		at := call + rng.Int64N(20)
+		ps[i] = pending{op: porcupine.Operation{ClientId: i, Call: call, Return: at + rng.Int64N(10)}, at: at, kind: rng.IntN(10)}
+	}
+	slices.SortFunc(ps, func(a, b pending) int { return int(a.at - b.at) })
+	var log []uint64
+	token, next := "", uint64(1)
+	records := func() []uint64 {
+		out := []uint64{next}
+		next++
+		if rng.IntN(2) == 0 {
+			out = append(out, next)
+			next++
+		}
+		return out
+	}
+	ops := make([]porcupine.Operation, 0, n)
+	for _, p := range ps {
+		op := p.op
+		tail := uint64(len(log))
+		switch {
+		case p.kind < 3: // an acknowledged or refused append
+			in := &Input{Stream: "s", Kind: KindAppend, Records: records()}
+			if rng.IntN(4) == 0 {
+				in.MatchSeqNum = api.Uint64(tail + uint64(rng.IntN(2)))
+			}
+			if in.MatchSeqNum != nil && *in.MatchSeqNum != tail {
+				op.Input, op.Output = in, &Output{Outcome: OutSeqMismatch, Tail: tail}
+			} else {
+				log = append(log, in.Records...)
+				op.Input, op.Output = in, &Output{Outcome: OutOK, Start: tail, End: uint64(len(log))}
+			}
+		case p.kind < 6: // indefinite: applied or not; some fence
+			in := &Input{Stream: "s", Kind: KindAppend, Records: records()}
+			if rng.IntN(3) == 0 {
+				tok := fmt.Sprint(rng.IntN(3))
+				in.Records, in.FenceTo = append([]uint64{1 << 40}, in.Records...), &tok
+			}
+			if rng.IntN(2) == 0 {
+				log = append(log, in.Records...)
+				if in.FenceTo != nil {
+					token = *in.FenceTo
+				}
+			}
+			op.Input, op.Output, op.Return = in, &Output{Outcome: OutUnknown}, math.MaxInt64
+		case p.kind < 9: // a read
+			from, count := uint64(rng.IntN(len(log)+2)), uint64(1+rng.IntN(3))
+			in := &Input{Stream: "s", Kind: KindRead, From: from, Count: count}
+			if from >= tail {
+				op.Input, op.Output = in, &Output{Outcome: OutRangeNotSatisfiable, Tail: tail}
+			} else {
+				op.Input, op.Output = in, &Output{Outcome: OutOK, Records: slices.Clone(log[from:min(from+count, tail)])}
+			}
+		default: // a check-tail, or a 412 of a stale token
+			if rng.IntN(2) == 0 {
+				op.Input, op.Output = &Input{Stream: "s", Kind: KindCheckTail}, &Output{Outcome: OutOK, Tail: tail}
+			} else {
+				stale := token + "x"
+				op.Input = &Input{Stream: "s", Kind: KindAppend, Records: records(), FencingToken: &stale}
+				op.Output = &Output{Outcome: OutTokenMismatch, Token: token}
+			}
+		}
+		ops = append(ops, op)
+	}
+	if rng.IntN(3) == 0 {
+		i := rng.IntN(len(ops))
+		switch out := *ops[i].Output.(*Output); {
+		case len(out.Records) > 0:
+			out.Records = slices.Clone(out.Records)
+			out.Records[rng.IntN(len(out.Records))] = next + 7
+			ops[i].Output = &out
+		case out.Outcome == OutOK:
+			out.Start, out.End, out.Tail = out.Start+1, out.End+1, out.Tail+1
+			ops[i].Output = &out
+		}
+	}
+	return ops
 }

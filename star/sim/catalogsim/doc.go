@@ -105,7 +105,8 @@
 //
 // Flags (go test ./star/sim/catalogsim -args …):
 //
-//	-catalogsim.budget=20s   wall time TestCatalogSeeds spends on seeds
+//	-catalogsim.budget=20s   wall time TestCatalogSeeds spends on seeds (the runs
+//	                         in flight at its end are cut short: Result.Cut)
 //	-catalogsim.seeds=N      run exactly N seeds instead
 //	-catalogsim.first=N      the first seed
 //	-catalogsim.seed=N       replay one seed (prints its swarm and figures)

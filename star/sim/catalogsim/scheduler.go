@@ -90,6 +90,11 @@ func (s *Sim) run() Result {
 		if s.failure != nil || s.stalled != "" {
 			break
 		}
+		if s.opt.cut.Load() {
+			s.cut = true
+			s.trace.add(s, "CUT: the run's real-time deadline passed; the run ends here (its invariants held so far)")
+			break
+		}
 		now := time.Now()
 		if s.faulty && (s.step >= s.sw.FaultSteps || now.Sub(s.start) >= s.sw.FaultTime) {
 			s.endFaults()
@@ -139,7 +144,7 @@ func (s *Sim) run() Result {
 }
 
 func (s *Sim) result() Result {
-	return Result{Swarm: s.sw, Failure: s.failure, Known: s.known, Stalled: s.stalled, Steps: s.step, Checks: s.chk.checks,
+	return Result{Swarm: s.sw, Failure: s.failure, Known: s.known, Stalled: s.stalled, Cut: s.cut, Steps: s.step, Checks: s.chk.checks,
 		Faults: s.faultCounts, Stats: s.chk.stats, Trace: s.trace, Took: time.Since(s.start)}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,6 +24,11 @@ type options struct {
 	goOn      map[string]bool
 	keepTrace bool
 	verbose   bool // the stars log to stderr
+	// deadline is the real time at which the run is cut short (zero:
+	// none); cut is set when it passes (a timer outside the bubble: the
+	// bubble's clock is fake).
+	deadline time.Time
+	cut      atomic.Bool
 }
 
 // WithFullTrace keeps every trace line (default: the last traceTail).
@@ -44,6 +50,12 @@ func WithGoOn(invariants ...string) Option {
 // WithLogs lets the stars log to stderr.
 func WithLogs() Option { return func(o *options) { o.verbose = true } }
 
+// WithDeadline cuts the run short at real time at: the scheduler stops
+// at its next step and shuts the world down as at a normal end. Every
+// invariant checked after each step held for the steps that ran; the
+// end-of-run checks (reclaimed) are not made, and Result.Cut says so.
+func WithDeadline(at time.Time) Option { return func(o *options) { o.deadline = at } }
+
 // Result is what one run did and found.
 type Result struct {
 	Swarm   Swarm
@@ -53,12 +65,15 @@ type Result struct {
 	// Stalled says why the run ended early without a verdict on the rest
 	// ("" when it did not): see Sim.idle.
 	Stalled string
-	Steps   int            // calls served and environment events injected
-	Checks  int            // invariant predicates evaluated
-	Faults  map[string]int // injected, by kind
-	Stats   map[string]int // what happened: ops by kind and outcome, acks, reads
-	Trace   *Trace
-	Took    time.Duration // fake time the run spanned
+	// Cut says the run reached its real-time deadline (WithDeadline)
+	// before its end: its verdict covers the steps that ran.
+	Cut    bool
+	Steps  int            // calls served and environment events injected
+	Checks int            // invariant predicates evaluated
+	Faults map[string]int // injected, by kind
+	Stats  map[string]int // what happened: ops by kind and outcome, acks, reads
+	Trace  *Trace
+	Took   time.Duration // fake time the run spanned
 }
 
 // Failure is one broken invariant.
@@ -79,9 +94,13 @@ const stallAfter = 3 * time.Minute
 // Run runs one simulation inside a synctest bubble: fake time, and
 // synctest.Wait to know when every goroutine is parked on a call.
 func Run(t *testing.T, sw Swarm, ch chainsim.Chooser, opts ...Option) Result {
-	var o options
+	o := &options{}
 	for _, f := range opts {
-		f(&o)
+		f(o)
+	}
+	if !o.deadline.IsZero() {
+		cut := time.AfterFunc(time.Until(o.deadline), func() { o.cut.Store(true) })
+		defer cut.Stop()
 	}
 	var res Result
 	// A run that stalls (a goroutine waiting for a lock whose holder waits
@@ -108,7 +127,7 @@ func Run(t *testing.T, sw Swarm, ch chainsim.Chooser, opts ...Option) Result {
 type Sim struct {
 	sw    Swarm
 	ch    chainsim.Chooser
-	opt   options
+	opt   *options
 	meta  *simmeta.Table
 	objs  *mem.Store
 	trace *Trace
@@ -138,6 +157,7 @@ type Sim struct {
 	failure     *Failure
 	known       map[string]*Failure
 	stalled     string
+	cut         bool // the real-time deadline ended the run (Result.Cut)
 	lastEnv     time.Time
 	over        bool // shutting down: the trace is closed
 
@@ -158,7 +178,7 @@ type Sim struct {
 	dumpLen      int    // … and how much of it the last dump filled
 }
 
-func newSim(sw Swarm, ch chainsim.Chooser, o options) *Sim {
+func newSim(sw Swarm, ch chainsim.Chooser, o *options) *Sim {
 	objs, err := mem.New(allBuckets...)
 	if err != nil {
 		panic(err)
