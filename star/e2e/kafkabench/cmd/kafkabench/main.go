@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/starlog/starlog/shared/sdk"
+	"github.com/starlog/starlog/star/e2e/internal/benchproc"
 	"github.com/starlog/starlog/star/e2e/kafkabench"
 	"github.com/starlog/starlog/star/e2e/peerbench"
 )
@@ -72,7 +72,7 @@ func main() {
 
 // star is one running `star dev`.
 type star struct {
-	proc         *proc
+	proc         *benchproc.Proc
 	api, admin   string
 	kafka        string
 	cfg          sdk.Config
@@ -83,7 +83,7 @@ type star struct {
 func startStar(ctx context.Context, o options, name string, extra ...string) (*star, error) {
 	var addrs [3]string
 	for i := range addrs {
-		a, err := freeAddr()
+		a, err := benchproc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -95,22 +95,22 @@ func startStar(ctx context.Context, o options, name string, extra ...string) (*s
 		// The per-stream limit (S2's 100 MiB/s) is a policy, not a
 		// cost: off, so neither face is throttled.
 		"--append-stream-mib-per-sec", "0"}, extra...)
-	p, err := start(o.work, name, o.starBin, args...)
+	p, err := benchproc.Start(o.work, name, o.starBin, args...)
 	if err != nil {
 		return nil, err
 	}
 	s.proc = p
-	if err := waitHealth(ctx, "http://"+s.api+"/health"); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("star dev %s: %w (log: %s)", name, err, p.logPath)
+	if err := benchproc.WaitHealth(ctx, "http://"+s.api+"/health"); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("star dev %s: %w (log: %s)", name, err, p.LogPath)
 	}
 	s.cfg = sdk.Config{AccountEndpoint: "http://" + s.api}
 	if s.s2, err = sdk.New(s.cfg); err != nil {
-		p.stop()
+		p.Stop()
 		return nil, err
 	}
 	if s.idempotentOK, err = servesInitProducerID(ctx, s.kafka); err != nil {
-		p.stop()
+		p.Stop()
 		return nil, err
 	}
 	fmt.Printf("star dev %s: S2 %s, Kafka %s, admin %s (%s)\n", name, s.api, s.kafka, s.admin, strings.Join(extra, " "))
@@ -150,7 +150,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer dir.proc.stop()
+	defer dir.proc.Stop()
 	var exp *star
 	if o.express {
 		if exp, err = startStar(ctx, o, "star-express", "--dev-express-latency", o.expressLatency,
@@ -158,7 +158,7 @@ func run(ctx context.Context, o options) error {
 			"--s3-express-flush-interval", "5ms", "--s3-express-cut-when-idle=false"); err != nil {
 			return err
 		}
-		defer exp.proc.stop()
+		defer exp.proc.Stop()
 	}
 	readMsgs := int(o.readBytes / int64(o.recordSize))
 	wls := kafkabench.Workloads(dir.idempotentOK, o.express, readMsgs)
@@ -411,66 +411,4 @@ func cpuProfile(ctx context.Context, adminAddr string, d time.Duration, path str
 		return err
 	}
 	return f.Close()
-}
-
-type proc struct {
-	cmd     *exec.Cmd
-	logPath string
-	log     *os.File
-}
-
-func start(work, name, bin string, args ...string) (*proc, error) {
-	lp := filepath.Join(work, name+".log")
-	lf, err := os.Create(lp)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	return &proc{cmd: cmd, logPath: lp, log: lf}, nil
-}
-
-// stop sends SIGTERM and waits (bounded) before a kill.
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-	p.log.Close()
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-func waitHealth(ctx context.Context, url string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(url)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s", res.Status)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not healthy: %w", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/sdk"
+	"github.com/starlog/starlog/star/e2e/internal/benchproc"
 	"github.com/starlog/starlog/star/e2e/peerbench"
 )
 
@@ -71,7 +71,7 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 		wls = sel
 	}
 
-	natsAddr, err := freeAddr()
+	natsAddr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -79,34 +79,34 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 	if err := os.WriteFile(conf, []byte(peerbench.NATSConfig(natsAddr, filepath.Join(work, "nats"))), 0o644); err != nil {
 		return err
 	}
-	natsProc, err := start(work, "nats", natsBin, "-c", conf)
+	natsProc, err := benchproc.Start(work, "nats", natsBin, "-c", conf)
 	if err != nil {
 		return err
 	}
-	defer natsProc.stop()
-	if err := waitTCP(ctx, natsAddr); err != nil {
-		return fmt.Errorf("nats-server: %w (log: %s)", err, natsProc.logPath)
+	defer natsProc.Stop()
+	if err := benchproc.WaitTCP(ctx, natsAddr); err != nil {
+		return fmt.Errorf("nats-server: %w (log: %s)", err, natsProc.LogPath)
 	}
 
-	starAddr, err := freeAddr()
+	starAddr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
-	adminAddr, err := freeAddr()
+	adminAddr, err := benchproc.FreeAddr()
 	if err != nil {
 		return err
 	}
 	data := filepath.Join(work, "star")
-	starProc, err := start(work, "star", starBin, "dev", "--data", data, "--listen", starAddr, "--internal-listen", adminAddr,
+	starProc, err := benchproc.Start(work, "star", starBin, "dev", "--data", data, "--listen", starAddr, "--internal-listen", adminAddr,
 		// S2's per-connection limit of 200 batches/s a stream is a policy,
 		// not a cost: JetStream has none, so neither side is throttled.
 		"--append-stream-batches-per-sec", "0")
 	if err != nil {
 		return err
 	}
-	defer starProc.stop()
-	if err := waitHealth(ctx, "http://"+starAddr+"/health"); err != nil {
-		return fmt.Errorf("star dev: %w (log: %s)", err, starProc.logPath)
+	defer starProc.Stop()
+	if err := benchproc.WaitHealth(ctx, "http://"+starAddr+"/health"); err != nil {
+		return fmt.Errorf("star dev: %w (log: %s)", err, starProc.LogPath)
 	}
 	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
 	if err != nil {
@@ -174,7 +174,7 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 	}
 	fmt.Println()
 	peerbench.WriteTable(os.Stdout, rows)
-	fmt.Printf("\npeak RSS: nats-server %s, star dev %s\n", peakRSS(natsProc.cmd.Process.Pid), peakRSS(starProc.cmd.Process.Pid))
+	fmt.Printf("\npeak RSS: nats-server %s, star dev %s\n", peakRSS(natsProc.Cmd.Process.Pid), peakRSS(starProc.Cmd.Process.Pid))
 	if png != "" {
 		title := fmt.Sprintf("star dev vs NATS JetStream (fsync always): %d B messages, medians of %d runs", recordSize, runs)
 		if err := peerbench.WriteChart(png, title, rows); err != nil {
@@ -296,81 +296,4 @@ func peakRSS(pid int) string {
 		}
 	}
 	return "unknown"
-}
-
-type proc struct {
-	cmd     *exec.Cmd
-	logPath string
-	log     *os.File
-}
-
-func start(work, name, bin string, args ...string) (*proc, error) {
-	lp := filepath.Join(work, name+".log")
-	lf, err := os.Create(lp)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	return &proc{cmd: cmd, logPath: lp, log: lf}, nil
-}
-
-// stop sends SIGTERM and waits (bounded) before a kill.
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-	p.log.Close()
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-func waitTCP(ctx context.Context, addr string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("not listening on %s: %w", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func waitHealth(ctx context.Context, url string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(url)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s", res.Status)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not healthy: %w", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

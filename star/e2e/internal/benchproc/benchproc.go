@@ -1,0 +1,110 @@
+// Package benchproc runs the processes a benchmark command compares
+// (star dev, nats-server): each with its output in a log file, stopped with
+// SIGTERM and a bounded wait, on a free loopback port, waited for until it
+// serves.
+package benchproc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Proc is a started process whose output goes to LogPath.
+type Proc struct {
+	Cmd     *exec.Cmd
+	LogPath string
+	log     *os.File
+}
+
+// Start runs bin with args, its stdout and stderr in work/<name>.log.
+func Start(work, name, bin string, args ...string) (*Proc, error) {
+	lp := filepath.Join(work, name+".log")
+	lf, err := os.Create(lp)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	return &Proc{Cmd: cmd, LogPath: lp, log: lf}, nil
+}
+
+// Stop sends SIGTERM and waits up to 30 s before a kill.
+func (p *Proc) Stop() {
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = p.Cmd.Process.Kill()
+		<-done
+	}
+	p.log.Close()
+}
+
+// FreeAddr is a loopback address with a port free at the time of asking.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// readyWithin is how long a process may take to serve.
+const readyWithin = 60 * time.Second
+
+// WaitHealth waits until GET url answers 200, within a minute.
+func WaitHealth(ctx context.Context, url string) error {
+	c := &http.Client{Timeout: time.Second}
+	return waitUntil(ctx, func() error {
+		res, err := c.Get(url)
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s", res.Status)
+		}
+		return nil
+	}, url+" not healthy")
+}
+
+// WaitTCP waits until addr accepts a connection, within a minute.
+func WaitTCP(ctx context.Context, addr string) error {
+	return waitUntil(ctx, func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}, "not listening on "+addr)
+}
+
+func waitUntil(ctx context.Context, ready func() error, what string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyWithin)
+	defer cancel()
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
