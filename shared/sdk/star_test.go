@@ -5,10 +5,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,30 +19,11 @@ import (
 
 const starAdminToken = "sdk-test-admin-token-0123456789abcdef"
 
-// starBinDir holds the built star; TestMain removes it.
-var starBinDir string
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if starBinDir != "" {
-		_ = os.RemoveAll(starBinDir)
-	}
+	testsvc.RemoveStarBinary()
 	os.Exit(code)
 }
-
-var buildStar = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "starlog-sdk-")
-	if err != nil {
-		return "", err
-	}
-	starBinDir = dir
-	bin := filepath.Join(dir, "star")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
 
 // startStar runs `star dev` with the basin starlog-dev and extra flags,
 // and returns its (first star's) endpoint once the basin exists; the
@@ -54,10 +33,7 @@ func startStar(t *testing.T, extra ...string) string {
 	if testing.Short() {
 		t.Skip("builds and runs star dev")
 	}
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	stars := 1
 	for i, a := range extra {
 		if a == "--stars" && i+1 < len(extra) {

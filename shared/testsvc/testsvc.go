@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -70,25 +71,27 @@ func RequireFile(tb testing.TB, path, what string) {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("testsvc: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return FreePorts(tb, 1)
 }
+
+// Ports are drawn below Linux's ephemeral range (32768–60999 by default),
+// where the kernel picks the source ports of outgoing connections and the
+// ports of listens on :0: a port picked there and freed until its server
+// binds it may meanwhile be some connection's source port (a clean-clone
+// run's `star dev --stars 3` failed with "bind: address already in use"
+// that way). Only another test's draw from this range can take one.
+const freePortLo, freePortHi = 20000, 32768
 
 // FreePorts returns the first of n consecutive TCP ports on 127.0.0.1
 // that were all free a moment ago (for `star dev --stars n`, which listens
-// on consecutive ports): a random free port's neighbours may be taken by
-// another test's server.
+// on consecutive ports).
 func FreePorts(tb testing.TB, n int) int {
 	tb.Helper()
-	for range 64 {
-		base := FreePort(tb)
+	for range 256 {
+		base := freePortLo + rand.IntN(freePortHi-freePortLo-n)
 		var ls []net.Listener
 		ok := true
-		for i := 1; i < n && ok; i++ {
+		for i := range n {
 			l, err := net.Listen("tcp", Addr(base+i))
 			if err != nil {
 				ok = false
@@ -103,7 +106,7 @@ func FreePorts(tb testing.TB, n int) int {
 			return base
 		}
 	}
-	tb.Fatalf("testsvc: no %d consecutive free ports", n)
+	tb.Fatalf("testsvc: no %d consecutive free ports in [%d, %d)", n, freePortLo, freePortHi)
 	return 0
 }
 

@@ -4,50 +4,29 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/shared/testsvc"
 )
 
 // The integration test runs the client commands against a real `star dev`
 // (built from this module). It is skipped with -short.
 
-// binDir holds the built star binary; TestMain removes it.
-var binDir string
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testsvc.RemoveStarBinary()
 	os.Exit(code)
 }
-
-var buildStar = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "starlog-clientcmd-")
-	if err != nil {
-		return "", err
-	}
-	binDir = dir
-	bin := filepath.Join(dir, "star")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
 
 var (
 	devEndpointRE = regexp.MustCompile(`serving the S2 API on (http://\S+)`)
@@ -59,10 +38,7 @@ var (
 // cleanup stops it.
 func startStarDev(t *testing.T) (string, string, string) {
 	t.Helper()
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	const basin = "clientcmd-dev"
 	cmd := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--basin", basin,
 		"--s3-flush-interval", "2ms", "--s3-express-flush-interval", "2ms", "--shutdown-timeout", "5s",

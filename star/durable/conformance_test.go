@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -138,7 +137,7 @@ func startDev(t *testing.T, root, data, addr string) *devStar {
 	if addr == "" {
 		addr = testsvc.Addr(testsvc.FreePort(t))
 	}
-	s := &devStar{t: t, bin: buildStar(t, root), data: data, addr: addr, url: "http://" + addr}
+	s := &devStar{t: t, bin: testsvc.StarBinary(t), data: data, addr: addr, url: "http://" + addr}
 	s.start()
 	t.Cleanup(func() { s.kill() })
 	return s
@@ -231,34 +230,6 @@ func waitHealthy(t *testing.T, s *devStar, timeout time.Duration) {
 		return nil
 	})
 }
-
-// buildStar compiles the star binary from this module once for the
-// package (its tests run at once) into a folder TestMain removes.
-func buildStar(t *testing.T, root string) string {
-	t.Helper()
-	starBinOnce.Do(func() {
-		if starBinDir, starBinErr = os.MkdirTemp("", "starlog-durable-"); starBinErr != nil {
-			return
-		}
-		starBinPath = filepath.Join(starBinDir, "star")
-		cmd := exec.Command("go", "build", "-o", starBinPath, "github.com/starlog/starlog/star")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			starBinErr = fmt.Errorf("go build star: %v\n%s", err, out)
-		}
-	})
-	if starBinErr != nil {
-		t.Fatal(starBinErr)
-	}
-	return starBinPath
-}
-
-var (
-	starBinOnce sync.Once
-	starBinPath string
-	starBinErr  error
-	starBinDir  string
-)
 
 // withoutStarlogConfig drops the STARLOG_* variables, which the star reads
 // as flag defaults, so a developer's shell cannot change what is tested.

@@ -18,8 +18,6 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	testsvc.DefaultParallel(testParallel)
 	code := m.Run()
-	if starBinDir != "" {
-		os.RemoveAll(starBinDir)
-	}
+	testsvc.RemoveStarBinary()
 	os.Exit(code)
 }

@@ -103,7 +103,7 @@ func TestGroupSurvivesCoordinatorKill9(t *testing.T) {
 		t.Skip("-short: builds star and runs a dev cluster")
 	}
 	began := time.Now()
-	cl := startDevCluster(t, buildStar(t, testsvc.RepoRoot(t)))
+	cl := startDevCluster(t, testsvc.StarBinary(t))
 	t.Logf("star dev --stars 3 built and started in %s", time.Since(began).Round(time.Millisecond))
 	sasl := kgo.SASL(plain.Auth{User: "test", Pass: testAdmin}.AsMechanism())
 	client := func(i int) *kgo.Client {

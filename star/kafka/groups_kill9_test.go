@@ -30,7 +30,7 @@ type devProcess struct {
 
 func startDevProcess(t *testing.T) *devProcess {
 	t.Helper()
-	bin := buildStar(t, testsvc.RepoRoot(t)) // once for the package
+	bin := testsvc.StarBinary(t) // once for the package
 	p := &devProcess{t: t, bin: bin, data: t.TempDir(),
 		httpAddr: testsvc.Addr(testsvc.FreePort(t)), kafkaAdr: testsvc.Addr(testsvc.FreePort(t))}
 	p.start()

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/starlog/starlog/shared/testsvc"
 )
 
 var devTokenRE = regexp.MustCompile(`^  token:   (\S+) \(admin`)
@@ -20,10 +22,7 @@ var devTokenRE = regexp.MustCompile(`^  token:   (\S+) \(admin`)
 // none) and a stop function.
 func runDevBanner(t *testing.T, data string, flags ...string) (string, string, func()) {
 	t.Helper()
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	cmd := exec.Command(bin, append([]string{"dev", "--data", data, "--listen", "127.0.0.1:0", "--shutdown-timeout", "5s", "--log-level", "warn"}, flags...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "STARLOG_") {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/shared/testsvc"
 )
 
 // twoStarEnv is the environment of star id on a shared metastore and
@@ -142,10 +143,7 @@ func TestHandoffUnderLoad(t *testing.T) {
 	}
 
 	// b → a through the CLI, asked of a (forwarded to b).
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	stopProbe := make(chan struct{})
 	defer close(stopProbe)
 	probeDone = make(chan struct{})
@@ -299,10 +297,7 @@ func TestDrainOpensTerminateGate(t *testing.T) {
 		t.Fatalf("drain status before the drain: %d %s %v", status, out, err)
 	}
 
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	start := time.Now()
 	cmd := exec.Command(bin, "drain", "--wait", "--poll", "50ms", "--endpoint", a.url)
 	cmd.Env = cliEnv()

@@ -113,10 +113,7 @@ func metricAt(t *testing.T, base, series string) string {
 // and their variables (issue 12: the unit lacked the S3 region and every
 // star exited with "no directory and no S3 region configured").
 func TestServeNamesMissingSettings(t *testing.T) {
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "serve", "--listen=127.0.0.1:0", "--dynamo-table=t", "--dynamo-region=us-east-1",
@@ -135,10 +132,7 @@ func TestServeNamesMissingSettings(t *testing.T) {
 // every flag and variable that would supply them; one with a short key
 // says so.
 func TestServeNeedsCredentials(t *testing.T) {
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	run := func(env ...string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

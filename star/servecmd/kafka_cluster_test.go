@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/starlog/starlog/shared/testsvc"
 )
 
 // freePorts is a loopback port p with p … p+n-1 free (a cluster's stars
@@ -47,10 +49,7 @@ func freePorts(t *testing.T, n int) int {
 // 2 leads (it took the first produce), a client of star 3 consumes every
 // record from the start.
 func TestDevClusterServesKafkaOnEveryStar(t *testing.T) {
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	api, kbase := freePorts(t, 3), freePorts(t, 3)
 	cmd := exec.Command(bin, "dev", "--stars", "3", "--data", t.TempDir(), "--basin", "",
 		"--listen", fmt.Sprintf("127.0.0.1:%d", api), "--kafka-listen", fmt.Sprintf("127.0.0.1:%d", kbase),

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/starlog/starlog/shared/testsvc"
 )
 
 var kafkaBannerRE = regexp.MustCompile(`^  kafka:   (\S+) \(bootstrap server`)
@@ -23,10 +25,7 @@ var kafkaBannerRE = regexp.MustCompile(`^  kafka:   (\S+) \(bootstrap server`)
 // its banner prints ("" when it prints none) and the admin token.
 func startDevKafka(t *testing.T, flags ...string) (string, string) {
 	t.Helper()
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	cmd := exec.Command(bin, append([]string{"dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--shutdown-timeout", "5s", "--log-level", "warn"}, flags...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "STARLOG_") {
@@ -124,10 +123,7 @@ func TestDevKafkaPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	out, err := exec.Command(bin, "dev", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--kafka-listen", ln.Addr().String()).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--kafka-listen") {
 		t.Fatalf("a taken --kafka-listen: %v\n%s", err, out)

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,22 +18,9 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/poll"
+	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/star/auth"
 )
-
-// buildStar builds the star binary once per test run.
-var buildStar = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "starlog-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "star")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/starlog/starlog/star").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
 
 // proc is a running star process.
 type proc struct {
@@ -90,10 +76,7 @@ var endpointRE = regexp.MustCompile(`serving the S2 API on (http://\S+)`)
 
 func startDev(t *testing.T, data string, flags ...string) *proc {
 	t.Helper()
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	args := append([]string{"dev", "--data", data, "--listen", "127.0.0.1:0", "--s3-flush-interval", "2ms", "--shutdown-timeout", "5s"}, flags...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), credEnv...), "STARLOG_LOG_LEVEL=warn")

@@ -21,10 +21,7 @@ var listenRE = regexp.MustCompile(`msg=serving listen=(\S+)`)
 // environment variables (the flags' fallbacks).
 func startServe(t *testing.T, env []string) *proc {
 	t.Helper()
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(append(os.Environ(), credEnv...), env...)
 	stderr, err := cmd.StderrPipe()

@@ -73,10 +73,7 @@ func TestServeTLS(t *testing.T) {
 
 // Half a TLS setting is an error naming the missing flag and variable.
 func TestServeTLSNeedsKey(t *testing.T) {
-	bin, err := buildStar()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testsvc.StarBinary(t)
 	ca := testsvc.NewCA(t, "stars")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
