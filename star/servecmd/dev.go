@@ -308,6 +308,9 @@ func openDevStores(ctx context.Context, data string, cfg node.Config) (meta.Stor
 	objs, err := fs.Open(filepath.Join(data, "objects"), fs.Options{Journal: true})
 	if err != nil {
 		ms.Close()
+		if errors.Is(err, fs.ErrLocked) {
+			return nil, nil, fmt.Errorf("object store: %w (is a star dev running on %s? stop it first)", err, data)
+		}
 		return nil, nil, fmt.Errorf("object store: %w", err)
 	}
 	for _, b := range append(slices.Clone(cfg.Standard.Buckets), cfg.Express.Buckets...) {

@@ -75,13 +75,19 @@ STARLOG_STANDARD_BUCKETS, ...).`,
 		}
 		sc := cfg.Settle
 		sc.ScratchDir = filepath.Join(data, "scratch")
-		if err := os.MkdirAll(sc.ScratchDir, 0o755); err != nil {
+		closeStores := func() {
+			if c, ok := objs.(io.Closer); ok {
+				c.Close() // the journal's records written out, its lock let go
+			}
 			ms.Close()
+		}
+		if err := os.MkdirAll(sc.ScratchDir, 0o755); err != nil {
+			closeStores()
 			return nil, nil, err
 		}
 		st := &settle.Stores{Meta: ms, Objects: objs, SettledBucket: cfg.Standard.Buckets[0],
 			Streams: settle.MetaStreams{Meta: ms}, Config: sc, Metrics: settle.NewMetrics(nil), Logger: log}
-		return st, func() { ms.Close() }, nil
+		return st, closeStores, nil
 	}
 	run := func(fn func(ctx context.Context, st *settle.Stores, out io.Writer) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
