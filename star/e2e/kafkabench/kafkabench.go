@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/starlog/starlog/star/e2e/peerbench"
 )
 
 // Workload is one row of the table.
@@ -63,20 +65,6 @@ type Row struct {
 	CLI      []Sample
 }
 
-// Median of xs (0 for none).
-func Median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
 // Quantile is the q-quantile of ds (nearest rank; 0 for none). It sorts ds.
 func Quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
@@ -88,7 +76,9 @@ func Quantile(ds []time.Duration, q float64) time.Duration {
 }
 
 // rate is the median over a face's runs.
-func rate(ss []Sample) float64 { return Median(pick(ss, func(s Sample) float64 { return s.Rate })) }
+func rate(ss []Sample) float64 {
+	return peerbench.Median(pick(ss, func(s Sample) float64 { return s.Rate }))
+}
 
 // p50 and p99 are the percentiles of every run's latencies pooled, or,
 // for samples without them, the medians of the runs' percentiles.
@@ -107,7 +97,7 @@ func pooled(ss []Sample, q float64, per func(Sample) time.Duration) time.Duratio
 	if len(all) > 0 {
 		return Quantile(all, q)
 	}
-	return time.Duration(Median(pick(ss, func(s Sample) float64 { return float64(per(s)) })))
+	return time.Duration(peerbench.Median(pick(ss, func(s Sample) float64 { return float64(per(s)) })))
 }
 
 func pick(ss []Sample, f func(Sample) float64) []float64 {

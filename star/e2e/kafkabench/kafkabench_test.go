@@ -9,6 +9,7 @@ import (
 
 	"github.com/starlog/starlog/shared/sdk"
 	"github.com/starlog/starlog/shared/sdk/sdktest"
+	"github.com/starlog/starlog/star/e2e/peerbench"
 )
 
 func TestQuantileAndMedian(t *testing.T) {
@@ -21,10 +22,10 @@ func TestQuantileAndMedian(t *testing.T) {
 			t.Errorf("q%v = %v, want %v", tc.q, got, tc.want)
 		}
 	}
-	if Quantile(nil, 0.5) != 0 || Median(nil) != 0 {
+	if Quantile(nil, 0.5) != 0 || peerbench.Median(nil) != 0 {
 		t.Fatal("quantile or median of nothing is not 0")
 	}
-	if m := Median([]float64{4, 1, 3, 2}); m != 2.5 {
+	if m := peerbench.Median([]float64{4, 1, 3, 2}); m != 2.5 {
 		t.Fatalf("median of 4,1,3,2 = %v", m)
 	}
 }

@@ -7,6 +7,7 @@ package benchproc
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -107,4 +108,39 @@ func waitUntil(ctx context.Context, ready func() error, what string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// CPUProfile saves a d-long CPU profile of the process whose pprof admin
+// listener is adminAddr into path, starting after settle (a run's set-up),
+// all within d plus 30 s.
+func CPUProfile(ctx context.Context, adminAddr string, settle, d time.Duration, path string) error {
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, res.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

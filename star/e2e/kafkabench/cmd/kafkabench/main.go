@@ -10,9 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -276,7 +274,9 @@ func runOne(ctx context.Context, o options, st *star, w kafkabench.Workload, fac
 		pd = 3 * time.Second
 	}
 	if prof != "" {
-		go func() { profDone <- cpuProfile(ctx, st.admin, max(pd-time.Second, time.Second), prof) }()
+		go func() {
+			profDone <- benchproc.CPUProfile(ctx, st.admin, 300*time.Millisecond, max(pd-time.Second, time.Second), prof)
+		}()
 	} else {
 		profDone <- nil
 	}
@@ -379,36 +379,4 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-func cpuProfile(ctx context.Context, adminAddr string, d time.Duration, path string) error {
-	select {
-	case <-time.After(300 * time.Millisecond): // past the run's set-up
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, res.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, res.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

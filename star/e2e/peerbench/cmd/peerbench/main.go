@@ -11,9 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -216,7 +214,9 @@ func runStar(ctx context.Context, starBin string, env []string, w peerbench.Work
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	profDone := make(chan error, 1)
 	if prof != "" {
-		go func() { profDone <- cpuProfile(ctx, adminAddr, max(dur-time.Second, time.Second), prof) }()
+		go func() {
+			profDone <- benchproc.CPUProfile(ctx, adminAddr, 500*time.Millisecond, max(dur-time.Second, time.Second), prof)
+		}()
 	} else {
 		profDone <- nil
 	}
@@ -236,34 +236,6 @@ func runStar(ctx context.Context, starBin string, env []string, w peerbench.Work
 		return 0, fmt.Errorf("star bench output: %w: %q", err, stdout.String())
 	}
 	return res.Append.RecordsPerSec, nil
-}
-
-func cpuProfile(ctx context.Context, adminAddr string, d time.Duration, path string) error {
-	time.Sleep(500 * time.Millisecond) // past stream creation
-	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, res.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, res.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // deleteStreams drops a run's streams so the data folder does not grow
