@@ -54,8 +54,8 @@ func (s *Server) servePeer(w http.ResponseWriter, r *http.Request) {
 	name := kmsg.NameForKey(int16(key))
 
 	wait := RequestTimeout + groupWaitOf(req)
-	if ms, err := strconv.ParseInt(r.Header.Get(headerKafkaWait), 10, 64); err == nil && ms > 0 {
-		wait = min(wait, time.Duration(ms)*time.Millisecond)
+	if ms, err := strconv.ParseInt(r.Header.Get(headerKafkaWait), 10, 64); err == nil && ms > 0 && ms < wait.Milliseconds() {
+		wait = time.Duration(ms) * time.Millisecond // compared first: no overflow
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()

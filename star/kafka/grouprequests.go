@@ -24,7 +24,9 @@ import (
 func groupWaitOf(req kmsg.Request) time.Duration {
 	switch r := req.(type) {
 	case *kmsg.JoinGroupRequest:
-		return min(max(time.Duration(r.RebalanceTimeoutMillis), time.Duration(r.SessionTimeoutMillis))*time.Millisecond, MaxRebalanceTimeout)
+		// The client's int32 milliseconds: never below 0 (the state
+		// machine refuses a session that short), never above the cap.
+		return min(max(time.Duration(r.RebalanceTimeoutMillis), time.Duration(r.SessionTimeoutMillis), 0)*time.Millisecond, MaxRebalanceTimeout)
 	case *kmsg.SyncGroupRequest:
 		return MaxRebalanceTimeout
 	}
