@@ -190,6 +190,12 @@ func allSettled(t *testing.T, ms meta.Store, ids map[string]string, want map[str
 			if err := meta.Decode(it.Val, &r); err != nil {
 				t.Fatal(err)
 			}
+			if r.FirstSeq < next && r.Settled == nil {
+				// A span ref a settle has just covered: commitObject puts
+				// the catalog row first and deletes what it covers after,
+				// so a query between the steps meets both. Not done yet.
+				return false
+			}
 			if r.FirstSeq != next {
 				t.Fatalf("%s: row at %d after end %d", name, r.FirstSeq, next)
 			}
