@@ -253,7 +253,11 @@ func TestDevStarTrimsAndDeletesEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	doe := &api.StreamConfig{RetentionPolicy: &api.RetentionPolicy{AgeSecs: 1}, DeleteOnEmpty: &api.DeleteOnEmptyConfig{MinAgeSecs: 1}}
-	names := map[string]*api.StreamConfig{"trimmed": nil, "emptied": doe, "busy": doe}
+	// The busy stream ages out as fast, but must stay empty for 10 s before
+	// it may go: appends a loaded machine spaces more than 2 s apart
+	// would otherwise empty and delete it, as the policy says they may.
+	busy := &api.StreamConfig{RetentionPolicy: &api.RetentionPolicy{AgeSecs: 1}, DeleteOnEmpty: &api.DeleteOnEmptyConfig{MinAgeSecs: 10}}
+	names := map[string]*api.StreamConfig{"trimmed": nil, "emptied": doe, "busy": busy}
 	for name, sc := range names {
 		if _, err := n.CreateStream(ctx, basin, api.CreateStreamRequest{Stream: name, Config: sc}, ""); err != nil {
 			t.Fatal(err)
