@@ -477,3 +477,28 @@ func TestHistoryKeepsPlaceableAppendsOfRetiredStreams(t *testing.T) {
 		})
 	}
 }
+
+func TestZoneHaltFailureClasses(t *testing.T) {
+	subjects := map[string]bool{"lin-0": true}
+	moved := `append: 503 this stream is led by another star; retry`
+	for _, c := range []struct {
+		fl        Failure
+		disturbed bool
+		want      zoneFailure
+	}{
+		// A just re-created catalog stream's leadership refusal is the
+		// re-create nemesis's, not the zone's (a clean-clone run failed
+		// on it).
+		{Failure{Kind: KindAppend, Stream: "cat-0@3", Definite: true, Err: moved}, false, zoneNotSubject},
+		{Failure{Kind: KindAppend, Stream: "lin-0", Definite: true, Err: moved}, false, zoneDefinite},
+		{Failure{Kind: KindAppend, Stream: "lin-0", Err: "503 the object store is not taking this star's writes; retry"}, false, zoneDefinite},
+		{Failure{Kind: KindAppend, Stream: "lin-0", Err: "connection refused"}, true, zoneRefused},
+		{Failure{Kind: KindAppend, Stream: "lin-0", Err: "connection refused"}, false, zoneIndefinite},
+		{Failure{Kind: KindAppend, Stream: "lin-0", Definite: true, Err: "star has not renewed its registration; will not answer from its own state"}, false, zoneGuarded},
+		{Failure{Kind: KindAppend, Stream: "lin-0", Err: "context deadline exceeded"}, false, zoneIndefinite},
+	} {
+		if got := zoneHaltFailure(c.fl, subjects, c.disturbed); got != c.want {
+			t.Errorf("%s %q (disturbed %v): class %d, want %d", c.fl.Stream, c.fl.Err, c.disturbed, got, c.want)
+		}
+	}
+}

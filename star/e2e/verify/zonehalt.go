@@ -231,7 +231,11 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 					s, poisoned.Round(time.Millisecond), x, stillDown.Round(time.Millisecond)))
 			}
 		}
-		definite, indefinite, refused, guarded, reads, slowReads := 0, 0, 0, 0, 0, 0
+		definite, indefinite, refused, guarded, others, reads, slowReads := 0, 0, 0, 0, 0, 0, 0
+		subjects := map[string]bool{}
+		for _, s := range express {
+			subjects[s] = true
+		}
 		var examples []string
 		for _, fl := range h.Failures() {
 			// From the zone's outage until shortly after it, short of
@@ -248,19 +252,27 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 				}
 				continue
 			}
-			storage := strings.Contains(fl.Err, "object store is not taking")
-			switch {
-			case ClockGuarded(fl.Err):
+			switch zoneHaltFailure(fl, subjects, disturbed) {
+			case zoneNotSubject:
+				// Not one of the round's Express streams: a Standard one
+				// (the zone holds none of its data) or a catalog stream,
+				// which the re-create nemesis deletes and makes again
+				// meanwhile (a new incarnation's first append may answer
+				// 503 "led by another star" while its lease settles):
+				// those refusals are the re-create's; the model judges
+				// what they did.
+				others++
+			case zoneGuarded:
 				// A conditional append the star would have rejected (412)
 				// while its heartbeat was late (the metastore, not the
 				// zone): it does not answer a rejection from memory then.
 				guarded++
-			case disturbed && (strings.Contains(fl.Err, "connection refused") || strings.Contains(fl.Err, "leader could not be reached")):
+			case zoneRefused:
 				// A star that had exited: asked directly, or through a
 				// star whose forward to it was refused (the same refusal,
 				// one hop on).
 				refused++
-			case fl.Definite || storage:
+			case zoneDefinite:
 				definite++
 				if definite <= 5 {
 					bad = append(bad, fmt.Sprintf("zone-halt: %s: append %s [%v, %v] failed with one Express zone down: %s",
@@ -294,10 +306,41 @@ func (f *ZoneHalt) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 		if guarded > 0 {
 			note += fmt.Sprintf(" (%d rejections refused under the clock guard: a heartbeat was late)", guarded)
 		}
+		if others > 0 {
+			note += fmt.Sprintf(" (%d failed appends to streams outside the round's Express set)", others)
+		}
 		return fmt.Sprintf("zone-halt at %v: acks called after the deadline halt / the foreign occupant and returned with %s down: %s; slowest Express ack in the window %v; failed appends in it: %d definite, %d indefinite; failed reads and check-tails: %d (%d timed out after %v)%s",
 			zoneDown.Round(time.Millisecond), x, strings.Join(counts, ", "), worst.Round(time.Millisecond), definite, indefinite, reads, slowReads, f.ReadTimeout, note), bad
 	}
 	return ev, nil
+}
+
+// zoneFailure classes a failed append in the zone's window.
+type zoneFailure int
+
+const (
+	zoneIndefinite zoneFailure = iota
+	zoneNotSubject             // not one of the round's Express streams
+	zoneGuarded                // a 412 the star would not answer from memory
+	zoneRefused                // an exited star refused it (only when disturbed)
+	zoneDefinite               // failed surely, or the store refused it: the zone showed
+)
+
+// zoneHaltFailure classes fl for the zone-halt check: subjects are the
+// round's Express streams (the only ones whose copies the zone holds);
+// disturbed says a star process went away during the fault. Pure.
+func zoneHaltFailure(fl Failure, subjects map[string]bool, disturbed bool) zoneFailure {
+	switch {
+	case !subjects[fl.Stream]:
+		return zoneNotSubject
+	case ClockGuarded(fl.Err):
+		return zoneGuarded
+	case disturbed && (strings.Contains(fl.Err, "connection refused") || strings.Contains(fl.Err, "leader could not be reached")):
+		return zoneRefused
+	case fl.Definite || strings.Contains(fl.Err, "object store is not taking"):
+		return zoneDefinite
+	}
+	return zoneIndefinite
 }
 
 // procs remembers which process of each star a fault began with, so
