@@ -19,6 +19,20 @@ import (
 // rows.
 var ErrNeedMore = errors.New("absorb: pass needs more slots to match its recorded marker")
 
+// NeedMoreError is ErrNeedMore with the count: the pass from Slot must be
+// offered Slots slots (its recorded marker's), so a caller gathering
+// slots one by one tries again only once it has them.
+type NeedMoreError struct {
+	Epoch, Slot uint64
+	Slots       int
+}
+
+func (e *NeedMoreError) Error() string {
+	return fmt.Sprintf("%v: epoch %d pass from slot %d has %d", ErrNeedMore, e.Epoch, e.Slot, e.Slots)
+}
+
+func (e *NeedMoreError) Is(target error) bool { return target == ErrNeedMore }
+
 // Absorber runs passes for one chain. It keeps each stream's chained totals
 // in memory and reads the ones it lacks from the stream's rows.
 type Absorber struct {
@@ -39,6 +53,10 @@ type Absorber struct {
 	// read has proven yet (see guard.go): a pass that ends finding its
 	// slots absorbed by another checks them for resurrections.
 	unproven []madeRef
+	// short is the last pass found short of its recorded marker: a marker
+	// never changes once claimed, so a pass from the same slot offered
+	// fewer slots is short again, with no metastore read.
+	short *NeedMoreError
 }
 
 // Seed tells the absorber a stream's totals at its durable tail (a leader
@@ -77,6 +95,12 @@ func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, e
 		return 0, nil
 	}
 	from := slots[0].Slot
+	a.mu.Lock()
+	short := a.short
+	a.mu.Unlock()
+	if short != nil && short.Epoch == epoch && short.Slot == from && len(slots) < short.Slots {
+		return 0, short
+	}
 	cp, err := a.checkpoint(ctx, epoch)
 	if err != nil {
 		return 0, err
@@ -120,7 +144,11 @@ func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, e
 	}
 	if n := int(claim.m.EndSlot - from); n != len(slots) {
 		if n > len(slots) {
-			return 0, ErrNeedMore
+			short := &NeedMoreError{Epoch: epoch, Slot: from, Slots: n}
+			a.mu.Lock()
+			a.short = short
+			a.mu.Unlock()
+			return 0, short
 		}
 		slots = slots[:n]
 		if p, err = Plan(a.Star, a.Class, epoch, slots, prev, a.Rip, birth); err != nil {

@@ -117,12 +117,15 @@ func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoc
 		return err
 	}
 	var pending []absorb.Slot
+	need := walkPass // slots the next pass takes: more when a marker says so
 	flush := func(all bool) error {
-		for len(pending) > 0 && (all || len(pending) >= walkPass) {
+		for len(pending) > 0 && (all || len(pending) >= need) {
 			n, err := abs.Pass(ctx, epoch, pending)
-			if errors.Is(err, absorb.ErrNeedMore) && !all {
+			if nm := (*absorb.NeedMoreError)(nil); errors.As(err, &nm) && !all {
+				need = nm.Slots
 				return nil
 			}
+			need = walkPass
 			if err != nil {
 				return fmt.Errorf("settle %s/%s epoch %d: absorb from slot %d: %w", c.Star, c.Class, epoch, pending[0].Slot, err)
 			}
