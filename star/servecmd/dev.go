@@ -125,9 +125,12 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				ms.Close()
 				return err
 			}
+			closer, _ := objs.(io.Closer) // the journaled store; the latency wrapper is none
 			objs = withDevLatency(objs, cfg.Express.Buckets, lat)
 			defer ms.Close()
-			defer objs.(io.Closer).Close() // materializes the journal
+			if closer != nil {
+				defer closer.Close() // materializes the journal
+			}
 			var audit auditorHandle
 			defer audit.wait() // before the metastore closes
 			out := cmd.OutOrStdout()

@@ -19,3 +19,4 @@ func TestParseDevLatency(t *testing.T) {
 		}
 	}
 }
+
