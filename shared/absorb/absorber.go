@@ -55,7 +55,7 @@ type Absorber struct {
 	unproven []madeRef
 	// short is the last pass found short of its recorded marker: a marker
 	// never changes once claimed, so a pass from the same slot offered
-	// fewer slots is short again, with no metastore read.
+	// fewer slots is short again, without reading the streams' rows.
 	short *NeedMoreError
 }
 
@@ -95,18 +95,20 @@ func (a *Absorber) Pass(ctx context.Context, epoch uint64, slots []Slot) (int, e
 		return 0, nil
 	}
 	from := slots[0].Slot
-	a.mu.Lock()
-	short := a.short
-	a.mu.Unlock()
-	if short != nil && short.Epoch == epoch && short.Slot == from && len(slots) < short.Slots {
-		return 0, short
-	}
 	cp, err := a.checkpoint(ctx, epoch)
 	if err != nil {
 		return 0, err
 	}
 	if cp != from {
 		return a.behind(ctx, epoch, slots, cp)
+	}
+	// Still short of the marker found last time (the checkpoint is read
+	// first: the marker's own pass, run by another, may have passed it).
+	a.mu.Lock()
+	short := a.short
+	a.mu.Unlock()
+	if short != nil && short.Epoch == epoch && short.Slot == from && len(slots) < short.Slots {
+		return 0, short
 	}
 	prev, err := a.prevTotals(ctx, slots)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -223,13 +224,26 @@ func shortDuration(d time.Duration) string {
 // flight uploads: an append that finds the chain idle is cut at once.
 const DiskFlushInterval = time.Millisecond
 
+// DiskBacklogFlights is a chain's backlog in flights on a directory store.
+// Cut when idle, a flight there carries one producer's append or a few
+// (2 MiB/s of 16 KiB appends is 128 flights a second, where S3's 50 ms
+// interval cuts 20), so the S3 default of 12,288 put the backlog at half
+// (an early absorb pass) every 48 s, and a star at 10,000 streams wrote a
+// span ref per append, 162 writes a second against its budget of 50. At
+// this bound the passes may be spaced 512 s at that rate, past the 400 s
+// the budget asks at 10,000 streams. Its flights are small: the flight
+// index's entries for 131,072 flights of one stream are about 15 MiB.
+const DiskBacklogFlights = 131072
+
 // diskFlushDefaults makes the flush intervals default to DiskFlushInterval,
-// and the cut-when-idle rule to on, where the flags were not given (on the
-// command line or by environment). withDefault also shows it in --help.
+// the cut-when-idle rule to on, and the backlog to DiskBacklogFlights
+// where the flags were not given (on the command line or by environment).
+// withDefault also shows it in --help.
 func diskFlushDefaults(fs *pflag.FlagSet, withDefault bool) {
 	for name, v := range map[string]string{
 		"s3-flush-interval": DiskFlushInterval.String(), "s3-express-flush-interval": DiskFlushInterval.String(),
 		"s3-cut-when-idle": "true", "s3-express-cut-when-idle": "true",
+		"s3-chain-backlog-flights": strconv.Itoa(DiskBacklogFlights),
 	} {
 		f := fs.Lookup(name)
 		if f == nil || f.Changed {

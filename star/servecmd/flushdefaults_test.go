@@ -1,6 +1,7 @@
 package servecmd
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,9 +19,10 @@ func TestFlushDefaultsPerMedium(t *testing.T) {
 		cmd       string
 		std, expr time.Duration
 		idle      string
+		backlog   int
 	}{
-		{"dev", DiskFlushInterval, DiskFlushInterval, "true"},
-		{"serve", d.Standard.FlushInterval, d.Express.FlushInterval, "false"},
+		{"dev", DiskFlushInterval, DiskFlushInterval, "true", DiskBacklogFlights},
+		{"serve", d.Standard.FlushInterval, d.Express.FlushInterval, "false", d.BacklogFlights},
 	} {
 		cmd := Dev()
 		if tc.cmd == "serve" {
@@ -39,6 +41,12 @@ func TestFlushDefaultsPerMedium(t *testing.T) {
 				t.Errorf("%s --%s: default %s, value %s; want %s", tc.cmd, name, f.DefValue, f.Value, tc.idle)
 			}
 		}
+		if f := fs.Lookup("s3-chain-backlog-flights"); f.DefValue != strconv.Itoa(tc.backlog) || f.Value.String() != strconv.Itoa(tc.backlog) {
+			t.Errorf("%s --s3-chain-backlog-flights: default %s, value %s; want %d", tc.cmd, f.DefValue, f.Value, tc.backlog)
+		}
+	}
+	if DiskBacklogFlights <= d.BacklogFlights {
+		t.Fatalf("the disk backlog %d is not above S3's %d", DiskBacklogFlights, d.BacklogFlights)
 	}
 	if DiskFlushInterval >= d.Standard.FlushInterval {
 		t.Fatalf("the disk interval %v is not below S3's %v", DiskFlushInterval, d.Standard.FlushInterval)
@@ -79,5 +87,8 @@ func TestDiskFlushDefaultsKeepGivenFlags(t *testing.T) {
 	}
 	if !c.whenIdle || !c.expWhenIdle || !c.nodeConfig().Standard.CutWhenIdle || !c.nodeConfig().Express.CutWhenIdle {
 		t.Fatalf("unset cut-when-idle on a directory store: %v %v", c.whenIdle, c.expWhenIdle)
+	}
+	if got := c.nodeConfig().BacklogFlights; got != DiskBacklogFlights {
+		t.Fatalf("unset backlog on a directory store: %d flights, want %d", got, DiskBacklogFlights)
 	}
 }

@@ -20,14 +20,29 @@ import (
 	"github.com/starlog/starlog/shared/meta"
 )
 
-// walkPass is how many walked slots one absorb pass takes. A pass writes
-// a ref per stream it carries, so at many streams the successor's writes
-// are about streams × slots / walkPass: at 10,000 streams a 2,251-flight
-// backlog took 352,787 writes (112 s on DynamoDB Local) at 64 slots a
-// pass. 1,024 keeps a pass within the live pass bound (the star's absorb
-// takes up to half its backlog, 6,144 slots) and its memory to the walked
-// footers' extents.
-const walkPass = 1024
+// A walk's absorb pass takes the walked slots until they carry
+// walkPassExtents extents (its memory: the walked footers' extents), or
+// walkPassSlots slots. A pass writes a ref per stream it carries, so at
+// many streams the successor's writes are about streams × passes: at
+// 10,000 streams a 2,251-flight backlog of S3-sized flights took 352,787
+// writes (112 s on DynamoDB Local) at 64 slots a pass and 30,064 at 1,024.
+// Counting extents keeps S3's large flights (~200 streams each) near
+// 1,300 slots a pass, while a directory store's small ones (one append's
+// stream or a few, up to its 131,072-flight backlog) go 6,144 a pass.
+// walkPassSlots is the live loop's pass bound at the S3 default backlog
+// (half its 12,288 flights): a marker this walk records and then leaves
+// (a crash) stays one a live star of the epoch can complete itself.
+const (
+	walkPassExtents = 1 << 18
+	walkPassSlots   = 6144
+)
+
+// passFull reports whether a walk's pending slots (carrying extents
+// extents) make a pass: need is the slots a recorded marker asks for (0:
+// none). Pure.
+func passFull(slots, extents, need int) bool {
+	return slots >= need && (slots >= walkPassSlots || extents >= walkPassExtents)
+}
 
 // Chain restores "refs cover every acknowledged byte" for every unsettled
 // epoch of a chain whose writer is gone, its current mint head included:
@@ -117,17 +132,21 @@ func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoc
 		return err
 	}
 	var pending []absorb.Slot
-	need := walkPass // slots the next pass takes: more when a marker says so
+	extents := 0 // in pending
+	need := 0    // slots the next pass must have: a recorded marker's
 	flush := func(all bool) error {
-		for len(pending) > 0 && (all || len(pending) >= need) {
+		for len(pending) > 0 && (all || passFull(len(pending), extents, need)) {
 			n, err := abs.Pass(ctx, epoch, pending)
 			if nm := (*absorb.NeedMoreError)(nil); errors.As(err, &nm) && !all {
 				need = nm.Slots
 				return nil
 			}
-			need = walkPass
+			need = 0
 			if err != nil {
 				return fmt.Errorf("settle %s/%s epoch %d: absorb from slot %d: %w", c.Star, c.Class, epoch, pending[0].Slot, err)
+			}
+			for _, s := range pending[:n] {
+				extents -= len(s.Extents)
 			}
 			pending = pending[n:]
 		}
@@ -135,6 +154,7 @@ func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoc
 	}
 	err = c.Walk(ctx, rec, rec.Checkpoint, cut, func(sf chain.SlotFooter) error {
 		pending = append(pending, absorb.Slot{Slot: sf.Slot, Extents: sf.Footer.Extents})
+		extents += len(sf.Footer.Extents)
 		return flush(false)
 	})
 	if err != nil {
