@@ -19,4 +19,3 @@ func TestParseDevLatency(t *testing.T) {
 		}
 	}
 }
-
