@@ -68,7 +68,7 @@ type Manager struct {
 	// reaches appenders that opened before it.
 	seen sync.Map // basin → struct{}
 
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	basins map[string]*basinState // the basins with a quota this star met
 
 	refused *prometheus.CounterVec
@@ -135,9 +135,16 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.
 // its quotas take effect at once here (nil: none, the basin is forgotten).
 func (m *Manager) Observe(basin, id string, q *api.BasinQuotas) {
 	if q == nil || q.IsZero() {
-		m.mu.Lock()
-		delete(m.basins, basin)
-		m.mu.Unlock()
+		// The common case, a basin without quotas, takes only the read
+		// lock: every unary append opens through here.
+		m.mu.RLock()
+		_, known := m.basins[basin]
+		m.mu.RUnlock()
+		if known {
+			m.mu.Lock()
+			delete(m.basins, basin)
+			m.mu.Unlock()
+		}
 		return
 	}
 	m.mu.Lock()
@@ -161,13 +168,19 @@ func (m *Manager) state(basin string) *basinState {
 // the stars, are at or over the basin's quota. Admitted bytes count
 // toward this star's rate.
 func (m *Manager) Take(basin string, n uint64) error {
-	m.mu.Lock()
-	st := m.basins[basin]
-	if st == nil {
-		m.mu.Unlock()
+	m.mu.RLock()
+	_, known := m.basins[basin]
+	m.mu.RUnlock()
+	if !known {
 		if _, ok := m.seen.Load(basin); !ok {
 			m.seen.Store(basin, struct{}{})
 		}
+		return nil
+	}
+	m.mu.Lock()
+	st := m.basins[basin]
+	if st == nil { // forgotten meanwhile: no quota
+		m.mu.Unlock()
 		return nil
 	}
 	now := m.d.Now()
