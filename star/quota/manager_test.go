@@ -128,8 +128,20 @@ func TestTwoStarsShareAnAppendQuota(t *testing.T) {
 	if err := a.Take("tenant", 1); err != nil {
 		t.Fatalf("after the quota was raised: %v", err)
 	}
+	// A basin with only a stream quota needs no usage rows either.
+	fb.set("streams-only", &api.BasinQuotas{Streams: api.Uint64(5)})
+	id, q, _ := fb.basin(ctx, "streams-only")
+	a.Observe("streams-only", id, q)
+	if err := a.Take("streams-only", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	a.Tick(ctx)
+	pg, err := ms.Query(ctx, meta.Query{PK: meta.QuotaUsageKey("streams-only", "").PK, From: "", To: "~"})
+	if err != nil || len(pg.Items) != 0 {
+		t.Fatalf("rows of a basin with only a stream quota: %v %v", pg.Items, err)
+	}
 	// Only the quota's basin has rows.
-	pg, err := ms.Query(ctx, meta.Query{PK: meta.QuotaUsageKey("free", "").PK, From: "", To: "~"})
+	pg, err = ms.Query(ctx, meta.Query{PK: meta.QuotaUsageKey("free", "").PK, From: "", To: "~"})
 	if err != nil || len(pg.Items) != 0 {
 		t.Fatalf("rows of the basin without a quota: %v %v", pg.Items, err)
 	}

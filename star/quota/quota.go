@@ -299,8 +299,8 @@ func (m *Manager) tickBasin(ctx context.Context, basin string) {
 		return // a failed read keeps what is known
 	}
 	m.Observe(basin, id, q)
-	if q == nil || q.IsZero() {
-		return
+	if q == nil || (q.StoredBytes == nil && q.AppendBytesPerSec == nil) {
+		return // no quota, or only a stream quota: the catalog counts those
 	}
 	now := m.d.Now()
 	m.mu.Lock()
