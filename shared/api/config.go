@@ -339,6 +339,8 @@ type BasinConfig struct {
 	// its records with (with the key of each request's s2-encryption-key):
 	// CipherAES256GCM, or unset for none. S2's aegis-256 is not offered.
 	StreamCipher *string `json:"stream_cipher,omitempty"`
+	// Quotas is starlog's extension: the basin's quotas (BasinQuotas).
+	Quotas *BasinQuotas `json:"quotas,omitempty"`
 }
 
 // Stream ciphers (S2's EncryptionAlgorithm).
@@ -366,6 +368,11 @@ func (c *BasinConfig) Validate() *Error {
 			return err
 		}
 	}
+	if c.Quotas != nil {
+		if err := c.Quotas.Validate(); err != nil {
+			return err
+		}
+	}
 	if c.StreamCipher != nil {
 		return validateCipher(*c.StreamCipher)
 	}
@@ -378,6 +385,8 @@ type BasinReconfiguration struct {
 	CreateStreamOnAppend Patch[bool]                  `json:"create_stream_on_append,omitzero"`
 	CreateStreamOnRead   Patch[bool]                  `json:"create_stream_on_read,omitzero"`
 	StreamCipher         Patch[string]                `json:"stream_cipher,omitzero"`
+	// Quotas (starlog's extension) patches the quotas field by field.
+	Quotas Patch[BasinQuotasReconfiguration] `json:"quotas,omitzero"`
 }
 
 // Validate checks the values a basin reconfiguration sets (422 invalid).
@@ -385,6 +394,11 @@ func (r *BasinReconfiguration) Validate() *Error {
 	if v := r.DefaultStreamConfig.Value; v != nil {
 		if err := v.Validate(); err != nil {
 			err.Message = "default_stream_config: " + err.Message
+			return err
+		}
+	}
+	if v := r.Quotas.Value; v != nil {
+		if err := v.Validate(); err != nil {
 			return err
 		}
 	}
@@ -416,6 +430,7 @@ func (c BasinConfig) Reconfigure(r BasinReconfiguration) BasinConfig {
 		out.CreateStreamOnRead = r.CreateStreamOnRead.Value != nil && *r.CreateStreamOnRead.Value
 	}
 	out.StreamCipher = r.StreamCipher.apply(c.StreamCipher)
+	out.Quotas = reconfigureQuotas(c.Quotas, r.Quotas)
 	return out
 }
 

@@ -21,6 +21,7 @@ const (
 	CodeBadFrame  = "bad_frame"
 	// 403
 	CodePermissionDenied = "permission_denied"
+	CodeQuotaExhausted   = "quota_exhausted" // S2's status for it too (a basin's quota, star/quota)
 	// 404
 	CodeBasinNotFound    = "basin_not_found"
 	CodeStreamNotFound   = "stream_not_found"
@@ -284,6 +285,13 @@ func StreamDeletionPending(format string, args ...any) *Error {
 // TransactionConflict is 409 transaction_conflict (retryable).
 func TransactionConflict(format string, args ...any) *Error {
 	return newError(http.StatusConflict, CodeTransactionConflict, format, args...)
+}
+
+// QuotaExhausted is 403 quota_exhausted: a basin's quota refuses the
+// request (star/quota). S2 answers its code with 403, as PermissionDenied:
+// definite, and not retried by the SDKs.
+func QuotaExhausted(format string, args ...any) *Error {
+	return newError(http.StatusForbidden, CodeQuotaExhausted, format, args...)
 }
 
 // Invalid is 422 invalid: well-formed but semantically invalid input.

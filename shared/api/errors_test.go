@@ -135,7 +135,7 @@ func TestDefiniteClassification(t *testing.T) {
 		StreamDeletionPending("x"), TransactionConflict("x"), SeqNumMismatch(1),
 		FencingTokenMismatch("a"), RangeNotSatisfiable(StreamPosition{}),
 		RateLimited("x"), HotServer("x"), PermissionDenied("x"),
-		ServerDraining("x"), NotImplemented("x"), DecryptionFailed("x"),
+		ServerDraining("x"), NotImplemented("x"), DecryptionFailed("x"), QuotaExhausted("x"),
 	}
 	indefinite := []*Error{
 		Timeout("x"), Storage("x"), Other("x"), Unavailable("x"),

@@ -30,6 +30,7 @@ const (
 	RowSettleFail    = "settle_fail"
 	RowToken         = "token"
 	RowFacade        = "facade" // the Durable Streams and Kafka faces' rows
+	RowQuota         = "quota"  // a star's usage of a basin with a quota
 	RowOther         = "other"
 )
 
@@ -86,6 +87,8 @@ func RowKind(pk, sk string) string {
 		return RowToken
 	case head == "ds" || head == "kafka":
 		return RowFacade
+	case strings.HasPrefix(pk, QuotaPKPrefix):
+		return RowQuota
 	}
 	return RowOther
 }

@@ -70,6 +70,9 @@ type Deps struct {
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
 	Leader   Leader
+	// AdmitCreate, when set, admits a new stream in a basin with quotas
+	// (star/quota's stream count) or refuses it with an *api.Error.
+	AdmitCreate func(ctx context.Context, basin, basinID string, q api.BasinQuotas) error
 }
 
 // Catalog is one star's view of the basins and streams.
@@ -82,6 +85,8 @@ type Catalog struct {
 	lead Leader
 	m    *metrics
 
+	admitCreate func(ctx context.Context, basin, basinID string, q api.BasinQuotas) error
+
 	mu      sync.Mutex
 	basins  map[string]*BasinEntry
 	streams map[StreamKey]*StreamEntry
@@ -90,7 +95,7 @@ type Catalog struct {
 // New returns the catalog of a star.
 func New(cfg Config, d Deps) *Catalog {
 	c := &Catalog{
-		cfg: cfg, meta: d.Meta, now: d.Now, ids: d.NewID, log: d.Logger, lead: d.Leader,
+		cfg: cfg, meta: d.Meta, now: d.Now, ids: d.NewID, log: d.Logger, lead: d.Leader, admitCreate: d.AdmitCreate,
 		basins:  map[string]*BasinEntry{},
 		streams: map[StreamKey]*StreamEntry{},
 	}

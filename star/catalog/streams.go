@@ -265,6 +265,11 @@ func (c *Catalog) createStream(ctx context.Context, b *BasinEntry, basin, name s
 			continue
 		}
 		b = fresh
+		if q := b.Row.Config.Quotas; q != nil && c.admitCreate != nil {
+			if err := c.admitCreate(ctx, basin, b.Row.ID, *q); err != nil {
+				return nil, nil, false, err
+			}
+		}
 		if old != nil {
 			// The name moves to a new id: the old one (deleted, or an
 			// earlier basin's) is first registered for reclamation (a

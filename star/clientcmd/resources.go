@@ -16,7 +16,7 @@ import (
 func (c *conn) basinsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "basins",
-		Short: "Manage basins (list, create, get, delete)",
+		Short: "Manage basins (list, create, get, reconfigure, delete)",
 		Long: `Manage basins, the namespaces that hold streams.
 
 Basin names are 8 to 48 characters of lower-case letters, digits and
@@ -60,11 +60,14 @@ hyphens, not starting or ending with a hyphen.`,
 
 	var onAppend, onRead bool
 	var defaults streamConfigFlags
+	var quotas quotaFlags
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a basin",
 		Long: `Create a basin. The stream config flags set the basin's default stream
-config, which streams created without those settings inherit.`,
+config, which streams created without those settings inherit. The quota
+flags set its quotas (see star basins reconfigure; they need the
+reconfigure-basin operation too).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := c.client()
@@ -79,6 +82,9 @@ config, which streams created without those settings inherit.`,
 			if sc != (api.StreamConfig{}) {
 				cfg.DefaultStreamConfig = &sc
 			}
+			if cfg.Quotas, err = quotas.quotas(cmd.Flags()); err != nil {
+				return err
+			}
 			info, err := cl.CreateBasin(cmd.Context(), args[0], cfg)
 			if err != nil {
 				return err
@@ -90,6 +96,7 @@ config, which streams created without those settings inherit.`,
 	create.Flags().BoolVar(&onAppend, "create-stream-on-append", false, "create a missing stream on its first append")
 	create.Flags().BoolVar(&onRead, "create-stream-on-read", false, "create a missing stream on its first read")
 	defaults.register(create.Flags())
+	quotas.register(create.Flags())
 
 	get := &cobra.Command{
 		Use:   "get NAME",
@@ -124,7 +131,7 @@ config, which streams created without those settings inherit.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(list, create, get, del)
+	cmd.AddCommand(list, create, get, c.basinReconfigureCmd(), del)
 	return cmd
 }
 

@@ -35,6 +35,9 @@ func codeOf(err error) int16 {
 	if !errors.As(err, &ae) {
 		return kerr.UnknownServerError.Code
 	}
+	if ae.Code == api.CodeQuotaExhausted {
+		return kerr.PolicyViolation.Code // a basin's quota: definite, not retried, as S2's 403
+	}
 	switch ae.Status {
 	case 403:
 		return kerr.TopicAuthorizationFailed.Code

@@ -40,6 +40,7 @@ func (n *Node) openAppend(ctx context.Context, basin, name string, create *api.S
 	if err != nil {
 		return nil, err
 	}
+	n.quota.Observe(basin, b.Row.ID, b.Row.Config.Quotas)
 	a := &Appender{n: n, basin: basin, name: name, create: create}
 	if e == nil {
 		return a, nil // created by the first accepted Submit
@@ -99,6 +100,9 @@ func (a *Appender) Submit(ctx context.Context, in *api.AppendInput) (*PendingApp
 	// must not hold up a handoff (admit's write side). A stream created
 	// just now has fresh buckets, so its first batch is always within them.
 	if err := a.n.limits.Admit(ctx, a.l.s.ID, in); err != nil {
+		return nil, err
+	}
+	if err := a.n.quota.Take(a.basin, api.MeteredBytes(in.Records)); err != nil {
 		return nil, err
 	}
 	// A marked batch needs the stream's producers: loaded once, before

@@ -108,6 +108,9 @@ type Config struct {
 	IdleRelease time.Duration
 	// Limits are the per-stream append rate limits (star/ratelimit).
 	Limits ratelimit.Limits
+	// QuotaPeriod is how often the star exchanges its basins' quota usage
+	// rows with the other stars (0: quota.DefaultPeriod).
+	QuotaPeriod time.Duration
 }
 
 // DefaultAbsorbWriteBudget is the default of Config.AbsorbWriteBudget:

@@ -38,6 +38,7 @@ import (
 	"github.com/starlog/starlog/star/catalog"
 	"github.com/starlog/starlog/star/lead"
 	"github.com/starlog/starlog/star/loglet"
+	"github.com/starlog/starlog/star/quota"
 	"github.com/starlog/starlog/star/ratelimit"
 	"github.com/starlog/starlog/star/reader"
 )
@@ -116,6 +117,9 @@ type Node struct {
 	balance  *balancer
 	idle     *idleReleaser
 	rowLoop  bgLoop
+
+	quota     *quota.Manager // the basins' quotas (quota.go)
+	quotaLoop bgLoop
 
 	// drain refuses new leases once begun; its loop releases the led
 	// streams under drainCtx, which Close cancels.
@@ -199,7 +203,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	}
 	n.cat = catalog.New(catalog.Config{DeletionPending: cfg.DeletionPending, BasinCacheTTL: cfg.BasinCacheTTL}, catalog.Deps{
 		Meta: n.meta, Now: n.now, NewID: deps.NewID, Logger: n.log, Registry: n.reg, Leader: catalogLeader{n},
+		AdmitCreate: n.admitCreate,
 	})
+	n.quota = n.newQuota()
 	objs := deps.Objects
 	if objs == nil {
 		all := append(append([]string(nil), cfg.Standard.Buckets...), cfg.Express.Buckets...)
@@ -261,6 +267,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	n.startBalancer()
 	n.startIdleRelease()
 	n.startRowCheck()
+	n.startQuota()
 	n.log.Info("star ready")
 	return n, nil
 }
@@ -388,6 +395,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.drainWG.Wait()
 	n.stopIdleRelease()
 	n.rowLoop.halt()
+	n.quotaLoop.halt()
 	// Release before the loglets stop: the release flush needs the absorb.
 	if released, failed := n.releaseAll(ctx); released+failed > 0 {
 		n.log.Info("close: released stream leases", "released", released, "failed", failed)
@@ -450,6 +458,7 @@ func (n *Node) abort() {
 	n.stopBalance()
 	n.stopIdleRelease()
 	n.rowLoop.halt()
+	n.quotaLoop.halt()
 	if n.stopBeat != nil {
 		n.stopBeat()
 		<-n.beatDone

@@ -39,6 +39,10 @@ func (s *Server) createBasin(w http.ResponseWriter, r *http.Request) {
 	if !ok || !s.checkLocation(w, r, req.Location) || !s.checkResource(w, r, auth.Request{Op: auth.CreateBasin, Basin: req.Basin}) {
 		return
 	}
+	// Quotas are the operator's: setting them needs what reconfiguring does.
+	if req.Config != nil && req.Config.Quotas != nil && !s.checkResource(w, r, auth.Request{Op: auth.ReconfigureBasin, Basin: req.Basin}) {
+		return
+	}
 	info, result, cerr := s.n.ProvisionBasin(r.Context(), req, r.Header.Get(api.HeaderRequestToken))
 	if cerr != nil {
 		s.writeError(w, r, cerr)

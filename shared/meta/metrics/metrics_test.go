@@ -131,6 +131,7 @@ func TestRowKinds(t *testing.T) {
 		{meta.ReclaimStreamKey("s"), meta.RowReclaimStream},
 		{meta.SettleFailKey("s"), meta.RowSettleFail},
 		{meta.TokenKey("t"), meta.RowToken},
+		{meta.QuotaUsageKey("b", "star-1"), meta.RowQuota},
 		{meta.Key{PK: "producers#s", SK: "checkpoint"}, meta.RowProducers},
 	} {
 		if got := meta.RowKind(c.k.PK, c.k.SK); got != c.want {
