@@ -3,6 +3,7 @@ package dashboards
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"strings"
 
@@ -151,17 +152,17 @@ func drawPanel(c draw.Canvas, p Drawn, small font.Font, xmax float64) error {
 	pl.Legend.Left = true
 	pl.Add(plotter.NewGrid())
 	for i, l := range p.Lines {
-		xys := make(plotter.XYs, len(l.X))
-		for j := range l.X {
-			xys[j].X, xys[j].Y = l.X[j], l.Y[j]
+		var ln *plotter.Line
+		for _, seg := range segments(l) {
+			s, err := plotter.NewLine(seg)
+			if err != nil {
+				return err
+			}
+			s.Color = palette[i%len(palette)]
+			s.Width = 1
+			pl.Add(s)
+			ln = s
 		}
-		ln, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		ln.Color = palette[i%len(palette)]
-		ln.Width = 1
-		pl.Add(ln)
 		if i < 8 {
 			pl.Legend.Add(l.Legend, ln)
 		} else if i == 8 {
@@ -176,6 +177,28 @@ func drawPanel(c draw.Canvas, p Drawn, small font.Font, xmax float64) error {
 	pl.Y.Max += (pl.Y.Max - pl.Y.Min) * 0.35 // headroom for the legend
 	pl.Draw(c)
 	return nil
+}
+
+// segments splits l where it has no value for longer than one and a half
+// of its shortest step (a quantile of no observations, a series not yet
+// exported), so a gap is drawn as a gap, not a straight line across it.
+func segments(l Line) []plotter.XYs {
+	step := math.Inf(1)
+	for j := 1; j < len(l.X); j++ {
+		if d := l.X[j] - l.X[j-1]; d > 0 {
+			step = min(step, d)
+		}
+	}
+	var out []plotter.XYs
+	var cur plotter.XYs
+	for j := range l.X {
+		if j > 0 && l.X[j]-l.X[j-1] > 1.5*step {
+			out = append(out, cur)
+			cur = nil
+		}
+		cur = append(cur, plotter.XY{X: l.X[j], Y: l.Y[j]})
+	}
+	return append(out, cur)
 }
 
 // wrap breaks s at spaces into lines of at most n characters.

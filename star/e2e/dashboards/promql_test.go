@@ -181,3 +181,12 @@ func TestCloudWatchWidgets(t *testing.T) {
 		t.Errorf("AWS-only notes %q, %q", ps[0].AWSOnly, ps[1].AWSOnly)
 	}
 }
+
+// A line with a hole is drawn as two segments.
+func TestSegmentsSplitAtGaps(t *testing.T) {
+	l := Line{X: []float64{0, 5, 10, 30, 35}, Y: []float64{1, 2, 3, 4, 5}}
+	segs := segments(l)
+	if len(segs) != 2 || len(segs[0]) != 3 || len(segs[1]) != 2 {
+		t.Fatalf("segments %v", segs)
+	}
+}
