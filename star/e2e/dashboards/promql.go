@@ -19,11 +19,10 @@ import (
 // than drawing an empty panel. (Prometheus's own engine, as a library,
 // would bring its service discovery's cloud SDKs into this module.)
 //
-// Differences from Prometheus, both small at a fixed scrape interval:
-// rate is the counter's increase between the first and last samples in
-// the window over their distance, without extrapolation to the window's
-// edges; an instant selector takes a series' latest sample at or before
-// the evaluation time within five minutes, without staleness markers.
+// Its rate extrapolates as Prometheus's does. One difference: an instant
+// selector takes a series' latest sample at or before the evaluation time
+// within five minutes, without staleness markers (a series that stops
+// being exported keeps its last value for five minutes).
 
 // Expr is a parsed query.
 type Expr interface{ String() string }

@@ -82,7 +82,7 @@ func eval(t *testing.T, st *Store, q string, at time.Time) map[string]float64 {
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 || math.IsNaN(a) && math.IsNaN(b) }
 
 // The evaluator's answers, worked by hand: a rate over a window (a counter
-// reset counted from 0), sum and max by a label, a quantile interpolated
+// reset counted from 0, extrapolated as Prometheus does), sum and max by a label, a quantile interpolated
 // inside its bucket, a quantile of no observations NaN, a regexp matcher
 // anchored, a vector times a number.
 func TestEvalSubset(t *testing.T) {
@@ -92,8 +92,10 @@ func TestEvalSubset(t *testing.T) {
 		at   int
 		want map[string]float64
 	}{
+		// express from 0: no extrapolation below its zero; standard
+		// extrapolated 10 s back to the window's start (one interval).
 		{`sum by (class) (rate(req_total{class=~".*"}[30s]))`, 2, map[string]float64{
-			`class="express",`: (50 + 20) / 20.0, `class="standard",`: 200 / 20.0}},
+			`class="express",`: (50 + 20) / 30.0, `class="standard",`: 200 * 1.5 / 30}},
 		{`sum by (class) (rate(req_total[20s]))`, 0, map[string]float64{}}, // one sample: no rate (windows are open at their start)
 		{`sum(rate(req_total{code!~"2.."}[20s]))`, 2, map[string]float64{``: 0}},
 		{`sum(rate(req_total{code=~"2"}[20s]))`, 2, map[string]float64{}}, // anchored: "2" is not "200"

@@ -1,9 +1,11 @@
 package dashboards
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,11 +86,15 @@ func (r Run) Execute(ctx context.Context, logf func(string, ...any)) (*Store, er
 	}
 	logf("star dev serving on %s, /metrics on %s", api, internal)
 
+	scrapes := filepath.Join(r.Work, "scrapes")
+	if err := os.MkdirAll(scrapes, 0o755); err != nil {
+		return nil, err
+	}
 	st := NewStore()
 	sctx, stopScrape := context.WithCancel(ctx)
 	var scrapeErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { scrapeErr = scrapeEvery(sctx, st, "http://"+internal+"/metrics", r.Scrape) })
+	wg.Go(func() { scrapeErr = scrapeEvery(sctx, st, "http://"+internal+"/metrics", r.Scrape, scrapes) })
 	defer func() { stopScrape(); wg.Wait() }()
 
 	endpoint := "http://" + api
@@ -154,24 +160,31 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// scrapeEvery scrapes url into st every d until ctx ends; a failed scrape
-// fails the run (each is bounded by d).
-func scrapeEvery(ctx context.Context, st *Store, url string, d time.Duration) error {
+// scrapeEvery scrapes url into st every d until ctx ends, each scrape
+// also kept in dir as <unix ms>.prom (to check the evaluation against
+// another); a failed scrape fails the run (each is bounded by d).
+func scrapeEvery(ctx context.Context, st *Store, url string, d time.Duration, dir string) error {
 	c := &http.Client{Timeout: d}
 	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		now := time.Now()
 		res, err := c.Get(url)
+		var body []byte
+		if err == nil {
+			body, err = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("scrape %s: %w", url, err)
 		}
-		err = st.AddScrape(now, res.Body)
-		res.Body.Close()
-		if err != nil {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%d.prom", now.UnixMilli())), body, 0o644); err != nil {
+			return err
+		}
+		if err := st.AddScrape(now, bytes.NewReader(body)); err != nil {
 			return err
 		}
 		select {

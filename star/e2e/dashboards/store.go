@@ -143,8 +143,11 @@ func (s *series) at(t time.Time, lb time.Duration) (float64, bool) {
 	return s.vs[i], true
 }
 
-// rate is the per-second increase of a counter over the samples in
-// (t-w, t], a reset counted as a restart from 0; false with fewer than two
+// rate is Prometheus's rate of a counter over the samples in (t-w, t]: the
+// increase between the first and last (a reset counted as a restart from
+// 0), extrapolated towards the window's edges as Prometheus does (to an
+// edge within 1.1 average sample intervals, else half an interval; not
+// below the counter's zero), over the window; false with fewer than two
 // samples.
 func (s *series) rate(t time.Time, w time.Duration) (float64, bool) {
 	hi := sort.Search(len(s.ts), func(i int) bool { return s.ts[i].After(t) })
@@ -160,5 +163,20 @@ func (s *series) rate(t time.Time, w time.Duration) (float64, bool) {
 			inc += s.vs[i]
 		}
 	}
-	return inc / s.ts[hi-1].Sub(s.ts[lo]).Seconds(), true
+	sampled := s.ts[hi-1].Sub(s.ts[lo]).Seconds()
+	avg := sampled / float64(hi-lo-1)
+	toStart := s.ts[lo].Sub(t.Add(-w)).Seconds()
+	toEnd := t.Sub(s.ts[hi-1]).Seconds()
+	if inc > 0 && s.vs[lo] >= 0 {
+		if toZero := sampled * s.vs[lo] / inc; toZero < toStart {
+			toStart = toZero
+		}
+	}
+	if toStart >= avg*1.1 {
+		toStart = avg / 2
+	}
+	if toEnd >= avg*1.1 {
+		toEnd = avg / 2
+	}
+	return inc * (sampled + toStart + toEnd) / sampled / w.Seconds(), true
 }
