@@ -419,6 +419,23 @@ bench-kafka:
 	@set -o pipefail; bin/kafkabench --star bin/star --runs $(KAFKA_RUNS) --duration $(KAFKA_SECONDS)s \
 	  --read-bytes $(KAFKA_READ_BYTES) --work build/bench-kafka 2>&1 | tee build/bench-kafka.log
 
+## dashboards: images of both operator dashboards from a real run (issue 32,
+## star/e2e/dashboards): star dev under appends and tailing reads on both
+## classes for DASH_LOAD, a DASH_SETTLE idle round, a catch-up read, /metrics
+## scraped every 5 s; every Grafana panel and every widget of the synthesized
+## stack's CloudWatch dashboard evaluated over the scrapes, drawn to
+## docs/grafana-dashboard.png and docs/cloudwatch-dashboard.png (about 2.5
+## minutes plus the synth). Log: build/dashboards.log.
+DASH_LOAD ?= 60s
+DASH_SETTLE ?= 45s
+.PHONY: dashboards
+dashboards: synth
+	@mkdir -p build
+	$(GO) build -o bin/star ./star
+	cd star/e2e && $(GO) build -o $(CURDIR)/bin/dashboards ./dashboards/cmd/dashboards
+	@set -o pipefail; bin/dashboards --star bin/star --load $(DASH_LOAD) --settle $(DASH_SETTLE) \
+	  --template cdk.out/Starlog.template.json --work build/dashboards 2>&1 | tee build/dashboards.log
+
 ## proto: regenerate shared/api/s2pb from shared/api/s2/v1/s2.proto (needs protoc on PATH:
 ## apt-get install protobuf-compiler). The generated file is checked in; CI never runs this.
 PROTOC_GEN_GO_VERSION := v1.36.12

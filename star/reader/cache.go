@@ -97,13 +97,23 @@ func newLoader[V any](capacity int64, kind string, m *metrics) *loader[V] {
 // cost. A caller whose own context is live retries when the shared load it
 // joined failed only because the leading caller's context ended.
 func (l *loader[V]) get(ctx context.Context, key string, load func(context.Context) (V, int64, error)) (V, error) {
+	ctx, ft := startFetch(ctx, l.kind, key) // nil unless traced
+	v, err := l.fetch(ctx, key, load, ft)
+	ft.end(err)
+	return v, err
+}
+
+func (l *loader[V]) fetch(ctx context.Context, key string, load func(context.Context) (V, int64, error), ft *fetchTrace) (V, error) {
 	for {
 		if v, ok := l.cache.get(key); ok {
 			l.m.cacheHits.WithLabelValues(l.kind).Inc()
+			ft.set(fetchHit)
 			return v, nil
 		}
 		l.m.cacheMisses.WithLabelValues(l.kind).Inc()
+		ft.set(fetchJoined) // unless the load below is this caller's
 		ch := l.flight.DoChan(key, func() (any, error) {
+			ft.set(fetchMiss)
 			v, cost, err := load(ctx)
 			if err != nil {
 				return v, err

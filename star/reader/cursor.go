@@ -418,12 +418,17 @@ func (c *Cursor) waitForRecords(ctx context.Context, wake <-chan struct{}, now t
 		defer t.Stop()
 		beat = t.C
 	}
+	sp := startTailWait(ctx) // nil unless traced
 	select {
 	case <-wake:
+		endTailWait(sp, "release")
 	case <-idle:
 		c.done = true
+		endTailWait(sp, "idle")
 	case <-beat:
+		endTailWait(sp, "heartbeat")
 	case <-ctx.Done():
+		endTailWait(sp, "done")
 		return ctx.Err()
 	}
 	return nil

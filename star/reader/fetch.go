@@ -81,7 +81,9 @@ func (r *Reader) extentIn(ctx context.Context, sp *meta.Span, sl meta.SlotRef, s
 		}
 		g, errs, err := hedged(ctx, r, set, func(ctx context.Context, name string) (got, error) {
 			r.m.gets.WithLabelValues(kindExtent).Inc()
-			b, err := r.cfg.Objects.Bucket(name).Get(ctx, key, int64(sl.Offset), int64(sl.Length))
+			gctx, rs := startRequest(ctx, "GET", name, kindExtent, key, int64(sl.Offset), int64(sl.Length))
+			b, err := r.cfg.Objects.Bucket(name).Get(gctx, key, int64(sl.Offset), int64(sl.Length))
+			rs.end(gctx, len(b), err)
 			if err == nil {
 				recs, derr := decodeExtent(b, sl)
 				if derr == nil {
@@ -162,7 +164,9 @@ func (r *Reader) footer(ctx context.Context, key string, size uint64) (*format.S
 		}
 		if size == 0 {
 			r.m.gets.WithLabelValues(kindHead).Inc()
-			info, err := b.Head(ctx, key)
+			hctx, rs := startRequest(ctx, "HEAD", r.cfg.SettledBucket, kindHead, key, 0, 0)
+			info, err := b.Head(hctx, key)
+			rs.end(hctx, 0, err)
 			if err != nil {
 				return fail(kindHead, err)
 			}
@@ -170,7 +174,9 @@ func (r *Reader) footer(ctx context.Context, key string, size uint64) (*format.S
 		}
 		n := min(size, uint64(r.cfg.FooterSuffixBytes))
 		r.m.gets.WithLabelValues(kindFooter).Inc()
-		suffix, err := b.Get(ctx, key, int64(size-n), int64(n))
+		gctx, rs := startRequest(ctx, "GET", r.cfg.SettledBucket, kindFooter, key, int64(size-n), int64(n))
+		suffix, err := b.Get(gctx, key, int64(size-n), int64(n))
+		rs.end(gctx, len(suffix), err)
 		if err != nil {
 			return fail(kindFooter, err)
 		}
@@ -186,7 +192,10 @@ func (r *Reader) footer(ctx context.Context, key string, size uint64) (*format.S
 			fb = suffix[n-format.SettledTrailerSize-uint64(flen) : n-format.SettledTrailerSize]
 		} else {
 			r.m.gets.WithLabelValues(kindFooter).Inc()
-			if fb, err = b.Get(ctx, key, int64(off), int64(flen)); err != nil {
+			gctx, rs := startRequest(ctx, "GET", r.cfg.SettledBucket, kindFooter, key, int64(off), int64(flen))
+			fb, err = b.Get(gctx, key, int64(off), int64(flen))
+			rs.end(gctx, len(fb), err)
+			if err != nil {
 				return fail(kindFooter, err)
 			}
 			if len(fb) != int(flen) {
@@ -217,7 +226,9 @@ func (r *Reader) chunk(ctx context.Context, key string, f *format.SettledFooter,
 		first, last := f.Entries[i], f.Entries[j-1]
 		n := last.Offset + uint64(last.Length) - first.Offset
 		r.m.gets.WithLabelValues(kindSettled).Inc()
-		b, err := r.cfg.Objects.Bucket(r.cfg.SettledBucket).Get(ctx, key, int64(first.Offset), int64(n))
+		gctx, rs := startRequest(ctx, "GET", r.cfg.SettledBucket, kindSettled, key, int64(first.Offset), int64(n))
+		b, err := r.cfg.Objects.Bucket(r.cfg.SettledBucket).Get(gctx, key, int64(first.Offset), int64(n))
+		rs.end(gctx, len(b), err)
 		if err == nil {
 			var recs []format.Record
 			if recs, err = decodeChunk(b, f.Entries[i:j]); err == nil {

@@ -351,7 +351,9 @@ func (r *Reader) read(ctx context.Context, stream Stream, start Start, lim Limit
 		w.rows = pf.walkRows
 		defer func() { pf.walkRows = w.rows }()
 	}
+	ctx, sp := startRead(ctx, stream, start) // nil unless traced
 	res, err := w.run(ctx, start)
+	endRead(sp, res, err)
 	if err != nil {
 		return Result{}, fmt.Errorf("reader: read stream %s from %s: %w", stream.ID, start, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -229,4 +231,113 @@ func TestAppendSpanTree(t *testing.T) {
 			t.Errorf("%q has no slot: %v", name, children[name].Attributes)
 		}
 	}
+}
+
+// traceSpans waits until trace id holds a span of every name in want and
+// returns its spans by name (the last of each).
+func traceSpans(t *testing.T, tr *tracing.Tracing, rcv *otlprecv.Receiver, id string, want ...string) map[string]*tracepb.Span {
+	t.Helper()
+	flusher := tr.TracerProvider.(interface{ ForceFlush(context.Context) error })
+	got := map[string]*tracepb.Span{}
+	err := poll.Wait(5*time.Second, func() error {
+		if err := flusher.ForceFlush(t.Context()); err != nil {
+			return err
+		}
+		for _, s := range rcv.Spans() {
+			if hex.EncodeToString(s.TraceId) == id {
+				got[s.Name] = s
+			}
+		}
+		for _, n := range want {
+			if got[n] == nil {
+				return fmt.Errorf("missing %q", n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var names []string
+		for n := range got {
+			names = append(names, n)
+		}
+		t.Fatalf("trace %s: %v; spans %v", id, err, names)
+	}
+	return got
+}
+
+// Reads are traced on every face (issue 32 item 3): a unary read's request
+// span has the reader's read span as its child, a read that waits at the
+// tail a tail wait span, an S2S read session a read span per batch, and a
+// Durable Streams read the same; the read spans of records only in the
+// tail window have no object requests under them (star/reader's
+// TestReadSpanTree has those of a settled stream).
+func TestReadRequestsAreTraced(t *testing.T) {
+	tr, rcv := tracingFromEnv(t)
+	opts := server.Options{Tracer: tr, Auth: auth.Open(), Durable: &durable.Config{}}
+	e := starServing(t, "a", testsvc.SQLite(t), memObjects(t), nil, opts)
+	e.setupBasin("read-basin")
+	want(t, e.appendJSON("read-basin", "r", textRecords("a", 3)), 200, "")
+	tp := func(i int) (string, string) {
+		id := fmt.Sprintf("%032x", 0xabc000+i)
+		return id, "00-" + id + "-" + clientSpan + "-01"
+	}
+	childOf := func(sp map[string]*tracepb.Span, child, parent string) {
+		t.Helper()
+		if string(sp[child].ParentSpanId) != string(sp[parent].SpanId) {
+			t.Errorf("%q is not a child of %q", child, parent)
+		}
+	}
+
+	id, h := tp(1)
+	b, r := e.readJSON("read-basin", "r", "seq_num=0", "traceparent", h)
+	if b == nil || len(b.Records) != 3 {
+		t.Fatalf("unary read: %s", r)
+	}
+	sp := traceSpans(t, tr, rcv, id, "GET records", "read")
+	childOf(sp, "read", "GET records")
+	if n := spanInt(sp["read"], "starlog.records"); n != 3 {
+		t.Errorf("the read span says %d records", n)
+	}
+
+	id, h = tp(2)
+	if b, r := e.readJSON("read-basin", "r", "seq_num=3&wait=1", "traceparent", h); b == nil || len(b.Records) != 0 {
+		t.Fatalf("read at the tail: %s", r)
+	}
+	sp = traceSpans(t, tr, rcv, id, "GET records", "tail wait")
+	childOf(sp, "tail wait", "GET records")
+	if w := otlprecv.SpanAttr(sp["tail wait"], "starlog.woken_by"); w != "idle" {
+		t.Errorf("the tail wait was ended by %q, want idle (wait=1 and no append)", w)
+	}
+
+	id, h = tp(3)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", e.base+"/v1/streams/r/records?seq_num=0&count=3", nil)
+	req.Header.Set("s2-basin", "read-basin")
+	req.Header.Set("Content-Type", "s2s/proto")
+	req.Header.Set("traceparent", h)
+	res, err := e.h2.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || len(body) == 0 {
+		t.Fatalf("read session: %s", res.Status)
+	}
+	sp = traceSpans(t, tr, rcv, id, "GET records", "read")
+	childOf(sp, "read", "GET records")
+
+	want(t, e.ds("PUT", "room", "hello", "Content-Type", "text/plain"), 201, "")
+	id, h = tp(4)
+	want(t, e.ds("GET", "room?offset=-1", "", "traceparent", h), 200, "")
+	sp = traceSpans(t, tr, rcv, id, "durable-streams GET", "read")
+	childOf(sp, "read", "durable-streams GET")
+}
+
+func spanInt(s *tracepb.Span, key string) int64 {
+	for _, a := range s.Attributes {
+		if a.Key == key {
+			return a.Value.GetIntValue()
+		}
+	}
+	return -1
 }
