@@ -35,6 +35,7 @@ func (j *journal) run() {
 		switch {
 		case seg == nil:
 			if j.closing {
+				j.dropSpareLocked()
 				return
 			}
 		case seg.sealed:
@@ -54,6 +55,9 @@ func (j *journal) run() {
 			}
 			j.mu.Lock()
 			continue
+		}
+		if j.cur == nil && j.spare == nil && j.spareFor != j.lastSeg && !j.closing {
+			j.prepareSpareLocked()
 		}
 		entries := seg.entries
 		j.mu.Unlock()
@@ -80,6 +84,39 @@ func (j *journal) run() {
 		j.retired.Add(1)
 		j.notifyLocked()
 	}
+}
+
+// prepareSpareLocked makes the next segment's file and its name durable
+// ahead of the PUT that will open it (lock held on entry and exit,
+// released for the I/O). Once per segment put to use: after a failure the
+// flusher makes its own, and meets the error if it lasts.
+func (j *journal) prepareSpareLocked() {
+	j.spareFor = j.lastSeg
+	id := j.nextSeg
+	j.nextSeg++
+	j.mu.Unlock()
+	seg, err := j.newSegment(id)
+	j.mu.Lock()
+	if err != nil {
+		return
+	}
+	j.spare = seg
+	if j.lastSeg > id || j.closing {
+		// A flusher opened a later segment meanwhile (ids must follow the
+		// order of use), or the store closes.
+		j.dropSpareLocked()
+	}
+}
+
+// dropSpareLocked removes an unused spare. It holds no record, so its
+// removal needs no sync: a replay retires an empty segment.
+func (j *journal) dropSpareLocked() {
+	if j.spare == nil {
+		return
+	}
+	j.spare.f.Close()
+	j.fsys.Unlink(j.spare.path)
+	j.spare = nil
 }
 
 // dueLocked reports whether the open segment seg should be sealed now:
