@@ -2,7 +2,10 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,5 +65,40 @@ func TestPutAfterSealTakesPreparedSegment(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("the PUT after a seal waited for the journal folder's sync (a segment made on the append path)")
+	}
+}
+
+// A flight's copies reach the journal together (chain.Writer starts one
+// goroutine per bucket): they share one data sync, so a W=2 commit waits
+// for one fdatasync, not two in a row. On one P the order is fixed: the
+// last goroutine started runs first and leads the group.
+func TestCopiesStartedTogetherShareOneSync(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	s, err := Open(t.TempDir(), Options{Journal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, name := range []string{"express-a", "express-b", "express-c"} {
+		if err := s.CreateBucket(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	for round := range 3 {
+		before := s.j.syncs.Load()
+		var wg sync.WaitGroup
+		for _, name := range []string{"express-a", "express-b", "express-c"} {
+			b := s.Bucket(name)
+			wg.Go(func() {
+				if _, err := b.PutIfAbsent(ctx, fmt.Sprintf("slot/%d", round), []byte("copy")); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := s.j.syncs.Load() - before; n != 1 {
+			t.Fatalf("round %d: three copies started together took %d data syncs, want 1", round, n)
+		}
 	}
 }
