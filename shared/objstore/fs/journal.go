@@ -106,8 +106,8 @@ type journal struct {
 	segs     []*segment
 	nextSeg  uint64
 	// spare is an empty segment, its name already durable, that the
-	// materializer prepares once the open one seals, so the PUT that opens
-	// the next segment does not wait for a create and a folder sync.
+	// materializer prepares once a segment is put to use, so the PUT that
+	// opens the next one does not wait for a create and a folder sync.
 	spare    *segment
 	lastSeg  uint64 // the newest segment's id put to use
 	spareFor uint64 // lastSeg when the materializer last prepared a spare

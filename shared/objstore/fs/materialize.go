@@ -27,6 +27,11 @@ func (j *journal) run() {
 		if j.failed != nil {
 			return // the next open's replay settles what is left
 		}
+		if j.spare == nil && j.spareFor != j.lastSeg && !j.closing {
+			// A segment was put to use: have its successor ready.
+			j.prepareSpareLocked()
+			continue
+		}
 		var seg *segment
 		if len(j.segs) > 0 {
 			seg = j.segs[0]
@@ -55,9 +60,6 @@ func (j *journal) run() {
 			}
 			j.mu.Lock()
 			continue
-		}
-		if j.cur == nil && j.spare == nil && j.spareFor != j.lastSeg && !j.closing {
-			j.prepareSpareLocked()
 		}
 		entries := seg.entries
 		j.mu.Unlock()
