@@ -399,6 +399,28 @@ bench-peer: $(TOOLS)/bin/nats-server
 $(TOOLS)/bin/nats-server:
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
 
+## bench-ds: the Durable Streams face against the protocol's reference server
+## (issue 31, star/e2e/dsbench): @durable-streams/server (pinned below, npm
+## into build/ds-ref) in file mode, an fdatasync per append, beside `star dev
+## --open`; 1 KiB appends from a keep-alive HTTP/1.1 client, one stream, 16
+## streams and an idempotent producer, interleaved, DS_RUNS runs of
+## DS_SECONDS each; prints each run with the load average, the medians and
+## ratios and both servers' CPU per append; CPU profiles of the star (first
+## run of each row) go to build/bench-ds. Log: build/bench-ds.log.
+DS_SERVER_VERSION := 0.3.7
+DS_RUNS ?= 5
+DS_SECONDS ?= 5
+.PHONY: bench-ds
+bench-ds: build/ds-ref/node_modules/@durable-streams/server/package.json
+	@mkdir -p build
+	$(GO) build -o bin/star ./star
+	cd star/e2e && $(GO) build -o $(CURDIR)/bin/dsbench ./dsbench/cmd/dsbench
+	@set -o pipefail; bin/dsbench --star bin/star --server build/ds-ref/node_modules/@durable-streams/server \
+	  --runs $(DS_RUNS) --duration $(DS_SECONDS)s --work build/bench-ds 2>&1 | tee build/bench-ds.log
+
+build/ds-ref/node_modules/@durable-streams/server/package.json:
+	npm install --prefix build/ds-ref --no-audit --no-fund @durable-streams/server@$(DS_SERVER_VERSION)
+
 ## bench-kafka: the Kafka face beside the S2 face (issue 30, star/e2e/kafkabench):
 ## one `star dev --open` serving both, 1 KiB records produced through kgo
 ## (acks=all) and through the Go SDK's S2S append sessions, 1 and 16

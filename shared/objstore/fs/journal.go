@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,9 +102,15 @@ type journal struct {
 	buf      []byte             // records awaiting the next sync
 	batch    []*jentry          // their entries
 	flushing bool
-	cur      *segment // the open segment (nil: the next flush makes one)
+	cur      *segment // the open segment (nil: the next flush takes spare or makes one)
 	segs     []*segment
 	nextSeg  uint64
+	// spare is an empty segment, its name already durable, that the
+	// materializer prepares once a segment is put to use, so the PUT that
+	// opens the next one does not wait for a create and a folder sync.
+	spare    *segment
+	lastSeg  uint64 // the newest segment's id put to use
+	spareFor uint64 // lastSeg when the materializer last prepared a spare
 	seq      uint64
 	bytes    int64  // journaled bytes not yet retired
 	urgent   uint64 // retire segments up to this id now (ids start at 1): a delete waits
@@ -255,8 +262,15 @@ func (j *journal) put(ctx context.Context, b *bucket, key string, body []byte) (
 	j.addLocked(e)
 	j.bytes += int64(len(body))
 	if !j.flushing {
-		// Lead this group: its sync covers everyone queued so far.
+		// Lead this group: its sync covers everyone queued so far. PUTs
+		// already runnable join it first: a flight's copies are started
+		// together (one goroutine per bucket), and without the yield the
+		// first copy syncs alone and a W=2 commit waits for two syncs in a
+		// row. With nothing else runnable the yield costs about a µs.
 		j.flushing = true
+		j.mu.Unlock()
+		runtime.Gosched()
+		j.mu.Lock()
 		j.flushLocked()
 	}
 	j.mu.Unlock()
@@ -279,10 +293,20 @@ func (j *journal) flushLocked() {
 	buf, batch := j.buf, j.batch
 	j.buf, j.batch = nil, nil
 	seg, err := j.cur, j.failed
-	j.mu.Unlock()
-	fresh := false
+	fresh, id := false, uint64(0)
 	if err == nil && seg == nil {
-		seg, err = j.newSegment()
+		if j.spare != nil {
+			seg, j.spare, fresh = j.spare, nil, true
+			j.lastSeg = seg.id
+		} else {
+			id = j.nextSeg
+			j.nextSeg++
+			j.lastSeg = id
+		}
+	}
+	j.mu.Unlock()
+	if id != 0 {
+		seg, err = j.newSegment(id)
 		fresh = err == nil
 	}
 	if err == nil {
@@ -335,11 +359,10 @@ func (j *journal) flushLocked() {
 	j.flushing = false
 }
 
-// newSegment creates the next segment file and makes its name durable, so
-// a replay finds every record acknowledged in it.
-func (j *journal) newSegment() (*segment, error) {
-	id := j.nextSeg // only the flusher (one at a time) and recovery take ids
-	j.nextSeg++
+// newSegment creates segment id's file and makes its name durable, so a
+// replay finds every record acknowledged in it. Ids are taken under the
+// lock, in the order segments are put to use.
+func (j *journal) newSegment(id uint64) (*segment, error) {
 	path := filepath.Join(j.dir, fmt.Sprintf("%016x.seg", id))
 	f, err := j.fsys.Create(path)
 	if err != nil {

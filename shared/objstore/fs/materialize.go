@@ -27,6 +27,11 @@ func (j *journal) run() {
 		if j.failed != nil {
 			return // the next open's replay settles what is left
 		}
+		if j.spare == nil && j.spareFor != j.lastSeg && !j.closing {
+			// A segment was put to use: have its successor ready.
+			j.prepareSpareLocked()
+			continue
+		}
 		var seg *segment
 		if len(j.segs) > 0 {
 			seg = j.segs[0]
@@ -35,6 +40,7 @@ func (j *journal) run() {
 		switch {
 		case seg == nil:
 			if j.closing {
+				j.dropSpareLocked()
 				return
 			}
 		case seg.sealed:
@@ -80,6 +86,39 @@ func (j *journal) run() {
 		j.retired.Add(1)
 		j.notifyLocked()
 	}
+}
+
+// prepareSpareLocked makes the next segment's file and its name durable
+// ahead of the PUT that will open it (lock held on entry and exit,
+// released for the I/O). Once per segment put to use: after a failure the
+// flusher makes its own, and meets the error if it lasts.
+func (j *journal) prepareSpareLocked() {
+	j.spareFor = j.lastSeg
+	id := j.nextSeg
+	j.nextSeg++
+	j.mu.Unlock()
+	seg, err := j.newSegment(id)
+	j.mu.Lock()
+	if err != nil {
+		return
+	}
+	j.spare = seg
+	if j.lastSeg > id || j.closing {
+		// A flusher opened a later segment meanwhile (ids must follow the
+		// order of use), or the store closes.
+		j.dropSpareLocked()
+	}
+}
+
+// dropSpareLocked removes an unused spare. It holds no record, so its
+// removal needs no sync: a replay retires an empty segment.
+func (j *journal) dropSpareLocked() {
+	if j.spare == nil {
+		return
+	}
+	j.spare.f.Close()
+	j.fsys.Unlink(j.spare.path)
+	j.spare = nil
 }
 
 // dueLocked reports whether the open segment seg should be sealed now:
