@@ -42,6 +42,9 @@ type Server struct {
 	offsets offsetRows   // their committed offsets' rows (grouprow.go)
 
 	pids producerIDs // this star's block of producer ids (producerid.go)
+	// pidRecheck is how soon after a read of the producer id counter an
+	// id past it is checked against the counter again (producerid.go).
+	pidRecheck time.Duration
 
 	requests  *prometheus.CounterVec
 	connGauge prometheus.Gauge
@@ -61,7 +64,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, star: cfg.Star, basin: cfg.Basin, log: cfg.Logger.With("face", "kafka"),
 		ctx: ctx, cancel: cancel, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
-		groups: newCoordinator()}
+		groups: newCoordinator(), pidRecheck: producerIDRecheck}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "kafka", Name: "requests_total",
 		Help: "Kafka requests by API (ApiVersions, Produce, Fetch, …; unknown: a key not served) and result (ok; error: answered with an error code in some part; refused: the connection was closed for it; peer: a group request another star forwarded here, its coordinator).",
