@@ -56,7 +56,7 @@ func (cs *conn) handle(frame []byte) (header, kmsg.Response, error) {
 	if h.clientID != nil {
 		cs.clientID = *h.clientID
 	}
-	ctx, cancel := context.WithTimeout(withToken(cs.s.ctx, cs.token), RequestTimeout+fetchWaitOf(req)+groupWaitOf(req))
+	ctx, cancel := context.WithTimeout(withToken(cs.s.ctx, cs.token), cs.s.requestTimeout+fetchWaitOf(req)+groupWaitOf(req))
 	defer cancel()
 	resp, err := cs.dispatch(ctx, req)
 	if err != nil {

@@ -45,6 +45,9 @@ type Server struct {
 	// pidRecheck is how soon after a read of the producer id counter an
 	// id past it is checked against the counter again (producerid.go).
 	pidRecheck time.Duration
+	fwd        *forwardMetrics // of group requests sent to their coordinator
+	// requestTimeout is RequestTimeout (tests shorten it).
+	requestTimeout time.Duration
 
 	requests  *prometheus.CounterVec
 	connGauge prometheus.Gauge
@@ -64,7 +67,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, star: cfg.Star, basin: cfg.Basin, log: cfg.Logger.With("face", "kafka"),
 		ctx: ctx, cancel: cancel, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
-		groups: newCoordinator(), pidRecheck: producerIDRecheck}
+		groups: newCoordinator(), pidRecheck: producerIDRecheck, requestTimeout: RequestTimeout}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "kafka", Name: "requests_total",
 		Help: "Kafka requests by API (ApiVersions, Produce, Fetch, …; unknown: a key not served) and result (ok; error: answered with an error code in some part; refused: the connection was closed for it; peer: a group request another star forwarded here, its coordinator).",
@@ -80,7 +83,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Forward != nil {
 		s.peers = newPeers(*cfg.Forward, cfg.Basin)
 	}
-	for _, c := range []prometheus.Collector{s.requests, s.connGauge, s.refused} {
+	s.fwd = newForwardMetrics()
+	for _, c := range append([]prometheus.Collector{s.requests, s.connGauge, s.refused}, s.fwd.collectors()...) {
 		if err := cfg.Star.Registry().Register(c); err != nil {
 			cancel()
 			return nil, err
