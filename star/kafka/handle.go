@@ -58,7 +58,9 @@ func (cs *conn) handle(frame []byte) (header, kmsg.Response, error) {
 	}
 	ctx, cancel := context.WithTimeout(withToken(cs.s.ctx, cs.token), cs.s.requestTimeout+fetchWaitOf(req)+groupWaitOf(req))
 	defer cancel()
+	ctx, span := cs.s.startSpan(ctx, req, false)
 	resp, err := cs.dispatch(ctx, req)
+	cs.s.endSpan(span, req, resp, err, false)
 	if err != nil {
 		cs.count(name, "refused")
 		return h, nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/starlog/starlog/star/auth"
 )
@@ -46,6 +47,7 @@ type Server struct {
 	// id past it is checked against the counter again (producerid.go).
 	pidRecheck time.Duration
 	fwd        *forwardMetrics // of group requests sent to their coordinator
+	tracer     trace.Tracer    // nil: tracing off (tracing.go)
 	// requestTimeout is RequestTimeout (tests shorten it).
 	requestTimeout time.Duration
 
@@ -84,6 +86,9 @@ func New(cfg Config) (*Server, error) {
 		s.peers = newPeers(*cfg.Forward, cfg.Basin)
 	}
 	s.fwd = newForwardMetrics()
+	if cfg.Tracer != nil {
+		s.tracer = cfg.Tracer.Tracer("github.com/starlog/starlog/star/kafka")
+	}
 	for _, c := range append([]prometheus.Collector{s.requests, s.connGauge, s.refused}, s.fwd.collectors()...) {
 		if err := cfg.Star.Registry().Register(c); err != nil {
 			cancel()
