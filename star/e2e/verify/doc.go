@@ -85,11 +85,11 @@
 // out the idempotent producer's mark the face adds to the first record of
 // each batch, which its client cannot tell). A batch kgo's retries applied
 // twice is a record no operation explains. Runs of make test's short
-// configuration with it (two rounds each, a machine at load 20-31) had
-// 304-1,114 such records a round (all but 72 and 53 of two rounds
-// acknowledged), every history linearizable; wall times were within the
-// machine's noise (seed 42: 82 s with, 108 s without; seed 7: 119 s with,
-// a failing run that dumped its logs, 70 s without).
+// configuration with it (two rounds each, a machine at load 14-31) had
+// 304-1,257 such records a round (all but 72 and 53 of two rounds
+// acknowledged), every history linearizable; the test took 72.4 s with
+// and 65.0 s without it for seed 99, 70.8 s and 92.9 s for seed 42 (the
+// machine's noise is larger than its cost).
 // But three of three runs of seed 7 with it failed a fault's own check (a
 // star presumed dead after its SQLite heartbeat writes timed out, during a
 // zone-halt or a metastore outage), against none of two without, so make
