@@ -72,7 +72,7 @@ func kafkaRecord(r *kgo.Record) api.Record {
 	return out
 }
 
-// KafkaOptions are a Kafka client's connection: every star's Kafka
+// kafkaOpts are a Kafka client's connection: every star's Kafka
 // address (each star answers as the one broker), SASL/PLAIN with the
 // admin token.
 func kafkaOpts(brokers []string, extra ...kgo.Opt) []kgo.Opt {
