@@ -226,7 +226,7 @@ verify: sim sim-catalog
 	  -verify.kills=$$((m*6)) -verify.handoffs=$$((m*6)) -verify.store-faults=$$((m*9)) \
 	  -verify.zone-halts=$$((m*2)) -verify.zone-tail=5s -verify.recreates=$$((m*3)) \
 	  -verify.meta-outages=$$(((m+4)/5)) -verify.meta-outage=120s -verify.ack-window=10s \
-	  -verify.max-down=4s -verify.max-hold=4s -verify.producers=1 2>&1 | tee $(CURDIR)/build/verify.log
+	  -verify.max-down=4s -verify.max-hold=4s -verify.producers=1 -verify.kafka=1 2>&1 | tee $(CURDIR)/build/verify.log
 
 ## soak: the compressed-time lifecycle soak (issue 14, star/e2e/soak): three
 ## `star serve` processes and the in-process auditor with settle timers of

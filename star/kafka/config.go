@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/meta"
@@ -67,6 +68,7 @@ type Star interface {
 	DeleteStream(ctx context.Context, basin, name string) error
 	// Stars lists the registry's stars (ListGroups asks each live one).
 	Stars(ctx context.Context) ([]lead.RegisteredStar, error)
+	StarID() string
 	Meta() meta.Store
 	Registry() *prometheus.Registry
 	Logger() *slog.Logger
@@ -107,6 +109,8 @@ type Config struct {
 	MaxConns               int
 	AuthTimeout            time.Duration
 	Logger                 *slog.Logger
+	// Tracer, when set, traces every request (tracing.go); nil: off.
+	Tracer trace.TracerProvider
 }
 
 func (c *Config) fill() error {

@@ -57,3 +57,10 @@ func EncodeTestIdempotentBatch(pid int64, epoch int16, seq int32, values ...[]by
 	binary.BigEndian.PutUint32(raw[batchCRCAt:], crcOf(raw))
 	return raw
 }
+
+// SetProducerIDRecheck sets how soon after a read of the producer id
+// counter an id past it makes the star read it again.
+func (s *Server) SetProducerIDRecheck(d time.Duration) { s.pidRecheck = d }
+
+// SetRequestTimeout sets the bound of one request's work (RequestTimeout).
+func (s *Server) SetRequestTimeout(d time.Duration) { s.requestTimeout = d }

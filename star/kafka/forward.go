@@ -8,8 +8,11 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/shared/sdk"
+	"github.com/starlog/starlog/shared/tracing"
 	"github.com/starlog/starlog/star/auth"
 	"github.com/starlog/starlog/star/node"
 	"github.com/starlog/starlog/star/server"
@@ -112,6 +115,9 @@ func (t *peerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if tok, _ := r.Context().Value(tokenKey{}).(string); tok != "" {
 		r.Header.Set("Authorization", "Bearer "+tok)
 	}
+	// The request's trace goes along (no-op without a span): the other
+	// star's span is a child of this one's.
+	tracing.Propagator().Inject(r.Context(), propagation.HeaderCarrier(r.Header))
 	return t.next.RoundTrip(r)
 }
 

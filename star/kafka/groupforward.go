@@ -100,32 +100,52 @@ func (cs *conn) atCoordinator(ctx context.Context, req kmsg.Request, group strin
 	}
 	stop, ok := ctx.Deadline()
 	if !ok {
-		stop = time.Now().Add(RequestTimeout)
+		stop = time.Now().Add(s.requestTimeout)
 	}
 	stop = stop.Add(-forwardReserve)
 	backoff := forwardBackoffMin
+	api := kmsg.NameForKey(req.Key())
+	var done func(outcome string) // set at the first forward
+	end := func(outcome string) {
+		if done != nil {
+			done(outcome)
+		}
+	}
 	for {
 		addr := s.leaderOf(s.leadGroup(ctx, group))
 		if addr == "" {
+			end(forwardHere)
 			return local(ctx) // this star coordinates, or cannot tell (answered so)
+		}
+		if done == nil {
+			done = s.fwd.start(api)
 		}
 		actx, cancel := context.WithDeadline(ctx, stop)
 		resp, err := s.peers.kafka(actx, addr, cs, req)
 		cancel()
-		if err == nil && !coordinatorMoving(resp) {
+		switch {
+		case err != nil:
+			s.fwd.attempts.WithLabelValues(api, attemptError).Inc()
+		case coordinatorMoving(resp):
+			s.fwd.attempts.WithLabelValues(api, attemptMoving).Inc()
+		default:
+			s.fwd.attempts.WithLabelValues(api, attemptAnswered).Inc()
+			end(forwardAnswered)
 			return resp
 		}
 		s.log.Debug("kafka: group request not answered by its coordinator; retrying", "group", group,
-			"api", kmsg.NameForKey(req.Key()), "coordinator", addr, "err", err)
+			"api", api, "coordinator", addr, "err", err)
 		if time.Now().Add(backoff).After(stop) {
 			// Out of time: this star's own answer, NOT_COORDINATOR while
 			// another star leads the group, which the client retries.
+			end(forwardExpired)
 			return local(ctx)
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			end(forwardCanceled)
 			return local(ctx)
 		case <-t.C:
 		}

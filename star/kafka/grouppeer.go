@@ -79,7 +79,9 @@ func (s *Server) servePeer(w http.ResponseWriter, r *http.Request) {
 		}
 		cs.principal, cs.token = &p, token
 	}
+	ctx, span := s.startSpan(ctx, req, true) // under the star's server span of this call
 	resp, err := cs.serveGroup(withToken(ctx, token), req)
+	s.endSpan(span, req, resp, err, true)
 	if err != nil {
 		s.requests.WithLabelValues(name, "refused").Inc()
 		http.Error(w, err.Error(), http.StatusBadRequest)

@@ -10,12 +10,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/starlog/starlog/shared/meta"
+	"github.com/starlog/starlog/star/kafka/groups"
 )
 
 // The group protocol's requests: FindCoordinator, JoinGroup, SyncGroup,
 // Heartbeat, LeaveGroup, and the admin's ListGroups, DescribeGroups and
 // DeleteGroups. Each checks the group (groupGate) before the state
-// machine (group.go) sees it.
+// machine (star/kafka/groups) sees it.
 
 // groupWaitOf is how long a JoinGroup or SyncGroup may wait beyond
 // RequestTimeout: for the other members to rejoin, or for the leader's
@@ -26,9 +27,9 @@ func groupWaitOf(req kmsg.Request) time.Duration {
 	case *kmsg.JoinGroupRequest:
 		// The client's int32 milliseconds: never below 0 (the state
 		// machine refuses a session that short), never above the cap.
-		return min(max(time.Duration(r.RebalanceTimeoutMillis), time.Duration(r.SessionTimeoutMillis), 0)*time.Millisecond, MaxRebalanceTimeout)
+		return min(max(time.Duration(r.RebalanceTimeoutMillis), time.Duration(r.SessionTimeoutMillis), 0)*time.Millisecond, groups.MaxRebalanceTimeout)
 	case *kmsg.SyncGroupRequest:
-		return MaxRebalanceTimeout
+		return groups.MaxRebalanceTimeout
 	}
 	return 0
 }
@@ -74,22 +75,22 @@ func (cs *conn) joinGroup(ctx context.Context, r *kmsg.JoinGroupRequest) kmsg.Re
 	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
 		return resp
 	}
-	jr := joinReq{memberID: r.MemberID, clientID: cs.clientID, clientHost: cs.client, protocolType: r.ProtocolType,
-		session:   time.Duration(r.SessionTimeoutMillis) * time.Millisecond,
-		rebalance: time.Duration(r.RebalanceTimeoutMillis) * time.Millisecond,
-		requireID: r.Version >= 4}
+	jr := groups.JoinReq{MemberID: r.MemberID, ClientID: cs.clientID, ClientHost: cs.client, ProtocolType: r.ProtocolType,
+		Session:   time.Duration(r.SessionTimeoutMillis) * time.Millisecond,
+		Rebalance: time.Duration(r.RebalanceTimeoutMillis) * time.Millisecond,
+		RequireID: r.Version >= 4}
 	if r.Version == 0 {
-		jr.rebalance = jr.session
+		jr.Rebalance = jr.Session
 	}
 	if r.InstanceID != nil {
-		jr.instanceID = *r.InstanceID
+		jr.InstanceID = *r.InstanceID
 	}
 	for _, p := range r.Protocols {
-		jr.protocols = append(jr.protocols, groupProtocol{name: p.Name, meta: p.Metadata})
+		jr.Protocols = append(jr.Protocols, groups.Protocol{Name: p.Name, Meta: p.Metadata})
 	}
-	ch := make(chan joinResult, 1)
-	if !cs.s.groups.do(r.Group, true, func(g *group, now time.Time) {
-		g.join(now, jr, func(res joinResult) {
+	ch := make(chan groups.JoinResult, 1)
+	if !cs.s.groups.do(r.Group, true, func(g *groups.Group, now time.Time) {
+		g.Join(now, jr, func(res groups.JoinResult) {
 			select {
 			case ch <- res:
 			default:
@@ -99,21 +100,21 @@ func (cs *conn) joinGroup(ctx context.Context, r *kmsg.JoinGroupRequest) kmsg.Re
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp
 	}
-	var res joinResult
+	var res groups.JoinResult
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
-		res = joinResult{code: kerr.RebalanceInProgress.Code, generation: -1, memberID: r.MemberID}
+		res = groups.JoinResult{Code: kerr.RebalanceInProgress.Code, Generation: -1, MemberID: r.MemberID}
 	}
-	resp.ErrorCode, resp.Generation, resp.MemberID, resp.LeaderID = res.code, res.generation, res.memberID, res.leader
-	if res.code == 0 {
-		resp.ProtocolType, resp.Protocol = &res.protocolType, &res.protocol
+	resp.ErrorCode, resp.Generation, resp.MemberID, resp.LeaderID = res.Code, res.Generation, res.MemberID, res.Leader
+	if res.Code == 0 {
+		resp.ProtocolType, resp.Protocol = &res.ProtocolType, &res.Protocol
 	}
-	for _, m := range res.members {
+	for _, m := range res.Members {
 		rm := kmsg.NewJoinGroupResponseMember()
-		rm.MemberID, rm.ProtocolMetadata = m.id, m.meta
-		if m.instanceID != "" {
-			rm.InstanceID = &m.instanceID
+		rm.MemberID, rm.ProtocolMetadata = m.ID, m.Meta
+		if m.InstanceID != "" {
+			rm.InstanceID = &m.InstanceID
 		}
 		resp.Members = append(resp.Members, rm)
 	}
@@ -125,28 +126,28 @@ func (cs *conn) syncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) kmsg.Re
 	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
 		return resp
 	}
-	var as []assignment
+	var as []groups.Assignment
 	for _, a := range r.GroupAssignment {
-		as = append(as, assignment{memberID: a.MemberID, data: a.MemberAssignment})
+		as = append(as, groups.Assignment{MemberID: a.MemberID, Data: a.MemberAssignment})
 	}
-	ch := make(chan syncResult, 1)
-	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) {
-		g.sync(now, r.MemberID, r.Generation, r.ProtocolType, r.Protocol, as, func(res syncResult) {
+	ch := make(chan groups.SyncResult, 1)
+	cs.s.groups.do(r.Group, false, func(g *groups.Group, now time.Time) {
+		g.Sync(now, r.MemberID, r.Generation, r.ProtocolType, r.Protocol, as, func(res groups.SyncResult) {
 			select {
 			case ch <- res:
 			default:
 			}
 		})
 	})
-	var res syncResult
+	var res groups.SyncResult
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
-		res = syncResult{code: kerr.RebalanceInProgress.Code}
+		res = groups.SyncResult{Code: kerr.RebalanceInProgress.Code}
 	}
-	resp.ErrorCode, resp.MemberAssignment = res.code, res.assignment
-	if res.code == 0 {
-		resp.ProtocolType, resp.Protocol = &res.protocolType, &res.protocol
+	resp.ErrorCode, resp.MemberAssignment = res.Code, res.Assignment
+	if res.Code == 0 {
+		resp.ProtocolType, resp.Protocol = &res.ProtocolType, &res.Protocol
 	}
 	return resp
 }
@@ -156,7 +157,7 @@ func (cs *conn) heartbeat(ctx context.Context, r *kmsg.HeartbeatRequest) kmsg.Re
 	if resp.ErrorCode = cs.groupGate(ctx, groupRead, r.Group); resp.ErrorCode != 0 {
 		return resp
 	}
-	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) { resp.ErrorCode = g.heartbeat(now, r.MemberID, r.Generation) })
+	cs.s.groups.do(r.Group, false, func(g *groups.Group, now time.Time) { resp.ErrorCode = g.Heartbeat(now, r.MemberID, r.Generation) })
 	return resp
 }
 
@@ -173,7 +174,7 @@ func (cs *conn) leaveGroup(ctx context.Context, r *kmsg.LeaveGroupRequest) kmsg.
 		return resp
 	}
 	var codes []int16
-	cs.s.groups.do(r.Group, false, func(g *group, now time.Time) { codes = g.leave(now, ids) })
+	cs.s.groups.do(r.Group, false, func(g *groups.Group, now time.Time) { codes = g.Leave(now, ids) })
 	if r.Version < 3 {
 		resp.ErrorCode = codes[0]
 		return resp
@@ -196,15 +197,15 @@ type groupSummary struct {
 // offsets (Empty) or nothing (Dead), as Kafka does.
 func (s *Server) summary(ctx context.Context, id string) (groupSummary, error) {
 	var sum groupSummary
-	if s.groups.peek(id, func(g *group) {
-		sum = groupSummary{state: g.state, protocolType: g.protocolType, protocol: g.protocol}
-		for _, mid := range g.order {
-			m := g.members[mid]
+	if s.groups.peek(id, func(g *groups.Group) {
+		sum = groupSummary{state: g.State, protocolType: g.ProtocolType, protocol: g.Protocol}
+		for _, mid := range g.Order {
+			m := g.Members[mid]
 			dm := kmsg.NewDescribeGroupsResponseGroupMember()
-			dm.MemberID, dm.ClientID, dm.ClientHost = m.id, m.clientID, m.clientHost
-			dm.ProtocolMetadata, dm.MemberAssignment = m.meta(g.protocol), m.assignment
-			if m.instanceID != "" {
-				iid := m.instanceID
+			dm.MemberID, dm.ClientID, dm.ClientHost = m.ID, m.ClientID, m.ClientHost
+			dm.ProtocolMetadata, dm.MemberAssignment = m.Meta(g.Protocol), m.Assignment
+			if m.InstanceID != "" {
+				iid := m.InstanceID
 				dm.InstanceID = &iid
 			}
 			sum.members = append(sum.members, dm)
@@ -216,9 +217,9 @@ func (s *Server) summary(ctx context.Context, id string) (groupSummary, error) {
 	if err != nil {
 		return sum, err
 	}
-	sum.state = stateDead
+	sum.state = groups.StateDead
 	if ver != 0 {
-		sum.state = stateEmpty
+		sum.state = groups.StateEmpty
 	}
 	return sum, nil
 }
@@ -246,7 +247,7 @@ func (cs *conn) describeGroups(ctx context.Context, r *kmsg.DescribeGroupsReques
 // COORDINATOR_NOT_AVAILABLE, which clients retry, with what was gathered.
 func (cs *conn) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ListGroupsResponse)
-	groups, err := cs.localGroups(ctx)
+	listed, err := cs.localGroups(ctx)
 	if err != nil {
 		resp.ErrorCode = groupErrCode(err)
 		return resp
@@ -257,21 +258,21 @@ func (cs *conn) listGroups(ctx context.Context, r *kmsg.ListGroupsRequest) kmsg.
 		others, code := cs.peerGroups(ctx, &all)
 		resp.ErrorCode = code
 		at := map[string]int{}
-		for i, g := range groups {
+		for i, g := range listed {
 			at[g.Group] = i
 		}
 		for _, g := range others {
 			i, ok := at[g.Group]
 			switch {
 			case !ok:
-				at[g.Group] = len(groups)
-				groups = append(groups, g)
-			case groups[i].GroupState == stateEmpty && g.GroupState != stateEmpty:
-				groups[i] = g // held by that star, with members
+				at[g.Group] = len(listed)
+				listed = append(listed, g)
+			case listed[i].GroupState == groups.StateEmpty && g.GroupState != groups.StateEmpty:
+				listed[i] = g // held by that star, with members
 			}
 		}
 	}
-	for _, g := range groups {
+	for _, g := range listed {
 		if len(r.StatesFilter) == 0 || containsFold(r.StatesFilter, g.GroupState) {
 			resp.Groups = append(resp.Groups, g)
 		}
@@ -289,7 +290,7 @@ func (cs *conn) localGroups(ctx context.Context) ([]kmsg.ListGroupsResponseGroup
 	cs.s.groups.mu.Lock()
 	held := map[string]groupSummary{}
 	for id, g := range cs.s.groups.groups {
-		held[id] = groupSummary{state: g.state, protocolType: g.protocolType}
+		held[id] = groupSummary{state: g.State, protocolType: g.ProtocolType}
 		ids = append(ids, id)
 	}
 	cs.s.groups.mu.Unlock()
@@ -302,7 +303,7 @@ func (cs *conn) localGroups(ctx context.Context) ([]kmsg.ListGroupsResponseGroup
 		done[id] = true
 		sum, ok := held[id]
 		if !ok {
-			sum.state = stateEmpty
+			sum.state = groups.StateEmpty
 		}
 		lg := kmsg.NewListGroupsResponseGroup()
 		lg.Group, lg.ProtocolType, lg.GroupState = id, sum.protocolType, sum.state
@@ -378,7 +379,7 @@ func (cs *conn) deleteGroups(ctx context.Context, r *kmsg.DeleteGroupsRequest) k
 
 func (s *Server) deleteGroup(ctx context.Context, id string) int16 {
 	busy := false
-	s.groups.peek(id, func(g *group) { busy = len(g.members) > 0 })
+	s.groups.peek(id, func(g *groups.Group) { busy = len(g.Members) > 0 })
 	if busy {
 		return kerr.NonEmptyGroup.Code
 	}

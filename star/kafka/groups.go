@@ -12,6 +12,7 @@ import (
 
 	"github.com/starlog/starlog/shared/api"
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/kafka/groups"
 	"github.com/starlog/starlog/star/node"
 )
 
@@ -31,7 +32,7 @@ const (
 	// checked: their granularity.
 	groupTick = 200 * time.Millisecond
 	// MaxGroups bounds the groups a star holds members of (each holds at
-	// most MaxGroupMembers): a JoinGroup that would make one more is
+	// most groups.MaxGroupMembers): a JoinGroup that would make one more is
 	// COORDINATOR_NOT_AVAILABLE, which clients retry.
 	MaxGroups = 10_000
 	// groupStreamSuffix names a group's stream after its id.
@@ -43,19 +44,19 @@ func groupStream(group string) string { return group + groupStreamSuffix }
 // coordinator holds the groups this star has members of.
 type coordinator struct {
 	mu     sync.Mutex
-	groups map[string]*group
+	groups map[string]*groups.Group
 	now    func() time.Time
 }
 
 func newCoordinator() *coordinator {
-	return &coordinator{groups: map[string]*group{}, now: time.Now}
+	return &coordinator{groups: map[string]*groups.Group{}, now: time.Now}
 }
 
 // do runs fn on the group (made when missing) under the coordinator's
 // lock, and forgets the group after if it has become idle. Only a join
 // adds members, so only a join (joining) may make a group past MaxGroups:
 // false, fn not run.
-func (c *coordinator) do(id string, joining bool, fn func(g *group, now time.Time)) bool {
+func (c *coordinator) do(id string, joining bool, fn func(g *groups.Group, now time.Time)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.groups[id]
@@ -63,18 +64,18 @@ func (c *coordinator) do(id string, joining bool, fn func(g *group, now time.Tim
 		if joining && len(c.groups) >= MaxGroups {
 			return false
 		}
-		g = newGroup(id, newMemberID)
+		g = groups.New(id, newMemberID)
 		c.groups[id] = g
 	}
 	fn(g, c.now())
-	if g.idle() {
+	if g.Idle() {
 		delete(c.groups, id)
 	}
 	return true
 }
 
 // peek runs fn on the group if this star holds it.
-func (c *coordinator) peek(id string, fn func(g *group)) bool {
+func (c *coordinator) peek(id string, fn func(g *groups.Group)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.groups[id]
@@ -104,8 +105,8 @@ func (c *coordinator) tick() {
 	defer c.mu.Unlock()
 	now := c.now()
 	for id, g := range c.groups {
-		g.tick(now)
-		if g.idle() {
+		g.Tick(now)
+		if g.Idle() {
 			delete(c.groups, id)
 		}
 	}

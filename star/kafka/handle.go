@@ -56,9 +56,11 @@ func (cs *conn) handle(frame []byte) (header, kmsg.Response, error) {
 	if h.clientID != nil {
 		cs.clientID = *h.clientID
 	}
-	ctx, cancel := context.WithTimeout(withToken(cs.s.ctx, cs.token), RequestTimeout+fetchWaitOf(req)+groupWaitOf(req))
+	ctx, cancel := context.WithTimeout(withToken(cs.s.ctx, cs.token), cs.s.requestTimeout+fetchWaitOf(req)+groupWaitOf(req))
 	defer cancel()
+	ctx, span := cs.s.startSpan(ctx, req, false)
 	resp, err := cs.dispatch(ctx, req)
+	cs.s.endSpan(span, req, resp, err, false)
 	if err != nil {
 		cs.count(name, "refused")
 		return h, nil, err

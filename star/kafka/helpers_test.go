@@ -81,7 +81,9 @@ type starOpts struct {
 	// the Kafka face forwarding to the leaders of partitions).
 	cluster bool
 	server  func(*server.Options) // nil: unchanged
-	kafka   []func(*kafka.Config)
+	// peer wraps the handler of forwarded group requests (nil: as is).
+	peer  func(http.Handler) http.Handler
+	kafka []func(*kafka.Config)
 }
 
 func startStarWith(t testing.TB, o starOpts) *star {
@@ -150,7 +152,11 @@ func startStarWith(t testing.TB, o starOpts) *star {
 		t.Fatal(err)
 	}
 	go k.Serve(kln)
-	srv.ServeKafka(k.PeerHandler())
+	ph := k.PeerHandler()
+	if o.peer != nil {
+		ph = o.peer(ph)
+	}
+	srv.ServeKafka(ph)
 	s := &star{t: t, n: n, srv: srv, k: k, base: "http://" + ln.Addr().String(), kafka: kln.Addr().String(), open: o.open}
 	t.Cleanup(func() {
 		k.Close()

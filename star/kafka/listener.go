@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/starlog/starlog/star/auth"
 )
@@ -42,6 +43,13 @@ type Server struct {
 	offsets offsetRows   // their committed offsets' rows (grouprow.go)
 
 	pids producerIDs // this star's block of producer ids (producerid.go)
+	// pidRecheck is how soon after a read of the producer id counter an
+	// id past it is checked against the counter again (producerid.go).
+	pidRecheck time.Duration
+	fwd        *forwardMetrics // of group requests sent to their coordinator
+	tracer     trace.Tracer    // nil: tracing off (tracing.go)
+	// requestTimeout is RequestTimeout (tests shorten it).
+	requestTimeout time.Duration
 
 	requests  *prometheus.CounterVec
 	connGauge prometheus.Gauge
@@ -61,7 +69,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, star: cfg.Star, basin: cfg.Basin, log: cfg.Logger.With("face", "kafka"),
 		ctx: ctx, cancel: cancel, lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{},
-		groups: newCoordinator()}
+		groups: newCoordinator(), pidRecheck: producerIDRecheck, requestTimeout: RequestTimeout}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "starlog", Subsystem: "kafka", Name: "requests_total",
 		Help: "Kafka requests by API (ApiVersions, Produce, Fetch, …; unknown: a key not served) and result (ok; error: answered with an error code in some part; refused: the connection was closed for it; peer: a group request another star forwarded here, its coordinator).",
@@ -77,7 +85,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Forward != nil {
 		s.peers = newPeers(*cfg.Forward, cfg.Basin)
 	}
-	for _, c := range []prometheus.Collector{s.requests, s.connGauge, s.refused} {
+	s.fwd = newForwardMetrics()
+	if cfg.Tracer != nil {
+		s.tracer = cfg.Tracer.Tracer("github.com/starlog/starlog/star/kafka")
+	}
+	for _, c := range append([]prometheus.Collector{s.requests, s.connGauge, s.refused}, s.fwd.collectors()...) {
 		if err := cfg.Star.Registry().Register(c); err != nil {
 			cancel()
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/starlog/starlog/star/auth"
+	"github.com/starlog/starlog/star/kafka/groups"
 )
 
 // OffsetCommit and OffsetFetch: a group's committed offsets, kept in its
@@ -22,7 +23,7 @@ func (cs *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) k
 		if r.Version == 0 {
 			gen = -1 // v0 names no member: a plain store of offsets
 		}
-		cs.s.groups.do(r.Group, false, func(g *group, _ time.Time) { code = g.commitCheck(r.MemberID, gen) })
+		cs.s.groups.do(r.Group, false, func(g *groups.Group, _ time.Time) { code = g.CommitCheck(r.MemberID, gen) })
 	}
 	// Each partition's own check, then one put of every partition that
 	// passed; its outcome is theirs.

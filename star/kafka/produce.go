@@ -179,6 +179,14 @@ func (s *Server) submit(ctx context.Context, topic string, p int32, data []byte,
 		return nil, err
 	}
 	for _, b := range batches {
+		if b.pid < 0 {
+			continue
+		}
+		if err := s.checkProducerID(ctx, b.pid); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range batches {
 		for i := range b.recs {
 			if sz := b.recs[i].MeteredSize(); sz > api.MaxBatchMeteredBytes {
 				return nil, &recordError{code: kerr.MessageTooLarge.Code,

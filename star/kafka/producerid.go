@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -21,6 +22,13 @@ import (
 // block with one conditional put and then hands out from memory, as
 // Kafka's own brokers take blocks of ids. A star that dies drops the rest
 // of its block: ids are unique, not dense.
+//
+// A produce naming an id no star claimed (at or past the counter), or one
+// of this star's block not handed out yet, is refused: checkProducerID.
+// The counter only grows, so an id below it stays known: only an id past
+// the value this star last saw makes it read the row again, at most once
+// per producerIDRecheck, so a produce of a handed-out id never reads the
+// metastore.
 
 const (
 	// ProducerIDBlock is how many ids one put of the counter row claims.
@@ -28,15 +36,104 @@ const (
 	// producerIDAttempts bounds the puts of one claim that lose a race
 	// with another star's.
 	producerIDAttempts = 5
+	// producerIDRecheck is how soon after a read of the counter an id
+	// past it makes the star read it again: a client sending made-up ids
+	// costs at most a read this often. An id another star claimed within
+	// it is refused once, and its producer asks for a new one.
+	producerIDRecheck = 100 * time.Millisecond
+	// producerIDReadTimeout bounds that read.
+	producerIDReadTimeout = 2 * time.Second
 )
 
 // producerIDsKey is the counter row: the first id no star has claimed.
 func producerIDsKey(basin string) meta.Key { return meta.Key{PK: "kafka#" + basin, SK: "producer-ids"} }
 
-// producerIDs is this star's claimed block [next, end).
+// producerIDs is this star's claimed block [next, end), and the
+// counter as this star last saw it.
 type producerIDs struct {
 	mu        sync.Mutex
 	next, end int64
+	// issued: every id below it was claimed by some star.
+	issued int64
+	// checked is when the counter row was last read; recheck serializes
+	// those reads.
+	checked time.Time
+	recheck sync.Mutex
+}
+
+// errNeverIssued refuses a batch of a producer id no InitProducerId
+// handed out: UNKNOWN_PRODUCER_ID, on which franz-go and librdkafka ask
+// for a new id and resend (INVALID_PRODUCER_EPOCH would be fatal to
+// librdkafka's idempotent producer: "fenced").
+func errNeverIssued(pid int64) error {
+	return &recordError{code: kerr.UnknownProducerID.Code,
+		msg: fmt.Sprintf("producer id %d was not handed out by InitProducerId", pid)}
+}
+
+// knownProducerID answers from memory: issued says the id was handed
+// out, sure that the answer holds.
+func (p *producerIDs) knownProducerID(pid int64) (issued, sure bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case pid >= p.next && pid < p.end:
+		return false, true // this star's, yet to be handed out
+	case pid < p.issued:
+		return true, true
+	}
+	return false, false
+}
+
+// checkProducerID refuses a produce of producer id pid that no star
+// handed out (errNeverIssued). A counter row that cannot be read lets
+// the id through: appends do not wait on the metastore, and the producer
+// table still applies each batch once.
+func (s *Server) checkProducerID(ctx context.Context, pid int64) error {
+	p := &s.pids
+	if issued, sure := p.knownProducerID(pid); sure {
+		if !issued {
+			return errNeverIssued(pid)
+		}
+		return nil
+	}
+	p.recheck.Lock()
+	defer p.recheck.Unlock()
+	if issued, sure := p.knownProducerID(pid); sure { // read meanwhile
+		if !issued {
+			return errNeverIssued(pid)
+		}
+		return nil
+	}
+	p.mu.Lock()
+	recent := time.Since(p.checked) < s.pidRecheck
+	p.mu.Unlock()
+	if recent {
+		return errNeverIssued(pid)
+	}
+	rctx, cancel := context.WithTimeout(ctx, producerIDReadTimeout)
+	defer cancel()
+	k := producerIDsKey(s.basin)
+	it, err := s.star.Meta().Get(rctx, k.PK, k.SK)
+	var counter int64
+	switch {
+	case err == nil:
+		if counter, err = strconv.ParseInt(string(it.Val), 10, 64); err != nil {
+			s.log.Warn("producer id counter unreadable: id let through", "producer_id", pid, "value", string(it.Val))
+			return nil
+		}
+	case errors.Is(err, meta.ErrNotFound):
+		// No id was ever handed out.
+	default:
+		s.log.Warn("producer id counter unread: id let through", "producer_id", pid, "err", err)
+		return nil
+	}
+	p.mu.Lock()
+	p.issued, p.checked = max(p.issued, counter), time.Now()
+	p.mu.Unlock()
+	if issued, _ := p.knownProducerID(pid); !issued {
+		return errNeverIssued(pid)
+	}
+	return nil
 }
 
 // newProducerID hands out an id no other producer has had.
@@ -50,6 +147,7 @@ func (s *Server) newProducerID(ctx context.Context) (int64, error) {
 			return 0, err
 		}
 		p.next, p.end = first, first+ProducerIDBlock
+		p.issued = max(p.issued, p.end) // the counter as claimed
 	}
 	id := p.next
 	p.next++

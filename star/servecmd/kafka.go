@@ -77,7 +77,7 @@ func (f *kafkaFace) start(n *node.Node, srv *server.Server, ln net.Listener, so 
 		fwd.Credential = cred
 	}
 	ks, err := kafka.New(kafka.Config{Star: n, Basin: f.basin, Open: so.Auth.Open, Authenticate: srv.Authenticate,
-		Advertise: f.advertise, Forward: fwd, Logger: log})
+		Advertise: f.advertise, Forward: fwd, Logger: log, Tracer: so.Tracer})
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,14 @@ type Workload struct {
 	// idempotent producers of the S2 face (producers.go), retrying each
 	// batch with its mark until it is answered.
 	ProducersPerStream int
+	// KafkaPerStream more client goroutines on every even-numbered
+	// stream produce through the Kafka face (kafka.go) as idempotent kgo
+	// producers, to the partition the stream is (TopicStream: the
+	// streams are a topic's); those streams are never fenced (a Kafka
+	// produce carries no token). KafkaBrokers are the stars' Kafka
+	// addresses.
+	KafkaPerStream int
+	KafkaBrokers   []string
 	// RequestTimeout bounds one call (default 10 s).
 	RequestTimeout time.Duration
 	// ReadTimeout bounds one read or check-tail (default RequestTimeout).
@@ -86,6 +94,8 @@ func (w *Workload) Run(ctx context.Context, h *History) error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
 	id := 0
 	for si, name := range w.Streams {
@@ -95,7 +105,7 @@ func (w *Workload) Run(ctx context.Context, h *History) error {
 				rng:        rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))),
 				appendOnly: k >= w.ClientsPerStream, cat: w.Catalog, key: name,
 			}
-			c.noFence = w.DurablePerStream > 0 && si%2 == 0
+			c.noFence = (w.DurablePerStream > 0 || w.KafkaPerStream > 0) && si%2 == 0
 			id++
 			wg.Go(func() { c.run(ctx) })
 		}
@@ -108,6 +118,16 @@ func (w *Workload) Run(ctx context.Context, h *History) error {
 		}
 		if si%2 != 0 || w.Catalog != nil {
 			continue
+		}
+		for range w.KafkaPerStream {
+			k, err := newKafkaClient(id, w.KafkaBrokers, name, h, rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))))
+			if err != nil {
+				stop() // the clients started end, then Run fails
+				wg.Wait()
+				return err
+			}
+			id++
+			wg.Go(func() { k.run(ctx) })
 		}
 		for range w.DurablePerStream {
 			d := newDurableClient(id, name, w.Endpoints, h, rand.New(rand.NewPCG(w.Seed, uint64(id)<<32|uint64(si))))

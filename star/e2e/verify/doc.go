@@ -72,6 +72,29 @@
 // and 603 such appends (1,188 and 589 acknowledged, 48 and 57 attempts
 // sent again), both histories linearizable.
 //
+// With -verify.kafka (make verify: 1; off in make test's short run, see
+// below), every even-numbered stream also has idempotent Kafka producers
+// (kafka.go):
+// franz-go (kgo) clients of every star's Kafka face, the round's streams
+// being the partitions of one topic (stream p is lin-r<round>/p, the face's
+// mapping), producing 1–3 records at a time beside the S2 and Durable
+// Streams clients of the stream. Each record is one operation: definite
+// at the offset kgo's ack names, indefinite when kgo gave up or the run
+// ended first; its value is unique and its key and headers are the S2
+// record's first headers, so an S2 read identifies it (RecordHash leaves
+// out the idempotent producer's mark the face adds to the first record of
+// each batch, which its client cannot tell). A batch kgo's retries applied
+// twice is a record no operation explains. Runs of make test's short
+// configuration with it (two rounds each, a machine at load 14-31) had
+// 304-1,257 such records a round (all but 72 and 53 of two rounds
+// acknowledged), every history linearizable; the test took 72.4 s with
+// and 65.0 s without it for seed 99, 70.8 s and 92.9 s for seed 42 (the
+// machine's noise is larger than its cost).
+// But three of three runs of seed 7 with it failed a fault's own check (a
+// star presumed dead after its SQLite heartbeat writes timed out, during a
+// zone-halt or a metastore outage), against none of two without, so make
+// test leaves it off until that is understood.
+//
 // Each stream also has append-only clients (producers), and reads give up
 // after a few seconds: every client is sequential, so clients that wait
 // on reads hanging on a black-holed bucket would otherwise stop appending.

@@ -125,6 +125,9 @@ type Stats struct {
 	// ProducerRefused those refused definitely (nothing appended), and
 	// ProducerRetries the attempts sent again with the same mark.
 	ProducerAppends, ProducerAcked, ProducerRefused, ProducerRetries int
+	// KafkaProduces counts the records produced through the Kafka face
+	// (kafka.go), each an operation, KafkaAcked those acknowledged.
+	KafkaProduces, KafkaAcked int
 }
 
 // NewHistory starts a history; times are measured from now.
@@ -246,6 +249,23 @@ func (h *History) RecordProducerAppend(client int, in *Input, call int64, ack ap
 	h.stats.ProducerRetries += retries
 	if err == nil {
 		h.stats.ProducerAcked++
+	}
+	return o
+}
+
+// RecordKafkaProduce adds one record a Kafka producer produced: acked at
+// offset when err is nil, indefinite otherwise.
+func (h *History) RecordKafkaProduce(client int, in *Input, call int64, offset int64, err error) Outcome {
+	var ack api.AppendAck
+	if err == nil {
+		ack.Start.SeqNum, ack.End.SeqNum = uint64(offset), uint64(offset)+uint64(len(in.Records))
+	}
+	o := h.RecordAppend(client, in, call, ack, err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stats.KafkaProduces++
+	if err == nil {
+		h.stats.KafkaAcked++
 	}
 	return o
 }

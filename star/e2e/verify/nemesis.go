@@ -72,6 +72,9 @@ type Cluster struct {
 	// through them (nil: those faults are skipped).
 	Meta    meta.Store
 	Objects objstore.Store
+	// Kafka are the stars' Kafka addresses (-verify.kafka; none: Kafka
+	// is not served).
+	Kafka []string
 
 	mu      sync.Mutex
 	streams []string

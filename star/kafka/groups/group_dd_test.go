@@ -1,4 +1,4 @@
-package kafka
+package groups
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ import (
 // group's state.
 func TestGroupScenarios(t *testing.T) {
 	ids := 0
-	g := newGroup("g", func(client string) string { ids++; return fmt.Sprintf("%s-%d", client, ids) })
+	g := New("g", func(client string) string { ids++; return fmt.Sprintf("%s-%d", client, ids) })
 	now := time.Unix(1000, 0)
 	var out []string
 	codeName := func(code int16) string {
@@ -72,19 +72,19 @@ func TestGroupScenarios(t *testing.T) {
 		switch d.Cmd {
 		case "join":
 			client := arg("client", "")
-			r := joinReq{clientID: client, memberID: arg("member", ""), protocolType: "consumer",
-				session: dur(arg("session", "10s")), rebalance: dur(arg("rebalance", "20s")), requireID: arg("v3", "") == ""}
+			r := JoinReq{ClientID: client, MemberID: arg("member", ""), ProtocolType: "consumer",
+				Session: dur(arg("session", "10s")), Rebalance: dur(arg("rebalance", "20s")), RequireID: arg("v3", "") == ""}
 			for _, p := range strings.Split(arg("protocols", "range"), ",") {
-				r.protocols = append(r.protocols, groupProtocol{name: p})
+				r.Protocols = append(r.Protocols, Protocol{Name: p})
 			}
-			g.join(now, r, func(res joinResult) {
-				line := fmt.Sprintf("join reply to %s: %s member=%s gen=%d", client, codeName(res.code), res.memberID, res.generation)
-				if res.code == 0 {
-					line += fmt.Sprintf(" protocol=%s leader=%s", res.protocol, res.leader)
-					if res.members != nil {
+			g.Join(now, r, func(res JoinResult) {
+				line := fmt.Sprintf("join reply to %s: %s member=%s gen=%d", client, codeName(res.Code), res.MemberID, res.Generation)
+				if res.Code == 0 {
+					line += fmt.Sprintf(" protocol=%s leader=%s", res.Protocol, res.Leader)
+					if res.Members != nil {
 						var ms []string
-						for _, m := range res.members {
-							ms = append(ms, m.id)
+						for _, m := range res.Members {
+							ms = append(ms, m.ID)
 						}
 						line += " members=" + strings.Join(ms, ",")
 					}
@@ -93,33 +93,33 @@ func TestGroupScenarios(t *testing.T) {
 			})
 		case "sync":
 			id := arg("member", "")
-			var as []assignment
+			var as []Assignment
 			if a := arg("assign", ""); a != "" {
 				for _, kv := range strings.Split(a, ",") {
 					k, v, _ := strings.Cut(kv, ":")
-					as = append(as, assignment{memberID: k, data: []byte(v)})
+					as = append(as, Assignment{MemberID: k, Data: []byte(v)})
 				}
 			}
-			g.sync(now, id, gen(), nil, nil, as, func(res syncResult) {
-				out = append(out, fmt.Sprintf("sync reply to %s: %s assignment=%q", id, codeName(res.code), res.assignment))
+			g.Sync(now, id, gen(), nil, nil, as, func(res SyncResult) {
+				out = append(out, fmt.Sprintf("sync reply to %s: %s assignment=%q", id, codeName(res.Code), res.Assignment))
 			})
 		case "heartbeat":
-			out = append(out, "heartbeat: "+codeName(g.heartbeat(now, arg("member", ""), gen())))
+			out = append(out, "heartbeat: "+codeName(g.Heartbeat(now, arg("member", ""), gen())))
 		case "commit":
-			out = append(out, "commit: "+codeName(g.commitCheck(arg("member", ""), gen())))
+			out = append(out, "commit: "+codeName(g.CommitCheck(arg("member", ""), gen())))
 		case "leave":
 			ids := strings.Split(arg("members", ""), ",")
-			for i, c := range g.leave(now, ids) {
+			for i, c := range g.Leave(now, ids) {
 				out = append(out, fmt.Sprintf("leave %s: %s", ids[i], codeName(c)))
 			}
 		case "tick":
 			now = now.Add(dur(arg("advance", "0s")))
-			g.tick(now)
+			g.Tick(now)
 		default:
 			d.Fatalf(t, "unknown command %q", d.Cmd)
 		}
-		members := slices.Clone(g.order)
-		out = append(out, fmt.Sprintf("state: %s gen=%d leader=%s members=[%s]", g.state, g.generation, g.leader, strings.Join(members, " ")))
+		members := slices.Clone(g.Order)
+		out = append(out, fmt.Sprintf("state: %s gen=%d leader=%s members=[%s]", g.State, g.Generation, g.Leader, strings.Join(members, " ")))
 		return strings.Join(out, "\n") + "\n"
 	})
 }
