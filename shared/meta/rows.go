@@ -184,6 +184,11 @@ type EpochParams struct {
 	W       int      `json:"w"`
 	Window  int      `json:"window"` // slots assignable ahead of release
 	Nonce   string   `json:"nonce"`  // hex of the writer's 128-bit nonce
+	// PassSlots is the most slots one of the writer's own absorb passes
+	// takes (its AbsorbMaxSlots): a chain settlement's walk passes no more,
+	// so a marker it records and leaves stays one the writer can complete.
+	// 0 in records minted before it was kept (a walk then takes 6,144).
+	PassSlots int `json:"pass_slots,omitempty"`
 }
 
 // K is the size of the bucket set.

@@ -298,3 +298,20 @@ func TestOpeningRetriesAFailedAttempt(t *testing.T) {
 	}
 	h.checkRows(map[string]uint64{"a": 3})
 }
+
+// The epoch records its writer's pass bound, so a successor's walk passes
+// no more slots than the writer would (chainsettle).
+func TestEpochRecordsThePassBound(t *testing.T) {
+	h := newHarness(t, func(c *loglet.Config) { c.BacklogFlights = 4096 })
+	hd, _, ok, err := h.chain.Head(context.Background())
+	if err != nil || !ok {
+		t.Fatalf("head: %v %v", ok, err)
+	}
+	rec, _, err := h.chain.Epoch(context.Background(), hd.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Params.PassSlots != 2048 {
+		t.Fatalf("epoch %d records a pass bound of %d slots, want 2048 (half the backlog)", hd.Epoch, rec.Params.PassSlots)
+	}
+}

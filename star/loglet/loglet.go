@@ -364,7 +364,7 @@ func (l *Loglet) Epoch() uint64 {
 }
 
 func (l *Loglet) params() meta.EpochParams {
-	return meta.EpochParams{Buckets: l.cfg.Buckets, W: l.cfg.W, Window: l.cfg.Window}
+	return meta.EpochParams{Buckets: l.cfg.Buckets, W: l.cfg.W, Window: l.cfg.Window, PassSlots: l.cfg.AbsorbMaxSlots}
 }
 
 // maxOpenRounds bounds Open's settle-then-mint rounds: another round is

@@ -29,9 +29,11 @@ import (
 // Counting extents keeps S3's large flights (~200 streams each) near
 // 1,300 slots a pass, while a directory store's small ones (one append's
 // stream or a few, up to its 131,072-flight backlog) go 6,144 a pass.
-// walkPassSlots is the live loop's pass bound at the S3 default backlog
-// (half its 12,288 flights): a marker this walk records and then leaves
-// (a crash) stays one a live star of the epoch can complete itself.
+// walkPassSlots bounds a pass in slots where the epoch's record does not
+// say what its writer's own passes took (meta.EpochParams.PassSlots: half
+// its backlog, 6,144 at the S3 default, 65,536 on a directory store): a
+// marker this walk records and then leaves (a crash) stays one a live
+// writer of the epoch can complete itself.
 const (
 	walkPassExtents = 1 << 18
 	walkPassSlots   = 6144
@@ -39,9 +41,12 @@ const (
 
 // passFull reports whether a walk's pending slots (carrying extents
 // extents) make a pass: need is the slots a recorded marker asks for (0:
-// none). Pure.
-func passFull(slots, extents, need int) bool {
-	return slots >= need && (slots >= walkPassSlots || extents >= walkPassExtents)
+// none), most the epoch's own pass bound (0: unknown). Pure.
+func passFull(slots, extents, need, most int) bool {
+	if most <= 0 {
+		most = walkPassSlots
+	}
+	return slots >= need && (slots >= most || extents >= walkPassExtents)
 }
 
 // Chain restores "refs cover every acknowledged byte" for every unsettled
@@ -135,7 +140,7 @@ func settleEpoch(ctx context.Context, c *chain.Chain, abs *absorb.Absorber, epoc
 	extents := 0 // in pending
 	need := 0    // slots the next pass must have: a recorded marker's
 	flush := func(all bool) error {
-		for len(pending) > 0 && (all || passFull(len(pending), extents, need)) {
+		for len(pending) > 0 && (all || passFull(len(pending), extents, need, rec.Params.PassSlots)) {
 			n, err := abs.Pass(ctx, epoch, pending)
 			if nm := (*absorb.NeedMoreError)(nil); errors.As(err, &nm) && !all {
 				need = nm.Slots
