@@ -183,8 +183,21 @@ func TestGroupSurvivesCoordinatorKill9(t *testing.T) {
 		m2.mu.Unlock()
 		m1.mu.Unlock()
 		slices.Sort(all)
-		if want := []int64{0, 1, 2, 3, 4, 5, 6}; !slices.Equal(all, want) {
-			t.Fatalf("partition %d read %v between the two members, want %v (each once)", p, all, want)
+		// Every record at least once, and none below the members'
+		// acknowledged commit (5) twice: that would be a commit lost. A
+		// record read after it may be read again, by the next owner after
+		// a rebalance whose revoke-time commit did not land while the
+		// coordinator moved (Kafka's at-least-once delivery).
+		if got := slices.Compact(slices.Clone(all)); !slices.Equal(got, []int64{0, 1, 2, 3, 4, 5, 6}) {
+			t.Fatalf("partition %d read %v between the two members, want each of 0–6", p, all)
+		}
+		for i := 1; i < len(all); i++ {
+			if all[i] == all[i-1] && all[i] < 5 {
+				t.Fatalf("partition %d read %v between the two members: %d twice, below the acknowledged commit 5", p, all, all[i])
+			}
+		}
+		if len(all) > 7 {
+			t.Logf("partition %d read %v: redelivered after the acknowledged commit", p, all)
 		}
 	}
 }
