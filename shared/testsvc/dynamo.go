@@ -22,8 +22,11 @@ import (
 )
 
 // DynamoEndpointEnv names an already running DynamoDB-compatible server
-// (DynamoDB Local, dynalite) to use instead of starting one.
-const DynamoEndpointEnv = "STARLOG_DYNAMO_ENDPOINT"
+// (DynamoDB Local, dynalite) to use instead of starting one (make test's
+// root lane sets it). Not STARLOG_DYNAMO_ENDPOINT: that is star's
+// --dynamo-endpoint and the functions' override, which the stars and
+// functions the tests start would inherit.
+const DynamoEndpointEnv = "STARLOG_TEST_DYNAMO_ENDPOINT"
 
 // The static credentials and region DynamoDB Local is spoken to with: it
 // accepts any, and tests must never pick up real AWS credentials.
@@ -43,7 +46,7 @@ type DynamoServer struct {
 }
 
 // tableSeq makes table names unique within a test process; the pid makes
-// them unique across processes sharing one STARLOG_DYNAMO_ENDPOINT.
+// them unique across processes sharing one STARLOG_TEST_DYNAMO_ENDPOINT.
 var tableSeq atomic.Uint64
 
 var tableNameUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
@@ -59,7 +62,7 @@ func (s DynamoServer) TableName(tb testing.TB) string {
 }
 
 // StartDynamo returns a DynamoDB Local for tb: the server named by
-// STARLOG_DYNAMO_ENDPOINT if set, else a fresh one stopped when tb ends.
+// STARLOG_TEST_DYNAMO_ENDPOINT if set, else a fresh one stopped when tb ends.
 // Packages with many tests should start one in TestMain (StartDynamoMain)
 // instead: each start costs seconds and ~210 MB.
 func StartDynamo(tb testing.TB) DynamoServer {
@@ -81,7 +84,7 @@ func StartDynamo(tb testing.TB) DynamoServer {
 
 // StartDynamoMain is StartDynamo without a testing.TB, for TestMain (see
 // SharedDynamo for the usual pattern). stop ends the server (a no-op for
-// STARLOG_DYNAMO_ENDPOINT). A missing jar or java is an error telling to
+// STARLOG_TEST_DYNAMO_ENDPOINT). A missing jar or java is an error telling to
 // run `make tools`: callers fail, never skip.
 func StartDynamoMain() (DynamoServer, func(), error) {
 	if ep := os.Getenv(DynamoEndpointEnv); ep != "" {

@@ -29,6 +29,6 @@ func OpenStores(ctx context.Context, cfg Config) (meta.Store, objstore.Store, er
 // Buckets are the buckets a star on cfg uses: its Standard set, then its
 // Express set, with the defaults applied as Open applies them.
 func Buckets(cfg Config) []string {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	return append(append([]string(nil), cfg.Standard.Buckets...), cfg.Express.Buckets...)
 }

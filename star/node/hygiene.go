@@ -1,6 +1,8 @@
 package node
 
 import (
+	"github.com/starlog/starlog/star/node/config"
+
 	"context"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 // stream nobody uses is not led forever.
 
 // DefaultIdleRelease is Config.IdleRelease's default.
-const DefaultIdleRelease = 10 * time.Minute
+const DefaultIdleRelease = config.DefaultIdleRelease
 
 // admitNew is an append's verdict on a stream that does not exist yet:
 // the facade's own checks (422 invalid; 412 for a match_seq_num other

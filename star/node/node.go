@@ -140,11 +140,11 @@ type Node struct {
 // Open starts a star: it registers a new incarnation, settles and opens
 // both loglets, and is then ready to serve.
 func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if cfg.StarID == "" {
 		cfg.StarID = DefaultStarID()
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("node: config: %w", err)
 	}
 	n := &Node{
@@ -229,7 +229,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		Me: meta.LeaseHolder{Star: cfg.StarID, Incarnation: n.regn.Incarnation}, Reg: n.regn, RegVer: regVer, Registered: registeredAt,
 		Meta: n.meta, Objects: n.objects, Logger: n.log, Registry: n.reg,
 		DeadAfter: cfg.DeadAfter, LeaseCacheTTL: cfg.LeaseCacheTTL, RowCheckEvery: n.rowCheckEvery(),
-		Ripening: cfg.ripening, PeerTLS: cfg.PeerTLS, PeerHeader: n.peerHdr,
+		Ripening: cfg.Ripening, PeerTLS: cfg.PeerTLS, PeerHeader: n.peerHdr,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -277,8 +277,8 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 // epoch included), so the rows cover every acknowledged record before
 // this incarnation mints and serves.
 func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*loglet.Loglet, error) {
-	cc := n.cfg.class(class)
-	rip := n.cfg.ripening(class)
+	cc := n.cfg.Class(class)
+	rip := n.cfg.Ripening(class)
 	ch := chain.New(n.cfg.StarID, class, inc, n.meta, n.objects)
 	settleFn := func(ctx context.Context) error {
 		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: rip, UpdateEpoch: ch.UpdateEpoch}

@@ -52,7 +52,7 @@ func (n *Node) settleOwn(ctx context.Context) error {
 		}
 		l.Close()
 		ch := chain.New(n.cfg.StarID, class, me, n.meta, n.objects)
-		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: n.cfg.ripening(class), UpdateEpoch: ch.UpdateEpoch}
+		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: n.cfg.Ripening(class), UpdateEpoch: ch.UpdateEpoch}
 		if err := chainsettle.ChainThrough(ctx, ch, abs, l.Epoch()); err != nil {
 			return fmt.Errorf("decommission: settle own %s chain: %w", class, err)
 		}

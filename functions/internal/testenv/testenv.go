@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/starlog/starlog/shared/absorb"
 	"github.com/starlog/starlog/shared/auditjob/awsenv"
 	"github.com/starlog/starlog/shared/chain"
@@ -49,6 +51,11 @@ const (
 // Zones are the express buckets.
 var Zones = []string{"az1", "az2", "az3"}
 
+// FlightDeadline is the loglet's: far above a loopback PUT on a loaded
+// machine, so the only halts are the ones a test makes (Halt); at 300 ms a
+// slow PUT halted a clean-clone run's epoch a second time.
+const FlightDeadline = 2 * time.Second
+
 // Policy is the settle policy of the tests: markers ripen at their age
 // cap within milliseconds, so a plan right after the writes finds them
 // due; the grace is short enough to wait out. Trigger and output cap are
@@ -75,8 +82,10 @@ type Env struct {
 	// jobs in process and for checks.
 	Stores *settle.Stores
 	Loglet *loglet.Loglet
-	Chain  settle.ChainRef
-	Policy settle.Config
+	// metrics is the loglet's registry: Halt waits on its halts.
+	metrics *prometheus.Registry
+	Chain   settle.ChainRef
+	Policy  settle.Config
 
 	mu      sync.Mutex
 	streams map[string]*streams.Stream
@@ -103,6 +112,7 @@ func New(t testing.TB, dyn *testsvc.SharedDynamo) *Env {
 		Objects: faults.Wrap(s3store.New(sc), faults.WithSeed(1)),
 		Chain:   settle.ChainRef{Star: Star, Class: meta.Express},
 		Policy:  Policy(t.TempDir()),
+		metrics: prometheus.NewRegistry(),
 		streams: map[string]*streams.Stream{}, acked: map[string][]format.Record{}}
 	e.Stores = &settle.Stores{Meta: e.Meta, Objects: e.Objects, SettledBucket: SettledBucket,
 		Streams: settle.MetaStreams{Meta: e.Meta}, Config: e.Policy, Logger: Log()}
@@ -110,12 +120,12 @@ func New(t testing.TB, dyn *testsvc.SharedDynamo) *Env {
 		Star: Star, Incarnation: chain.Incarnation(Star, 1), Class: meta.Express,
 		Buckets: Zones, W: 2, Window: 4,
 		FlushInterval: 2 * time.Millisecond, TargetFlight: 64 << 10, PoolBudget: 32 << 20,
-		FlightDeadline: 300 * time.Millisecond, RecoveryDeadline: time.Minute, AbsorbInterval: 10 * time.Millisecond,
+		FlightDeadline: FlightDeadline, RecoveryDeadline: time.Minute, AbsorbInterval: 10 * time.Millisecond,
 		Ripening: e.Policy.WithDefaults().Ripening(meta.Express),
 	}
 	c := chain.New(cfg.Star, cfg.Class, cfg.Incarnation, e.Meta, e.Objects)
 	abs := &absorb.Absorber{Star: cfg.Star, Class: cfg.Class, Meta: e.Meta, Rip: cfg.Ripening, UpdateEpoch: c.UpdateEpoch}
-	l, err := loglet.Open(ctx, cfg, c, func(ctx context.Context) error { return chainsettle.Chain(ctx, c, abs) }, loglet.NewMetrics(nil), Log())
+	l, err := loglet.Open(ctx, cfg, c, func(ctx context.Context) error { return chainsettle.Chain(ctx, c, abs) }, loglet.NewMetrics(e.metrics), Log())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,23 +310,46 @@ func (e *Env) WaitRipe() {
 	})
 }
 
-// Halt halts the loglet's epoch: two zones go dark past the flight
-// deadline while appends are pending; when they return the loglet fences
-// its own epoch, acks late, mints the next and republishes. The halted
-// epoch is left below the head with its cut recorded.
+// Halt halts the loglet's epoch: two zones go dark while appends are
+// pending, until the flight deadline halts the epoch; when they return the
+// loglet fences its own epoch, acks late, mints the next and republishes.
+// The halted epoch is left below the head with its cut recorded.
 func (e *Env) Halt(id string) {
 	e.t.Helper()
-	before := e.Loglet.Epoch()
+	before, halts := e.Loglet.Epoch(), e.halts()
 	e.Objects.SetDown(Zones[1], faults.Down{Hang: true})
 	e.Objects.SetDown(Zones[2], faults.Down{Hang: true})
 	wait := e.Submit(id, 4, 2, 200)
-	time.Sleep(time.Second)
+	err := poll.Wait(FlightDeadline+30*time.Second, func() error {
+		if e.halts() == halts {
+			return errNotYet
+		}
+		return nil
+	})
 	e.Objects.SetUp(Zones[1])
 	e.Objects.SetUp(Zones[2])
+	if err != nil {
+		e.t.Fatalf("epoch %d did not halt with two zones dark", before)
+	}
 	wait()
 	if got := e.Loglet.Epoch(); got <= before {
 		e.t.Fatalf("epoch %d did not halt (still %d)", before, got)
 	}
+}
+
+// halts is how many epochs the loglet has halted.
+func (e *Env) halts() float64 {
+	e.t.Helper()
+	mfs, err := e.metrics.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "starlog_epoch_halts_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // Rows are a stream's rows (span refs and catalog rows), ascending.
