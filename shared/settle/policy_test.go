@@ -154,9 +154,15 @@ func TestLargeExtentsCopyServerSide(t *testing.T) {
 		c.TargetFlight, c.FlushInterval, c.PoolBudget = 12<<20, 2*time.Second, 64<<20
 	}})
 	ctx := context.Background()
+	// A round's first batch is cut at once (the chain was idle) with
+	// whatever else was pooled by then, the rest one interval later: 12
+	// batches of 900 KiB leave one flight at least 6 of them (5.3 MiB),
+	// wherever the first cut falls. With 9 a split of 4 and 5 put every
+	// extent under 5 MiB ("first settle copied 0 bytes server-side", 1 run
+	// in 6 on a quiet machine).
 	big := func() {
 		var wg sync.WaitGroup
-		wg.Go(func() { e.write("big", 9, 1, 900<<10) })
+		wg.Go(func() { e.write("big", 12, 1, 900<<10) })
 		wg.Go(func() { e.write("small", 4, 3, 200) })
 		wg.Wait()
 		e.waitAbsorbed()
