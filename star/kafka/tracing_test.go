@@ -21,26 +21,6 @@ import (
 	"github.com/starlog/starlog/star/server"
 )
 
-// traced turns tracing on through the standard OTEL_* environment,
-// exporting to an OTLP/HTTP receiver started for the test.
-func traced(t *testing.T) (*tracing.Tracing, *otlprecv.Receiver) {
-	t.Helper()
-	rcv := otlprecv.Start(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-	tr, err := tracing.FromEnv(t.Context(), "starlog-kafka-test")
-	if err != nil || !tr.On {
-		t.Fatalf("tracing from the environment: on %v, %v", tr != nil && tr.On, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = tr.Shutdown(ctx)
-	})
-	return tr, rcv
-}
-
 func withTracer(tr *tracing.Tracing) func(*kafka.Config) {
 	return func(c *kafka.Config) { c.Tracer = tr }
 }
@@ -82,7 +62,7 @@ func intAttr(s *tracepb.Span, key string) (int64, bool) {
 // its children; a produce refused for an unknown partition carries the
 // code and an error status.
 func TestProduceSpanTree(t *testing.T) {
-	tr, rcv := traced(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-kafka-test")
 	s := startStarOn(t, true, testsvc.SQLite(t), withTracer(tr))
 	c := s.admin(kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(0))
 	createTopic(t, c, "traced", 2)
@@ -163,7 +143,7 @@ func TestProduceSpanTree(t *testing.T) {
 // request under that. So is a produce to a partition another star leads:
 // the leader's S2 server span of the append is a child of the produce's.
 func TestForwardedGroupRequestIsOneTrace(t *testing.T) {
-	tr, rcv := traced(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-kafka-test")
 	ms := testsvc.SQLite(t)
 	objs, err := mem.New("standard", "express-a", "express-b", "express-c")
 	if err != nil {

@@ -19,26 +19,6 @@ import (
 	"github.com/starlog/starlog/shared/tracing/otlprecv"
 )
 
-// readTracing turns tracing on through the standard OTEL_* environment,
-// exporting to an OTLP/HTTP receiver started for the test.
-func readTracing(t *testing.T) (*tracing.Tracing, *otlprecv.Receiver) {
-	t.Helper()
-	rcv := otlprecv.Start(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-	tr, err := tracing.FromEnv(t.Context(), "starlog-test")
-	if err != nil || !tr.On {
-		t.Fatalf("tracing from the environment: on %v, %v", tr != nil && tr.On, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = tr.Shutdown(ctx)
-	})
-	return tr, rcv
-}
-
 // traceOf waits until the receiver holds every span named in want (a
 // name may repeat: that many) of the trace with root span root, and
 // returns the trace's spans.
@@ -152,7 +132,7 @@ func intAttr(s *tracepb.Span, key string) (int64, bool) {
 // per object-store request with its bucket, the part's kind, the bytes and
 // the attempt; read again, every fetch is a hit with no request under it.
 func TestReadSpanTree(t *testing.T) {
-	tr, rcv := readTracing(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-test")
 	f := newFixture(t)
 	tail := catalogSpanTail(f)
 	r := f.reader(Config{SettledChunkBytes: 300})
@@ -248,7 +228,7 @@ func TestReadSpanTree(t *testing.T) {
 // A bucket that fails a GET shows in the trace: the failed request with
 // its error, then the next bucket's as attempt 1.
 func TestReadSpanOfAFailedBucket(t *testing.T) {
-	tr, rcv := readTracing(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-test")
 	f := newFixture(t)
 	f.epoch(meta.Express, 2, expressBuckets...)
 	a := f.flight(meta.Express, 2, expressBuckets, f.batch("e", 5))

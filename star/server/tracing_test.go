@@ -23,21 +23,6 @@ import (
 	"github.com/starlog/starlog/star/server"
 )
 
-// tracingFromEnv turns tracing on through the standard OTEL_* environment,
-// exporting to an OTLP/HTTP receiver started for the test.
-func tracingFromEnv(t *testing.T) (*tracing.Tracing, *otlprecv.Receiver) {
-	t.Helper()
-	rcv := otlprecv.Start(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-	tr, err := tracing.FromEnv(t.Context(), "starlog-test")
-	if err != nil || !tr.On {
-		t.Fatalf("tracing from the environment: on %v, %v", tr != nil && tr.On, err)
-	}
-	return tr, rcv
-}
-
 // clientTrace and clientSpan are a client's traceparent (W3C's example).
 const (
 	clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -106,7 +91,7 @@ func forwardedSpans(t *testing.T, tr *tracing.Tracing, rcv *otlprecv.Receiver, n
 // on the internal path), and a client's own traceparent is the parent of
 // both (issue 32 item 3).
 func TestForwardedAppendIsOneTrace(t *testing.T) {
-	tr, rcv := tracingFromEnv(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-test")
 	objs, ms := memObjects(t), testsvc.SQLite(t)
 	opts := server.Options{Tracer: tr, Auth: auth.Open()}
 	a := starServing(t, "a", ms, objs, nil, opts)
@@ -123,7 +108,7 @@ func TestForwardedAppendIsOneTrace(t *testing.T) {
 // The Durable Streams face is traced the same way: an append through the
 // star that does not lead the stream is one trace across both stars.
 func TestForwardedDurableAppendIsOneTrace(t *testing.T) {
-	tr, rcv := tracingFromEnv(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-test")
 	objs, ms := memObjects(t), testsvc.SQLite(t)
 	opts := server.Options{Tracer: tr, Auth: auth.Open(), Durable: &durable.Config{}}
 	a := starServing(t, "a", ms, objs, nil, opts)
@@ -160,7 +145,7 @@ func TestTracingOffByDefault(t *testing.T) {
 // of an Express flight's, the straggler's too, which may end after the
 // ack) and the release (issue 32 item 3).
 func TestAppendSpanTree(t *testing.T) {
-	tr, rcv := tracingFromEnv(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-test")
 	e := starServing(t, "a", testsvc.SQLite(t), memObjects(t), nil, server.Options{Tracer: tr, Auth: auth.Open()})
 	e.setupBasin("tree-basin")
 	want(t, e.stream("tree-basin", "PUT", "streams/x", []byte(`{"storage_class":"express"}`)), 201, "")
@@ -272,7 +257,7 @@ func traceSpans(t *testing.T, tr *tracing.Tracing, rcv *otlprecv.Receiver, id st
 // tail window have no object requests under them (star/reader's
 // TestReadSpanTree has those of a settled stream).
 func TestReadRequestsAreTraced(t *testing.T) {
-	tr, rcv := tracingFromEnv(t)
+	tr, rcv := otlprecv.Tracing(t, "starlog-test")
 	opts := server.Options{Tracer: tr, Auth: auth.Open(), Durable: &durable.Config{}}
 	e := starServing(t, "a", testsvc.SQLite(t), memObjects(t), nil, opts)
 	e.setupBasin("read-basin")

@@ -3,12 +3,15 @@
 package otlprecv
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/starlog/starlog/shared/tracing"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -69,4 +72,26 @@ func SpanAttr(s *tracepb.Span, key string) string {
 		}
 	}
 	return ""
+}
+
+// Tracing turns tracing on for the test through the standard OTEL_*
+// environment (OTLP/HTTP to a receiver started for it, every span
+// sampled) and returns the star's tracing and the receiver; the tracing
+// shuts down with the test.
+func Tracing(t *testing.T, service string) (*tracing.Tracing, *Receiver) {
+	t.Helper()
+	rcv := Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+	tr, err := tracing.FromEnv(t.Context(), service)
+	if err != nil || !tr.On {
+		t.Fatalf("tracing from the environment: on %v, %v", tr != nil && tr.On, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = tr.Shutdown(ctx)
+	})
+	return tr, rcv
 }
