@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -143,4 +145,21 @@ func CPUProfile(ctx context.Context, adminAddr string, settle, d time.Duration, 
 		return err
 	}
 	return f.Close()
+}
+
+// Rows picks the rows a --workloads flag names (comma-separated, counted
+// from 1) out of all, in the flag's order; an empty flag keeps all.
+func Rows[T any](all []T, only string) ([]T, error) {
+	if only == "" {
+		return all, nil
+	}
+	var sel []T
+	for _, s := range strings.Split(only, ",") {
+		i, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || i < 1 || i > len(all) {
+			return nil, fmt.Errorf("--workloads: %q is not a row 1..%d", s, len(all))
+		}
+		sel = append(sel, all[i-1])
+	}
+	return sel, nil
 }

@@ -66,16 +66,9 @@ func run(ctx context.Context, starBin, nodeBin, server string, runs int, dur tim
 		return err
 	}
 	wls := dsbench.Workloads()
-	if only != "" {
-		var sel []dsbench.Workload
-		for _, s := range strings.Split(only, ",") {
-			i, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || i < 1 || i > len(wls) {
-				return fmt.Errorf("--workloads: %q is not a row 1..%d", s, len(wls))
-			}
-			sel = append(sel, wls[i-1])
-		}
-		wls = sel
+	wls, err := benchproc.Rows(wls, only)
+	if err != nil {
+		return err
 	}
 
 	refAddr, err := benchproc.FreeAddr()

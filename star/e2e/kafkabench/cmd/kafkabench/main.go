@@ -163,16 +163,8 @@ func run(ctx context.Context, o options) error {
 	if !dir.idempotentOK {
 		fmt.Println("the Kafka face does not advertise InitProducerId: no idempotent row")
 	}
-	if o.only != "" {
-		var sel []kafkabench.Workload
-		for _, s := range strings.Split(o.only, ",") {
-			i, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || i < 1 || i > len(wls) {
-				return fmt.Errorf("--workloads: %q is not a row 1..%d", s, len(wls))
-			}
-			sel = append(sel, wls[i-1])
-		}
-		wls = sel
+	if wls, err = benchproc.Rows(wls, o.only); err != nil {
+		return err
 	}
 	body := kafkabench.Body(o.recordSize)
 	fmt.Printf("kafka benchmark: %d runs × %v per produce workload and face, %d B records (random bytes, uncompressed), interleaved\n", o.runs, o.dur, o.recordSize)

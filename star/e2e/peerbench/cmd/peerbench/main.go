@@ -57,16 +57,9 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 	if readMsgs > 0 {
 		wls = append(wls, peerbench.ReadWorkload(readMsgs))
 	}
-	if only != "" {
-		var sel []peerbench.Workload
-		for _, s := range strings.Split(only, ",") {
-			i, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || i < 1 || i > len(wls) {
-				return fmt.Errorf("--workloads: %q is not a row 1..%d", s, len(wls))
-			}
-			sel = append(sel, wls[i-1])
-		}
-		wls = sel
+	wls, err := benchproc.Rows(wls, only)
+	if err != nil {
+		return err
 	}
 
 	natsAddr, err := benchproc.FreeAddr()
