@@ -108,16 +108,19 @@ func (r Row) Ratio() float64 {
 	return Median(r.Star) / n
 }
 
-// Goal is the issue's goal for a workload's ratio: ≥ 0.5 for one producer
-// with one in flight, ≥ 2 for the pipelined rows, ≥ 1 for the rest of the
-// appends; 0 (none set) for the read row.
+// Goal is the goal for a workload's ratio: issue 31's where it sets one
+// (one producer with one in flight ≥ 1, sixteen ≥ 2; one producer's
+// batches of 500 ≥ 2; the read row ≥ 2), issue 17's for the rest (the
+// pipelined rows ≥ 2, sixteen producers' batches ≥ 1).
 func (w Workload) Goal() float64 {
 	switch {
-	case w.Shape == "read":
-		return 0
+	case w.Shape == "read", w.Shape == "pipelined":
+		return 2
 	case w.Shape == "one" && w.Producers == 1:
-		return 0.5
-	case w.Shape == "pipelined":
+		return 1
+	case w.Shape == "one":
+		return 2
+	case w.Shape == "batch" && w.Producers == 1:
 		return 2
 	}
 	return 1
