@@ -48,7 +48,7 @@ var (
 	// attempts across a kill -9 make long operations); make verify runs
 	// them.
 	flagProducers = flag.Int("verify.producers", 0, "more client goroutines per stream that append as idempotent producers of the S2 face (starlog-producer headers), retrying each batch with its mark (make verify: 1)")
-	flagKafka     = flag.Int("verify.kafka", 0, "more client goroutines per even-numbered stream that produce through the Kafka face as idempotent kgo producers, the round's streams being one topic's partitions (make verify: 1; off in make test's short run: at load 22-31 three of three runs of one seed with it failed a fault check, a star presumed dead after its SQLite heartbeats timed out, none of two without)")
+	flagKafka     = flag.Int("verify.kafka", 1, "more client goroutines per even-numbered stream that produce through the Kafka face as idempotent kgo producers, the round's streams being one topic's partitions (make test and make verify: 1; 0 turns them off)")
 	flagSeed      = flag.Uint64("verify.seed", 0, "random seed (0: from the clock)")
 	// Two clean-clone make test runs left a round undecided at 3 minutes:
 	// the indefinite appends into a deleted incarnation (no read-back)
