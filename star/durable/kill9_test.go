@@ -91,7 +91,7 @@ func TestTypeScriptClientSurvivesKill9(t *testing.T) {
 	// message, each body the message's JSON.
 	req, _ := http.NewRequest(http.MethodGet, star.url+"/v1/streams/kill9%2Fstream/records?seq_num=0&count=1000", nil)
 	req.Header.Set("s2-basin", "durable-streams")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestProducerStateSurvivesKill9(t *testing.T) {
 		for i := 0; i+1 < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := httpClient.Do(req)
 		if err != nil {
 			t.Fatalf("%s: %v", method, err)
 		}
@@ -165,7 +165,7 @@ func TestProducerStateSurvivesKill9(t *testing.T) {
 	if r := do(http.MethodPost, "b", prod("1")...); r.StatusCode != http.StatusOK {
 		t.Fatalf("next append: %d", r.StatusCode)
 	}
-	resp, err := http.Get(url)
+	resp, err := httpClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,10 @@ package durable_test
 
 import (
 	"flag"
+	"net/http"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/starlog/starlog/shared/testsvc"
 )
@@ -21,3 +23,8 @@ func TestMain(m *testing.M) {
 	testsvc.RemoveStarBinary()
 	os.Exit(code)
 }
+
+// httpClient has a transport of its own: an httptest server that closes (a
+// parallel test's) closes http.DefaultTransport's idle connections, and a
+// request about to reuse one fails ("http: CloseIdleConnections called").
+var httpClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}

@@ -17,6 +17,12 @@ import (
 
 // ttlCall sends one request with the given headers and returns the status
 // and body.
+// testClient has a transport of its own: an httptest server that closes
+// (a parallel test's) closes http.DefaultTransport's idle connections, and
+// a request about to reuse one fails ("HTTP/1.x transport connection
+// broken: http: CloseIdleConnections called", a clean-clone run).
+var testClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+
 func ttlCall(t *testing.T, method, url string, hdr map[string]string, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -26,7 +32,7 @@ func ttlCall(t *testing.T, method, url string, hdr map[string]string, body strin
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

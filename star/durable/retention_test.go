@@ -39,7 +39,7 @@ func retainCall(t *testing.T, method, url string, hdr map[string]string, body st
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
@@ -227,7 +227,7 @@ func TestStreamRetentionHeader(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPut, s.url+"/bad/twice", strings.NewReader("x"))
 	req.Header.Add(hStreamRetention, "5")
 	req.Header.Add(hStreamRetention, "5")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+	if resp, err := testClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("PUT with two %s: %v %v, want 400", hStreamRetention, resp.StatusCode, err)
 	} else {
 		resp.Body.Close()

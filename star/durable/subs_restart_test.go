@@ -26,7 +26,7 @@ func do(t *testing.T, method, url, auth string, body any) (int, []byte) {
 	if auth != "" {
 		req.Header.Set("Authorization", "Bearer "+auth)
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
