@@ -163,3 +163,32 @@ func Rows[T any](all []T, only string) ([]T, error) {
 	}
 	return sel, nil
 }
+
+// Dev is a `star dev` StartDev started: its S2 listener and its internal
+// (admin: /metrics, pprof) listener.
+type Dev struct {
+	*Proc
+	Addr, AdminAddr string
+}
+
+// StartDev runs `star dev` of bin as work/<name>.log, its data in data,
+// on free loopback addresses with args after, and waits for its /health.
+func StartDev(ctx context.Context, work, name, bin, data string, args ...string) (*Dev, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	p, err := Start(work, name, bin, append([]string{"dev", "--data", data, "--listen", addr, "--internal-listen", admin}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitHealth(ctx, "http://"+addr+"/health"); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("star dev: %w (log: %s)", err, p.LogPath)
+	}
+	return &Dev{Proc: p, Addr: addr, AdminAddr: admin}, nil
+}

@@ -96,23 +96,12 @@ func run(ctx context.Context, starBin, nodeBin, server string, runs int, dur tim
 		return fmt.Errorf("reference server: %w (log: %s)", err, ref.LogPath)
 	}
 
-	starAddr, err := benchproc.FreeAddr()
-	if err != nil {
-		return err
-	}
-	adminAddr, err := benchproc.FreeAddr()
-	if err != nil {
-		return err
-	}
-	starProc, err := benchproc.Start(work, "star", starBin, "dev", "--open", "--data", filepath.Join(work, "star"),
-		"--listen", starAddr, "--internal-listen", adminAddr, "--kafka-listen", "")
+	starProc, err := benchproc.StartDev(ctx, work, "star", starBin, filepath.Join(work, "star"), "--open", "--kafka-listen", "")
 	if err != nil {
 		return err
 	}
 	defer starProc.Stop()
-	if err := benchproc.WaitHealth(ctx, "http://"+starAddr+"/health"); err != nil {
-		return fmt.Errorf("star dev: %w (log: %s)", err, starProc.LogPath)
-	}
+	starAddr, adminAddr := starProc.Addr, starProc.AdminAddr
 
 	sides := []*side{
 		{name: "reference", base: "http://" + refAddr, pid: ref.Cmd.Process.Pid},

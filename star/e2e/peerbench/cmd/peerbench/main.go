@@ -79,26 +79,15 @@ func run(ctx context.Context, natsBin, starBin string, runs int, dur time.Durati
 		return fmt.Errorf("nats-server: %w (log: %s)", err, natsProc.LogPath)
 	}
 
-	starAddr, err := benchproc.FreeAddr()
-	if err != nil {
-		return err
-	}
-	adminAddr, err := benchproc.FreeAddr()
-	if err != nil {
-		return err
-	}
 	data := filepath.Join(work, "star")
-	starProc, err := benchproc.Start(work, "star", starBin, "dev", "--data", data, "--listen", starAddr, "--internal-listen", adminAddr,
-		// S2's per-connection limit of 200 batches/s a stream is a policy,
-		// not a cost: JetStream has none, so neither side is throttled.
-		"--append-stream-batches-per-sec", "0")
+	// S2's per-connection limit of 200 batches/s a stream is a policy, not
+	// a cost: JetStream has none, so neither side is throttled.
+	starProc, err := benchproc.StartDev(ctx, work, "star", starBin, data, "--append-stream-batches-per-sec", "0")
 	if err != nil {
 		return err
 	}
 	defer starProc.Stop()
-	if err := benchproc.WaitHealth(ctx, "http://"+starAddr+"/health"); err != nil {
-		return fmt.Errorf("star dev: %w (log: %s)", err, starProc.LogPath)
-	}
+	starAddr, adminAddr := starProc.Addr, starProc.AdminAddr
 	tok, err := os.ReadFile(filepath.Join(data, "dev-token"))
 	if err != nil {
 		return err
