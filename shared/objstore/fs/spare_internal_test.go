@@ -69,26 +69,44 @@ func TestPutAfterSealTakesPreparedSegment(t *testing.T) {
 }
 
 // A flight's copies reach the journal together (chain.Writer starts one
-// goroutine per bucket): they share one data sync, so a W=2 commit waits
-// for one fdatasync, not two in a row. On one P the order is fixed: the
-// last goroutine started runs first and leads the group.
+// goroutine per bucket): the PUTs queued while a group's leader has not
+// yet written share its one data sync, so a W=2 commit waits for one
+// fdatasync, not two in a row. In production the leader yields once
+// (runtime.Gosched) for the copies already runnable to queue; whether they
+// are is the scheduler's choice (measured in the live star: 2.1 -> 1.5
+// syncs an append), so the test holds the group open with the yield hook
+// until all three copies have queued, and checks the grouping itself.
 func TestCopiesStartedTogetherShareOneSync(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	s, err := Open(t.TempDir(), Options{Journal: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for _, name := range []string{"express-a", "express-b", "express-c"} {
+	buckets := []string{"express-a", "express-b", "express-c"}
+	for _, name := range buckets {
 		if err := s.CreateBucket(name); err != nil {
 			t.Fatal(err)
+		}
+	}
+	queued := func() int {
+		s.j.mu.Lock()
+		defer s.j.mu.Unlock()
+		return len(s.j.batch)
+	}
+	var leaders atomic.Int32
+	s.j.yield = func() {
+		leaders.Add(1)
+		deadline := time.Now().Add(10 * time.Second)
+		for queued() < len(buckets) && time.Now().Before(deadline) {
+			runtime.Gosched()
 		}
 	}
 	ctx := context.Background()
 	for round := range 3 {
 		before := s.j.syncs.Load()
+		leaders.Store(0)
 		var wg sync.WaitGroup
-		for _, name := range []string{"express-a", "express-b", "express-c"} {
+		for _, name := range buckets {
 			b := s.Bucket(name)
 			wg.Go(func() {
 				if _, err := b.PutIfAbsent(ctx, fmt.Sprintf("slot/%d", round), []byte("copy")); err != nil {
@@ -98,7 +116,10 @@ func TestCopiesStartedTogetherShareOneSync(t *testing.T) {
 		}
 		wg.Wait()
 		if n := s.j.syncs.Load() - before; n != 1 {
-			t.Fatalf("round %d: three copies started together took %d data syncs, want 1", round, n)
+			t.Fatalf("round %d: three copies queued before the leader wrote took %d data syncs, want 1", round, n)
+		}
+		if n := leaders.Load(); n != 1 {
+			t.Fatalf("round %d: %d PUTs led a group, want 1", round, n)
 		}
 	}
 }
