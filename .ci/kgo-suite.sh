@@ -73,7 +73,7 @@ echo "kgo-suite: franz-go $version pkg/kgo against star dev at 127.0.0.1:$kafka_
 start=$SECONDS
 set +e
 (cd "$work/franz-go/pkg/kgo" && KGO_SEEDS="127.0.0.1:$kafka_port" KGO_TEST_RF=1 KGO_TEST_RECORDS=50000 KGO_LOG_LEVEL=none \
-  $GO test -count=1 -timeout 15m -v -run "${KGO_SUITE_RUN:-.}" -skip "$skip" .) >"$log" 2>&1
+  $GO test -count=1 -timeout 15m -v -vet=off -ldflags=-w -run "${KGO_SUITE_RUN:-.}" -skip "$skip" .) >"$log" 2>&1
 set -e
 
 count() { grep -cE "$1" "$log" || true; }
