@@ -105,7 +105,7 @@
 // five-minute make verify runs checked 29 histories (127 000–258 000
 // operations per run) with 16 zone-halts and two 120 s outages. Every
 // zone-halt bit and held its checks (slowest Express ack 2.03–2.22 s:
-// the 2 s deadline plus a recovery of 50 ms after a deadline halt and
+// the 2 s deadline of those runs plus a recovery of 50 ms after a deadline halt and
 // about 1 s after a foreign occupant). Both outages filled the backlog
 // budget after one or two 10 s windows of acks, were excused by the
 // metastore_slow stall and converged. The runs found a partitioned

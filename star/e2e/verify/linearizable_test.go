@@ -64,7 +64,7 @@ var (
 	flagKeep         = flag.Bool("verify.keep", false, "keep the stars' data and logs even when the run passes")
 	flagZoneHalts    = flag.Int("verify.zone-halts", 1, "halts of the Express epochs with one Express zone black-holed (a deadline halt, then a foreign occupant) over the whole run")
 	flagZoneTail     = flag.Duration("verify.zone-tail", time.Second, "a zone-halt keeps its zone down this long after the foreign occupant's recovery window")
-	flagExpDeadline  = flag.Duration("verify.express-deadline", 2*time.Second, "the stars' --s3-express-flight-deadline (also their recovery deadline: it must leave room for a fence that waits 1 s for the black-holed zone)")
+	flagExpDeadline  = flag.Duration("verify.express-deadline", 3*time.Second, "the stars' --s3-express-flight-deadline (also their recovery deadline: it must leave room for a fence that waits 1 s for the black-holed zone and for a mint on a loaded metastore; production's is 5 s)")
 	flagMetaOutages  = flag.Int("verify.meta-outages", 1, "whole-cluster metastore outages of -verify.meta-outage over the whole run")
 	flagMetaOutage   = flag.Duration("verify.meta-outage", 3*time.Second, "how long a metastore outage holds (make verify: 120s)")
 	flagAckWindow    = flag.Duration("verify.ack-window", time.Second, "during a metastore outage every stream must have an ack in every window this long, unless its leader's backlog budget filled (make verify: 10s)")
