@@ -67,7 +67,8 @@ $(STARLOG_NODE_TOOLS)/.installed: .ci/tools/package.json .ci/tools/package-lock.
 # than they compute, so test runs them in lanes: first the installs beside
 # lint (vet compiles what the tests will need); then the root module's tests
 # beside the e2e module's tests and the soak, and beside synth, the infra
-# tests and the rehearsal. -k: every lane runs to its end and any failure
+# tests and the functions package's tests with the rehearsal (one test
+# binary; the root lane, the longest, leaves that package to this one). -k: every lane runs to its end and any failure
 # fails test; --output-sync: a target's output is printed whole when it ends,
 # and every phase keeps its own log in build/.
 # Each phase prints its wall and CPU time (bash's time: the phase's processes
@@ -76,20 +77,21 @@ TEST_SYNC := --no-print-directory -k --output-sync=target
 PHASE_TIME = TIMEFORMAT='phase $(1): %R s wall, %U s user, %S s sys'; time
 test:
 	@$(call PHASE_TIME,tools+cdk-cli+lint) $(MAKE) $(TEST_SYNC) -j3 tools cdk-cli lint
-	@st=0; $(call PHASE_TIME,all test lanes) $(MAKE) $(TEST_SYNC) -j3 test-go-root test-lane-e2e test-lane-infra || st=1; \
-	  $(MAKE) --no-print-directory test-go-summary || st=1; exit $$st
+	@st=0; $(call PHASE_TIME,all test lanes) $(MAKE) $(TEST_SYNC) -j3 GO_TEST_ROOT_EXCLUDE=$(FUNCTIONS_PKG) test-go-root test-lane-e2e test-lane-infra || st=1; \
+	  $(MAKE) --no-print-directory GO_TEST_LOGS="$(GO_TEST_LOGS) build/go-test-functions.log" test-go-summary || st=1; exit $$st
 
 .PHONY: test-lane-e2e test-lane-infra test-go-root test-go-e2e test-go-summary
 test-lane-e2e:
 	@st=0; { $(call PHASE_TIME,test-go-e2e) $(MAKE) --no-print-directory test-go-e2e; } || st=1; \
 	  { $(call PHASE_TIME,soak-short) $(MAKE) --no-print-directory soak-short; } || st=1; { $(call PHASE_TIME,kafka-suite) $(MAKE) --no-print-directory kafka-suite; } || st=1; exit $$st
 test-lane-infra:
-	@$(call PHASE_TIME,synth+test-infra+rehearsal) $(MAKE) --no-print-directory -k -j1 test-infra rehearsal
+	@$(call PHASE_TIME,synth+test-infra+functions) $(MAKE) --no-print-directory -k -j1 test-infra test-go-functions
 
 # Top-level test results and package lines are printed (the conformance
 # suites by name, so a run shows them passing against versitygw and DynamoDB
 # Local); the full -v log is kept in build/go-test.log (the root module's,
-# then the e2e module's: build/go-test-root.log and build/go-test-e2e.log).
+# then the e2e module's: build/go-test-root.log and build/go-test-e2e.log;
+# in make test, then the functions package's: build/go-test-functions.log).
 #
 # make test's test binaries skip go test's own vet pass and DWARF:
 # `make lint`, which make test runs first, vets every module in full, and
@@ -116,21 +118,28 @@ GO_TEST_ROOT_FIRST := ./functions ./shared/settle ./star/node ./star/durable ./s
   ./shared/chain ./star/server ./star/servecmd ./star/loglet ./shared/auditjob ./star/kafka \
   ./star/clientcmd ./shared/sdk ./functions/internal/handler ./shared/objstore/fs ./shared/objstore/s3 \
   ./star/sim/chainsim ./shared/meta/dynamo ./star/auditor
+# GO_TEST_ROOT_EXCLUDE: an import path left out (make test runs the functions
+# package in the infra lane).
+GO_TEST_ROOT_EXCLUDE ?=
+FUNCTIONS_PKG := github.com/starlog/starlog/functions
 test-go-root:
 	@mkdir -p build
 	@set -o pipefail; if [ -z "$${STARLOG_TEST_DYNAMO_ENDPOINT:-}" ]; then \
 	  STARLOG_TEST_DYNAMO_ENDPOINT=$$(.ci/dynamo-local.sh start build/dynamo-local-root) || exit 1; export STARLOG_TEST_DYNAMO_ENDPOINT; \
 	  trap '.ci/dynamo-local.sh stop build/dynamo-local-root' EXIT; fi; \
-	  $(call PHASE_TIME,test-go-root) { $(GO) test $(GO_TEST_FLAGS) $(GO_TEST_ROOT_FIRST) ./... 2>&1 | tee build/go-test-root.log | grep -E $(GO_TEST_SHOW); }
+	  $(call PHASE_TIME,test-go-root) { pkgs=$$($(GO) list $(GO_TEST_ROOT_FIRST) ./... | grep -vxF '$(GO_TEST_ROOT_EXCLUDE)') && \
+	  $(GO) test $(GO_TEST_FLAGS) $$pkgs 2>&1 | tee build/go-test-root.log | grep -E $(GO_TEST_SHOW); }
 
 test-go-e2e:
 	@mkdir -p build
 	@set -o pipefail; cd star/e2e && $(GO) test $(GO_TEST_FLAGS) ./... 2>&1 | tee $(CURDIR)/build/go-test-e2e.log | grep -E $(GO_TEST_SHOW)
 
-# The summary counts both modules' logs; it fails when either module's go
+GO_TEST_LOGS := build/go-test-root.log build/go-test-e2e.log
+# The summary counts the logs of GO_TEST_LOGS (both modules', and in make
+# test the functions package's); it fails when either module's go
 # test did (a FAIL line: a test, a build or a panicked binary) or left no log.
 test-go-summary:
-	@cat build/go-test-root.log build/go-test-e2e.log > build/go-test.log || exit 1; \
+	@cat $(GO_TEST_LOGS) > build/go-test.log || exit 1; \
 	  p=$$(grep -c '^--- PASS' build/go-test.log); f=$$(grep -c '^--- FAIL' build/go-test.log); k=$$(grep -c '^--- SKIP' build/go-test.log); \
 	  echo "go test: $$p passed, $$f failed, $$k skipped"; \
 	  if [ $$f -ne 0 ] || grep -q '^FAIL' build/go-test.log; then echo "go test failed: see build/go-test.log"; exit 1; fi
@@ -563,6 +572,14 @@ test-infra: synth
 	@cd infra && out=$$(gofmt -l $$(find . -mindepth 1 -name '.*' -prune -o -name '*.go' -print) 2>&1); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	cd infra && $(INFRA_ENV) $(GO) vet ./...
 	cd infra && $(INFRA_ENV) $(GO) test -count=1 -timeout 20m $(GO_TEST_BUILD) ./...
+
+# test-go-functions: the functions package's tests and the rehearsal in one
+# test binary (make test's infra lane).
+.PHONY: test-go-functions
+test-go-functions: synth
+	@mkdir -p build
+	@set -o pipefail; STARLOG_REHEARSAL_ASSEMBLY=$(CURDIR)/cdk.out $(GO) test -count=1 -timeout 20m -v $(GO_TEST_BUILD) ./functions/ 2>&1 \
+	  | tee build/go-test-functions.log | grep -E $(GO_TEST_SHOW)'|^    --- |rehearsal_test.go:[0-9]+: (star [0-9]|rehearsal done|[0-9]+ settings)|iam_coverage_test.go:[0-9]+: (iam|mutation)'
 
 ## rehearsal: the deploy rehearsal (issue 12) on the template `synth` wrote:
 ## the star's systemd unit from the launch template's user data runs for real
