@@ -368,8 +368,17 @@ func (c *Chain) decideSlot(ctx context.Context, bs []objstore.Bucket, want copyI
 	f := newSlotFence(len(bs), w)
 	out := slotOutcome{slot: want.slot, tally: f.tally}
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	answers := make(chan fenceObs, len(bs)) // one request per bucket at a time
+	// Requests still out when the slot is decided are cancelled and waited
+	// for: a PUT of poison must not land after the fence has returned (a
+	// store need not stop a write its context ends in the middle of).
+	outstanding := 0
+	defer func() {
+		cancel()
+		for ; outstanding > 0; outstanding-- {
+			<-answers
+		}
+	}()
 	retries := make(chan int, len(bs))
 	var timers []*time.Timer
 	defer func() {
@@ -395,10 +404,12 @@ func (c *Chain) decideSlot(ctx context.Context, bs []objstore.Bucket, want copyI
 			if r.op == opCopy {
 				body = f.copy
 			}
+			outstanding++
 			go func() { answers <- c.fenceRequest(sctx, bs[r.bucket], key, want, r, body) }()
 		}
 		select {
 		case o := <-answers:
+			outstanding--
 			f.observe(o)
 			if f.raced {
 				race.set()

@@ -550,3 +550,69 @@ func TestFenceNeedsListBucket(t *testing.T) {
 		}
 	}
 }
+
+// slowPutStore delays every create-once write in one bucket and, like the
+// directory store, does not stop a write its context ends in the middle of.
+type slowPutStore struct {
+	objstore.Store
+	slow   string
+	delay  time.Duration
+	active *sync.WaitGroup
+	mu     *sync.Mutex
+	ended  *[]time.Time
+}
+
+func (s slowPutStore) Bucket(name string) objstore.Bucket {
+	if name != s.slow {
+		return s.Store.Bucket(name)
+	}
+	return slowPutBucket{s.Store.Bucket(name), s}
+}
+
+type slowPutBucket struct {
+	objstore.Bucket
+	s slowPutStore
+}
+
+func (b slowPutBucket) PutIfAbsent(ctx context.Context, key string, body []byte) (objstore.ObjectInfo, error) {
+	b.s.active.Add(1)
+	defer b.s.active.Done()
+	time.Sleep(b.s.delay)
+	info, err := b.Bucket.PutIfAbsent(context.WithoutCancel(ctx), key, body)
+	b.s.mu.Lock()
+	*b.s.ended = append(*b.s.ended, time.Now())
+	b.s.mu.Unlock()
+	return info, err
+}
+
+// A fence decides a slot at W answers and returns only once its other
+// requests have ended: a poison still being written into the slowest
+// bucket must not land after Fence returned (found as a test's temporary
+// folder written to during its removal, after a foreign fence).
+func TestFenceLeavesNoWriteBehind(t *testing.T) {
+	e := newFaultEnv(t)
+	_, _, ep := e.writeSlots(t, 2)
+	var (
+		active sync.WaitGroup
+		mu     sync.Mutex
+		ended  []time.Time
+	)
+	slow := slowPutStore{Store: e.store, slow: buckets[2], delay: 300 * time.Millisecond, active: &active, mu: &mu, ended: &ended}
+	fencer := chain.New("star1", meta.Express, "star2:1", e.meta, slow)
+	fencer.AttemptTimeout = 200 * time.Millisecond
+	if _, err := fenceWithin(t, fencer, ep.Epoch, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	returned := time.Now()
+	active.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ended) == 0 {
+		t.Fatal("the fence wrote nothing into the slow bucket: the test does not reach its case")
+	}
+	for _, at := range ended {
+		if at.After(returned) {
+			t.Fatalf("a write into %s ended %v after Fence returned", buckets[2], at.Sub(returned))
+		}
+	}
+}
