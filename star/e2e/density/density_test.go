@@ -122,7 +122,12 @@ func runRow(t *testing.T, bin string, n int, warm, window time.Duration, mibps f
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &devStar{bin: bin, data: filepath.Join(dir, "data"), listen: listen, internal: internal, logPath: filepath.Join(dir, "star.log"),
+	logPath := filepath.Join(dir, "star.log")
+	if d := os.Getenv("DENSITY_STAR_LOGS"); d != "" {
+		// Kept after the row: the star's log outlives its temporary folder.
+		logPath = filepath.Join(d, fmt.Sprintf("density-star-%d.log", n))
+	}
+	s := &devStar{bin: bin, data: filepath.Join(dir, "data"), listen: listen, internal: internal, logPath: logPath,
 		extra: strings.Fields(os.Getenv("DENSITY_STAR_FLAGS"))}
 	if err := s.start(); err != nil {
 		t.Fatal(err)
@@ -199,6 +204,7 @@ func runRow(t *testing.T, bin string, n int, warm, window time.Duration, mibps f
 	// at mibps; acked bytes counted for the per-GiB figures.
 	var acked atomic.Int64
 	var failed atomic.Int64
+	var failures errorCounts
 	work := make(chan int, 4096)
 	perSec := mibps * (1 << 20) / (recordBytes * recordsPerAppend)
 	dctx, stopDriver := context.WithCancel(ctx)
@@ -234,6 +240,7 @@ func runRow(t *testing.T, bin string, n int, warm, window time.Duration, mibps f
 				if err != nil {
 					if dctx.Err() == nil {
 						failed.Add(1)
+						failures.note(err)
 					}
 					continue
 				}
@@ -290,7 +297,7 @@ func runRow(t *testing.T, bin string, n int, warm, window time.Duration, mibps f
 		}
 	}
 	if f := failed.Load(); f > 0 {
-		t.Logf("N=%d: %d appends failed in the paced phase", n, f)
+		t.Logf("N=%d: %d appends failed in the paced phase; by error: %s", n, f, failures.top(5))
 	}
 	r.peakRSS = s.peakRSS()
 

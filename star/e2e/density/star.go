@@ -14,8 +14,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -174,4 +176,39 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// errorCounts counts errors by message (cut to 200 bytes) for a report.
+type errorCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *errorCounts) note(err error) {
+	msg := err.Error()
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[msg]++
+}
+
+// top is the k most frequent messages with their counts.
+func (c *errorCounts) top(k int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msgs := make([]string, 0, len(c.n))
+	for m := range c.n {
+		msgs = append(msgs, m)
+	}
+	slices.SortFunc(msgs, func(a, b string) int { return c.n[b] - c.n[a] })
+	var out []string
+	for _, m := range msgs[:min(k, len(msgs))] {
+		out = append(out, fmt.Sprintf("%d× %q", c.n[m], m))
+	}
+	return strings.Join(out, "; ")
 }
