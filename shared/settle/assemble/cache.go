@@ -45,7 +45,11 @@ type Slot struct {
 	ready chan struct{}
 	err   error
 
-	file   *os.File
+	// path is the bundle's scratch file, opened for each read: an era
+	// warms tens of thousands of bundles, and a descriptor held for each
+	// exhausted the process's (a directory store's star, and a Lambda's
+	// 1,024, fail every open then).
+	path   string
 	bucket string // the bucket the verified copy came from: a copy source
 	size   int64
 	// extents of each stream, in offset order.
@@ -57,8 +61,13 @@ func (w *Slot) Bucket() string { return w.bucket }
 
 // ReadAt reads n bytes at object offset off.
 func (w *Slot) ReadAt(off, n int64) ([]byte, error) {
+	f, err := os.Open(w.path)
+	if err != nil {
+		return nil, fmt.Errorf("settle: fetch cache read [%d,+%d): %w", off, n, err)
+	}
+	defer f.Close()
 	b := make([]byte, n)
-	if _, err := w.file.ReadAt(b, off); err != nil {
+	if _, err := f.ReadAt(b, off); err != nil {
 		return nil, fmt.Errorf("settle: fetch cache read [%d,+%d): %w", off, n, err)
 	}
 	return b, nil
@@ -165,17 +174,6 @@ func (c *Cache) Stats() Stats {
 
 // Close removes the scratch directory.
 func (c *Cache) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, w := range c.slots {
-		select {
-		case <-w.ready:
-			if w.file != nil {
-				w.file.Close()
-			}
-		default: // still warming: its goroutine ended with the job's context
-		}
-	}
 	return os.RemoveAll(c.dir)
 }
 
@@ -308,12 +306,7 @@ func (c *Cache) accept(id SlotID, nonce format.Nonce, bucket string, body []byte
 		unreserve()
 		return fmt.Errorf("settle: fetch cache: %w", err)
 	}
-	file, err := os.Open(path)
-	if err != nil {
-		unreserve()
-		return fmt.Errorf("settle: fetch cache: %w", err)
-	}
-	w.file, w.bucket, w.size = file, bucket, int64(len(body))
+	w.path, w.bucket, w.size = path, bucket, int64(len(body))
 	w.extents = map[string][]format.Extent{}
 	for _, x := range f.Extents {
 		if c.only == nil || c.only[x.StreamID] {
