@@ -136,7 +136,7 @@ func (w *Writer) CommitObserved(ctx context.Context, slot uint64, body []byte, e
 	k, q := len(w.buckets), w.Epoch.Params.W
 	key := w.c.slotKey(w.Epoch.Epoch, slot)
 
-	sctx, scancel := context.WithTimeout(w.bg, w.deadline+w.straggle)
+	sctx, scancel := context.WithTimeout(objstore.WithCopies(w.bg, k), w.deadline+w.straggle)
 	results := make(chan putResult, k)
 	w.bgWG.Add(k)
 	for i := range w.buckets {

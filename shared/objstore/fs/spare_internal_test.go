@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"runtime"
+
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/poll"
 )
 
@@ -69,13 +70,11 @@ func TestPutAfterSealTakesPreparedSegment(t *testing.T) {
 }
 
 // A flight's copies reach the journal together (chain.Writer starts one
-// goroutine per bucket): the PUTs queued while a group's leader has not
-// yet written share its one data sync, so a W=2 commit waits for one
-// fdatasync, not two in a row. In production the leader yields once
-// (runtime.Gosched) for the copies already runnable to queue; whether they
-// are is the scheduler's choice (measured in the live star: 2.1 -> 1.5
-// syncs an append), so the test holds the group open with the yield hook
-// until all three copies have queued, and checks the grouping itself.
+// goroutine per bucket, its context marked with objstore.WithCopies): the
+// leader holds its group open until all three have queued, so they share
+// one data sync and a W=2 commit waits for one fdatasync, not two in a
+// row. The test lengthens the wait's bound so that a slow machine cannot
+// end it first.
 func TestCopiesStartedTogetherShareOneSync(t *testing.T) {
 	s, err := Open(t.TempDir(), Options{Journal: true})
 	if err != nil {
@@ -88,23 +87,10 @@ func TestCopiesStartedTogetherShareOneSync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	queued := func() int {
-		s.j.mu.Lock()
-		defer s.j.mu.Unlock()
-		return len(s.j.batch)
-	}
-	var leaders atomic.Int32
-	s.j.yield = func() {
-		leaders.Add(1)
-		deadline := time.Now().Add(10 * time.Second)
-		for queued() < len(buckets) && time.Now().Before(deadline) {
-			runtime.Gosched()
-		}
-	}
-	ctx := context.Background()
+	s.j.copiesWait = time.Minute
+	ctx := objstore.WithCopies(context.Background(), len(buckets))
 	for round := range 3 {
 		before := s.j.syncs.Load()
-		leaders.Store(0)
 		var wg sync.WaitGroup
 		for _, name := range buckets {
 			b := s.Bucket(name)
@@ -116,10 +102,51 @@ func TestCopiesStartedTogetherShareOneSync(t *testing.T) {
 		}
 		wg.Wait()
 		if n := s.j.syncs.Load() - before; n != 1 {
-			t.Fatalf("round %d: three copies queued before the leader wrote took %d data syncs, want 1", round, n)
+			t.Fatalf("round %d: three copies started together took %d data syncs, want 1", round, n)
 		}
-		if n := leaders.Load(); n != 1 {
-			t.Fatalf("round %d: %d PUTs led a group, want 1", round, n)
+	}
+	if !s.j.noWaitUntil.IsZero() {
+		t.Fatal("a leader's wait for its copies ran out")
+	}
+}
+
+// Copies marked for three buckets of which this store has one (the others
+// are other stores) cost the leader one bounded wait, after which leaders
+// stop waiting for copiesBackoff: a PUT alone is not held again.
+func TestCopiesElsewhereCostOneBoundedWait(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{Journal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateBucket("express-a"); err != nil {
+		t.Fatal(err)
+	}
+	s.j.copiesWait = 20 * time.Millisecond
+	b := s.Bucket("express-a")
+	ctx := objstore.WithCopies(context.Background(), 3)
+	start := time.Now()
+	if _, err := b.PutIfAbsent(ctx, "slot/1", []byte("copy")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 20*time.Millisecond {
+		t.Fatalf("the first PUT took %v: it did not wait for its copies", took)
+	}
+	s.j.mu.Lock()
+	until := s.j.noWaitUntil
+	s.j.mu.Unlock()
+	if time.Until(until) <= 0 {
+		t.Fatal("the wait ran out but leaders did not stop waiting")
+	}
+	for i := range 5 {
+		if _, err := b.PutIfAbsent(ctx, fmt.Sprintf("slot/%d", i+2), []byte("copy")); err != nil {
+			t.Fatal(err)
 		}
+	}
+	s.j.mu.Lock()
+	again := s.j.noWaitUntil
+	s.j.mu.Unlock()
+	if !again.Equal(until) {
+		t.Fatal("a PUT within the backoff waited for its copies again")
 	}
 }
