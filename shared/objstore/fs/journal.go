@@ -33,9 +33,6 @@ const (
 	// maxUnretired bounds the journaled bytes not yet retired (held in
 	// memory for reads): a PUT past it waits for the materializer.
 	maxUnretired = 32 << 20
-	// materializers is the parallelism of one segment's file writes and
-	// fsyncs (concurrent fsyncs share the file system's commits).
-	materializers = 8
 	// retryAfter spaces the materializer's attempts after an error.
 	retryAfter = 100 * time.Millisecond
 	// copiesWait bounds how long a group's leader holds the group open for

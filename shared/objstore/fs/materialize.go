@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -139,34 +138,24 @@ func (j *journal) retire(path string) error {
 	return j.fsys.SyncDir(j.dir)
 }
 
-// materialize writes the entries' files (materializers at once), unsynced,
+// materialize writes the entries' files one after another, unsynced,
 // then makes all of them durable with one syncfs(2): the journal holds
 // them until then, so one sync of the file system replaces a data sync
 // per file and a sync per folder (the disk's cache flush is the cost).
+// One writer, not several: each file is a create and a link (and a
+// removal) in shared folders, which serialize on the folder's lock and on
+// the file system's journal, where the PUTs' syncs wait behind them (a
+// lone journaled 1 KiB PUT in BenchmarkFSPutIfAbsent1KiB took 0.33–0.35
+// ms beside one writer, 0.41–0.43 ms beside eight, and sixteen PUTting
+// at once went no faster with eight).
 func (j *journal) materialize(entries []*jentry) error {
+	for _, e := range entries {
+		if err := j.materializeOne(e); err != nil {
+			return fmt.Errorf("fs: materialize %s/%s: %w", e.bucket, e.key, err)
+		}
+	}
 	if len(entries) == 0 {
 		return nil
-	}
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, materializers)
-	)
-	for _, e := range entries {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := j.materializeOne(e); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("fs: materialize %s/%s: %w", e.bucket, e.key, err))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
 	}
 	return j.fsys.SyncFS(j.root)
 }
