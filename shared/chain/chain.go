@@ -129,11 +129,15 @@ func ParseNonce(s string) (format.Nonce, error) {
 
 // attempt bounds one bucket request.
 func (c *Chain) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := c.AttemptTimeout
-	if d <= 0 {
-		d = 10 * time.Second
+	return context.WithTimeout(ctx, c.attemptTimeout())
+}
+
+// attemptTimeout is AttemptTimeout or its default.
+func (c *Chain) attemptTimeout() time.Duration {
+	if c.AttemptTimeout <= 0 {
+		return 10 * time.Second
 	}
-	return context.WithTimeout(ctx, d)
+	return c.AttemptTimeout
 }
 
 func (c *Chain) slotKey(epoch, slot uint64) string { return SlotKey(c.Star, c.Class, epoch, slot) }

@@ -370,13 +370,27 @@ func (c *Chain) decideSlot(ctx context.Context, bs []objstore.Bucket, want copyI
 	sctx, cancel := context.WithCancel(ctx)
 	answers := make(chan fenceObs, len(bs)) // one request per bucket at a time
 	// Requests still out when the slot is decided are cancelled and waited
-	// for: a PUT of poison must not land after the fence has returned (a
-	// store need not stop a write its context ends in the middle of).
+	// for: a PUT of poison should not land after the fence has returned (a
+	// store need not stop a write its context ends in the middle of). The
+	// wait is bounded by twice an attempt's timeout (each request had one,
+	// and a write under way may finish past it): a store that never
+	// returns is left behind rather than holding the fence (a late write
+	// agrees with the decision; answers has room for every request, so
+	// none blocks sending).
 	outstanding := 0
 	defer func() {
 		cancel()
+		if outstanding == 0 {
+			return
+		}
+		bound := time.NewTimer(2 * c.attemptTimeout())
+		defer bound.Stop()
 		for ; outstanding > 0; outstanding-- {
-			<-answers
+			select {
+			case <-answers:
+			case <-bound.C:
+				return
+			}
 		}
 	}()
 	retries := make(chan int, len(bs))

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -614,5 +615,61 @@ func TestFenceLeavesNoWriteBehind(t *testing.T) {
 		if at.After(returned) {
 			t.Fatalf("a write into %s ended %v after Fence returned", buckets[2], at.Sub(returned))
 		}
+	}
+}
+
+// hungPutStore's PUTs into one bucket never return until release is
+// closed, whatever their context says: a store that ignores deadlines.
+type hungPutStore struct {
+	objstore.Store
+	hung    string
+	release chan struct{}
+	calls   *atomic.Int32
+}
+
+func (s hungPutStore) Bucket(name string) objstore.Bucket {
+	if name != s.hung {
+		return s.Store.Bucket(name)
+	}
+	return hungPutBucket{s.Store.Bucket(name), s}
+}
+
+type hungPutBucket struct {
+	objstore.Bucket
+	s hungPutStore
+}
+
+func (b hungPutBucket) PutIfAbsent(context.Context, string, []byte) (objstore.ObjectInfo, error) {
+	b.s.calls.Add(1)
+	<-b.s.release
+	return objstore.ObjectInfo{}, objstore.ErrExists
+}
+
+// A fence's wait for its requests still out is bounded by one attempt's
+// timeout: a bucket whose PUT ignores its deadline and never returns does
+// not hold the fence once W answers decided every slot.
+func TestFenceDoesNotWaitForAHungStore(t *testing.T) {
+	e := newFaultEnv(t)
+	_, _, ep := e.writeSlots(t, 2)
+	release := make(chan struct{})
+	defer close(release)
+	var calls atomic.Int32
+	fencer := chain.New("star1", meta.Express, "star2:1", e.meta, hungPutStore{Store: e.store, hung: buckets[2], release: release, calls: &calls})
+	fencer.AttemptTimeout = 200 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := fenceWithin(t, fencer, ep.Epoch, time.Minute)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Fence has not returned after 10 s: it waits for a PUT that never returns")
+	}
+	if calls.Load() == 0 {
+		t.Fatal("the fence wrote nothing into the hung bucket: the test does not reach its case")
 	}
 }
