@@ -141,6 +141,11 @@ deleted by the --settle-* and --read-grace policy, as on AWS.`,
 				srv:   c.serverOptions(authCfg),
 				kafka: &kf,
 				ready: func(ctx context.Context, n *node.Node, addr net.Addr, tr *tracing.Tracing) error {
+					if st, ok := closer.(*fs.Store); ok {
+						if err := registerJournalMetrics(n.Registry(), st); err != nil {
+							return err
+						}
+					}
 					if basin != "" {
 						if err := ensureDevBasin(ctx, n, basin); err != nil {
 							return err
@@ -297,6 +302,28 @@ func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, a
 	fmt.Fprintf(w, "    -d '{\"records\":[{\"body\":\"hello\"}]}' %s/v1/streams/hello/records\n", url)
 	fmt.Fprintf(w, "  curl -s%s -H 's2-basin: %s' '%s/v1/streams/hello/records?seq_num=0'\n", bearer, basin, url)
 	fmt.Fprintf(w, "\nS2 SDKs and the star CLI read S2_ACCOUNT_ENDPOINT, S2_BASIN_ENDPOINT and S2_ACCESS_TOKEN.\n\n")
+}
+
+// registerJournalMetrics exports the dev store journal's counters: group
+// syncs against the records they carried say how well concurrent PUTs
+// (and a flight's copies) share an fdatasync.
+func registerJournalMetrics(reg prometheus.Registerer, st *fs.Store) error {
+	for _, m := range []struct {
+		name, help string
+		pick       func(syncs, records, retired uint64) uint64
+	}{
+		{"starlog_fs_journal_syncs_total", "Data syncs of the directory store's journal (one per group of PUTs).", func(s, _, _ uint64) uint64 { return s }},
+		{"starlog_fs_journal_records_total", "Create-once PUTs the directory store's journal made durable.", func(_, r, _ uint64) uint64 { return r }},
+		{"starlog_fs_journal_segments_retired_total", "Journal segments materialized into files and removed.", func(_, _, t uint64) uint64 { return t }},
+	} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 {
+			return float64(m.pick(st.JournalStats()))
+		})
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("journal metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // openDevStores opens the data folder's metastore and object store, with

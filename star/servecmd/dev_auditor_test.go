@@ -74,6 +74,14 @@ func TestDevSettlesAndTrimsByItself(t *testing.T) {
 	a.waitMore(t, 100, "std", "exp")
 	close(stop)
 	wg.Wait()
+	// The journal's counters move: every sync carried at least one record,
+	// and an Express flight's three copies share syncs.
+	syncs := metricSum(t, p, "starlog_fs_journal_syncs_total")
+	records := metricSum(t, p, "starlog_fs_journal_records_total")
+	if syncs == 0 || records < syncs {
+		t.Fatalf("journal metrics: %v syncs carried %v records, want some syncs and at least one record each", syncs, records)
+	}
+	t.Logf("journal: %v records in %v syncs", records, syncs)
 
 	if err := poll.Wait(30*time.Second, func() error {
 		settled := metricSum(t, p, "starlog_auditor_jobs_total", `kind="settle"`, `outcome="done"`)

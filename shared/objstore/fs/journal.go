@@ -35,11 +35,12 @@ const (
 	maxUnretired = 32 << 20
 	// retryAfter spaces the materializer's attempts after an error.
 	retryAfter = 100 * time.Millisecond
-	// copiesWait bounds how long a group's leader holds the group open for
-	// the other copies of its object (objstore.WithCopies); copiesBackoff
-	// is how long the journal stops waiting after a wait ran out (the
-	// copies go to other stores, or the machine is too busy to start them).
+	// copiesWait bounds how long a group is held open for the other copies
+	// of its objects (objstore.WithCopies); after copiesMisses waits in a
+	// row ran out (the copies go to other stores), groups stop waiting for
+	// copiesBackoff.
 	copiesWait    = 500 * time.Microsecond
+	copiesMisses  = 3
 	copiesBackoff = time.Second
 )
 
@@ -71,6 +72,7 @@ type jentry struct {
 	stamp   int64 // the object's mtime, ns
 	seq     uint64
 	durable bool
+	copies  int // objstore.Copies of its PUT: the copies of its object started together
 	seg     *segment
 	done    chan struct{} // closed when a pending PUT or a hold ends
 	err     error         // a pending PUT's outcome
@@ -126,9 +128,11 @@ type journal struct {
 	// joined, when not nil, is closed by the next PUT to join the group a
 	// leader holds open for its object's copies (awaitCopiesLocked).
 	joined chan struct{}
-	// copiesWait is copiesWait (tests lengthen it); noWaitUntil is when
-	// leaders may wait for copies again after a wait ran out.
+	// copiesWait is copiesWait (tests change it); missed counts the waits
+	// in a row that ran out, and noWaitUntil is when groups may wait for
+	// copies again after copiesMisses of them.
 	copiesWait  time.Duration
+	missed      int
 	noWaitUntil time.Time
 }
 
@@ -265,7 +269,7 @@ func (j *journal) put(ctx context.Context, b *bucket, key string, body []byte) (
 	}
 	j.seq++
 	body = bytes.Clone(body) // the caller may reuse its buffer
-	e := &jentry{kind: kindPut, id: id, bucket: b.name, key: key, body: body, stamp: j.stamp(), seq: j.seq, done: make(chan struct{})}
+	e := &jentry{kind: kindPut, id: id, bucket: b.name, key: key, body: body, stamp: j.stamp(), seq: j.seq, copies: objstore.Copies(ctx), done: make(chan struct{})}
 	j.buf = appendRecord(j.buf, record{seq: e.seq, stamp: e.stamp, bucket: e.bucket, key: key, body: body})
 	j.batch = append(j.batch, e)
 	j.addLocked(e)
@@ -277,9 +281,6 @@ func (j *journal) put(ctx context.Context, b *bucket, key string, body []byte) (
 	if !j.flushing {
 		// Lead this group: its sync covers everyone queued so far.
 		j.flushing = true
-		if n := objstore.Copies(ctx); n > 1 {
-			j.awaitCopiesLocked(ctx, key, n)
-		}
 		j.flushLocked()
 	}
 	j.mu.Unlock()
@@ -294,30 +295,27 @@ func (j *journal) put(ctx context.Context, b *bucket, key string, body []byte) (
 	return objstore.ObjectInfo{Key: key, Size: int64(len(body)), ETag: stampETag(e.stamp)}, nil
 }
 
-// awaitCopiesLocked holds the leader's group open until n PUTs of key
-// have queued (a flight's copies, started together, one goroutine per
-// bucket), for at most copiesWait: otherwise the first copy syncs alone
-// and a W=2 commit waits for two syncs in a row. The copies are runnable
-// already, so they come within microseconds when they are this store's;
-// when the wait runs out, leaders stop waiting for copiesBackoff, which
-// bounds what copies sent to other stores cost. (It replaces a
-// runtime.Gosched, which queued the leader behind every runnable goroutine:
-// up to 4.4 ms behind a materialization's workers in a trace of star dev.)
-func (j *journal) awaitCopiesLocked(ctx context.Context, key string, n int) {
-	if time.Now().Before(j.noWaitUntil) {
-		return
-	}
-	timer := time.NewTimer(j.copiesWait)
-	defer timer.Stop()
-	for {
-		queued := 0
-		for _, e := range j.batch {
-			if e.key == key {
-				queued++
-			}
-		}
-		if queued >= n {
+// awaitCopiesLocked holds the group about to be written open until every
+// object it holds copies of has all of them queued (a flight's copies are
+// started together, one goroutine per bucket, and marked with
+// objstore.WithCopies), for at most copiesWait: otherwise the first copy
+// syncs alone and a W=2 commit waits for two syncs in a row. The copies
+// are runnable already, so they come within microseconds when they are
+// this store's (on a busy machine a wait sometimes runs out all the same);
+// after copiesMisses waits in a row ran out, groups stop waiting for
+// copiesBackoff, which bounds what copies sent to other stores cost. (It
+// replaces a runtime.Gosched of the group's leader, which queued it
+// behind every runnable goroutine: up to 4.4 ms behind a materialization's
+// workers in a trace of star dev.)
+func (j *journal) awaitCopiesLocked() {
+	var timer *time.Timer
+	for j.missingCopiesLocked() {
+		if time.Now().Before(j.noWaitUntil) {
 			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(j.copiesWait)
+			defer timer.Stop()
 		}
 		if j.joined == nil {
 			j.joined = make(chan struct{})
@@ -329,20 +327,49 @@ func (j *journal) awaitCopiesLocked(ctx context.Context, key string, n int) {
 			j.mu.Lock()
 		case <-timer.C:
 			j.mu.Lock()
-			j.noWaitUntil = time.Now().Add(copiesBackoff)
-			return
-		case <-ctx.Done():
-			j.mu.Lock()
+			if !j.missingCopiesLocked() {
+				break // they came, but the waiter ran late
+			}
+			if j.missed++; j.missed >= copiesMisses {
+				j.missed = 0
+				j.noWaitUntil = time.Now().Add(copiesBackoff)
+			}
 			return
 		}
 	}
+	if timer != nil {
+		j.missed = 0 // the copies came
+	}
 }
 
-// flushLocked writes and syncs the queued records as one group, with the
-// lock held on entry and exit (released for the I/O). Records queued
-// meanwhile are flushed by a goroutine of their own, so the leader
+// missingCopiesLocked reports whether a queued PUT's object has fewer of
+// its copies queued than its PUT said were started.
+func (j *journal) missingCopiesLocked() bool {
+	var queued map[string]int
+	for _, e := range j.batch {
+		if e.copies <= 1 {
+			continue
+		}
+		if queued == nil {
+			queued = map[string]int{}
+		}
+		queued[e.key]++
+	}
+	for _, e := range j.batch {
+		if e.copies > 1 && queued[e.key] < e.copies {
+			return true
+		}
+	}
+	return false
+}
+
+// flushLocked writes and syncs the queued records as one group, once the
+// copies of its objects have joined it (awaitCopiesLocked), with the lock
+// held on entry and exit (released for the waits and the I/O). Records
+// queued meanwhile are flushed by a goroutine of their own, so the leader
 // returns after its own group.
 func (j *journal) flushLocked() {
+	j.awaitCopiesLocked()
 	buf, batch := j.buf, j.batch
 	j.buf, j.batch = nil, nil
 	seg, err := j.cur, j.failed
