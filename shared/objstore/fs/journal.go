@@ -40,7 +40,7 @@ const (
 	// row ran out (the copies go to other stores), groups stop waiting for
 	// copiesBackoff.
 	copiesWait    = 500 * time.Microsecond
-	copiesMisses  = 3
+	copiesMisses  = 8
 	copiesBackoff = time.Second
 )
 
