@@ -227,7 +227,11 @@ func TestCopiesQueuedBehindASyncShareTheNext(t *testing.T) {
 	})
 	g.gate.Store(false)
 	close(g.release)
-	time.Sleep(20 * time.Millisecond) // the group after the sync has begun
+	poll.Until(t, 10*time.Second, "the group after the sync waits for the third copy", func() bool {
+		s.j.mu.Lock()
+		defer s.j.mu.Unlock()
+		return s.j.joined != nil && len(s.j.batch) == 2
+	})
 	put(ctx, "express-c", "slot/1")
 	wg.Wait()
 	if n := s.j.syncs.Load() - before; n != 2 {
