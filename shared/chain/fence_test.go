@@ -552,27 +552,32 @@ func TestFenceNeedsListBucket(t *testing.T) {
 	}
 }
 
-// slowPutStore delays every create-once write in one bucket and, like the
-// directory store, does not stop a write its context ends in the middle of.
-type slowPutStore struct {
+// oneBucketStore serves one bucket through wrap and the others as they are.
+type oneBucketStore struct {
 	objstore.Store
-	slow   string
+	name string
+	wrap func(objstore.Bucket) objstore.Bucket
+}
+
+func (s oneBucketStore) Bucket(name string) objstore.Bucket {
+	if name != s.name {
+		return s.Store.Bucket(name)
+	}
+	return s.wrap(s.Store.Bucket(name))
+}
+
+// slowPutBucket delays every create-once write and, like the directory
+// store, does not stop a write its context ends in the middle of.
+type slowPutBucket struct {
+	objstore.Bucket
+	s slowPuts
+}
+
+type slowPuts struct {
 	delay  time.Duration
 	active *sync.WaitGroup
 	mu     *sync.Mutex
 	ended  *[]time.Time
-}
-
-func (s slowPutStore) Bucket(name string) objstore.Bucket {
-	if name != s.slow {
-		return s.Store.Bucket(name)
-	}
-	return slowPutBucket{s.Store.Bucket(name), s}
-}
-
-type slowPutBucket struct {
-	objstore.Bucket
-	s slowPutStore
 }
 
 func (b slowPutBucket) PutIfAbsent(ctx context.Context, key string, body []byte) (objstore.ObjectInfo, error) {
@@ -598,7 +603,8 @@ func TestFenceLeavesNoWriteBehind(t *testing.T) {
 		mu     sync.Mutex
 		ended  []time.Time
 	)
-	slow := slowPutStore{Store: e.store, slow: buckets[2], delay: 300 * time.Millisecond, active: &active, mu: &mu, ended: &ended}
+	p := slowPuts{delay: 300 * time.Millisecond, active: &active, mu: &mu, ended: &ended}
+	slow := oneBucketStore{Store: e.store, name: buckets[2], wrap: func(b objstore.Bucket) objstore.Bucket { return slowPutBucket{b, p} }}
 	fencer := chain.New("star1", meta.Express, "star2:1", e.meta, slow)
 	fencer.AttemptTimeout = 200 * time.Millisecond
 	if _, err := fenceWithin(t, fencer, ep.Epoch, 10*time.Second); err != nil {
@@ -618,30 +624,17 @@ func TestFenceLeavesNoWriteBehind(t *testing.T) {
 	}
 }
 
-// hungPutStore's PUTs into one bucket never return until release is
-// closed, whatever their context says: a store that ignores deadlines.
-type hungPutStore struct {
-	objstore.Store
-	hung    string
+// hungPutBucket's PUTs never return until release is closed, whatever
+// their context says: a store that ignores deadlines.
+type hungPutBucket struct {
+	objstore.Bucket
 	release chan struct{}
 	calls   *atomic.Int32
 }
 
-func (s hungPutStore) Bucket(name string) objstore.Bucket {
-	if name != s.hung {
-		return s.Store.Bucket(name)
-	}
-	return hungPutBucket{s.Store.Bucket(name), s}
-}
-
-type hungPutBucket struct {
-	objstore.Bucket
-	s hungPutStore
-}
-
 func (b hungPutBucket) PutIfAbsent(context.Context, string, []byte) (objstore.ObjectInfo, error) {
-	b.s.calls.Add(1)
-	<-b.s.release
+	b.calls.Add(1)
+	<-b.release
 	return objstore.ObjectInfo{}, objstore.ErrExists
 }
 
@@ -654,7 +647,8 @@ func TestFenceDoesNotWaitForAHungStore(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	var calls atomic.Int32
-	fencer := chain.New("star1", meta.Express, "star2:1", e.meta, hungPutStore{Store: e.store, hung: buckets[2], release: release, calls: &calls})
+	hung := oneBucketStore{Store: e.store, name: buckets[2], wrap: func(b objstore.Bucket) objstore.Bucket { return hungPutBucket{b, release, &calls} }}
+	fencer := chain.New("star1", meta.Express, "star2:1", e.meta, hung)
 	fencer.AttemptTimeout = 200 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
