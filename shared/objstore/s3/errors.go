@@ -78,6 +78,7 @@ func classify(err error, op objstore.Op, what string) error {
 // session: CreateSession refused or unreachable). A session refused 404
 // means the directory bucket does not exist: ErrNotFound.
 func classifyCall(err error, call *callState, op objstore.Op, what string) error {
+	call.noteRefusal(err)
 	if err == nil || call == nil || call.sent.Load() {
 		return classify(err, op, what)
 	}

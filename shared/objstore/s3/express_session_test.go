@@ -151,3 +151,47 @@ func TestExpressSessionRefresh(t *testing.T) {
 		t.Fatalf("the front refused requests %v: the SDK signed with a dead session", st.Refused)
 	}
 }
+
+// A session the service refuses (it forgot the session, or its clock and
+// ours disagree on its expiry) is replaced at once: the request that met
+// the refusal fails, definitely, and the next opens a new session, where
+// the SDK's provider alone would keep sending the refused token until it
+// expires by our clock (5 minutes here). Found as a star whose Express
+// class stayed degraded after the front's clock had jumped an hour and
+// forgotten its sessions.
+func TestExpressRefusedSessionIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	v := testsvc.StartVersity(t)
+	e := testsvc.StartExpress(t, v)
+	m := &bucketMaker{v: v, zone: "use1-az6"}
+	name := m.make(t)
+	b := newExpressStore(t, e, e.AccessKey, e.SecretKey).Bucket(name)
+	sessions := func() int { return e.Front.Stats().SessionsByBucket[name] }
+
+	if _, err := b.PutIfAbsent(ctx, "first", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	e.Front.ForgetSessions()
+	_, err := b.PutIfAbsent(ctx, "second", []byte("2"))
+	if err == nil || objstore.IsIndefinite(err) {
+		t.Fatalf("a write with a forgotten session: %v, want a definite failure", err)
+	}
+	if _, err := b.PutIfAbsent(ctx, "third", []byte("3")); err != nil {
+		t.Fatalf("the write after a refused session: %v", err)
+	}
+	if n := sessions(); n != 2 {
+		t.Fatalf("%d sessions, want 2: the first and one after the refusal", n)
+	}
+	// The new session serves the rest, reads included.
+	for _, key := range []string{"first", "third"} {
+		if _, err := b.Get(ctx, key, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Get(ctx, "second", 0, -1); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("the refused write: %v, want not found", err)
+	}
+	if n := sessions(); n != 2 {
+		t.Fatalf("%d sessions after the reads, want 2", n)
+	}
+}

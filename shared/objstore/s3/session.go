@@ -2,12 +2,17 @@ package s3
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
+	"golang.org/x/sync/singleflight"
 )
 
 // S3 Express session auth, as the SDK does it: a request on a directory
@@ -37,13 +42,51 @@ import (
 //     The Store therefore sends through clients configured once, with no
 //     per-call options, sharing one wrapped provider (one cache, one
 //     single-flight group per bucket).
+//
+// And one thing the SDK's provider does not do: drop a session the
+// service refused. A request whose session token is answered InvalidToken
+// or ExpiredToken (the service forgot the session, or its clock and ours
+// disagree on its expiry) leaves the provider sending that token until it
+// expires by the client's clock, up to the session's lifetime (5 minutes
+// on AWS), and the bucket refuses every write meanwhile. So a refusal
+// marks the bucket (refusedSessions), and its next request opens a new
+// session at once.
 
 // callState is what one objstore call learned while the SDK ran it.
 type callState struct {
 	sent atomic.Bool // some attempt reached the transport
 
-	mu      sync.Mutex
-	session error // the last session credentials failure
+	mu       sync.Mutex
+	session  error            // the last session credentials failure
+	bucket   string           // the directory bucket whose session the call used
+	sessions *refusedSessions // where a refusal of that session is noted
+}
+
+// noteRefusal marks the call's session refused when err says so.
+func (c *callState) noteRefusal(err error) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	bucket, sessions := c.bucket, c.sessions
+	c.mu.Unlock()
+	if sessions != nil && bucket != "" && sessionRefused(err) {
+		sessions.refuse(bucket)
+	}
+}
+
+// sessionRefused reports whether err is the service refusing the
+// request's session token.
+func sessionRefused(err error) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.ErrorCode() {
+	case "InvalidToken", "ExpiredToken":
+		return true
+	}
+	return false
 }
 
 func (c *callState) setSession(err error) {
@@ -76,19 +119,99 @@ func callFrom(ctx context.Context) *callState {
 }
 
 // sessionCredentials wraps the client's S3 Express credentials provider
-// (the SDK's default one) and records a failure in the call's state.
+// (the SDK's default one): it serves a bucket whose session was refused
+// from refused, and records the bucket and any failure in the call's
+// state.
 type sessionCredentials struct {
-	inner awss3.ExpressCredentialsProvider
+	inner   awss3.ExpressCredentialsProvider
+	refused *refusedSessions
 }
 
 func (p sessionCredentials) Retrieve(ctx context.Context, bucket string) (aws.Credentials, error) {
-	creds, err := p.inner.Retrieve(ctx, bucket)
-	if err != nil {
-		if c := callFrom(ctx); c != nil {
-			c.setSession(err)
-		}
+	c := callFrom(ctx)
+	if c != nil {
+		c.mu.Lock()
+		c.bucket, c.sessions = bucket, p.refused
+		c.mu.Unlock()
+	}
+	creds, ok, err := p.refused.retrieve(ctx, bucket)
+	if !ok && err == nil {
+		creds, err = p.inner.Retrieve(ctx, bucket)
+	}
+	if err != nil && c != nil {
+		c.setSession(err)
 	}
 	return creds, err
+}
+
+// freshMargin is how long before its expiry a session opened after a
+// refusal is handed back to the SDK's provider, whose own session (older,
+// so expiring first) it has refreshed by then.
+const freshMargin = time.Minute
+
+// refusedSessions opens a new session for a directory bucket whose session
+// the service refused, and serves it until freshMargin before it expires.
+type refusedSessions struct {
+	client *awss3.Client // opens sessions with the long-term credentials
+	group  singleflight.Group
+
+	mu      sync.Mutex
+	refused map[string]bool
+	fresh   map[string]aws.Credentials
+}
+
+func newRefusedSessions(client *awss3.Client) *refusedSessions {
+	return &refusedSessions{client: client, refused: map[string]bool{}, fresh: map[string]aws.Credentials{}}
+}
+
+// refuse notes that bucket's session was refused.
+func (r *refusedSessions) refuse(bucket string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refused[bucket] = true
+	delete(r.fresh, bucket)
+}
+
+// retrieve returns a session for bucket if one was refused (ok), opening
+// a new one if need be; !ok leaves the bucket to the SDK's provider.
+func (r *refusedSessions) retrieve(ctx context.Context, bucket string) (aws.Credentials, bool, error) {
+	r.mu.Lock()
+	if creds, ok := r.fresh[bucket]; ok {
+		if time.Until(creds.Expires) > freshMargin {
+			r.mu.Unlock()
+			return creds, true, nil
+		}
+		delete(r.fresh, bucket)
+	}
+	refused := r.refused[bucket]
+	r.mu.Unlock()
+	if !refused {
+		return aws.Credentials{}, false, nil
+	}
+	v, err, _ := r.group.Do(bucket, func() (any, error) {
+		out, err := r.client.CreateSession(ctx, &awss3.CreateSessionInput{Bucket: aws.String(bucket)})
+		if err != nil {
+			return nil, err
+		}
+		sc := out.Credentials
+		if sc == nil || sc.Expiration == nil {
+			return nil, fmt.Errorf("s3: CreateSession %s: no credentials in the answer", bucket)
+		}
+		creds := aws.Credentials{
+			AccessKeyID: aws.ToString(sc.AccessKeyId), SecretAccessKey: aws.ToString(sc.SecretAccessKey),
+			SessionToken: aws.ToString(sc.SessionToken), CanExpire: true, Expires: *sc.Expiration,
+			Source: "starlog: a session opened after a refusal",
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.fresh[bucket] = creds
+		delete(r.refused, bucket)
+		return creds, nil
+	})
+	if err != nil {
+		return aws.Credentials{}, true, err
+	}
+	return v.(aws.Credentials), true, nil
 }
 
 // sentMarker sits last in the Deserialize step, just before the request
@@ -116,9 +239,10 @@ func addSentMarker(st *middleware.Stack) error {
 // wrapped, and carry the sent marker. The caller's client itself issues the
 // CreateSession calls (its provider is bound to it).
 func clients(client *awss3.Client) (retrying, once *awss3.Client) {
+	refused := newRefusedSessions(client)
 	instrument := func(o *awss3.Options) {
 		if o.ExpressCredentials != nil {
-			o.ExpressCredentials = sessionCredentials{inner: o.ExpressCredentials}
+			o.ExpressCredentials = sessionCredentials{inner: o.ExpressCredentials, refused: refused}
 		}
 		o.APIOptions = append(o.APIOptions, addSentMarker)
 	}

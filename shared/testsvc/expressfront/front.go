@@ -628,3 +628,12 @@ func checkExpressListing(q url.Values) *s3Error {
 	}
 	return nil
 }
+
+// ForgetSessions drops every session the front issued, as a service that
+// lost its session state would: requests with their tokens are answered
+// InvalidToken.
+func (f *Front) ForgetSessions() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.sessions)
+}
