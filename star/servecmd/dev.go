@@ -306,15 +306,17 @@ func printBanner(w io.Writer, n *node.Node, addr net.Addr, data, basin string, a
 
 // registerJournalMetrics exports the dev store journal's counters: group
 // syncs against the records they carried say how well concurrent PUTs
-// (and a flight's copies) share an fdatasync.
+// (and a flight's copies) share an fdatasync, and the missed copy waits
+// how often a group gave up on a flight's copies.
 func registerJournalMetrics(reg prometheus.Registerer, st *fs.Store) error {
 	for _, m := range []struct {
 		name, help string
-		pick       func(syncs, records, retired uint64) uint64
+		pick       func(fs.JournalStats) uint64
 	}{
-		{"starlog_fs_journal_syncs_total", "Data syncs of the directory store's journal (one per group of PUTs).", func(s, _, _ uint64) uint64 { return s }},
-		{"starlog_fs_journal_records_total", "Create-once PUTs the directory store's journal made durable.", func(_, r, _ uint64) uint64 { return r }},
-		{"starlog_fs_journal_segments_retired_total", "Journal segments materialized into files and removed.", func(_, _, t uint64) uint64 { return t }},
+		{"starlog_fs_journal_syncs_total", "Data syncs of the directory store's journal (one per group of PUTs).", func(j fs.JournalStats) uint64 { return j.Syncs }},
+		{"starlog_fs_journal_records_total", "Create-once PUTs the directory store's journal made durable.", func(j fs.JournalStats) uint64 { return j.Records }},
+		{"starlog_fs_journal_segments_retired_total", "Journal segments materialized into files and removed.", func(j fs.JournalStats) uint64 { return j.Retired }},
+		{"starlog_fs_journal_copy_waits_missed_total", "Journal groups that stopped waiting for a flight's other copies when the wait's bound passed.", func(j fs.JournalStats) uint64 { return j.CopyWaitsMissed }},
 	} {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 {
 			return float64(m.pick(st.JournalStats()))

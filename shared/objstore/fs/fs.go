@@ -160,13 +160,23 @@ func (s *Store) stamp() int64 {
 	}
 }
 
-// JournalStats reports a journaled store's group syncs, the records they
-// covered, and the segments retired so far (zero without a journal).
-func (s *Store) JournalStats() (syncs, records, retired uint64) {
+// JournalStats are a journaled store's counters so far (zero without a
+// journal).
+type JournalStats struct {
+	Syncs   uint64 // group syncs
+	Records uint64 // records they covered
+	Retired uint64 // segments materialized and removed
+	// CopyWaitsMissed counts groups that stopped waiting for their
+	// objects' copies when the wait's bound passed (copiesWait).
+	CopyWaitsMissed uint64
+}
+
+// JournalStats reports the journal's counters.
+func (s *Store) JournalStats() JournalStats {
 	if s.j == nil {
-		return 0, 0, 0
+		return JournalStats{}
 	}
-	return s.j.syncs.Load(), s.j.records.Load(), s.j.retired.Load()
+	return JournalStats{Syncs: s.j.syncs.Load(), Records: s.j.records.Load(), Retired: s.j.retired.Load(), CopyWaitsMissed: s.j.copyMisses.Load()}
 }
 
 // unnamedWorks reports whether dir's file system gives O_TMPFILE inodes

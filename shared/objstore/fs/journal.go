@@ -123,8 +123,8 @@ type journal struct {
 	changed  chan struct{} // closed and replaced on every change
 	stopped  chan struct{}
 
-	syncs, records, retired atomic.Uint64
-	stamp                   func() int64
+	syncs, records, retired, copyMisses atomic.Uint64
+	stamp                               func() int64
 	// joined, when not nil, is closed by the next PUT to join the group a
 	// leader holds open for its object's copies (awaitCopiesLocked).
 	joined chan struct{}
@@ -330,6 +330,7 @@ func (j *journal) awaitCopiesLocked() {
 			if !j.missingCopiesLocked() {
 				break // they came, but the waiter ran late
 			}
+			j.copyMisses.Add(1)
 			if j.missed++; j.missed >= copiesMisses {
 				j.missed = 0
 				j.noWaitUntil = time.Now().Add(copiesBackoff)

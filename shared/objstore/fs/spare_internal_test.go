@@ -143,6 +143,9 @@ func TestCopiesElsewhereCostBoundedWaits(t *testing.T) {
 			t.Fatalf("after %d waits ran out, stopped waiting: %v", i+1, stop)
 		}
 	}
+	if n := s.JournalStats().CopyWaitsMissed; n != copiesMisses {
+		t.Fatalf("%d missed copy waits counted, want %d", n, copiesMisses)
+	}
 	until := noWaitUntil()
 	for i := range 5 {
 		if _, err := b.PutIfAbsent(ctx, fmt.Sprintf("slot/x%d", i), []byte("copy")); err != nil {
