@@ -56,6 +56,10 @@ type Chain struct {
 	// for a bucket that could decide a slot it never released, before it
 	// cuts there on what it knows (default 1 s; FenceOwn).
 	OwnFenceWait time.Duration
+	// OnAbandoned, when set, hears how many requests a fence left still
+	// running when its wait for them passed its bound (a store that
+	// ignores its deadline; for a metric).
+	OnAbandoned func(n int)
 	// ReadVersion is the newest envelope version this actor reads (0:
 	// format.MaxVersion). Tests set it to act as another build.
 	ReadVersion uint8

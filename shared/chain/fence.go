@@ -389,6 +389,9 @@ func (c *Chain) decideSlot(ctx context.Context, bs []objstore.Bucket, want copyI
 			select {
 			case <-answers:
 			case <-bound.C:
+				if c.OnAbandoned != nil {
+					c.OnAbandoned(outstanding)
+				}
 				return
 			}
 		}

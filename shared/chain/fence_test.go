@@ -650,6 +650,8 @@ func TestFenceDoesNotWaitForAHungStore(t *testing.T) {
 	hung := oneBucketStore{Store: e.store, name: buckets[2], wrap: func(b objstore.Bucket) objstore.Bucket { return hungPutBucket{b, release, &calls} }}
 	fencer := chain.New("star1", meta.Express, "star2:1", e.meta, hung)
 	fencer.AttemptTimeout = 200 * time.Millisecond
+	var abandoned atomic.Int32
+	fencer.OnAbandoned = func(n int) { abandoned.Add(int32(n)) }
 	done := make(chan error, 1)
 	go func() {
 		_, err := fenceWithin(t, fencer, ep.Epoch, time.Minute)
@@ -665,5 +667,8 @@ func TestFenceDoesNotWaitForAHungStore(t *testing.T) {
 	}
 	if calls.Load() == 0 {
 		t.Fatal("the fence wrote nothing into the hung bucket: the test does not reach its case")
+	}
+	if n := abandoned.Load(); n != calls.Load() {
+		t.Fatalf("the fence reported %d requests left running, want the %d hung ones", n, calls.Load())
 	}
 }

@@ -91,12 +91,15 @@ type Node struct {
 	// unconfirmed counts 412s not answered because the appends they
 	// rested on did not become durable in time (503 instead).
 	unconfirmed prometheus.Counter
-	meta        meta.Store
-	objects     objstore.Store
-	now         func() time.Time
-	reader      *reader.Reader
-	loglets     map[meta.Class]*loglet.Loglet
-	commits     []commitSource // the loglets, Standard first
+	// fenceAbandoned counts requests the star's fences left running past
+	// their bound, by class (chain.Chain.OnAbandoned).
+	fenceAbandoned *prometheus.CounterVec
+	meta           meta.Store
+	objects        objstore.Store
+	now            func() time.Time
+	reader         *reader.Reader
+	loglets        map[meta.Class]*loglet.Loglet
+	commits        []commitSource // the loglets, Standard first
 
 	ownMeta meta.Store // closed by Close when Open opened it
 	peerHdr http.Header
@@ -180,6 +183,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 		Help: "Appends whose match_seq_num or fencing-token rejection rested on earlier appends that did not become durable in time: answered 503 (nothing sequenced), not 412.",
 	})
 	if err := n.reg.Register(n.unconfirmed); err != nil {
+		return nil, fmt.Errorf("node metrics: %w", err)
+	}
+	n.fenceAbandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "starlog", Name: "fence_requests_abandoned_total",
+		Help: "Object-store requests a fence of this star's chain left still running when its wait for them passed twice an attempt's timeout (a store ignoring its deadline), by class.",
+	}, []string{"class"})
+	if err := n.reg.Register(n.fenceAbandoned); err != nil {
 		return nil, fmt.Errorf("node metrics: %w", err)
 	}
 	defer func() {
@@ -280,6 +290,8 @@ func (n *Node) openLoglet(ctx context.Context, class meta.Class, inc string) (*l
 	cc := n.cfg.Class(class)
 	rip := n.cfg.Ripening(class)
 	ch := chain.New(n.cfg.StarID, class, inc, n.meta, n.objects)
+	abandoned := n.fenceAbandoned.WithLabelValues(string(class))
+	ch.OnAbandoned = func(k int) { abandoned.Add(float64(k)) }
 	settleFn := func(ctx context.Context) error {
 		abs := &absorb.Absorber{Star: n.cfg.StarID, Class: class, Meta: n.meta, Rip: rip, UpdateEpoch: ch.UpdateEpoch}
 		return chainsettle.Chain(ctx, ch, abs)
