@@ -13,12 +13,19 @@ import (
 	"github.com/starlog/starlog/shared/testsvc/expressfront"
 )
 
+// expressBucket starts versitygw behind the S3 Express front (tuned by
+// tune) and makes one directory bucket in zone.
+func expressBucket(t *testing.T, zone string, tune ...func(*expressfront.Config)) (testsvc.ExpressServer, string) {
+	t.Helper()
+	v := testsvc.StartVersity(t)
+	e := testsvc.StartExpress(t, v, tune...)
+	m := &bucketMaker{v: v, zone: zone}
+	return e, m.make(t)
+}
+
 func TestExpressReadOnlySession(t *testing.T) {
 	ctx := context.Background()
-	v := testsvc.StartVersity(t)
-	e := testsvc.StartExpress(t, v)
-	m := &bucketMaker{v: v, zone: "use1-az5"}
-	name := m.make(t)
+	e, name := expressBucket(t, "use1-az5")
 	rw := newExpressStore(t, e, e.AccessKey, e.SecretKey).Bucket(name)
 	ro := newExpressStore(t, e, e.ReadOnlyAccessKey, e.ReadOnlySecretKey).Bucket(name)
 	if _, err := rw.PutIfAbsent(ctx, "k", []byte("v")); err != nil {
@@ -86,11 +93,8 @@ func wantDefinite(t *testing.T, what string, err, want error) {
 // never sign with an expired one.
 func TestExpressSessionRefresh(t *testing.T) {
 	ctx := context.Background()
-	v := testsvc.StartVersity(t)
 	const lifetime = 2 * time.Second
-	e := testsvc.StartExpress(t, v, func(c *expressfront.Config) { c.SessionLifetime = lifetime })
-	m := &bucketMaker{v: v, zone: "use1-az6"}
-	name := m.make(t)
+	e, name := expressBucket(t, "use1-az6", func(c *expressfront.Config) { c.SessionLifetime = lifetime })
 	b := newExpressStore(t, e, e.AccessKey, e.SecretKey).Bucket(name)
 	sessions := func() int { return e.Front.Stats().SessionsByBucket[name] }
 
@@ -161,10 +165,7 @@ func TestExpressSessionRefresh(t *testing.T) {
 // forgotten its sessions.
 func TestExpressRefusedSessionIsReplaced(t *testing.T) {
 	ctx := context.Background()
-	v := testsvc.StartVersity(t)
-	e := testsvc.StartExpress(t, v)
-	m := &bucketMaker{v: v, zone: "use1-az6"}
-	name := m.make(t)
+	e, name := expressBucket(t, "use1-az6")
 	b := newExpressStore(t, e, e.AccessKey, e.SecretKey).Bucket(name)
 	sessions := func() int { return e.Front.Stats().SessionsByBucket[name] }
 

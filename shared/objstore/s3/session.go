@@ -154,6 +154,9 @@ const freshMargin = time.Minute
 type refusedSessions struct {
 	client *awss3.Client // opens sessions with the long-term credentials
 	group  singleflight.Group
+	// any is set at the first refusal: until then every request goes
+	// straight to the SDK's provider, without the lock.
+	any atomic.Bool
 
 	mu      sync.Mutex
 	refused map[string]bool
@@ -166,6 +169,7 @@ func newRefusedSessions(client *awss3.Client) *refusedSessions {
 
 // refuse notes that bucket's session was refused.
 func (r *refusedSessions) refuse(bucket string) {
+	r.any.Store(true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.refused[bucket] = true
@@ -175,6 +179,9 @@ func (r *refusedSessions) refuse(bucket string) {
 // retrieve returns a session for bucket if one was refused (ok), opening
 // a new one if need be; !ok leaves the bucket to the SDK's provider.
 func (r *refusedSessions) retrieve(ctx context.Context, bucket string) (aws.Credentials, bool, error) {
+	if !r.any.Load() {
+		return aws.Credentials{}, false, nil
+	}
 	r.mu.Lock()
 	if creds, ok := r.fresh[bucket]; ok {
 		if time.Until(creds.Expires) > freshMargin {
