@@ -162,7 +162,10 @@ func TestPartitionedLeaderIsDeposed(t *testing.T) {
 // heartbeats it could not see being written: it marks a stale-looking
 // leader dead only once its own heartbeats have landed for a whole
 // dead-after bound. (After a metastore outage every star looks stale, and
-// the first one back must not depose the rest.)
+// the first one back must not depose the rest.) Until then b refuses with
+// a 503: its clock guard (no beat landed for half the bound, as right
+// after the outage or in a pause under load) or the wait for a whole
+// bound of beats; the second must be seen, and a's row stays live.
 func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 	ctx := context.Background()
 	st := newStores(t)
@@ -171,6 +174,7 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 	a := open(t, st, ca)
 	bMeta := mfaults.New(st.meta, 1)
 	cb := clusterConfig("b")
+	cb.DeadAfter = 600 * time.Millisecond // a wide window for the wait, against pauses of a loaded machine
 	b, err := node.Open(ctx, cb, node.Deps{Meta: bMeta, Objects: st.objects, Logger: testLog()})
 	if err != nil {
 		t.Fatal(err)
@@ -184,29 +188,55 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 	}
 	bMeta.SetUnavailable(true)
 	poll.Until(t, 20*cb.DeadAfter, "b's outage outlasts two dead-after bounds", func() bool { return b.HeartbeatAge() >= 2*cb.DeadAfter })
+	beforeOutage, _, _, err := leader.ReadRegistration(ctx, st.meta, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
 	bMeta.SetUnavailable(false)
-	// Before its first beat lands and after, b does not judge a yet.
-	_, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
-	apiErr(t, err, 503, api.CodeUnavailable)
-	if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
-		t.Fatalf("a's registration right after b came back: %+v %v", reg, err)
+
+	var waited int
+	var ack api.AppendAck
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("b did not take the stream over within 10s of regaining the metastore (%d refusals for the wait)", waited)
+		}
+		ack, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
+		if err == nil {
+			break
+		}
+		switch e := apiErr(t, err, 503, api.CodeUnavailable); {
+		case strings.Contains(e.Message, "only just regained the metastore"):
+			waited++
+		case strings.Contains(e.Message, "has not renewed its registration"):
+		default:
+			t.Fatalf("b refused for another reason: %s", e.Message)
+		}
+		if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
+			t.Fatalf("a's registration while b refuses: %+v %v", reg, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	poll.Until(t, 5*time.Second, "b heartbeats again", func() bool {
-		r, _, _, err := leader.ReadRegistration(ctx, st.meta, "b")
-		return err == nil && time.Since(time.UnixMilli(r.Heartbeat)) < cb.HeartbeatEvery*4
-	})
-	_, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
-	if e := apiErr(t, err, 503, api.CodeUnavailable); !strings.Contains(e.Message, "only just regained the metastore") {
-		t.Fatalf("b once it heartbeats again: %s", e.Message)
+	tookOver := time.Now()
+	if waited == 0 {
+		t.Fatal("b never refused for want of a whole bound of heartbeats: the test shows nothing")
 	}
-	if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
-		t.Fatalf("a's registration after b came back: %+v %v", reg, err)
-	}
-	// Connected for a whole bound, b judges a's stale row and takes over.
-	ack := appendUntil(t, b, "s1", records("b", 1))
 	if ack.Start.SeqNum != 3 {
 		t.Fatalf("b's first append at %d, want 3", ack.Start.SeqNum)
 	}
+	// The run b judged by began after the outage, a whole bound before
+	// the takeover.
+	reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reg.ConnectedSince <= beforeOutage.Heartbeat {
+		t.Fatalf("b's run began at %d, not after its last beat before the outage (%d)", reg.ConnectedSince, beforeOutage.Heartbeat)
+	}
+	if ran := tookOver.Sub(time.UnixMilli(reg.ConnectedSince)); ran < cb.DeadAfter {
+		t.Fatalf("b took over %v into its run of heartbeats, before a whole bound (%v)", ran, cb.DeadAfter)
+	}
+	t.Logf("b refused %d times for the wait; took over %v into its run of heartbeats", waited, tookOver.Sub(time.UnixMilli(reg.ConnectedSince)).Round(time.Millisecond))
 }
 
 // A partitioned leader does not answer 412s from its stale sequencer: a,
