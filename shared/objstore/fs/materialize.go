@@ -95,8 +95,15 @@ func (j *journal) prepareSpareLocked() {
 	j.spareFor = j.lastSeg
 	id := j.nextSeg
 	j.nextSeg++
+	fill := spareFill(j.lastSealed, j.fillMax)
 	j.mu.Unlock()
 	seg, err := j.newSegment(id)
+	if err == nil {
+		if err = zeroFill(seg.f, fill); err != nil {
+			seg.f.Close()
+			j.fsys.Unlink(seg.path)
+		}
+	}
 	j.mu.Lock()
 	if err != nil {
 		return
@@ -107,6 +114,31 @@ func (j *journal) prepareSpareLocked() {
 		// order of use), or the store closes.
 		j.dropSpareLocked()
 	}
+}
+
+// spareFill is how many zeros a spare segment is filled with: a quarter
+// past the size the last segment sealed at (a segment seals by age, so
+// that is about what the next one will take), within [minFill, limit],
+// in whole 64 KiB.
+func spareFill(lastSealed, limit int64) int64 {
+	n := lastSealed + lastSealed/4
+	n = (n + minFill - 1) / minFill * minFill
+	return min(max(n, minFill), limit)
+}
+
+// zeroFill writes n zero bytes at the start of f and syncs them. A replay
+// stops at the zeros (a record's length is never 0), as at a torn tail.
+func zeroFill(f file, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	zeros := make([]byte, min(n, 256<<10))
+	for off := int64(0); off < n; off += int64(len(zeros)) {
+		if _, err := f.WriteAt(zeros[:min(int64(len(zeros)), n-off)], off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 // dropSpareLocked removes an unused spare. It holds no record, so its

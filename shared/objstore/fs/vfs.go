@@ -37,6 +37,9 @@ type fileSys interface {
 // file is a file being written by the journal.
 type file interface {
 	Write(p []byte) (int, error)
+	// WriteAt writes p at offset off (a journal segment's records go after
+	// the ones before them, over the zeros a spare was filled with).
+	WriteAt(p []byte, off int64) (int, error)
 	// Sync makes the file's data durable (fdatasync).
 	Sync() error
 	// Stamp sets the modification time, which the store's ETags show.
@@ -90,9 +93,12 @@ func (osFS) SyncFS(path string) error {
 type osFile struct{ f *os.File }
 
 func (o osFile) Write(p []byte) (int, error) { return o.f.Write(p) }
-func (o osFile) Sync() error                 { return unix.Fdatasync(int(o.f.Fd())) }
-func (o osFile) Stamp(t time.Time) error     { return stampFile(o.f, t) }
-func (o osFile) Close() error                { return o.f.Close() }
+func (o osFile) WriteAt(p []byte, off int64) (int, error) {
+	return o.f.WriteAt(p, off)
+}
+func (o osFile) Sync() error             { return unix.Fdatasync(int(o.f.Fd())) }
+func (o osFile) Stamp(t time.Time) error { return stampFile(o.f, t) }
+func (o osFile) Close() error            { return o.f.Close() }
 
 // stampFile sets f's mtime (and atime) to t: utimensat(fd, NULL, ...),
 // which is futimens(3), on the open file (an unnamed one has no path).
