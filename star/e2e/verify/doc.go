@@ -48,7 +48,14 @@
 // was never told of a basin delete, a stale basin cache that resolves the
 // name to the old id) is an acknowledged record the read-back of the new
 // incarnation does not find, and a read serving the old records under
-// the new name is not linearizable.
+// the new name is not linearizable. Before the delete, with the clients
+// at the gate, it reads the incarnations it deletes to their tails (into
+// the history), so an indefinite append into them that no read saw is
+// past every seq their histories look at and is dropped from the check
+// (placement.go): one clean-clone run's round stayed undecided after
+// porcupine's 3 minutes with 56 such appends left open in one deleted
+// incarnation (its leader killed under its clients, their forwards
+// refused for 1.5 s).
 //
 // Every even-numbered stream also has Durable Streams clients (durable.go,
 // -verify.durable per stream): idempotent producers appending through the

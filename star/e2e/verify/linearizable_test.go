@@ -467,6 +467,12 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 	cluster.SetExpress(express)
 
 	h := NewHistory()
+	// Client ids past the workload's: the final read-backs', then the
+	// delete+recreate fault's read-backs.
+	readers := (len(streams) + len(catStreams)) * (*flagClients + *flagAppenders + *flagDurable + *flagProducers + *flagKafka)
+	if cat != nil {
+		cat.SetHistory(h, readers+2)
+	}
 	w := &Workload{Endpoints: cluster.Endpoints(), Basin: basin, Streams: streams,
 		ClientsPerStream: *flagClients, AppendersPerStream: *flagAppenders, DurablePerStream: *flagDurable,
 		ProducersPerStream: *flagProducers, KafkaPerStream: *flagKafka, KafkaBrokers: cluster.Kafka,
@@ -565,7 +571,6 @@ func runRound(t *testing.T, ctx context.Context, r int, d time.Duration, plan []
 		return false
 	}
 	order := append(slices.Clone(admins[r%len(admins):]), admins[:r%len(admins)]...)
-	readers := (len(streams) + len(catStreams)) * (*flagClients + *flagAppenders + *flagDurable + *flagProducers + *flagKafka)
 	readBack, err := ReadBack(rb, order, basin, streams, nil, h, readers)
 	var retired map[string]bool
 	if err == nil && cat != nil {

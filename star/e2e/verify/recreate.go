@@ -36,6 +36,10 @@ type Catalog struct {
 	streams []string
 	class   map[string]api.StorageClass
 	inc     map[string]int
+	// h is the round's history, and reader the client id Recreate's
+	// read-backs are recorded under (SetHistory).
+	h      *History
+	reader int
 }
 
 // NewCatalog returns the catalog of basin.
@@ -52,6 +56,20 @@ func (c *Catalog) SetStreams(streams []string, classes []api.StorageClass) {
 	for i, s := range streams {
 		c.class[s] = classes[i]
 	}
+}
+
+// SetHistory sets the round's history, into which Recreate records its
+// read-back of the incarnations it deletes, as client reader.
+func (c *Catalog) SetHistory(h *History, reader int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.h, c.reader = h, reader
+}
+
+func (c *Catalog) history() (*History, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.h, c.reader
 }
 
 // Streams is the round's streams.
@@ -105,6 +123,10 @@ type Recreate struct {
 	mu      sync.Mutex
 }
 
+// recreateReadBackFor bounds Recreate's read-back of the incarnations
+// it deletes (a star may be down meanwhile).
+const recreateReadBackFor = 15 * time.Second
+
 // Name implements Fault.
 func (*Recreate) Name() string { return "delete+recreate" }
 
@@ -142,6 +164,29 @@ func (r *Recreate) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 		gone, what = streams, "basin "+cat.Basin
 	}
 	ev.Stream = victim
+	// The incarnations about to go are read to their tails first, their
+	// clients held at the gate. No read-back follows a delete, so an
+	// indefinite append no read saw stays open in the check to the end of
+	// the round, and a few dozen (a leader killed under a catalog
+	// stream's clients) leave porcupine undecided. Read here, every seq
+	// up to the tail is pinned: an append that lands after this, or
+	// never, is past every seq the incarnation's history looks at, and
+	// the checker drops it (extent.canPlace). Best effort: a failed
+	// read-back leaves those appends open, as before.
+	readBack := ""
+	if h, reader := cat.history(); h != nil {
+		rctx, rcancel := context.WithTimeout(fctx, recreateReadBackFor)
+		got, err := ReadBack(rctx, r.Clients, cat.Basin, gone, cat.Key, h, reader)
+		rcancel()
+		n := 0
+		for _, recs := range got {
+			n += len(recs)
+		}
+		readBack = fmt.Sprintf("; %d records read back before the delete", n)
+		if err != nil {
+			readBack = fmt.Sprintf("; read-back before the delete failed: %v", err)
+		}
+	}
 	// A star that answers "not found" for a name that exists (a basin
 	// or stream the fault created through another star) judged it from
 	// a stale catalog cache: a violation; the call goes to the next star.
@@ -205,8 +250,8 @@ func (r *Recreate) Inject(ctx context.Context, c *Cluster) (FaultEvent, error) {
 	}
 	cat.mu.Unlock()
 	ev.Recovered = time.Since(t0)
-	ev.Detail = fmt.Sprintf("%s deleted via star %d (%v), re-created via star %d after %v",
-		what, via+1, deleteTook.Round(time.Millisecond), again+1, time.Since(deleted).Round(time.Millisecond))
+	ev.Detail = fmt.Sprintf("%s deleted via star %d (%v), re-created via star %d after %v%s",
+		what, via+1, deleteTook.Round(time.Millisecond), again+1, time.Since(deleted).Round(time.Millisecond), readBack)
 	return ev, nil
 }
 
