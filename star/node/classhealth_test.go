@@ -21,6 +21,7 @@ import (
 	"github.com/starlog/starlog/shared/objstore"
 	"github.com/starlog/starlog/shared/objstore/faults"
 	"github.com/starlog/starlog/shared/objstore/mem"
+	s3store "github.com/starlog/starlog/shared/objstore/s3"
 	"github.com/starlog/starlog/shared/poll"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/expressfront"
@@ -439,6 +440,31 @@ func TestExpressFrontRefusingEveryRequest(t *testing.T) {
 	if v := classGauge(t, n, "starlog_storage_class_degraded", "express"); v != 0 {
 		t.Fatalf("starlog_storage_class_degraded{class=express} = %v after healing, want 0", v)
 	}
+	// The S3 store's session counts are exported (their counting is
+	// shared/objstore/s3's TestExpressRefusedSessionIsReplaced).
+	for _, name := range []string{"starlog_s3_express_sessions_refused_total", "starlog_s3_express_sessions_reopened_total"} {
+		v, ok := counterValue(t, n, name)
+		if !ok {
+			t.Fatalf("no %s on the star's registry", name)
+		}
+		t.Logf("%s = %v", name, v)
+	}
+}
+
+// counterValue is the value of the unlabelled counter name in n's
+// registry, and whether it is there.
+func counterValue(t *testing.T, n *node.Node, name string) (float64, bool) {
+	t.Helper()
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue(), true
+		}
+	}
+	return 0, false
 }
 
 // routed sends the express bucket set to one store and every other bucket
@@ -446,6 +472,20 @@ func TestExpressFrontRefusingEveryRequest(t *testing.T) {
 type routed struct {
 	standard, express objstore.Store
 	set               []string
+}
+
+// SessionStats sums the two stores' S3 Express session counts (the
+// star exports them when its store keeps them).
+func (r routed) SessionStats() s3store.SessionStats {
+	var sum s3store.SessionStats
+	for _, st := range []objstore.Store{r.standard, r.express} {
+		if s, ok := st.(interface{ SessionStats() s3store.SessionStats }); ok {
+			c := s.SessionStats()
+			sum.Refused += c.Refused
+			sum.Reopened += c.Reopened
+		}
+	}
+	return sum
 }
 
 func (r routed) Bucket(name string) objstore.Bucket {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/starlog/starlog/shared/meta"
 	"github.com/starlog/starlog/shared/meta/dynamo"
 	"github.com/starlog/starlog/shared/meta/sqlite"
@@ -70,4 +72,37 @@ func openObjects(ctx context.Context, c ObjectsConfig, buckets []string) (objsto
 		return s3store.New(client), nil
 	}
 	return nil, errors.New("object store: no directory and no S3 region configured")
+}
+
+// sessionStats is an S3 store's count of S3 Express sessions refused and
+// replaced (s3store.Store; a test's router of several stores sums them).
+type sessionStats interface {
+	SessionStats() s3store.SessionStats
+}
+
+// registerSessionMetrics exports objs's S3 Express session counts when it
+// keeps them: a refused session (InvalidToken, ExpiredToken) fails the
+// request it signed, and the store opens a new one for the bucket's next
+// request, so a rate of these says the service and the star disagree on
+// sessions (a clock skew, a service that forgot them).
+func registerSessionMetrics(reg prometheus.Registerer, objs objstore.Store) error {
+	ss, ok := objs.(sessionStats)
+	if !ok {
+		return nil
+	}
+	for _, m := range []struct {
+		name, help string
+		pick       func(s3store.SessionStats) uint64
+	}{
+		{"starlog_s3_express_sessions_refused_total", "S3 Express sessions the service refused (InvalidToken, ExpiredToken); the request they signed failed.", func(s s3store.SessionStats) uint64 { return s.Refused }},
+		{"starlog_s3_express_sessions_reopened_total", "S3 Express sessions the star opened (CreateSession) to replace refused ones.", func(s s3store.SessionStats) uint64 { return s.Reopened }},
+	} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 {
+			return float64(m.pick(ss.SessionStats()))
+		})
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("session metrics: %w", err)
+		}
+	}
+	return nil
 }

@@ -226,6 +226,9 @@ func Open(ctx context.Context, cfg Config, deps Deps) (_ *Node, err error) {
 	if n.objects, err = objmetrics.Wrap(objs, n.reg); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	if err := registerSessionMetrics(n.reg, objs); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
 
 	registeredAt := time.Now()
 	var regVer int64

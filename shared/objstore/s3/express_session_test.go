@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/starlog/starlog/shared/objstore"
+	s3store "github.com/starlog/starlog/shared/objstore/s3"
 	"github.com/starlog/starlog/shared/testsvc"
 	"github.com/starlog/starlog/shared/testsvc/expressfront"
 )
@@ -166,7 +167,8 @@ func TestExpressSessionRefresh(t *testing.T) {
 func TestExpressRefusedSessionIsReplaced(t *testing.T) {
 	ctx := context.Background()
 	e, name := expressBucket(t, "use1-az6")
-	b := newExpressStore(t, e, e.AccessKey, e.SecretKey).Bucket(name)
+	st := newExpressStore(t, e, e.AccessKey, e.SecretKey)
+	b := st.Bucket(name)
 	sessions := func() int { return e.Front.Stats().SessionsByBucket[name] }
 
 	if _, err := b.PutIfAbsent(ctx, "first", []byte("1")); err != nil {
@@ -194,5 +196,8 @@ func TestExpressRefusedSessionIsReplaced(t *testing.T) {
 	}
 	if n := sessions(); n != 2 {
 		t.Fatalf("%d sessions after the reads, want 2", n)
+	}
+	if got := st.SessionStats(); got != (s3store.SessionStats{Refused: 1, Reopened: 1}) {
+		t.Fatalf("session stats %+v, want one refused and one reopened", got)
 	}
 }

@@ -157,6 +157,9 @@ type refusedSessions struct {
 	// any is set at the first refusal: until then every request goes
 	// straight to the SDK's provider, without the lock.
 	any atomic.Bool
+	// refusals counts the refused sessions noted, reopened the sessions
+	// opened after a refusal (Store.SessionStats).
+	refusals, reopened atomic.Uint64
 
 	mu      sync.Mutex
 	refused map[string]bool
@@ -170,6 +173,7 @@ func newRefusedSessions(client *awss3.Client) *refusedSessions {
 // refuse notes that bucket's session was refused.
 func (r *refusedSessions) refuse(bucket string) {
 	r.any.Store(true)
+	r.refusals.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.refused[bucket] = true
@@ -209,6 +213,7 @@ func (r *refusedSessions) retrieve(ctx context.Context, bucket string) (aws.Cred
 			SessionToken: aws.ToString(sc.SessionToken), CanExpire: true, Expires: *sc.Expiration,
 			Source: "starlog: a session opened after a refusal",
 		}
+		r.reopened.Add(1)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.fresh[bucket] = creds
@@ -244,9 +249,10 @@ func addSentMarker(st *middleware.Stack) error {
 // one with the SDK's retries, one with a single attempt (conditional
 // writes, see Store.once). Both share the caller's session provider,
 // wrapped, and carry the sent marker. The caller's client itself issues the
-// CreateSession calls (its provider is bound to it).
-func clients(client *awss3.Client) (retrying, once *awss3.Client) {
-	refused := newRefusedSessions(client)
+// CreateSession calls (its provider is bound to it). refused is what the
+// wrapper serves after a refusal.
+func clients(client *awss3.Client) (retrying, once *awss3.Client, refused *refusedSessions) {
+	refused = newRefusedSessions(client)
 	instrument := func(o *awss3.Options) {
 		if o.ExpressCredentials != nil {
 			o.ExpressCredentials = sessionCredentials{inner: o.ExpressCredentials, refused: refused}
@@ -256,5 +262,5 @@ func clients(client *awss3.Client) (retrying, once *awss3.Client) {
 	base := client.Options()
 	retrying = awss3.New(base, instrument)
 	once = awss3.New(base, instrument, func(o *awss3.Options) { o.RetryMaxAttempts = 1 })
-	return retrying, once
+	return retrying, once, refused
 }

@@ -44,6 +44,7 @@ type Store struct {
 	// fetches stay single-flight (session.go).
 	once     *awss3.Client
 	listPage int32
+	sessions *refusedSessions
 }
 
 // Option configures a Store.
@@ -62,12 +63,24 @@ func WithListPageSize(n int) Option {
 // New wraps client: the Store sends through clients derived from its
 // options (session.go), and client itself opens S3 Express sessions.
 func New(client *awss3.Client, opts ...Option) *Store {
-	retrying, once := clients(client)
-	s := &Store{client: retrying, once: once, listPage: 1000}
+	retrying, once, sessions := clients(client)
+	s := &Store{client: retrying, once: once, listPage: 1000, sessions: sessions}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
+}
+
+// SessionStats counts the S3 Express sessions the service refused
+// (InvalidToken, ExpiredToken) and those the Store opened to replace them.
+type SessionStats struct {
+	Refused, Reopened uint64
+}
+
+// SessionStats returns the counts so far (zero on general purpose
+// buckets, which have no sessions).
+func (s *Store) SessionStats() SessionStats {
+	return SessionStats{Refused: s.sessions.refusals.Load(), Reopened: s.sessions.reopened.Load()}
 }
 
 // Bucket implements objstore.Store. An invalid name makes every call fail.
