@@ -98,10 +98,16 @@ func TestHeartbeatsRecordTheirRun(t *testing.T) {
 	if r := registration(t, st, "a"); r.Heartbeat <= first.Heartbeat || r.ConnectedSince != first.ConnectedSince {
 		t.Fatalf("after some beats: %+v, want the run of %d", r, first.ConnectedSince)
 	}
+	injected := ms.Counts().Injected
 	ms.SetUnavailable(true)
 	down := time.Now()
-	// Beats fail: the last one written ages past a beat's period.
-	poll.Until(t, 100*c.HeartbeatEvery, "beats fail", func() bool { return a.HeartbeatAge() >= 2*c.HeartbeatEvery })
+	// Beats fail: the last one written ages past a beat's period, and
+	// calls were refused meanwhile (an age alone could be a stall of the
+	// heartbeat's goroutine on a loaded machine, which fails no beat and
+	// so, shorter than half the bound, starts no run).
+	poll.Until(t, 100*c.HeartbeatEvery, "beats fail", func() bool {
+		return a.HeartbeatAge() >= 2*c.HeartbeatEvery && ms.Counts().Injected >= injected+2
+	})
 	ms.SetUnavailable(false)
 	poll.Until(t, 5*time.Second, "a beats again", func() bool {
 		return registration(t, st, "a").Heartbeat > down.UnixMilli()
