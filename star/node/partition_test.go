@@ -196,14 +196,9 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 
 	var waited int
 	var ack api.AppendAck
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if time.Now().After(deadline) {
-			t.Fatalf("b did not take the stream over within 10s of regaining the metastore (%d refusals for the wait)", waited)
-		}
-		ack, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil)
-		if err == nil {
-			break
+	poll.UntilErr(t, 10*time.Second, "b takes the stream over", func() error {
+		if ack, err = b.Append(ctx, "basin-one", "s1", records("b", 1), nil); err == nil {
+			return nil
 		}
 		switch e := apiErr(t, err, 503, api.CodeUnavailable); {
 		case strings.Contains(e.Message, "only just regained the metastore"):
@@ -215,8 +210,8 @@ func TestReconnectedStarWaitsBeforeJudging(t *testing.T) {
 		if reg, _, _, err := leader.ReadRegistration(ctx, st.meta, "a"); err != nil || reg.State != meta.StarLive {
 			t.Fatalf("a's registration while b refuses: %+v %v", reg, err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err
+	})
 	tookOver := time.Now()
 	if waited == 0 {
 		t.Fatal("b never refused for want of a whole bound of heartbeats: the test shows nothing")
