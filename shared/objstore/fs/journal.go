@@ -118,9 +118,10 @@ type journal struct {
 	cur      *segment // the open segment (nil: the next flush takes spare or makes one)
 	segs     []*segment
 	nextSeg  uint64
-	// spare is an empty segment, its name already durable, that the
-	// materializer prepares once a segment is put to use, so the PUT that
-	// opens the next one does not wait for a create and a folder sync.
+	// spare is a segment without records (zeros, synced), its name
+	// already durable, that the materializer prepares once a segment is
+	// put to use, so the PUT that opens the next one does not wait for a
+	// create, a fill and their syncs.
 	spare    *segment
 	lastSeg  uint64 // the newest segment's id put to use
 	spareFor uint64 // lastSeg when the materializer last prepared a spare

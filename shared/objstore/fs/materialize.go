@@ -142,7 +142,7 @@ func zeroFill(f file, n int64) error {
 }
 
 // dropSpareLocked removes an unused spare. It holds no record, so its
-// removal needs no sync: a replay retires an empty segment.
+// removal needs no sync: a replay retires a segment without records.
 func (j *journal) dropSpareLocked() {
 	if j.spare == nil {
 		return
